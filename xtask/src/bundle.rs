@@ -1,0 +1,81 @@
+//! `cargo xtask bundle`: GPU test executables and examples, built here, in one folder with a `run`
+//! script, for a GPU host that has only a driver (no Rust).
+
+use crate::provision;
+use crate::util::{self, Result};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+pub fn run() -> Result<PathBuf> {
+    provision::toolkit()?;
+    let dir = util::target_dir().join("bundle");
+    let _ = std::fs::remove_dir_all(&dir);
+    for sub in ["tests", "examples"] {
+        std::fs::create_dir_all(dir.join(sub)).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    }
+    let tests = build(&["test", "--workspace", "--no-run", "--release"], |kind| kind != "example")?;
+    let examples = build(&["build", "--workspace", "--examples", "--release"], |kind| kind == "example")?;
+    for (sub, exes) in [("tests", tests), ("examples", examples)] {
+        for exe in exes {
+            let name = exe.file_name().expect("an executable has a name");
+            std::fs::copy(&exe, dir.join(sub).join(name)).map_err(|e| format!("copy {}: {e}", exe.display()))?;
+        }
+    }
+    let script = dir.join("run");
+    std::fs::write(&script, RUN_SCRIPT).map_err(|e| format!("write {}: {e}", script.display()))?;
+    make_executable(&script)?;
+    Ok(dir)
+}
+
+/// Builds through cargo's JSON messages and returns the executables whose target kind matches.
+fn build(args: &[&str], keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>> {
+    let mut child = util::cargo()
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cargo did not start: {e}"))?;
+    let mut exes = Vec::new();
+    let stdout = child.stdout.take().expect("piped stdout");
+    for line in std::io::BufReader::new(stdout).lines().map_while(std::result::Result::ok) {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+        let (Some(exe), Some(kind)) = (msg["executable"].as_str(), msg["target"]["kind"][0].as_str()) else {
+            continue;
+        };
+        if keep(kind) {
+            exes.push(PathBuf::from(exe));
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("cargo {} failed", args.join(" ")));
+    }
+    Ok(exes)
+}
+
+fn make_executable(path: &Path) -> Result {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())
+}
+
+const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
+# Runs every test executable with the GPU tests included, then the examples. Needs only the driver.
+# Usage: ./run [--sanitize TOOL]   (TOOL: memcheck, racecheck, synccheck; needs compute-sanitizer)
+set -u
+cd "$(dirname "$0")"
+wrap=()
+if [ "${1:-}" = "--sanitize" ]; then
+  wrap=(compute-sanitizer --tool "${2:-memcheck}" --error-exitcode 99 --leak-check full)
+fi
+fail=0
+for t in tests/*; do
+  echo "== $t"
+  "${wrap[@]}" "$t" --include-ignored --test-threads=4 || fail=1
+done
+for e in examples/*; do
+  echo "== $e"
+  "${wrap[@]}" "$e" || fail=1
+done
+exit $fail
+"#;

@@ -1,0 +1,53 @@
+//! `cargo xtask`: the project's automation. One module per subcommand; flags parsed here.
+
+mod bench;
+mod bundle;
+mod codegen;
+mod provision;
+mod test;
+mod util;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(about = "cuda-mem automation: provisioning, codegen, tests, benchmarks, bundles")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install the pinned CUDA wheels (and libclang) under target/ if no toolkit is found.
+    Provision,
+    /// Regenerate the committed cuda-mem-sys bindings for CUDA 13.0 and 12.9.
+    Codegen {
+        /// Fail if the committed bindings differ from what the generator produces.
+        #[arg(long)]
+        check: bool,
+    },
+    /// fmt check, clippy -D warnings, the whole test suite (GPU tests too where a GPU exists).
+    Test,
+    /// Benchmarks on a GPU host.
+    Bench,
+    /// Build GPU test executables into target/bundle for a GPU host without Rust.
+    Bundle,
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Provision => provision::toolkit().map(|t| println!("CUDA {} at {}", t.version, t.root.display())),
+        Command::Codegen { check } => codegen::run(check),
+        Command::Test => test::run(),
+        Command::Bench => bench::run(),
+        Command::Bundle => bundle::run().map(|dir| println!("bundle written to {}", dir.display())),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! Paths and process helpers shared by the subcommands.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub type Result<T = ()> = std::result::Result<T, String>;
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// Runs a command, echoing it first; an error names the command.
+pub fn run(cmd: &mut Command) -> Result {
+    eprintln!("$ {}", describe(cmd));
+    let status = cmd.status().map_err(|e| format!("could not start `{}`: {e}", describe(cmd)))?;
+    if status.success() { Ok(()) } else { Err(format!("`{}` failed ({status})", describe(cmd))) }
+}
+
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+fn describe(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// True when an NVIDIA driver and at least one device are visible.
+pub fn gpu_present() -> bool {
+    Command::new("nvidia-smi")
+        .arg("-L")
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("GPU "))
+}
