@@ -119,16 +119,13 @@ pub fn toolkit_at(dir: &Path, how: &str) -> Option<Toolkit> {
 }
 
 fn lib_dir(root: &Path) -> Option<PathBuf> {
-    ["lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"]
-        .iter()
-        .map(|sub| root.join(sub))
-        .find(|d| {
-            d.join("libcudart_static.a").is_file()
-                || d.join("libcudart.so").exists()
-                || std::fs::read_dir(d).is_ok_and(|mut entries| {
-                    entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libcudart.so.")))
-                })
-        })
+    ["lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"].iter().map(|sub| root.join(sub)).find(|d| {
+        d.join("libcudart_static.a").is_file()
+            || d.join("libcudart.so").exists()
+            || std::fs::read_dir(d).is_ok_and(|mut entries| {
+                entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libcudart.so.")))
+            })
+    })
 }
 
 /// Parses `#define CUDART_VERSION 13000`.

@@ -13,12 +13,12 @@
     non_camel_case_types,
     non_upper_case_globals,
     non_snake_case,
-    // bindgen emits a few `u128`-ish layouts and unused imports.
-    improper_ctypes,
     clippy::all,
     clippy::undocumented_unsafe_blocks,
     clippy::missing_safety_doc,
-    missing_debug_implementations
+    missing_debug_implementations,
+    // bindgen derives PartialEq on structs that hold callbacks (cudaHostNodeParams).
+    unpredictable_function_pointer_comparisons
 )]
 
 #[cfg(cuda_bindgen)]
@@ -29,6 +29,16 @@ include!("bindings/cuda_13_0.rs");
 
 #[cfg(all(not(cuda_bindgen), cuda_major = "12"))]
 include!("bindings/cuda_12_9.rs");
+
+/// The CUDA 12 headers rename these to `_v2` with `#define`; bindgen sees only the new names, so
+/// the documented names are restored here (CUDA 13 declares them under their plain names).
+#[cfg(all(not(cuda_bindgen), cuda_major = "12"))]
+pub use self::{
+    cudaGetDeviceProperties_v2 as cudaGetDeviceProperties,
+    cudaSignalExternalSemaphoresAsync_v2 as cudaSignalExternalSemaphoresAsync,
+    cudaStreamGetCaptureInfo_v2 as cudaStreamGetCaptureInfo,
+    cudaWaitExternalSemaphoresAsync_v2 as cudaWaitExternalSemaphoresAsync,
+};
 
 /// `cudaCpuDeviceId` is `((int)-1)` in the headers, a cast bindgen does not evaluate.
 pub const cudaCpuDeviceId: core::ffi::c_int = -1;

@@ -1,1 +1,93 @@
-//! placeholder
+//! # cuda-mem
+//!
+//! Safe, zero-overhead Rust over every CUDA memory-allocation family:
+//!
+//! | family | type | freed with |
+//! |---|---|---|
+//! | `cudaMalloc` (device) | [`DeviceBuffer`] | `cudaFree` |
+//! | `cudaMallocHost` / `cudaHostAlloc` (pinned; portable, mapped, write-combined) | [`PinnedBuffer`] | `cudaFreeHost` |
+//! | `cudaHostRegister` (pin existing memory) | [`RegisteredHost`] | `cudaHostUnregister` |
+//! | `cudaMallocManaged` (unified; advise, prefetch) | [`ManagedBuffer`] | `cudaFree` |
+//!
+//! Views ([`DeviceSlice`], [`DeviceSliceMut`]) borrow from their owner, so they cannot outlive it.
+//!
+//! ## The unsafe contract
+//! Safe code cannot free memory that queued GPU work still uses, nor touch host memory a pending
+//! copy reads or writes: asynchronous work that borrows memory goes through
+//! [`Stream::scope`], which synchronizes the stream before the borrows end (like
+//! `std::thread::scope`). Blocking operations (`copy_from_host`, `set_bytes`, ...) return after
+//! the work is done. `cudaFree` waits for the device, so dropping device memory is always safe.
+//! Element types are [`bytemuck::Pod`]: any bit pattern a DMA or memset writes is a valid value.
+//!
+//! ## Errors
+//! Every fallible call returns [`CudaError`], which says what was attempted and why it failed
+//! (including the runtime's code, name and message; out-of-memory errors carry the device's free
+//! and total memory). Zero-length buffers make no CUDA call. Sticky errors are recognisable with
+//! [`CudaError::is_sticky`].
+//!
+//! ```no_run
+//! # fn main() -> Result<(), cuda_mem::CudaError> {
+//! use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream};
+//! let stream = Stream::non_blocking()?;
+//! let mut input = PinnedBuffer::<f32>::zeroed(1 << 20)?;
+//! input.fill(2.0);
+//! let mut device = DeviceBuffer::<f32>::zeroed(input.len())?;
+//! let mut output = PinnedBuffer::<f32>::zeroed(input.len())?;
+//! let dev = device.as_mut_slice();
+//! stream.scope(|s| -> Result<(), cuda_mem::CudaError> {
+//!     s.copy_from_host(&dev, &input)?;
+//!     s.copy_to_host(&mut output, &dev)?;
+//!     Ok(())
+//! })??;
+//! assert_eq!(output[0], 2.0);
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod device;
+mod device_buffer;
+mod error;
+mod event;
+mod host_flags;
+mod managed;
+mod pinned;
+mod raw;
+mod registered;
+mod scope;
+mod slice;
+mod stream;
+
+pub use bytemuck::{Pod, Zeroable};
+pub use cuda_mem_sys as sys;
+pub use device::{Device, DeviceAttribute, driver_version, runtime_version};
+pub use device_buffer::DeviceBuffer;
+pub use error::{CudaError, ErrorCode, ErrorKind, Result};
+pub use event::Event;
+pub use host_flags::{HostAllocFlags, HostRegisterFlags};
+pub use managed::{Advice, Attach, Location, ManagedBuffer};
+pub use pinned::PinnedBuffer;
+pub use registered::RegisteredHost;
+pub use scope::StreamScope;
+pub use slice::{DeviceSlice, DeviceSliceMut, DeviceSource};
+pub use stream::Stream;
+
+/// Compile-time proof of the Send/Sync claims made by each `unsafe impl`.
+#[cfg(test)]
+mod auto_traits {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn owners_views_and_handles_are_send_and_sync() {
+        send_sync::<DeviceBuffer<f32>>();
+        send_sync::<PinnedBuffer<u8>>();
+        send_sync::<ManagedBuffer<u64>>();
+        send_sync::<RegisteredHost<'static, u32>>();
+        send_sync::<DeviceSlice<'static, f32>>();
+        send_sync::<DeviceSliceMut<'static, f32>>();
+        send_sync::<Stream>();
+        send_sync::<Event>();
+        send_sync::<CudaError>();
+    }
+}

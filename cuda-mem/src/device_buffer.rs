@@ -1,0 +1,142 @@
+//! `DeviceBuffer<T>`: device memory from `cudaMalloc`, freed with `cudaFree`.
+
+use crate::device::{CurrentDevice, Device};
+use crate::error::Result;
+use crate::raw::{byte_len, check, check_alloc};
+use crate::slice::{DeviceSlice, DeviceSliceMut};
+use bytemuck::Pod;
+use cuda_mem_sys as sys;
+use std::fmt;
+use std::ptr::NonNull;
+
+/// `len` elements of `T` in device memory (`cudaMalloc`), freed on drop (`cudaFree`).
+///
+/// A zero-length buffer (or one of a zero-sized `T`) makes no CUDA call and owns nothing, like an
+/// empty `Vec`. `cudaFree` waits for the device, so work that used the buffer has ended when it
+/// returns.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::DeviceBuffer;
+/// let weights = DeviceBuffer::from_slice(&[0.5f32; 1024])?;
+/// let mut copy = DeviceBuffer::<f32>::zeroed(1024)?;
+/// copy.as_mut_slice().copy_from_device(weights.as_slice())?;
+/// assert_eq!(copy.to_vec()?, vec![0.5; 1024]);
+/// # Ok(()) }
+/// ```
+pub struct DeviceBuffer<T: Pod> {
+    ptr: NonNull<T>,
+    len: usize,
+    device: Device,
+}
+
+// SAFETY: the buffer owns device memory that the host never dereferences; it is reached only
+// through thread-safe runtime calls, so ownership may move across threads.
+unsafe impl<T: Pod> Send for DeviceBuffer<T> {}
+// SAFETY: `&DeviceBuffer` only gives shared views (reads), like `&Vec<T>`.
+unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
+
+impl<T: Pod> fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("device", &self.device)
+            .finish()
+    }
+}
+
+impl<T: Pod> DeviceBuffer<T> {
+    /// Allocates `len` elements on the current device without initialising them.
+    ///
+    /// # Safety
+    /// The contents are whatever the device memory held before (possibly data this process freed
+    /// earlier). The caller must write every element before reading it back as meaningful data.
+    pub unsafe fn uninit(len: usize) -> Result<Self> {
+        let device = Device::current()?;
+        let bytes = byte_len::<T>(len, "cudaMalloc")?;
+        if bytes == 0 {
+            return Ok(Self { ptr: NonNull::dangling(), len, device });
+        }
+        let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: `raw` is valid for writes.
+        let code = unsafe { sys::cudaMalloc(&mut raw, bytes) };
+        check_alloc(code, bytes, || format!("cudaMalloc of {bytes} bytes on {device}"))?;
+        let ptr = NonNull::new(raw.cast()).expect("cudaMalloc succeeded with a null pointer");
+        Ok(Self { ptr, len, device })
+    }
+
+    /// Allocates `len` zeroed elements on the current device.
+    pub fn zeroed(len: usize) -> Result<Self> {
+        // SAFETY: every byte is written by the memset below before anyone can read it.
+        let mut buffer = unsafe { Self::uninit(len)? };
+        buffer.as_mut_slice().set_bytes(0)?;
+        Ok(buffer)
+    }
+
+    /// Allocates a copy of `src` on the current device.
+    pub fn from_slice(src: &[T]) -> Result<Self> {
+        // SAFETY: the copy below writes every element.
+        let mut buffer = unsafe { Self::uninit(src.len())? };
+        buffer.as_mut_slice().copy_from_host(src)?;
+        Ok(buffer)
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device the memory lives on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// A shared view of the whole buffer.
+    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
+        // SAFETY: the view borrows `self`, so the memory stays allocated and unwritten meanwhile.
+        unsafe { DeviceSlice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// An exclusive view of the whole buffer.
+    pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        // SAFETY: the view borrows `self` exclusively.
+        unsafe { DeviceSliceMut::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Copies the whole buffer into a new `Vec` (blocking).
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.as_slice().to_vec()
+    }
+
+    /// Frees the memory now and reports the runtime's verdict (drop ignores it).
+    pub fn free(self) -> Result<()> {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.release()
+    }
+
+    fn release(&self) -> Result<()> {
+        if self.len * size_of::<T>() == 0 {
+            return Ok(());
+        }
+        // Memory is freed with its device current; under unified addressing any device would do,
+        // but this keeps multi-GPU programs correct without relying on that.
+        let _guard = CurrentDevice::set(self.device)?;
+        // SAFETY: the pointer came from cudaMalloc and is freed once (drop and free are exclusive).
+        check(unsafe { sys::cudaFree(self.ptr.as_ptr().cast()) }, || {
+            format!("cudaFree of {} bytes on {}", self.len * size_of::<T>(), self.device)
+        })
+    }
+}
+
+impl<T: Pod> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        // Errors here mean a broken context; there is nothing better to do than leak.
+        let _ = self.release();
+    }
+}

@@ -1,0 +1,226 @@
+//! `CudaError`: every failure of this crate, with what was attempted and why it failed.
+
+use cuda_mem_sys as sys;
+use std::borrow::Cow;
+use std::ffi::CStr;
+use std::fmt;
+
+/// A `cudaError_t` value from the runtime. Unknown values (from a newer runtime) are kept as is.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ErrorCode(pub u32);
+
+impl ErrorCode {
+    /// `cudaErrorInvalidValue`
+    pub const INVALID_VALUE: Self = Self(sys::cudaError::cudaErrorInvalidValue.0);
+    /// `cudaErrorMemoryAllocation`
+    pub const MEMORY_ALLOCATION: Self = Self(sys::cudaError::cudaErrorMemoryAllocation.0);
+    /// `cudaErrorInsufficientDriver`: the installed driver is older than the runtime, or absent.
+    pub const INSUFFICIENT_DRIVER: Self = Self(sys::cudaError::cudaErrorInsufficientDriver.0);
+    /// `cudaErrorNoDevice`
+    pub const NO_DEVICE: Self = Self(sys::cudaError::cudaErrorNoDevice.0);
+    /// `cudaErrorInvalidDevice`
+    pub const INVALID_DEVICE: Self = Self(sys::cudaError::cudaErrorInvalidDevice.0);
+    /// `cudaErrorNotReady`: asynchronous work has not completed yet (not a failure for queries).
+    pub const NOT_READY: Self = Self(sys::cudaError::cudaErrorNotReady.0);
+    /// `cudaErrorNotSupported`
+    pub const NOT_SUPPORTED: Self = Self(sys::cudaError::cudaErrorNotSupported.0);
+    /// `cudaErrorHostMemoryAlreadyRegistered`
+    pub const HOST_MEMORY_ALREADY_REGISTERED: Self = Self(sys::cudaError::cudaErrorHostMemoryAlreadyRegistered.0);
+    /// `cudaErrorIllegalAddress` (sticky)
+    pub const ILLEGAL_ADDRESS: Self = Self(sys::cudaError::cudaErrorIllegalAddress.0);
+
+    /// Codes after which the CUDA context is unusable: every later call fails, and the process
+    /// must exit to recover (the runtime documentation's list for these codes).
+    const STICKY: [sys::cudaError; 10] = [
+        sys::cudaError::cudaErrorIllegalAddress,
+        sys::cudaError::cudaErrorLaunchFailure,
+        sys::cudaError::cudaErrorLaunchTimeout,
+        sys::cudaError::cudaErrorAssert,
+        sys::cudaError::cudaErrorHardwareStackError,
+        sys::cudaError::cudaErrorIllegalInstruction,
+        sys::cudaError::cudaErrorMisalignedAddress,
+        sys::cudaError::cudaErrorInvalidAddressSpace,
+        sys::cudaError::cudaErrorInvalidPc,
+        sys::cudaError::cudaErrorECCUncorrectable,
+    ];
+
+    /// The symbol name, e.g. `cudaErrorMemoryAllocation` (from `cudaGetErrorName`).
+    pub fn name(self) -> Cow<'static, str> {
+        // SAFETY: cudaGetErrorName accepts any value and returns a static NUL-terminated string
+        // (or "unrecognized error code"); it needs no driver.
+        let ptr = unsafe { sys::cudaGetErrorName(sys::cudaError(self.0)) };
+        static_str(ptr)
+    }
+
+    /// The runtime's description, e.g. "out of memory" (from `cudaGetErrorString`).
+    pub fn description(self) -> Cow<'static, str> {
+        // SAFETY: as for `name`: a static string for any input.
+        let ptr = unsafe { sys::cudaGetErrorString(sys::cudaError(self.0)) };
+        static_str(ptr)
+    }
+
+    /// True for errors that leave the context unusable (see the runtime's error documentation).
+    pub fn is_sticky(self) -> bool {
+        Self::STICKY.iter().any(|c| c.0 == self.0)
+    }
+
+    /// True when no usable driver or device exists (the path CI exercises).
+    pub fn is_no_driver_or_device(self) -> bool {
+        self == Self::INSUFFICIENT_DRIVER || self == Self::NO_DEVICE
+    }
+}
+
+fn static_str(ptr: *const std::ffi::c_char) -> Cow<'static, str> {
+    if ptr.is_null() {
+        return Cow::Borrowed("unrecognized error code");
+    }
+    // SAFETY: the runtime returns pointers into its static string tables, valid for the process.
+    let text: &'static CStr = unsafe { CStr::from_ptr(ptr) };
+    text.to_string_lossy()
+}
+
+impl fmt::Debug for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({})", self.name(), self.0)
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.description(), self.name())
+    }
+}
+
+/// What went wrong, beyond the operation's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The runtime returned this code.
+    Runtime(ErrorCode),
+    /// The runtime could not allocate; free/total are the device's figures at the time (when the
+    /// device could be asked).
+    OutOfMemory {
+        /// The code the runtime returned (usually `cudaErrorMemoryAllocation`).
+        code: ErrorCode,
+        /// Bytes asked for.
+        requested: usize,
+        /// Free bytes on the device (`cudaMemGetInfo`), if it could be read.
+        free: Option<usize>,
+        /// Total bytes on the device, if it could be read.
+        total: Option<usize>,
+    },
+    /// `len * size_of::<T>()` does not fit in `usize`.
+    SizeOverflow {
+        /// Elements asked for.
+        len: usize,
+        /// Size of one element.
+        elem_size: usize,
+    },
+    /// Source and destination of a copy differ in length.
+    LengthMismatch {
+        /// Elements in the source.
+        src: usize,
+        /// Elements in the destination.
+        dst: usize,
+    },
+    /// A device pointer was asked of host memory that was not allocated or registered MAPPED.
+    NotMapped,
+    /// A device ordinal outside `0..count`.
+    InvalidDevice {
+        /// The ordinal given.
+        ordinal: i32,
+        /// Devices present.
+        count: i32,
+    },
+    /// The device lacks a capability the operation needs (e.g. memory pools).
+    Unsupported(&'static str),
+    /// An argument the runtime would reject or misinterpret (e.g. flags wrong for the operation).
+    InvalidArgument(&'static str),
+}
+
+/// The error type of every fallible operation in cuda-mem.
+///
+/// Its message says what was attempted and why it failed, e.g. `cudaMalloc of 2199023255552
+/// bytes on device 0 failed: out of memory (cudaErrorMemoryAllocation); device 0 has 139.1 GiB free
+/// of 139.8 GiB`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaError {
+    kind: ErrorKind,
+    operation: Cow<'static, str>,
+}
+
+/// `Result` with [`CudaError`].
+pub type Result<T, E = CudaError> = std::result::Result<T, E>;
+
+impl CudaError {
+    /// An error of `kind` while doing `operation` (a phrase like "cudaMalloc of 64 bytes").
+    pub fn new(kind: ErrorKind, operation: impl Into<Cow<'static, str>>) -> Self {
+        Self { kind, operation: operation.into() }
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// What was attempted.
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    /// The runtime's code, when the runtime reported the error.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self.kind {
+            ErrorKind::Runtime(code) | ErrorKind::OutOfMemory { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// True when the context is unusable after this error (see [`ErrorCode::is_sticky`]).
+    pub fn is_sticky(&self) -> bool {
+        self.code().is_some_and(ErrorCode::is_sticky)
+    }
+
+    /// True for allocation failures.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self.kind, ErrorKind::OutOfMemory { .. })
+    }
+}
+
+impl fmt::Display for CudaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: ", self.operation)?;
+        match &self.kind {
+            ErrorKind::Runtime(code) => write!(f, "{code}")?,
+            ErrorKind::OutOfMemory { code, requested, free, total } => {
+                write!(f, "{code}; {requested} bytes requested")?;
+                if let (Some(free), Some(total)) = (free, total) {
+                    write!(f, ", {} free of {}", gib(*free), gib(*total))?;
+                }
+            }
+            ErrorKind::SizeOverflow { len, elem_size } => {
+                write!(f, "{len} elements of {elem_size} bytes overflow usize")?
+            }
+            ErrorKind::LengthMismatch { src, dst } => write!(f, "source has {src} elements, destination {dst}")?,
+            ErrorKind::NotMapped => f.write_str(
+                "the host memory is not mapped into the device address space (allocate it with \
+                 HostAllocFlags::MAPPED or register it with HostRegisterFlags::MAPPED)",
+            )?,
+            ErrorKind::InvalidDevice { ordinal, count } => {
+                write!(f, "device {ordinal} does not exist ({count} device(s) present)")?
+            }
+            ErrorKind::Unsupported(what) => write!(f, "not supported: {what}")?,
+            ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}")?,
+        }
+        if self.is_sticky() {
+            f.write_str(" [sticky: the CUDA context is unusable; the process must restart]")?;
+        }
+        Ok(())
+    }
+}
+
+fn gib(bytes: usize) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+impl std::error::Error for CudaError {}

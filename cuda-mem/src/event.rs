@@ -1,0 +1,93 @@
+//! Events: markers in a stream, for waiting, cross-stream ordering and timing.
+
+use crate::error::Result;
+use crate::raw::check;
+use crate::stream::Stream;
+use cuda_mem_sys as sys;
+use std::time::Duration;
+
+/// A CUDA event (`cudaEventCreate`), destroyed on drop.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Event, Stream};
+/// let (a, b) = (Stream::non_blocking()?, Stream::non_blocking()?);
+/// let start = Event::new()?;
+/// start.record(&a)?;
+/// b.wait_event(&start)?; // b's later work runs after a's work so far
+/// let end = a.record_event()?;
+/// end.synchronize()?;
+/// println!("{:?}", end.elapsed_since(&start)?);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Event {
+    raw: sys::cudaEvent_t,
+}
+
+// SAFETY: an event handle may be used from any thread; the runtime API is thread-safe.
+unsafe impl Send for Event {}
+// SAFETY: all methods take &self and pass the handle to thread-safe runtime calls.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// A new event with timing enabled.
+    pub fn new() -> Result<Self> {
+        Self::with_flags(sys::cudaEventDefault)
+    }
+
+    /// A new event without timing: cheaper to record, what cross-stream ordering wants.
+    pub fn without_timing() -> Result<Self> {
+        Self::with_flags(sys::cudaEventDisableTiming)
+    }
+
+    fn with_flags(flags: u32) -> Result<Self> {
+        let mut raw: sys::cudaEvent_t = std::ptr::null_mut();
+        // SAFETY: `raw` is valid for writes; flags are documented constants.
+        check(unsafe { sys::cudaEventCreateWithFlags(&mut raw, flags) }, || "cudaEventCreateWithFlags".into())?;
+        Ok(Self { raw })
+    }
+
+    /// The raw handle, valid while `self` lives.
+    pub fn as_raw(&self) -> sys::cudaEvent_t {
+        self.raw
+    }
+
+    /// Captures the work queued on `stream` so far (`cudaEventRecord`).
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: both handles are valid while their owners live.
+        check(unsafe { sys::cudaEventRecord(self.raw, stream.as_raw()) }, || "cudaEventRecord".into())
+    }
+
+    /// Blocks until the captured work has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the handle is valid while `self` lives.
+        check(unsafe { sys::cudaEventSynchronize(self.raw) }, || "cudaEventSynchronize".into())
+    }
+
+    /// True when the captured work has completed; never blocks.
+    pub fn is_complete(&self) -> Result<bool> {
+        // SAFETY: the handle is valid while `self` lives.
+        let code = unsafe { sys::cudaEventQuery(self.raw) };
+        if code == sys::cudaError::cudaErrorNotReady {
+            return Ok(false);
+        }
+        check(code, || "cudaEventQuery".into()).map(|()| true)
+    }
+
+    /// Time from `start` to `self`; both must have completed and have timing enabled.
+    pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
+        let mut ms = 0f32;
+        // SAFETY: `ms` is valid for writes; both handles are valid.
+        check(unsafe { sys::cudaEventElapsedTime(&mut ms, start.raw, self.raw) }, || "cudaEventElapsedTime".into())?;
+        Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle; destroying a recorded, pending event is allowed (the runtime
+        // releases it once complete).
+        let _ = unsafe { sys::cudaEventDestroy(self.raw) };
+    }
+}

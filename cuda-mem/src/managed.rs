@@ -1,0 +1,316 @@
+//! `ManagedBuffer<T>`: unified memory from `cudaMallocManaged`, with advice and prefetch.
+//!
+//! The rule cuda-mem enforces for host access: GPU work that touches a managed buffer is queued
+//! only through a [`StreamScope`](crate::StreamScope), which waits for its stream before its
+//! borrows end. So whenever safe code can reach `host()`/`host_mut()`, no GPU work that uses this
+//! buffer is in flight. On devices without `concurrentManagedAccess` the CPU may not touch any
+//! managed memory while *any* kernel runs, so there `host()`/`host_mut()` first synchronize the
+//! device (documented cost). Prefetch and advice never change the data, so they need no scope.
+
+use crate::device::{CurrentDevice, Device};
+use crate::error::Result;
+use crate::raw::{byte_len, check, check_alloc};
+use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::stream::Stream;
+use bytemuck::Pod;
+use cuda_mem_sys as sys;
+use std::fmt;
+use std::ptr::NonNull;
+
+/// Where managed pages should live or be moved to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Location {
+    /// A device's memory.
+    Device(Device),
+    /// Host memory (the CUDA 12 `cudaCpuDeviceId`).
+    Host,
+}
+
+/// Usage hints for managed memory (`cudaMemAdvise`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Advice {
+    /// Mostly read: devices that read it get read-only copies.
+    SetReadMostly,
+    /// Undo [`Advice::SetReadMostly`].
+    UnsetReadMostly,
+    /// Prefer to keep the pages at this location.
+    SetPreferredLocation(Location),
+    /// Undo [`Advice::SetPreferredLocation`].
+    UnsetPreferredLocation,
+    /// This location accesses the pages: keep them mapped there to avoid faults.
+    SetAccessedBy(Location),
+    /// Undo [`Advice::SetAccessedBy`] for this location.
+    UnsetAccessedBy(Location),
+}
+
+/// Which streams may access new managed memory (`cudaMemAttachGlobal` / `cudaMemAttachHost`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Attach {
+    /// Any stream on any device.
+    #[default]
+    Global,
+    /// Host only, until attached to a stream.
+    Host,
+}
+
+/// `len` elements of managed (unified) memory, reachable from the host and from devices,
+/// migrated on demand. Freed on drop with `cudaFree`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Advice, Device, Location, ManagedBuffer, Stream};
+/// let device = Device::current()?;
+/// let stream = Stream::non_blocking()?;
+/// let mut data = ManagedBuffer::<f32>::zeroed(1 << 20)?;
+/// data.host_mut()?.fill(1.0); // written by the CPU
+/// data.advise(Advice::SetPreferredLocation(Location::Device(device)))?;
+/// data.prefetch(Location::Device(device), &stream)?; // the documented fix for first-touch faults
+/// stream.scope(|s| s.set_bytes(&data.as_device_slice_mut(), 0))??;
+/// assert!(data.host()?.iter().all(|&x| x == 0.0));
+/// # Ok(()) }
+/// ```
+pub struct ManagedBuffer<T: Pod> {
+    ptr: NonNull<T>,
+    len: usize,
+    device: Device,
+    concurrent_access: bool,
+}
+
+// SAFETY: the buffer owns its memory like `Vec<T>`; device access goes through scopes that end
+// before the borrows they took.
+unsafe impl<T: Pod> Send for ManagedBuffer<T> {}
+// SAFETY: shared access gives `&[T]` or read-only device views only.
+unsafe impl<T: Pod> Sync for ManagedBuffer<T> {}
+
+impl<T: Pod> fmt::Debug for ManagedBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManagedBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("device", &self.device)
+            .finish()
+    }
+}
+
+impl<T: Pod> ManagedBuffer<T> {
+    /// Allocates `len` zeroed elements attached globally (`cudaMallocManaged`). No pages are
+    /// populated until first touch, so this is cheap; zeroing touches them on the host.
+    pub fn zeroed(len: usize) -> Result<Self> {
+        Self::zeroed_attached(len, Attach::Global)
+    }
+
+    /// Allocates `len` zeroed elements with the given attachment.
+    pub fn zeroed_attached(len: usize, attach: Attach) -> Result<Self> {
+        let device = Device::current()?;
+        let bytes = byte_len::<T>(len, "cudaMallocManaged")?;
+        let concurrent_access = device.concurrent_managed_access()?;
+        if bytes == 0 {
+            return Ok(Self { ptr: NonNull::dangling(), len, device, concurrent_access });
+        }
+        let flags = match attach {
+            Attach::Global => sys::cudaMemAttachGlobal,
+            Attach::Host => sys::cudaMemAttachHost,
+        };
+        let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: `raw` is valid for writes; flags are the documented constants.
+        let code = unsafe { sys::cudaMallocManaged(&mut raw, bytes, flags) };
+        check_alloc(code, bytes, || format!("cudaMallocManaged of {bytes} bytes on {device}"))?;
+        let ptr = NonNull::new(raw.cast::<T>()).expect("cudaMallocManaged succeeded with a null pointer");
+        // SAFETY: fresh allocation of `len` elements; nothing on the GPU uses it yet.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+        Ok(Self { ptr, len, device, concurrent_access })
+    }
+
+    /// Allocates a copy of `src`, written by the CPU.
+    pub fn from_slice(src: &[T]) -> Result<Self> {
+        let mut buffer = Self::zeroed(src.len())?;
+        buffer.host_mut()?.copy_from_slice(src);
+        Ok(buffer)
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The host's view. On devices without `concurrentManagedAccess` this synchronizes the device
+    /// first (the CPU may not touch managed memory while kernels run there).
+    pub fn host(&self) -> Result<&[T]> {
+        self.before_host_access()?;
+        // SAFETY: initialised at allocation; no GPU work uses the buffer (see the module rule);
+        // the borrow of `self` keeps it allocated.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// The host's exclusive view; see [`ManagedBuffer::host`].
+    pub fn host_mut(&mut self) -> Result<&mut [T]> {
+        self.before_host_access()?;
+        // SAFETY: as in `host`, and `&mut self` makes it exclusive.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    fn before_host_access(&self) -> Result<()> {
+        if self.concurrent_access || self.len * size_of::<T>() == 0 {
+            return Ok(());
+        }
+        self.device.synchronize()
+    }
+
+    /// A device view, for scopes and kernels.
+    pub fn as_device_slice(&self) -> DeviceSlice<'_, T> {
+        // SAFETY: borrowed from `self`, so allocated and not written by the host meanwhile.
+        unsafe { DeviceSlice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// An exclusive device view.
+    pub fn as_device_slice_mut(&mut self) -> DeviceSliceMut<'_, T> {
+        // SAFETY: borrowed exclusively from `self`.
+        unsafe { DeviceSliceMut::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Gives the driver a usage hint for the whole buffer (`cudaMemAdvise`).
+    pub fn advise(&self, advice: Advice) -> Result<()> {
+        let bytes = self.len * size_of::<T>();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let (raw_advice, location) = advice_parts(advice, self.device);
+        // SAFETY: the range is this live managed allocation.
+        let code = unsafe { advise_raw(self.ptr.as_ptr().cast(), bytes, raw_advice, location) };
+        check(code, || format!("cudaMemAdvise({advice:?}) over {bytes} bytes"))
+    }
+
+    /// Queues migration of the whole buffer to `to` on `stream` (`cudaMemPrefetchAsync`). The
+    /// data does not change, so no scope is needed; the buffer stays borrowed only for the call
+    /// because freeing (`cudaFree`) waits for the device.
+    pub fn prefetch(&self, to: Location, stream: &Stream) -> Result<()> {
+        let bytes = self.len * size_of::<T>();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range is this live managed allocation; the stream handle is valid.
+        let code = unsafe { prefetch_raw(self.ptr.as_ptr().cast(), bytes, to, stream.as_raw()) };
+        check(code, || format!("cudaMemPrefetchAsync of {bytes} bytes to {to:?}"))
+    }
+
+    /// Frees now and reports the runtime's verdict (drop ignores it).
+    pub fn free(self) -> Result<()> {
+        std::mem::ManuallyDrop::new(self).release()
+    }
+
+    fn release(&self) -> Result<()> {
+        if self.len * size_of::<T>() == 0 {
+            return Ok(());
+        }
+        let _guard = CurrentDevice::set(self.device)?;
+        // SAFETY: allocated by cudaMallocManaged, freed once.
+        check(unsafe { sys::cudaFree(self.ptr.as_ptr().cast()) }, || "cudaFree of managed memory".into())
+    }
+}
+
+impl<T: Pod> Drop for ManagedBuffer<T> {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+fn advice_parts(advice: Advice, own_device: Device) -> (sys::cudaMemoryAdvise, Location) {
+    use sys::cudaMemoryAdvise as A;
+    match advice {
+        // ReadMostly ignores the location; pass the buffer's device.
+        Advice::SetReadMostly => (A::cudaMemAdviseSetReadMostly, Location::Device(own_device)),
+        Advice::UnsetReadMostly => (A::cudaMemAdviseUnsetReadMostly, Location::Device(own_device)),
+        Advice::SetPreferredLocation(at) => (A::cudaMemAdviseSetPreferredLocation, at),
+        Advice::UnsetPreferredLocation => (A::cudaMemAdviseUnsetPreferredLocation, Location::Device(own_device)),
+        Advice::SetAccessedBy(by) => (A::cudaMemAdviseSetAccessedBy, by),
+        Advice::UnsetAccessedBy(by) => (A::cudaMemAdviseUnsetAccessedBy, by),
+    }
+}
+
+/// CUDA 13 takes a `cudaMemLocation`.
+#[cfg(cuda_major = "13")]
+fn mem_location(at: Location) -> sys::cudaMemLocation {
+    match at {
+        Location::Device(device) => {
+            sys::cudaMemLocation { type_: sys::cudaMemLocationType::cudaMemLocationTypeDevice, id: device.raw() }
+        }
+        Location::Host => sys::cudaMemLocation { type_: sys::cudaMemLocationType::cudaMemLocationTypeHost, id: 0 },
+    }
+}
+
+/// CUDA 12 takes a device ordinal, with `cudaCpuDeviceId` for the host.
+#[cfg(cuda_major = "12")]
+fn device_id(at: Location) -> std::ffi::c_int {
+    match at {
+        Location::Device(device) => device.raw(),
+        Location::Host => sys::cudaCpuDeviceId,
+    }
+}
+
+/// # Safety
+/// `ptr..ptr+bytes` must lie in one live managed allocation.
+unsafe fn advise_raw(
+    ptr: *const std::ffi::c_void,
+    bytes: usize,
+    advice: sys::cudaMemoryAdvise,
+    at: Location,
+) -> sys::cudaError_t {
+    #[cfg(cuda_major = "13")]
+    // SAFETY: forwarded from the caller.
+    return unsafe { sys::cudaMemAdvise(ptr, bytes, advice, mem_location(at)) };
+    #[cfg(cuda_major = "12")]
+    // SAFETY: forwarded from the caller.
+    return unsafe { sys::cudaMemAdvise(ptr, bytes, advice, device_id(at)) };
+}
+
+/// # Safety
+/// `ptr..ptr+bytes` must lie in one live managed allocation; `stream` must be a valid handle.
+unsafe fn prefetch_raw(
+    ptr: *const std::ffi::c_void,
+    bytes: usize,
+    to: Location,
+    stream: sys::cudaStream_t,
+) -> sys::cudaError_t {
+    #[cfg(cuda_major = "13")]
+    // SAFETY: forwarded from the caller.
+    return unsafe { sys::cudaMemPrefetchAsync(ptr, bytes, mem_location(to), 0, stream) };
+    #[cfg(cuda_major = "12")]
+    // SAFETY: forwarded from the caller.
+    return unsafe { sys::cudaMemPrefetchAsync(ptr, bytes, device_id(to), stream) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(cuda_major = "13")]
+    fn locations_encode_as_cuda_13_mem_locations() {
+        let device = Device::new_unchecked_for_tests(3);
+        let loc = mem_location(Location::Device(device));
+        assert_eq!((loc.type_, loc.id), (sys::cudaMemLocationType::cudaMemLocationTypeDevice, 3));
+        let host = mem_location(Location::Host);
+        assert_eq!(host.type_, sys::cudaMemLocationType::cudaMemLocationTypeHost);
+    }
+
+    #[test]
+    fn advice_maps_to_the_runtime_enumerators() {
+        let own = Device::new_unchecked_for_tests(0);
+        let other = Device::new_unchecked_for_tests(1);
+        assert_eq!(advice_parts(Advice::SetReadMostly, own).0, sys::cudaMemoryAdvise::cudaMemAdviseSetReadMostly);
+        assert_eq!(
+            advice_parts(Advice::SetAccessedBy(Location::Device(other)), own),
+            (sys::cudaMemoryAdvise::cudaMemAdviseSetAccessedBy, Location::Device(other))
+        );
+        assert_eq!(
+            advice_parts(Advice::SetPreferredLocation(Location::Host), own),
+            (sys::cudaMemoryAdvise::cudaMemAdviseSetPreferredLocation, Location::Host)
+        );
+        assert_eq!(advice_parts(Advice::UnsetPreferredLocation, own).0.0, 4);
+    }
+}

@@ -1,0 +1,192 @@
+//! `PinnedBuffer<T>`: page-locked host memory from `cudaMallocHost` / `cudaHostAlloc`, always
+//! freed with `cudaFreeHost` (the source document's `cudaHostFree` does not exist).
+
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::host_flags::HostAllocFlags;
+use crate::raw::{byte_len, check, check_alloc};
+use crate::slice::{DeviceSlice, DeviceSliceMut};
+use bytemuck::Pod;
+use cuda_mem_sys as sys;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+/// `len` elements of page-locked host memory: the source and destination that lets copies run
+/// asynchronously at full PCIe speed. Dereferences to `[T]`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{HostAllocFlags, PinnedBuffer};
+/// let mut staging = PinnedBuffer::<u8>::zeroed(1 << 20)?; // cudaMallocHost
+/// staging[..5].copy_from_slice(b"hello");
+/// let mut mapped = PinnedBuffer::<u32>::zeroed_with_flags(256, HostAllocFlags::MAPPED | HostAllocFlags::PORTABLE)?;
+/// let device_view = mapped.device_view_mut()?; // zero-copy: kernels read host memory directly
+/// # let _ = device_view;
+/// # Ok(()) }
+/// ```
+///
+/// A device view cannot outlive its buffer:
+///
+/// ```compile_fail,E0597
+/// # use cuda_mem::{HostAllocFlags, PinnedBuffer};
+/// let view = {
+///     let buffer = PinnedBuffer::<u32>::zeroed_with_flags(4, HostAllocFlags::MAPPED).unwrap();
+///     buffer.device_view().unwrap()
+/// }; // error: `buffer` does not live long enough
+/// # let _ = view;
+/// ```
+pub struct PinnedBuffer<T: Pod> {
+    ptr: NonNull<T>,
+    len: usize,
+    flags: HostAllocFlags,
+}
+
+// SAFETY: the buffer owns its memory exclusively, like `Vec<T>`; Pod types are Send.
+unsafe impl<T: Pod> Send for PinnedBuffer<T> {}
+// SAFETY: shared access only gives `&[T]`, like `&Vec<T>`; Pod types are Sync.
+unsafe impl<T: Pod> Sync for PinnedBuffer<T> {}
+
+impl<T: Pod> fmt::Debug for PinnedBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PinnedBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("flags", &self.flags)
+            .finish()
+    }
+}
+
+impl<T: Pod> PinnedBuffer<T> {
+    /// Allocates without initialising: `cudaMallocHost` when `flags` is empty, else
+    /// `cudaHostAlloc(flags)`.
+    ///
+    /// # Safety
+    /// The memory is uninitialised host memory: the caller must write every element (through the
+    /// returned buffer's `DerefMut`, a device copy or a memset) before reading any.
+    pub unsafe fn uninit(len: usize, flags: HostAllocFlags) -> Result<Self> {
+        let bytes = byte_len::<T>(len, "cudaHostAlloc")?;
+        if bytes == 0 {
+            return Ok(Self { ptr: NonNull::dangling(), len, flags });
+        }
+        let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
+        let code = if flags.is_empty() {
+            // SAFETY: `raw` is valid for writes.
+            unsafe { sys::cudaMallocHost(&mut raw, bytes) }
+        } else {
+            // SAFETY: `raw` is valid for writes; the flags are the documented bits.
+            unsafe { sys::cudaHostAlloc(&mut raw, bytes, flags.bits()) }
+        };
+        check_alloc(code, bytes, || {
+            if flags.is_empty() {
+                format!("cudaMallocHost of {bytes} bytes")
+            } else {
+                format!("cudaHostAlloc of {bytes} bytes with {flags:?}")
+            }
+        })?;
+        let ptr = NonNull::new(raw.cast()).expect("cudaHostAlloc succeeded with a null pointer");
+        Ok(Self { ptr, len, flags })
+    }
+
+    /// Allocates `len` zeroed elements with `cudaMallocHost`.
+    pub fn zeroed(len: usize) -> Result<Self> {
+        Self::zeroed_with_flags(len, HostAllocFlags::empty())
+    }
+
+    /// Allocates `len` zeroed elements with `cudaHostAlloc(flags)`.
+    pub fn zeroed_with_flags(len: usize, flags: HostAllocFlags) -> Result<Self> {
+        // SAFETY: the bytes are zeroed before the buffer is handed out; all-zero is a valid Pod.
+        let buffer = unsafe { Self::uninit(len, flags)? };
+        if buffer.len * size_of::<T>() != 0 {
+            // SAFETY: the allocation holds exactly `len * size_of::<T>()` writable bytes.
+            unsafe { std::ptr::write_bytes(buffer.ptr.as_ptr(), 0, buffer.len) };
+        }
+        Ok(buffer)
+    }
+
+    /// Allocates a copy of `src` with `cudaHostAlloc(flags)` (`cudaMallocHost` if empty).
+    pub fn from_slice(src: &[T], flags: HostAllocFlags) -> Result<Self> {
+        // SAFETY: every element is written by the copy before the buffer is handed out.
+        let mut buffer = unsafe { Self::uninit(src.len(), flags)? };
+        if buffer.len * size_of::<T>() != 0 {
+            // SAFETY: both ranges hold `len` elements and do not overlap (fresh allocation).
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buffer.ptr.as_ptr(), src.len()) };
+        }
+        buffer.len = src.len();
+        Ok(buffer)
+    }
+
+    /// The flags it was allocated with.
+    pub fn flags(&self) -> HostAllocFlags {
+        self.flags
+    }
+
+    /// The device's view of mapped memory (`cudaHostGetDevicePointer`), borrowed from the buffer.
+    /// Errors with [`ErrorKind::NotMapped`] unless allocated with [`HostAllocFlags::MAPPED`].
+    pub fn device_view(&self) -> Result<DeviceSlice<'_, T>> {
+        let ptr = self.mapped_ptr()?;
+        // SAFETY: the view borrows `self`, so the memory stays allocated; host writes need
+        // `&mut self`, which the borrow excludes.
+        Ok(unsafe { DeviceSlice::from_raw_parts(ptr, self.len) })
+    }
+
+    /// The device's exclusive view of mapped memory; see [`PinnedBuffer::device_view`].
+    pub fn device_view_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
+        let ptr = self.mapped_ptr()?;
+        // SAFETY: the view borrows `self` exclusively, so the host cannot touch the memory.
+        Ok(unsafe { DeviceSliceMut::from_raw_parts(ptr, self.len) })
+    }
+
+    fn mapped_ptr(&self) -> Result<*mut T> {
+        if !self.flags.contains(HostAllocFlags::MAPPED) {
+            return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
+        }
+        mapped_device_ptr(self.ptr.as_ptr(), self.len)
+    }
+
+    /// Frees now (`cudaFreeHost`) and reports the runtime's verdict (drop ignores it).
+    pub fn free(self) -> Result<()> {
+        std::mem::ManuallyDrop::new(self).release()
+    }
+
+    fn release(&self) -> Result<()> {
+        if self.len * size_of::<T>() == 0 {
+            return Ok(());
+        }
+        // SAFETY: the pointer came from cudaMallocHost/cudaHostAlloc and is freed once.
+        check(unsafe { sys::cudaFreeHost(self.ptr.as_ptr().cast()) }, || {
+            format!("cudaFreeHost of {} bytes", self.len * size_of::<T>())
+        })
+    }
+}
+
+/// The device address of mapped host memory; empty ranges map to a dangling address.
+pub(crate) fn mapped_device_ptr<T>(host: *mut T, len: usize) -> Result<*mut T> {
+    if len * size_of::<T>() == 0 {
+        return Ok(NonNull::dangling().as_ptr());
+    }
+    let mut device: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: `device` is valid for writes; `host` is the start of a mapped allocation.
+    check(unsafe { sys::cudaHostGetDevicePointer(&mut device, host.cast(), 0) }, || "cudaHostGetDevicePointer".into())?;
+    Ok(device.cast())
+}
+
+impl<T: Pod> Deref for PinnedBuffer<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `len` initialised elements (constructors guarantee it) live at `ptr` while `self` does.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Pod> DerefMut for PinnedBuffer<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for `deref`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Pod> Drop for PinnedBuffer<T> {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}

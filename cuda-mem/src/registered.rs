@@ -1,0 +1,112 @@
+//! `RegisteredHost<'a, T>`: ordinary host memory page-locked in place with `cudaHostRegister`,
+//! unregistered on drop.
+
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::host_flags::HostRegisterFlags;
+use crate::pinned::mapped_device_ptr;
+use crate::raw::{byte_len, check};
+use crate::slice::{DeviceSlice, DeviceSliceMut};
+use bytemuck::Pod;
+use cuda_mem_sys as sys;
+use std::ops::{Deref, DerefMut};
+
+/// A borrowed host slice, registered (page-locked) with the driver for as long as this value
+/// lives. Registering is slow (about 11 ms for 256 MiB on the H200): do it once for long-lived
+/// buffers, not per copy.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{HostRegisterFlags, RegisteredHost};
+/// let mut data = vec![0u64; 1 << 20];
+/// let registered = RegisteredHost::new(&mut data, HostRegisterFlags::PORTABLE)?;
+/// assert_eq!(registered.len(), 1 << 20);
+/// drop(registered); // cudaHostUnregister
+/// data[0] = 1;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RegisteredHost<'a, T: Pod> {
+    slice: &'a mut [T],
+    flags: HostRegisterFlags,
+}
+
+impl<'a, T: Pod> RegisteredHost<'a, T> {
+    /// Registers `slice` (`cudaHostRegister`). An empty slice is accepted without a CUDA call.
+    /// Registering memory that is already registered fails with
+    /// `cudaErrorHostMemoryAlreadyRegistered`.
+    pub fn new(slice: &'a mut [T], flags: HostRegisterFlags) -> Result<Self> {
+        let bytes = byte_len::<T>(slice.len(), "cudaHostRegister")?;
+        if bytes != 0 {
+            // SAFETY: the slice is valid for `bytes` and stays borrowed (so allocated and unmoved)
+            // until drop unregisters it.
+            let code = unsafe { sys::cudaHostRegister(slice.as_mut_ptr().cast(), bytes, flags.bits()) };
+            check(code, || format!("cudaHostRegister of {bytes} bytes with {flags:?}"))?;
+        }
+        Ok(Self { slice, flags })
+    }
+
+    /// The flags it was registered with.
+    pub fn flags(&self) -> HostRegisterFlags {
+        self.flags
+    }
+
+    /// The device's view of the memory; needs [`HostRegisterFlags::MAPPED`].
+    pub fn device_view(&self) -> Result<DeviceSlice<'_, T>> {
+        let ptr = self.mapped_ptr()?;
+        // SAFETY: the view borrows `self`; host writes need `&mut self`.
+        Ok(unsafe { DeviceSlice::from_raw_parts(ptr, self.slice.len()) })
+    }
+
+    /// The device's exclusive view; needs MAPPED and not READ_ONLY.
+    pub fn device_view_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
+        if self.flags.contains(HostRegisterFlags::READ_ONLY) {
+            let kind = ErrorKind::InvalidArgument("memory registered READ_ONLY cannot be written by the device");
+            return Err(CudaError::new(kind, "RegisteredHost::device_view_mut"));
+        }
+        let ptr = self.mapped_ptr()?;
+        // SAFETY: the view borrows `self` exclusively.
+        Ok(unsafe { DeviceSliceMut::from_raw_parts(ptr, self.slice.len()) })
+    }
+
+    fn mapped_ptr(&self) -> Result<*mut T> {
+        if !self.flags.contains(HostRegisterFlags::MAPPED) {
+            return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
+        }
+        mapped_device_ptr(self.slice.as_ptr().cast_mut(), self.slice.len())
+    }
+
+    /// Unregisters now, reporting the runtime's verdict, and gives the slice back.
+    pub fn unregister(self) -> Result<&'a mut [T]> {
+        let mut this = std::mem::ManuallyDrop::new(self);
+        let result = this.release();
+        let slice = std::mem::take(&mut this.slice);
+        result.map(|()| slice)
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if size_of_val(self.slice) == 0 {
+            return Ok(());
+        }
+        // SAFETY: the pointer is the one registered in `new`.
+        check(unsafe { sys::cudaHostUnregister(self.slice.as_mut_ptr().cast()) }, || "cudaHostUnregister".into())
+    }
+}
+
+impl<T: Pod> Deref for RegisteredHost<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.slice
+    }
+}
+
+impl<T: Pod> DerefMut for RegisteredHost<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.slice
+    }
+}
+
+impl<T: Pod> Drop for RegisteredHost<'_, T> {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}

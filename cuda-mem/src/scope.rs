@@ -1,0 +1,178 @@
+//! `StreamScope`: asynchronous work that borrows memory, made safe by waiting for the stream
+//! before the borrows end (the `std::thread::scope` pattern applied to a CUDA stream).
+
+use crate::error::Result;
+use crate::raw::{check, length_mismatch};
+use crate::slice::{DeviceSliceMut, DeviceSource};
+use crate::stream::Stream;
+use bytemuck::Pod;
+use cuda_mem_sys as sys;
+use std::marker::PhantomData;
+
+const H2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyHostToDevice;
+const D2H: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToHost;
+const D2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
+
+/// Queues work on a stream; created by [`Stream::scope`]. Everything passed in is borrowed for
+/// `'scope`, which ends only after the stream has been synchronized.
+///
+/// Device memory is lent as a view created before (or inside) the scope; one
+/// `&DeviceSliceMut` may be written and read by several operations of the same scope, which the
+/// stream runs in order:
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// # use cuda_mem::{DeviceBuffer, Stream};
+/// let stream = Stream::non_blocking()?;
+/// let host = vec![7u32; 1024];
+/// let mut back = vec![0u32; 1024];
+/// let mut device = DeviceBuffer::<u32>::zeroed(1024)?;
+/// let dev = device.as_mut_slice();
+/// stream.scope(|s| -> cuda_mem::Result<()> {
+///     s.copy_from_host(&dev, &host)?;
+///     s.copy_to_host(&mut back, &dev)?;
+///     Ok(())
+/// })??;
+/// # Ok(()) }
+/// ```
+///
+/// Host memory handed to an asynchronous copy can be neither mutated nor dropped before the scope
+/// ends:
+///
+/// ```compile_fail,E0502
+/// # use cuda_mem::{DeviceBuffer, Stream};
+/// # let stream = Stream::new().unwrap();
+/// let mut host = vec![1u32; 16];
+/// let mut device = DeviceBuffer::<u32>::zeroed(16).unwrap();
+/// stream.scope(|s| {
+///     s.copy_from_host(&device.as_mut_slice(), &host).unwrap();
+///     host[0] = 2; // error: `host` is borrowed by the pending copy
+/// }).unwrap();
+/// ```
+///
+/// ```compile_fail,E0597
+/// # use cuda_mem::{DeviceBuffer, Stream};
+/// # let stream = Stream::new().unwrap();
+/// let mut device = DeviceBuffer::<u32>::zeroed(16).unwrap();
+/// stream.scope(|s| {
+///     let host = vec![1u32; 16];
+///     s.copy_from_host(&device.as_mut_slice(), &host).unwrap();
+///     drop(host); // error: `host` must outlive the scope
+/// }).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct StreamScope<'scope, 'env: 'scope> {
+    stream: &'scope Stream,
+    // Invariant lifetimes, as in `std::thread::Scope`.
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+/// Waits for the stream if the scope's closure unwinds, so borrows never end with work pending.
+struct SyncOnUnwind<'a>(&'a Stream);
+
+impl Drop for SyncOnUnwind<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.synchronize();
+    }
+}
+
+impl<'scope, 'env> StreamScope<'scope, 'env> {
+    pub(crate) fn run<F, R>(stream: &'env Stream, f: F) -> Result<R>
+    where
+        F: for<'s> FnOnce(&'s StreamScope<'s, 'env>) -> R,
+    {
+        let scope = StreamScope { stream, _scope: PhantomData, _env: PhantomData };
+        let guard = SyncOnUnwind(stream);
+        let value = f(&scope);
+        std::mem::forget(guard);
+        stream.synchronize().map(|()| value)
+    }
+
+    /// The stream work is queued on (for launching kernels through cuda-mem-kernels or other code).
+    pub fn stream(&self) -> &'scope Stream {
+        self.stream
+    }
+
+    /// Queues a host-to-device copy (`cudaMemcpyAsync`). From pinned memory it overlaps with other
+    /// work; from pageable memory the runtime stages it.
+    pub fn copy_from_host<T: Pod>(&self, dst: &DeviceSliceMut<'scope, T>, src: &'scope [T]) -> Result<()> {
+        const OP: &str = "cudaMemcpyAsync host to device";
+        if dst.len() != src.len() {
+            return Err(length_mismatch(src.len(), dst.len(), OP));
+        }
+        // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope.
+        unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_ptr().cast(), dst.size_bytes(), H2D, OP) }
+    }
+
+    /// Queues a device-to-host copy (`cudaMemcpyAsync`).
+    pub fn copy_to_host<T: Pod>(&self, dst: &'scope mut [T], src: impl DeviceSource<'scope, T>) -> Result<()> {
+        const OP: &str = "cudaMemcpyAsync device to host";
+        let src = src.source();
+        if dst.len() != src.len() {
+            return Err(length_mismatch(src.len(), dst.len(), OP));
+        }
+        // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope (`dst` exclusively).
+        unsafe { self.enqueue_copy(dst.as_mut_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2H, OP) }
+    }
+
+    /// Queues a device-to-device copy (`cudaMemcpyAsync`).
+    pub fn copy_device<T: Pod>(
+        &self,
+        dst: &DeviceSliceMut<'scope, T>,
+        src: impl DeviceSource<'scope, T>,
+    ) -> Result<()> {
+        const OP: &str = "cudaMemcpyAsync device to device";
+        let src = src.source();
+        if dst.len() != src.len() {
+            return Err(length_mismatch(src.len(), dst.len(), OP));
+        }
+        // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope.
+        unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2D, OP) }
+    }
+
+    /// Queues a memset of every byte (`cudaMemsetAsync`).
+    pub fn set_bytes<T: Pod>(&self, dst: &DeviceSliceMut<'scope, T>, byte: u8) -> Result<()> {
+        let bytes = dst.size_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: `dst` addresses `bytes` of device memory, borrowed for 'scope.
+        let code =
+            unsafe { sys::cudaMemsetAsync(dst.as_device_ptr().cast(), i32::from(byte), bytes, self.stream.as_raw()) };
+        check(code, || format!("cudaMemsetAsync of {bytes} bytes"))
+    }
+
+    /// The device address of memory lent to this scope for writing, for kernel launchers: valid
+    /// for work queued on [`StreamScope::stream`] until the scope ends.
+    pub fn device_ptr_mut<T: Pod>(&self, dst: &DeviceSliceMut<'scope, T>) -> *mut T {
+        dst.as_device_ptr()
+    }
+
+    /// The device address and length of memory lent to this scope for reading (see
+    /// [`StreamScope::device_ptr_mut`]).
+    pub fn device_ptr<T: Pod>(&self, src: impl DeviceSource<'scope, T>) -> (*const T, usize) {
+        let src = src.source();
+        (src.as_device_ptr(), src.len())
+    }
+
+    /// # Safety
+    /// `dst` and `src` must each address `bytes` of memory that stays allocated and otherwise
+    /// untouched for 'scope (the scope synchronizes the stream before 'scope ends).
+    unsafe fn enqueue_copy(
+        &self,
+        dst: *mut std::ffi::c_void,
+        src: *const std::ffi::c_void,
+        bytes: usize,
+        kind: sys::cudaMemcpyKind,
+        operation: &'static str,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller guarantees both ranges live, untouched, until the stream has been
+        // synchronized at the end of the scope.
+        let code = unsafe { sys::cudaMemcpyAsync(dst, src, bytes, kind, self.stream.as_raw()) };
+        check(code, || format!("{operation} of {bytes} bytes"))
+    }
+}

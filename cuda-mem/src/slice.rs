@@ -1,0 +1,351 @@
+//! Borrowed views of device-accessible memory: `DeviceSlice` (shared) and `DeviceSliceMut`
+//! (exclusive). Every owner (device, managed, stream-ordered buffers; mapped host memory) hands
+//! them out with its own lifetime, so a view cannot outlive its memory.
+
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::raw::{check, length_mismatch};
+use bytemuck::Pod;
+use cuda_mem_sys as sys;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+
+/// A shared view of `len` elements of device-accessible memory, valid for `'a`.
+///
+/// ```compile_fail,E0597
+/// # use cuda_mem::DeviceBuffer;
+/// let view = {
+///     let buffer = DeviceBuffer::<u32>::zeroed(4).unwrap();
+///     buffer.as_slice()
+/// }; // error: `buffer` does not live long enough
+/// let _ = view.len();
+/// ```
+///
+/// ```compile_fail,E0505
+/// # use cuda_mem::DeviceBuffer;
+/// let buffer = DeviceBuffer::<u32>::zeroed(4).unwrap();
+/// let view = buffer.as_slice();
+/// drop(buffer); // error: cannot move out of `buffer` because it is borrowed
+/// let _ = view.to_vec();
+/// ```
+pub struct DeviceSlice<'a, T> {
+    ptr: *const T,
+    len: usize,
+    _borrow: PhantomData<&'a [T]>,
+}
+
+/// An exclusive view of `len` elements of device-accessible memory, valid for `'a`.
+pub struct DeviceSliceMut<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _borrow: PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: a view is a device address plus a length, used only through thread-safe runtime calls;
+// it follows the rules of `&[T]` (Send/Sync when T is Sync).
+unsafe impl<T: Sync> Send for DeviceSlice<'_, T> {}
+// SAFETY: as above; shared views only read.
+unsafe impl<T: Sync> Sync for DeviceSlice<'_, T> {}
+// SAFETY: follows `&mut [T]`: exclusive access may move to another thread when T is Send.
+unsafe impl<T: Send> Send for DeviceSliceMut<'_, T> {}
+// SAFETY: a shared reference to the view only allows reading its address and length.
+unsafe impl<T: Sync> Sync for DeviceSliceMut<'_, T> {}
+
+impl<T> Clone for DeviceSlice<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for DeviceSlice<'_, T> {}
+
+impl<T> fmt::Debug for DeviceSlice<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceSlice").field("ptr", &self.ptr).field("len", &self.len).finish()
+    }
+}
+
+impl<T> fmt::Debug for DeviceSliceMut<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceSliceMut").field("ptr", &self.ptr).field("len", &self.len).finish()
+    }
+}
+
+fn bounds(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end || end > len {
+        let kind = ErrorKind::InvalidArgument("range out of bounds");
+        return Err(CudaError::new(kind, format!("slicing {start}..{end} of a device slice of {len} elements")));
+    }
+    Ok((start, end))
+}
+
+impl<'a, T: Pod> DeviceSlice<'a, T> {
+    /// A view of raw device memory.
+    ///
+    /// # Safety
+    /// `ptr` must address `len` elements of device-accessible memory that stays allocated, and is
+    /// not written through any other path, for `'a`.
+    pub unsafe fn from_raw_parts(ptr: *const T, len: usize) -> Self {
+        Self { ptr, len, _borrow: PhantomData }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the view has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The device address, for handing to other CUDA code. Valid for `'a`.
+    pub fn as_device_ptr(&self) -> *const T {
+        self.ptr
+    }
+
+    /// A sub-range, or an error if it is out of bounds.
+    pub fn slice(self, range: impl RangeBounds<usize>) -> Result<Self> {
+        let (start, end) = bounds(range, self.len)?;
+        // SAFETY: start <= end <= len, so the sub-range lies inside this view's memory.
+        Ok(unsafe { Self::from_raw_parts(self.ptr.wrapping_add(start), end - start) })
+    }
+
+    /// Two views split at `mid`.
+    pub fn split_at(self, mid: usize) -> Result<(Self, Self)> {
+        Ok((self.slice(..mid)?, self.slice(mid..)?))
+    }
+
+    /// Copies into a host slice of the same length (`cudaMemcpy`, blocking).
+    pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
+        if dst.len() != self.len {
+            return Err(length_mismatch(self.len, dst.len(), "cudaMemcpy device to host"));
+        }
+        let bytes = self.size_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: `dst` is valid for `bytes` writes; the view addresses `bytes` of device memory.
+        let code = unsafe {
+            sys::cudaMemcpy(
+                dst.as_mut_ptr().cast(),
+                self.ptr.cast(),
+                bytes,
+                sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
+            )
+        };
+        check(code, || format!("cudaMemcpy of {bytes} bytes device to host"))
+    }
+
+    /// Copies into a new `Vec`.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut out = vec![T::zeroed(); self.len];
+        self.copy_to_host(&mut out)?;
+        Ok(out)
+    }
+}
+
+impl<'a, T: Pod> DeviceSliceMut<'a, T> {
+    /// An exclusive view of raw device memory.
+    ///
+    /// # Safety
+    /// `ptr` must address `len` elements of device-accessible memory that stays allocated, and is
+    /// not accessed through any other path, for `'a`.
+    pub unsafe fn from_raw_parts(ptr: *mut T, len: usize) -> Self {
+        Self { ptr, len, _borrow: PhantomData }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the view has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The device address, for handing to other CUDA code. Valid for `'a`.
+    pub fn as_device_ptr(&self) -> *mut T {
+        self.ptr
+    }
+
+    /// A shared view of the same memory, for as long as this one is borrowed.
+    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
+        // SAFETY: the shared view borrows `self`, so nothing writes through `self` meanwhile.
+        unsafe { DeviceSlice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// A shorter-lived exclusive view, so `self` can be used again afterwards.
+    pub fn reborrow(&mut self) -> DeviceSliceMut<'_, T> {
+        // SAFETY: the new view borrows `self` exclusively.
+        unsafe { DeviceSliceMut::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// A sub-range, or an error if it is out of bounds.
+    pub fn slice_mut(self, range: impl RangeBounds<usize>) -> Result<Self> {
+        let (start, end) = bounds(range, self.len)?;
+        // SAFETY: the sub-range lies inside this view, which is consumed.
+        Ok(unsafe { Self::from_raw_parts(self.ptr.wrapping_add(start), end - start) })
+    }
+
+    /// Two disjoint exclusive views split at `mid`.
+    pub fn split_at_mut(self, mid: usize) -> Result<(Self, Self)> {
+        let (_, _) = bounds(..mid, self.len)?;
+        // SAFETY: [0, mid) and [mid, len) are disjoint and inside this consumed view.
+        Ok(unsafe {
+            (Self::from_raw_parts(self.ptr, mid), Self::from_raw_parts(self.ptr.wrapping_add(mid), self.len - mid))
+        })
+    }
+
+    /// Copies from a host slice of the same length (`cudaMemcpy`, blocking).
+    pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
+        if src.len() != self.len {
+            return Err(length_mismatch(src.len(), self.len, "cudaMemcpy host to device"));
+        }
+        let bytes = self.size_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: `src` is valid for `bytes` reads; the view addresses `bytes` of device memory
+        // that only this view may write.
+        let code = unsafe {
+            sys::cudaMemcpy(self.ptr.cast(), src.as_ptr().cast(), bytes, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+        };
+        check(code, || format!("cudaMemcpy of {bytes} bytes host to device"))
+    }
+
+    /// Copies from another device slice of the same length (`cudaMemcpy` device to device; the
+    /// host waits for it).
+    pub fn copy_from_device(&mut self, src: DeviceSlice<'_, T>) -> Result<()> {
+        if src.len() != self.len {
+            return Err(length_mismatch(src.len(), self.len, "cudaMemcpy device to device"));
+        }
+        let bytes = self.size_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: both views address `bytes` of live device memory; `self` is exclusive, so the
+        // ranges can only overlap if `src` was made unsafely.
+        let code = unsafe {
+            sys::cudaMemcpy(self.ptr.cast(), src.ptr.cast(), bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice)
+        };
+        check(code, || format!("cudaMemcpy of {bytes} bytes device to device"))?;
+        // cudaMemcpy device-to-device may return before the copy ends; keep the blocking promise.
+        sync_legacy_stream("a device-to-device cudaMemcpy")
+    }
+
+    /// Sets every byte to `byte` (`cudaMemset`, blocking).
+    pub fn set_bytes(&mut self, byte: u8) -> Result<()> {
+        let bytes = self.size_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the view addresses `bytes` of device memory only it may write.
+        check(unsafe { sys::cudaMemset(self.ptr.cast(), i32::from(byte), bytes) }, || {
+            format!("cudaMemset of {bytes} bytes")
+        })?;
+        // cudaMemset may return before it finishes for device memory.
+        sync_legacy_stream("cudaMemset")
+    }
+
+    /// Copies into a host slice of the same length (blocking).
+    pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
+        self.as_slice().copy_to_host(dst)
+    }
+
+    /// Copies into a new `Vec`.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.as_slice().to_vec()
+    }
+}
+
+pub(crate) mod sealed {
+    use super::DeviceSlice;
+
+    /// Not nameable outside the crate, so only cuda-mem can turn a lent `&DeviceSliceMut` into a
+    /// shared view that lives as long as the scope.
+    pub trait Source<'a, T> {
+        fn source(&self) -> DeviceSlice<'a, T>;
+    }
+}
+
+/// Device memory a [`StreamScope`](crate::StreamScope) may read: a [`DeviceSlice`], or a
+/// `&DeviceSliceMut` that the same scope also writes (the stream orders the two).
+pub trait DeviceSource<'a, T>: sealed::Source<'a, T> {}
+
+impl<'a, T> sealed::Source<'a, T> for DeviceSlice<'a, T> {
+    fn source(&self) -> DeviceSlice<'a, T> {
+        *self
+    }
+}
+impl<'a, T> DeviceSource<'a, T> for DeviceSlice<'a, T> {}
+
+impl<'a, T> sealed::Source<'a, T> for &DeviceSliceMut<'a, T> {
+    fn source(&self) -> DeviceSlice<'a, T> {
+        DeviceSlice { ptr: self.ptr, len: self.len, _borrow: PhantomData }
+    }
+}
+impl<'a, T> DeviceSource<'a, T> for &DeviceSliceMut<'a, T> {}
+
+/// Waits for the legacy default stream, where the blocking `cudaMemcpy`/`cudaMemset` run.
+fn sync_legacy_stream(after: &'static str) -> Result<()> {
+    // SAFETY: the null handle names the legacy default stream, which always exists.
+    check(unsafe { sys::cudaStreamSynchronize(std::ptr::null_mut()) }, || format!("waiting for {after}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(len: usize) -> DeviceSlice<'static, u32> {
+        // SAFETY: the views in these tests are never dereferenced or passed to CUDA.
+        unsafe { DeviceSlice::from_raw_parts(std::ptr::null(), len) }
+    }
+
+    #[test]
+    fn slicing_checks_bounds_without_panicking() {
+        assert_eq!(view(10).slice(2..5).unwrap().len(), 3);
+        assert_eq!(view(10).slice(..).unwrap().len(), 10);
+        assert_eq!(view(10).slice(3..=3).unwrap().len(), 1);
+        let err = view(10).slice(5..11).unwrap_err();
+        assert_eq!(err.kind(), &ErrorKind::InvalidArgument("range out of bounds"));
+        let (start, end) = (6, 5);
+        assert!(view(10).slice(start..end).is_err());
+        let (a, b) = view(10).split_at(4).unwrap();
+        assert_eq!((a.len(), b.len()), (4, 6));
+        assert_eq!(b.as_device_ptr() as usize, 16);
+        assert!(view(10).split_at(11).is_err());
+    }
+
+    #[test]
+    fn length_mismatch_is_reported_before_any_cuda_call() {
+        let mut host = [0u32; 3];
+        let err = view(4).copy_to_host(&mut host).unwrap_err();
+        assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 4, dst: 3 });
+        // SAFETY: never dereferenced: the length check fails first.
+        let mut dst = unsafe { DeviceSliceMut::<u32>::from_raw_parts(std::ptr::null_mut(), 2) };
+        let err = dst.copy_from_host(&[1, 2, 3]).unwrap_err();
+        assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 3, dst: 2 });
+        assert!(dst.copy_from_device(view(5)).is_err());
+    }
+}

@@ -1,0 +1,92 @@
+//! The no-driver path, against the real statically linked runtime: on a machine without an NVIDIA
+//! driver (CI), every entry point must fail with a typed error naming the operation, and never
+//! panic. On a GPU host these tests are skipped (`cargo xtask test` and the bundle pass
+//! `--skip no_driver`), because there the calls succeed.
+
+use cuda_mem::*;
+
+/// The documented codes for "no usable driver/device".
+fn assert_no_driver<T: std::fmt::Debug>(result: Result<T>, operation: &str) {
+    let err = result.expect_err("no driver is installed, so this must fail");
+    let code = err.code().expect("a runtime error carries its code");
+    assert!(code.is_no_driver_or_device(), "{operation}: unexpected {code:?} ({err})");
+    assert!(err.operation().starts_with(operation), "{:?} should name {operation}", err.operation());
+    assert!(!err.is_sticky());
+    assert!(err.to_string().contains(&*code.name()), "{err}");
+}
+
+#[test]
+fn runtime_calls_report_insufficient_driver() {
+    assert_no_driver(Device::count(), "cudaGetDeviceCount");
+    // The runtime's own version needs no driver.
+    let (major, _minor) = runtime_version().expect("cudaRuntimeGetVersion works without a driver");
+    assert_eq!(major, sys::CUDA_MAJOR);
+    // With no driver the driver version is reported as 0, without error.
+    assert_eq!(driver_version().unwrap(), (0, 0));
+}
+
+#[test]
+fn error_names_and_messages_come_from_the_runtime() {
+    assert_eq!(ErrorCode::INSUFFICIENT_DRIVER.name(), "cudaErrorInsufficientDriver");
+    assert_eq!(
+        ErrorCode::INSUFFICIENT_DRIVER.description(),
+        "CUDA driver version is insufficient for CUDA runtime version"
+    );
+    assert_eq!(ErrorCode::MEMORY_ALLOCATION.description(), "out of memory");
+    assert!(ErrorCode::ILLEGAL_ADDRESS.is_sticky());
+    assert!(!ErrorCode::MEMORY_ALLOCATION.is_sticky());
+    assert_eq!(ErrorCode(987_654).name(), "unrecognized error code");
+}
+
+#[test]
+fn every_constructor_fails_cleanly_without_a_driver() {
+    assert_no_driver(Device::new(0), "cudaGetDeviceCount");
+    assert_no_driver(Device::current().and_then(|d| d.mem_get_info()), "cudaGetDevice");
+    assert_no_driver(Stream::new(), "cudaGetDevice");
+    assert_no_driver(Event::new(), "cudaEventCreateWithFlags");
+    assert_no_driver(DeviceBuffer::<f32>::zeroed(1024), "cudaGetDevice");
+    assert_no_driver(DeviceBuffer::from_slice(&[1u8, 2, 3]), "cudaGetDevice");
+    assert_no_driver(PinnedBuffer::<u64>::zeroed(512), "cudaMallocHost of 4096 bytes");
+    assert_no_driver(
+        PinnedBuffer::<u8>::zeroed_with_flags(64, HostAllocFlags::MAPPED | HostAllocFlags::WRITE_COMBINED),
+        "cudaHostAlloc of 64 bytes with HostAllocFlags(MAPPED | WRITE_COMBINED)",
+    );
+    assert_no_driver(ManagedBuffer::<u32>::zeroed(16), "cudaGetDevice");
+    let mut host = vec![0u32; 1024];
+    assert_no_driver(RegisteredHost::new(&mut host, HostRegisterFlags::MAPPED), "cudaHostRegister of 4096 bytes");
+}
+
+#[test]
+fn zero_length_buffers_make_no_cuda_call() {
+    // Pinned and registered allocations need no device to be empty.
+    let empty = PinnedBuffer::<u64>::zeroed(0).expect("empty pinned buffer without a CUDA call");
+    assert!(empty.is_empty());
+    assert_eq!(empty.device_view().unwrap_err().kind(), &ErrorKind::NotMapped);
+    let mapped = PinnedBuffer::<u64>::zeroed_with_flags(0, HostAllocFlags::MAPPED).unwrap();
+    assert_eq!(mapped.device_view().unwrap().len(), 0);
+    let mut nothing: [u8; 0] = [];
+    let registered = RegisteredHost::new(&mut nothing, HostRegisterFlags::empty()).unwrap();
+    assert!(registered.unregister().unwrap().is_empty());
+    empty.free().unwrap();
+}
+
+#[test]
+fn size_overflow_is_a_typed_error() {
+    let err = PinnedBuffer::<u64>::zeroed(usize::MAX / 2).unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::SizeOverflow { len: usize::MAX / 2, elem_size: 8 });
+    assert!(err.to_string().contains("overflow"), "{err}");
+    let mut big = vec![0u8; 0];
+    // A registered slice cannot overflow (it exists), but an element count in a typed request can:
+    assert!(RegisteredHost::new(&mut big, HostRegisterFlags::PORTABLE).is_ok());
+}
+
+#[test]
+fn not_mapped_memory_has_no_device_pointer() {
+    let mut host = [0u16; 0];
+    let registered = RegisteredHost::new(&mut host, HostRegisterFlags::PORTABLE).unwrap();
+    assert_eq!(registered.device_view().unwrap_err().kind(), &ErrorKind::NotMapped);
+    let mut host = [0u16; 0];
+    let mut read_only =
+        RegisteredHost::new(&mut host, HostRegisterFlags::MAPPED | HostRegisterFlags::READ_ONLY).unwrap();
+    assert!(matches!(read_only.device_view_mut().unwrap_err().kind(), ErrorKind::InvalidArgument(_)));
+}
