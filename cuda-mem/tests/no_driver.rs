@@ -1,7 +1,7 @@
 //! The no-driver path, against the real statically linked runtime: on a machine without an NVIDIA
 //! driver (CI), every entry point must fail with a typed error naming the operation, and never
 //! panic. On a GPU host these tests are skipped (`cargo xtask test` and the bundle pass
-//! `--skip no_driver`), because there the calls succeed.
+//! `--skip no_driver_`: every test here is named so), because there the calls succeed.
 
 use cuda_mem::*;
 
@@ -16,7 +16,7 @@ fn assert_no_driver<T: std::fmt::Debug>(result: Result<T>, operation: &str) {
 }
 
 #[test]
-fn runtime_calls_report_insufficient_driver() {
+fn no_driver_runtime_calls_report_insufficient_driver() {
     assert_no_driver(Device::count(), "cudaGetDeviceCount");
     // The runtime's own version needs no driver.
     let (major, _minor) = runtime_version().expect("cudaRuntimeGetVersion works without a driver");
@@ -26,7 +26,7 @@ fn runtime_calls_report_insufficient_driver() {
 }
 
 #[test]
-fn error_names_and_messages_come_from_the_runtime() {
+fn no_driver_error_names_and_messages_come_from_the_runtime() {
     assert_eq!(ErrorCode::INSUFFICIENT_DRIVER.name(), "cudaErrorInsufficientDriver");
     assert_eq!(
         ErrorCode::INSUFFICIENT_DRIVER.description(),
@@ -39,7 +39,7 @@ fn error_names_and_messages_come_from_the_runtime() {
 }
 
 #[test]
-fn every_constructor_fails_cleanly_without_a_driver() {
+fn no_driver_every_constructor_fails_cleanly_without_a_driver() {
     assert_no_driver(Device::new(0), "cudaGetDeviceCount");
     assert_no_driver(Device::current().and_then(|d| d.mem_get_info()), "cudaGetDevice");
     assert_no_driver(Stream::new(), "cudaGetDevice");
@@ -57,7 +57,7 @@ fn every_constructor_fails_cleanly_without_a_driver() {
 }
 
 #[test]
-fn zero_length_buffers_make_no_cuda_call() {
+fn no_driver_zero_length_buffers_make_no_cuda_call() {
     // Pinned and registered allocations need no device to be empty.
     let empty = PinnedBuffer::<u64>::zeroed(0).expect("empty pinned buffer without a CUDA call");
     assert!(empty.is_empty());
@@ -71,7 +71,7 @@ fn zero_length_buffers_make_no_cuda_call() {
 }
 
 #[test]
-fn size_overflow_is_a_typed_error() {
+fn no_driver_size_overflow_is_a_typed_error() {
     let err = PinnedBuffer::<u64>::zeroed(usize::MAX / 2).unwrap_err();
     assert_eq!(err.kind(), &ErrorKind::SizeOverflow { len: usize::MAX / 2, elem_size: 8 });
     assert!(err.to_string().contains("overflow"), "{err}");
@@ -81,7 +81,7 @@ fn size_overflow_is_a_typed_error() {
 }
 
 #[test]
-fn not_mapped_memory_has_no_device_pointer() {
+fn no_driver_not_mapped_memory_has_no_device_pointer() {
     let mut host = [0u16; 0];
     let registered = RegisteredHost::new(&mut host, HostRegisterFlags::PORTABLE).unwrap();
     assert_eq!(registered.device_view().unwrap_err().kind(), &ErrorKind::NotMapped);

@@ -25,7 +25,7 @@ pub fn run() -> Result {
     let mut test = with_env(util::cargo());
     test.args(["test", "--workspace", "--all-targets", "--no-fail-fast"]);
     if gpu {
-        test.args(["--", "--include-ignored"]);
+        test.args(["--", "--include-ignored", "--skip", "no_driver_"]);
     }
     util::run(&mut test)?;
     // Doc tests run separately: `--all-targets` leaves them out.

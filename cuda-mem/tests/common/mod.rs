@@ -1,0 +1,33 @@
+//! Helpers shared by the GPU test binaries.
+#![allow(dead_code)] // each test binary uses a different subset
+
+/// A deterministic, non-trivial pattern (no zeros runs that would hide unwritten memory).
+pub fn pattern(len: usize, seed: u32) -> Vec<u32> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        })
+        .collect()
+}
+
+/// FNV-1a over the words.
+pub fn checksum(data: &[u32]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// Asserts equality by checksum first (cheap message), then by content.
+#[track_caller]
+pub fn assert_same(got: &[u32], want: &[u32]) {
+    assert_eq!(got.len(), want.len(), "length");
+    if checksum(got) != checksum(want) {
+        let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
+        panic!("data differs first at element {first}: got {:#x}, want {:#x}", got[first], want[first]);
+    }
+}
+
+pub const KIB: usize = 1 << 10;
+pub const MIB: usize = 1 << 20;
