@@ -8,6 +8,7 @@
 //! | `cudaMallocHost` / `cudaHostAlloc` (pinned; portable, mapped, write-combined) | [`PinnedBuffer`] | `cudaFreeHost` |
 //! | `cudaHostRegister` (pin existing memory) | [`RegisteredHost`] | `cudaHostUnregister` |
 //! | `cudaMallocManaged` (unified; advise, prefetch) | [`ManagedBuffer`] | `cudaFree` |
+//! | `cudaMallocAsync` / `cudaMallocFromPoolAsync` (stream-ordered, [`MemPool`]) | [`StreamBuffer`] | `cudaFreeAsync` |
 //!
 //! Views ([`DeviceSlice`], [`DeviceSliceMut`]) borrow from their owner, so they cannot outlive it.
 //!
@@ -51,11 +52,13 @@ mod event;
 mod host_flags;
 mod managed;
 mod pinned;
+mod pool;
 mod raw;
 mod registered;
 mod scope;
 mod slice;
 mod stream;
+mod stream_buffer;
 
 pub use bytemuck::{Pod, Zeroable};
 pub use cuda_mem_sys as sys;
@@ -66,10 +69,12 @@ pub use event::Event;
 pub use host_flags::{HostAllocFlags, HostRegisterFlags};
 pub use managed::{Advice, Attach, Location, ManagedBuffer};
 pub use pinned::PinnedBuffer;
+pub use pool::{MemPool, PoolProps, PoolStats, ReusePolicy, ShareableHandle};
 pub use registered::RegisteredHost;
 pub use scope::StreamScope;
 pub use slice::{DeviceSlice, DeviceSliceMut, DeviceSource};
 pub use stream::Stream;
+pub use stream_buffer::StreamBuffer;
 
 /// Compile-time proof of the Send/Sync claims made by each `unsafe impl`.
 #[cfg(test)]
@@ -87,6 +92,8 @@ mod auto_traits {
         send_sync::<DeviceSlice<'static, f32>>();
         send_sync::<DeviceSliceMut<'static, f32>>();
         send_sync::<Stream>();
+        send_sync::<StreamBuffer<u16>>();
+        send_sync::<MemPool>();
         send_sync::<Event>();
         send_sync::<CudaError>();
     }

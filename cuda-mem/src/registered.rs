@@ -24,10 +24,19 @@ use std::ops::{Deref, DerefMut};
 /// data[0] = 1;
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
 pub struct RegisteredHost<'a, T: Pod> {
     slice: &'a mut [T],
     flags: HostRegisterFlags,
+}
+
+impl<T: Pod> std::fmt::Debug for RegisteredHost<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredHost")
+            .field("ptr", &self.slice.as_ptr())
+            .field("len", &self.slice.len())
+            .field("flags", &self.flags)
+            .finish()
+    }
 }
 
 impl<'a, T: Pod> RegisteredHost<'a, T> {

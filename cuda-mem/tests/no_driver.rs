@@ -90,3 +90,12 @@ fn no_driver_not_mapped_memory_has_no_device_pointer() {
         RegisteredHost::new(&mut host, HostRegisterFlags::MAPPED | HostRegisterFlags::READ_ONLY).unwrap();
     assert!(matches!(read_only.device_view_mut().unwrap_err().kind(), ErrorKind::InvalidArgument(_)));
 }
+
+#[test]
+fn no_driver_pools_and_stream_ordered_allocation_fail_cleanly() {
+    // Without a driver even the device query fails first, with the documented code.
+    assert_no_driver(Device::current().map(|d| MemPool::new(PoolProps::new(d))), "cudaGetDevice");
+    let device_zero_err = Device::new(0).unwrap_err();
+    assert!(device_zero_err.code().unwrap().is_no_driver_or_device());
+    assert_no_driver(Stream::non_blocking(), "cudaGetDevice");
+}

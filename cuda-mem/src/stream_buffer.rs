@@ -1,0 +1,235 @@
+//! `StreamBuffer<T>`: stream-ordered device memory (`cudaMallocAsync` / `cudaMallocFromPoolAsync`),
+//! freed with `cudaFreeAsync` on its stream.
+
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::event::Event;
+use crate::pool::MemPool;
+use crate::raw::{byte_len, check, check_alloc};
+use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::stream::Stream;
+use bytemuck::Pod;
+use cuda_mem_sys as sys;
+use std::ffi::c_void;
+use std::fmt;
+use std::ptr::NonNull;
+
+/// `len` elements of device memory allocated in stream order on a stream, from the device's
+/// current pool or from a given [`MemPool`]. Dropping it queues `cudaFreeAsync` on that stream:
+/// the memory returns to its pool after the work queued so far, without blocking the host.
+///
+/// Use on other streams is ordered with events: [`StreamBuffer::use_on`] makes the other stream
+/// wait for the allocation and records it, so the free later waits for that stream's work too.
+/// Freeing on another stream is [`StreamBuffer::free_on`]. Scopes on any stream synchronize
+/// before their borrows end, so work queued through a scope never races with the free.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Stream, StreamBuffer};
+/// let (a, b) = (Stream::non_blocking()?, Stream::non_blocking()?);
+/// let mut temp = StreamBuffer::<u32>::zeroed(&a, 1 << 20)?; // allocated and zeroed on `a`
+/// temp.use_on(&b)?; // `b` waits for the allocation; the free will wait for `b`
+/// let view = temp.as_mut_slice();
+/// b.scope(|s| s.set_bytes(&view, 0xff))??;
+/// drop(temp); // cudaFreeAsync on `a`, after `b`'s work
+/// # Ok(()) }
+/// ```
+pub struct StreamBuffer<T: Pod> {
+    ptr: NonNull<T>,
+    len: usize,
+    stream: Stream,
+    /// Keeps a created pool alive while this allocation is.
+    pool: Option<MemPool>,
+    /// Other streams that used the memory: the free waits for each of them.
+    used_on: Vec<Stream>,
+}
+
+// SAFETY: device memory reached only through thread-safe runtime calls; the stream and pool
+// handles are Send + Sync.
+unsafe impl<T: Pod> Send for StreamBuffer<T> {}
+// SAFETY: `&StreamBuffer` only hands out shared views.
+unsafe impl<T: Pod> Sync for StreamBuffer<T> {}
+
+impl<T: Pod> fmt::Debug for StreamBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("stream", &self.stream)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl<T: Pod> StreamBuffer<T> {
+    /// Allocates on `stream` from the device's current pool (`cudaMallocAsync`), uninitialised.
+    ///
+    /// # Safety
+    /// The contents are unspecified until written; the caller must write every element (in stream
+    /// order) before reading it.
+    pub unsafe fn uninit(stream: &Stream, len: usize) -> Result<Self> {
+        let bytes = byte_len::<T>(len, "cudaMallocAsync")?;
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        if bytes != 0 {
+            // SAFETY: `raw` is valid for writes; the stream handle is valid.
+            let code = unsafe { sys::cudaMallocAsync(&mut raw, bytes, stream.as_raw()) };
+            alloc_result(code, bytes, || format!("cudaMallocAsync of {bytes} bytes on {}", stream.device()))?;
+        }
+        Ok(Self::from_raw(raw, len, stream, None))
+    }
+
+    /// Allocates on `stream` from `pool` (`cudaMallocFromPoolAsync`), uninitialised. Any size is
+    /// accepted; beyond the pool's `max_size` the error is out-of-memory.
+    ///
+    /// # Safety
+    /// As for [`StreamBuffer::uninit`].
+    pub unsafe fn uninit_from(pool: &MemPool, stream: &Stream, len: usize) -> Result<Self> {
+        let bytes = byte_len::<T>(len, "cudaMallocFromPoolAsync")?;
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        if bytes != 0 {
+            // SAFETY: `raw` is valid for writes; pool and stream handles are valid.
+            let code = unsafe { sys::cudaMallocFromPoolAsync(&mut raw, bytes, pool.as_raw(), stream.as_raw()) };
+            alloc_result(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", pool.device()))?;
+        }
+        Ok(Self::from_raw(raw, len, stream, Some(pool.clone())))
+    }
+
+    /// Allocates from the current pool and zeroes in stream order (`cudaMemsetAsync`).
+    pub fn zeroed(stream: &Stream, len: usize) -> Result<Self> {
+        // SAFETY: the memset below, queued before any other use on this stream, writes every byte.
+        let buffer = unsafe { Self::uninit(stream, len)? };
+        buffer.zero_in_stream_order()?;
+        Ok(buffer)
+    }
+
+    /// Allocates from `pool` and zeroes in stream order.
+    pub fn zeroed_from(pool: &MemPool, stream: &Stream, len: usize) -> Result<Self> {
+        // SAFETY: as in `zeroed`.
+        let buffer = unsafe { Self::uninit_from(pool, stream, len)? };
+        buffer.zero_in_stream_order()?;
+        Ok(buffer)
+    }
+
+    fn from_raw(raw: *mut c_void, len: usize, stream: &Stream, pool: Option<MemPool>) -> Self {
+        let ptr = NonNull::new(raw.cast()).unwrap_or(NonNull::dangling());
+        Self { ptr, len, stream: stream.clone(), pool, used_on: Vec::new() }
+    }
+
+    fn zero_in_stream_order(&self) -> Result<()> {
+        let bytes = self.size_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the allocation holds `bytes`; the memset is ordered after it on its stream.
+        let code = unsafe { sys::cudaMemsetAsync(self.ptr.as_ptr().cast(), 0, bytes, self.stream.as_raw()) };
+        check(code, || format!("cudaMemsetAsync of {bytes} bytes"))
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn size_bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The stream the memory was allocated on and will be freed on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The pool it came from, when allocated with `*_from`.
+    pub fn pool(&self) -> Option<&MemPool> {
+        self.pool.as_ref()
+    }
+
+    /// A shared view (for scopes on the owning stream, or on streams prepared with `use_on`).
+    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
+        // SAFETY: borrowed from `self`, which keeps the allocation alive.
+        unsafe { DeviceSlice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// An exclusive view.
+    pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        // SAFETY: borrowed exclusively from `self`.
+        unsafe { DeviceSliceMut::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Prepares use on `other`: `other` waits (on the device, not the host) for the work queued
+    /// on the owning stream so far, including the allocation, and the eventual free will wait for
+    /// the work queued on `other` up to the free.
+    pub fn use_on(&mut self, other: &Stream) -> Result<()> {
+        if other.as_raw() == self.stream.as_raw() {
+            return Ok(());
+        }
+        let ready = Event::without_timing()?;
+        ready.record(&self.stream)?;
+        other.wait_event(&ready)?;
+        if !self.used_on.iter().any(|s| s.as_raw() == other.as_raw()) {
+            self.used_on.push(other.clone());
+        }
+        Ok(())
+    }
+
+    /// Frees on `stream` instead of the owning one (`cudaFreeAsync`), ordered after the owning
+    /// stream's work and every stream passed to `use_on`. Reports the runtime's verdict.
+    pub fn free_on(mut self, stream: &Stream) -> Result<()> {
+        if stream.as_raw() != self.stream.as_raw() {
+            let owner = self.stream.clone();
+            self.used_on.push(owner);
+            self.stream = stream.clone();
+        }
+        self.free()
+    }
+
+    /// Frees on the owning stream now and reports the runtime's verdict (drop ignores it).
+    pub fn free(mut self) -> Result<()> {
+        let result = self.release();
+        self.len = 0; // nothing left for drop to free
+        result
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if self.size_bytes() == 0 {
+            return Ok(());
+        }
+        let mut ordering = Ok(());
+        for user in self.used_on.drain(..) {
+            // The free must not overtake work queued on other streams that used the memory.
+            ordering = ordering.and(user.record_event().and_then(|done| self.stream.wait_event(&done)));
+        }
+        if let Err(err) = ordering {
+            // Without the ordering the free could race with other streams: wait for them on the
+            // host instead (correct, slower); if even that fails the context is broken.
+            self.stream.synchronize().map_err(|_| err)?;
+        }
+        // SAFETY: the pointer came from cudaMallocAsync/cudaMallocFromPoolAsync and is freed once,
+        // in stream order after every known use.
+        let code = unsafe { sys::cudaFreeAsync(self.ptr.as_ptr().cast(), self.stream.as_raw()) };
+        check(code, || format!("cudaFreeAsync of {} bytes", self.size_bytes()))
+    }
+}
+
+impl<T: Pod> Drop for StreamBuffer<T> {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+/// Allocation errors: out-of-memory carries the device's figures; a device without pools gets
+/// [`ErrorKind::Unsupported`].
+fn alloc_result(code: sys::cudaError_t, bytes: usize, operation: impl FnOnce() -> String) -> Result<()> {
+    if code == sys::cudaError::cudaErrorNotSupported {
+        let _ = check(code, String::new); // clears the runtime's last-error slot
+        return Err(CudaError::new(
+            ErrorKind::Unsupported("stream-ordered allocation (memoryPoolsSupported = 0)"),
+            operation(),
+        ));
+    }
+    check_alloc(code, bytes, operation)
+}
