@@ -14,7 +14,8 @@ pub fn run() -> Result<PathBuf> {
     for sub in ["tests", "examples"] {
         std::fs::create_dir_all(dir.join(sub)).map_err(|e| format!("create {}: {e}", dir.display()))?;
     }
-    let tests = build(&["test", "--workspace", "--exclude", "xtask", "--no-run", "--release"], |kind| kind != "example")?;
+    let tests =
+        build(&["test", "--workspace", "--exclude", "xtask", "--no-run", "--release"], |kind| kind != "example")?;
     let examples =
         build(&["build", "--workspace", "--exclude", "xtask", "--examples", "--release"], |kind| kind == "example")?;
     for (sub, exes) in [("tests", tests), ("examples", examples)] {
