@@ -30,4 +30,6 @@ pub fn builder(include_dirs: &[PathBuf]) -> bindgen::Builder {
         .use_core()
         .rust_target(bindgen::RustTarget::stable(85, 0).expect("a stable rust target"))
         .rust_edition(bindgen::RustEdition::Edition2024)
+        // prettyplease, not rustfmt: the output must not depend on the rustfmt found or its config.
+        .formatter(bindgen::Formatter::Prettyplease)
 }

@@ -98,3 +98,8 @@ mod auto_traits {
         send_sync::<CudaError>();
     }
 }
+
+/// The README's Rust examples, compiled as doc tests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

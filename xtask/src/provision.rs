@@ -73,6 +73,19 @@ pub struct Libclang {
     pub clang_args: Vec<String>,
 }
 
+impl Libclang {
+    /// Passes the settings to a child process (bindgen reads both variables).
+    pub fn apply(&self, mut cmd: Command) -> Command {
+        if let Some(path) = &self.path {
+            cmd.env("LIBCLANG_PATH", path);
+        }
+        if !self.clang_args.is_empty() {
+            cmd.env("BINDGEN_EXTRA_CLANG_ARGS", self.clang_args.join(" "));
+        }
+        cmd
+    }
+}
+
 pub fn libclang() -> Result<Libclang> {
     if std::env::var_os("LIBCLANG_PATH").is_some() || system_libclang().is_some() {
         return Ok(Libclang::default());

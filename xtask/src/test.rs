@@ -12,12 +12,7 @@ pub fn run() -> Result {
     eprintln!("CUDA {} found ({}): {}", toolkit.version, toolkit.found_by, toolkit.root.display());
     let libclang = provision::libclang()?;
 
-    let with_env = |mut cmd: std::process::Command| {
-        if let Some(path) = &libclang.path {
-            cmd.env("LIBCLANG_PATH", path);
-        }
-        cmd
-    };
+    let with_env = |cmd: std::process::Command| libclang.apply(cmd);
     util::run(util::cargo().args(["fmt", "--all", "--check"]))?;
     util::run(with_env(util::cargo()).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
 
@@ -31,7 +26,32 @@ pub fn run() -> Result {
     // Doc tests run separately: `--all-targets` leaves them out.
     util::run(with_env(util::cargo()).args(["test", "--workspace", "--doc"]))?;
 
+    check_other_configurations(&libclang)?;
+
     let gpu_note = if gpu { "GPU tests included" } else { "no GPU: GPU tests reported as ignored" };
     eprintln!("cargo xtask test: all passed in {:.0} s ({gpu_note})", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// The configurations the main run does not cover: the CUDA 12.9 headers and runtime (bindings,
+/// signatures that differ from 13, link, and the no-driver path against the 12.9 cudart), and the
+/// `bindgen` feature that regenerates bindings at build time. Separate target folders keep the
+/// main build's artifacts untouched.
+fn check_other_configurations(libclang: &provision::Libclang) -> Result {
+    let cuda12 = provision::cuda12_pinned()?;
+    let target = util::target_dir();
+    util::run(
+        util::cargo()
+            .args(["test", "-p", "cuda-mem", "--test", "no_driver", "--lib"])
+            .env("CUDA_PATH", &cuda12.root)
+            .env("CARGO_TARGET_DIR", target.join("check-cuda-12.9")),
+    )?;
+    let cuda13 = provision::cuda13_pinned()?;
+    util::run(
+        libclang
+            .apply(util::cargo())
+            .args(["build", "-p", "cuda-mem-sys", "--features", "bindgen"])
+            .env("CUDA_PATH", &cuda13.root)
+            .env("CARGO_TARGET_DIR", target.join("check-bindgen-feature")),
+    )
 }

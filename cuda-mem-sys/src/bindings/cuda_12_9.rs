@@ -240,65 +240,102 @@ impl cudaError {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaError(pub ::core::ffi::c_uint);
 impl cudaChannelFormatKind {
-    pub const cudaChannelFormatKindSigned: cudaChannelFormatKind = cudaChannelFormatKind(0);
-    pub const cudaChannelFormatKindUnsigned: cudaChannelFormatKind = cudaChannelFormatKind(1);
-    pub const cudaChannelFormatKindFloat: cudaChannelFormatKind = cudaChannelFormatKind(2);
-    pub const cudaChannelFormatKindNone: cudaChannelFormatKind = cudaChannelFormatKind(3);
-    pub const cudaChannelFormatKindNV12: cudaChannelFormatKind = cudaChannelFormatKind(4);
-    pub const cudaChannelFormatKindUnsignedNormalized8X1: cudaChannelFormatKind =
-        cudaChannelFormatKind(5);
-    pub const cudaChannelFormatKindUnsignedNormalized8X2: cudaChannelFormatKind =
-        cudaChannelFormatKind(6);
-    pub const cudaChannelFormatKindUnsignedNormalized8X4: cudaChannelFormatKind =
-        cudaChannelFormatKind(7);
-    pub const cudaChannelFormatKindUnsignedNormalized16X1: cudaChannelFormatKind =
-        cudaChannelFormatKind(8);
-    pub const cudaChannelFormatKindUnsignedNormalized16X2: cudaChannelFormatKind =
-        cudaChannelFormatKind(9);
-    pub const cudaChannelFormatKindUnsignedNormalized16X4: cudaChannelFormatKind =
-        cudaChannelFormatKind(10);
-    pub const cudaChannelFormatKindSignedNormalized8X1: cudaChannelFormatKind =
-        cudaChannelFormatKind(11);
-    pub const cudaChannelFormatKindSignedNormalized8X2: cudaChannelFormatKind =
-        cudaChannelFormatKind(12);
-    pub const cudaChannelFormatKindSignedNormalized8X4: cudaChannelFormatKind =
-        cudaChannelFormatKind(13);
-    pub const cudaChannelFormatKindSignedNormalized16X1: cudaChannelFormatKind =
-        cudaChannelFormatKind(14);
-    pub const cudaChannelFormatKindSignedNormalized16X2: cudaChannelFormatKind =
-        cudaChannelFormatKind(15);
-    pub const cudaChannelFormatKindSignedNormalized16X4: cudaChannelFormatKind =
-        cudaChannelFormatKind(16);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed1: cudaChannelFormatKind =
-        cudaChannelFormatKind(17);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed1SRGB: cudaChannelFormatKind =
-        cudaChannelFormatKind(18);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed2: cudaChannelFormatKind =
-        cudaChannelFormatKind(19);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed2SRGB: cudaChannelFormatKind =
-        cudaChannelFormatKind(20);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed3: cudaChannelFormatKind =
-        cudaChannelFormatKind(21);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed3SRGB: cudaChannelFormatKind =
-        cudaChannelFormatKind(22);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed4: cudaChannelFormatKind =
-        cudaChannelFormatKind(23);
-    pub const cudaChannelFormatKindSignedBlockCompressed4: cudaChannelFormatKind =
-        cudaChannelFormatKind(24);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed5: cudaChannelFormatKind =
-        cudaChannelFormatKind(25);
-    pub const cudaChannelFormatKindSignedBlockCompressed5: cudaChannelFormatKind =
-        cudaChannelFormatKind(26);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed6H: cudaChannelFormatKind =
-        cudaChannelFormatKind(27);
-    pub const cudaChannelFormatKindSignedBlockCompressed6H: cudaChannelFormatKind =
-        cudaChannelFormatKind(28);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed7: cudaChannelFormatKind =
-        cudaChannelFormatKind(29);
-    pub const cudaChannelFormatKindUnsignedBlockCompressed7SRGB: cudaChannelFormatKind =
-        cudaChannelFormatKind(30);
-    pub const cudaChannelFormatKindUnsignedNormalized1010102: cudaChannelFormatKind =
-        cudaChannelFormatKind(31);
+    pub const cudaChannelFormatKindSigned: cudaChannelFormatKind = cudaChannelFormatKind(
+        0,
+    );
+    pub const cudaChannelFormatKindUnsigned: cudaChannelFormatKind = cudaChannelFormatKind(
+        1,
+    );
+    pub const cudaChannelFormatKindFloat: cudaChannelFormatKind = cudaChannelFormatKind(
+        2,
+    );
+    pub const cudaChannelFormatKindNone: cudaChannelFormatKind = cudaChannelFormatKind(
+        3,
+    );
+    pub const cudaChannelFormatKindNV12: cudaChannelFormatKind = cudaChannelFormatKind(
+        4,
+    );
+    pub const cudaChannelFormatKindUnsignedNormalized8X1: cudaChannelFormatKind = cudaChannelFormatKind(
+        5,
+    );
+    pub const cudaChannelFormatKindUnsignedNormalized8X2: cudaChannelFormatKind = cudaChannelFormatKind(
+        6,
+    );
+    pub const cudaChannelFormatKindUnsignedNormalized8X4: cudaChannelFormatKind = cudaChannelFormatKind(
+        7,
+    );
+    pub const cudaChannelFormatKindUnsignedNormalized16X1: cudaChannelFormatKind = cudaChannelFormatKind(
+        8,
+    );
+    pub const cudaChannelFormatKindUnsignedNormalized16X2: cudaChannelFormatKind = cudaChannelFormatKind(
+        9,
+    );
+    pub const cudaChannelFormatKindUnsignedNormalized16X4: cudaChannelFormatKind = cudaChannelFormatKind(
+        10,
+    );
+    pub const cudaChannelFormatKindSignedNormalized8X1: cudaChannelFormatKind = cudaChannelFormatKind(
+        11,
+    );
+    pub const cudaChannelFormatKindSignedNormalized8X2: cudaChannelFormatKind = cudaChannelFormatKind(
+        12,
+    );
+    pub const cudaChannelFormatKindSignedNormalized8X4: cudaChannelFormatKind = cudaChannelFormatKind(
+        13,
+    );
+    pub const cudaChannelFormatKindSignedNormalized16X1: cudaChannelFormatKind = cudaChannelFormatKind(
+        14,
+    );
+    pub const cudaChannelFormatKindSignedNormalized16X2: cudaChannelFormatKind = cudaChannelFormatKind(
+        15,
+    );
+    pub const cudaChannelFormatKindSignedNormalized16X4: cudaChannelFormatKind = cudaChannelFormatKind(
+        16,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed1: cudaChannelFormatKind = cudaChannelFormatKind(
+        17,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed1SRGB: cudaChannelFormatKind = cudaChannelFormatKind(
+        18,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed2: cudaChannelFormatKind = cudaChannelFormatKind(
+        19,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed2SRGB: cudaChannelFormatKind = cudaChannelFormatKind(
+        20,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed3: cudaChannelFormatKind = cudaChannelFormatKind(
+        21,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed3SRGB: cudaChannelFormatKind = cudaChannelFormatKind(
+        22,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed4: cudaChannelFormatKind = cudaChannelFormatKind(
+        23,
+    );
+    pub const cudaChannelFormatKindSignedBlockCompressed4: cudaChannelFormatKind = cudaChannelFormatKind(
+        24,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed5: cudaChannelFormatKind = cudaChannelFormatKind(
+        25,
+    );
+    pub const cudaChannelFormatKindSignedBlockCompressed5: cudaChannelFormatKind = cudaChannelFormatKind(
+        26,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed6H: cudaChannelFormatKind = cudaChannelFormatKind(
+        27,
+    );
+    pub const cudaChannelFormatKindSignedBlockCompressed6H: cudaChannelFormatKind = cudaChannelFormatKind(
+        28,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed7: cudaChannelFormatKind = cudaChannelFormatKind(
+        29,
+    );
+    pub const cudaChannelFormatKindUnsignedBlockCompressed7SRGB: cudaChannelFormatKind = cudaChannelFormatKind(
+        30,
+    );
+    pub const cudaChannelFormatKindUnsignedNormalized1010102: cudaChannelFormatKind = cudaChannelFormatKind(
+        31,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -314,19 +351,27 @@ pub struct cudaChannelFormatDesc {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaChannelFormatDesc"][::core::mem::size_of::<cudaChannelFormatDesc>() - 20usize];
-    ["Alignment of cudaChannelFormatDesc"]
-        [::core::mem::align_of::<cudaChannelFormatDesc>() - 4usize];
-    ["Offset of field: cudaChannelFormatDesc::x"]
-        [::core::mem::offset_of!(cudaChannelFormatDesc, x) - 0usize];
-    ["Offset of field: cudaChannelFormatDesc::y"]
-        [::core::mem::offset_of!(cudaChannelFormatDesc, y) - 4usize];
-    ["Offset of field: cudaChannelFormatDesc::z"]
-        [::core::mem::offset_of!(cudaChannelFormatDesc, z) - 8usize];
-    ["Offset of field: cudaChannelFormatDesc::w"]
-        [::core::mem::offset_of!(cudaChannelFormatDesc, w) - 12usize];
-    ["Offset of field: cudaChannelFormatDesc::f"]
-        [::core::mem::offset_of!(cudaChannelFormatDesc, f) - 16usize];
+    [
+        "Size of cudaChannelFormatDesc",
+    ][::core::mem::size_of::<cudaChannelFormatDesc>() - 20usize];
+    [
+        "Alignment of cudaChannelFormatDesc",
+    ][::core::mem::align_of::<cudaChannelFormatDesc>() - 4usize];
+    [
+        "Offset of field: cudaChannelFormatDesc::x",
+    ][::core::mem::offset_of!(cudaChannelFormatDesc, x) - 0usize];
+    [
+        "Offset of field: cudaChannelFormatDesc::y",
+    ][::core::mem::offset_of!(cudaChannelFormatDesc, y) - 4usize];
+    [
+        "Offset of field: cudaChannelFormatDesc::z",
+    ][::core::mem::offset_of!(cudaChannelFormatDesc, z) - 8usize];
+    [
+        "Offset of field: cudaChannelFormatDesc::w",
+    ][::core::mem::offset_of!(cudaChannelFormatDesc, w) - 12usize];
+    [
+        "Offset of field: cudaChannelFormatDesc::f",
+    ][::core::mem::offset_of!(cudaChannelFormatDesc, f) - 16usize];
 };
 impl Default for cudaChannelFormatDesc {
     fn default() -> Self {
@@ -369,33 +414,45 @@ pub struct cudaArraySparseProperties__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaArraySparseProperties__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaArraySparseProperties__bindgen_ty_1>() - 12usize];
-    ["Alignment of cudaArraySparseProperties__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaArraySparseProperties__bindgen_ty_1>() - 4usize];
-    ["Offset of field: cudaArraySparseProperties__bindgen_ty_1::width"]
-        [::core::mem::offset_of!(cudaArraySparseProperties__bindgen_ty_1, width) - 0usize];
-    ["Offset of field: cudaArraySparseProperties__bindgen_ty_1::height"]
-        [::core::mem::offset_of!(cudaArraySparseProperties__bindgen_ty_1, height) - 4usize];
-    ["Offset of field: cudaArraySparseProperties__bindgen_ty_1::depth"]
-        [::core::mem::offset_of!(cudaArraySparseProperties__bindgen_ty_1, depth) - 8usize];
+    [
+        "Size of cudaArraySparseProperties__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaArraySparseProperties__bindgen_ty_1>() - 12usize];
+    [
+        "Alignment of cudaArraySparseProperties__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaArraySparseProperties__bindgen_ty_1>() - 4usize];
+    [
+        "Offset of field: cudaArraySparseProperties__bindgen_ty_1::width",
+    ][::core::mem::offset_of!(cudaArraySparseProperties__bindgen_ty_1, width) - 0usize];
+    [
+        "Offset of field: cudaArraySparseProperties__bindgen_ty_1::height",
+    ][::core::mem::offset_of!(cudaArraySparseProperties__bindgen_ty_1, height) - 4usize];
+    [
+        "Offset of field: cudaArraySparseProperties__bindgen_ty_1::depth",
+    ][::core::mem::offset_of!(cudaArraySparseProperties__bindgen_ty_1, depth) - 8usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaArraySparseProperties"]
-        [::core::mem::size_of::<cudaArraySparseProperties>() - 48usize];
-    ["Alignment of cudaArraySparseProperties"]
-        [::core::mem::align_of::<cudaArraySparseProperties>() - 8usize];
-    ["Offset of field: cudaArraySparseProperties::tileExtent"]
-        [::core::mem::offset_of!(cudaArraySparseProperties, tileExtent) - 0usize];
-    ["Offset of field: cudaArraySparseProperties::miptailFirstLevel"]
-        [::core::mem::offset_of!(cudaArraySparseProperties, miptailFirstLevel) - 12usize];
-    ["Offset of field: cudaArraySparseProperties::miptailSize"]
-        [::core::mem::offset_of!(cudaArraySparseProperties, miptailSize) - 16usize];
-    ["Offset of field: cudaArraySparseProperties::flags"]
-        [::core::mem::offset_of!(cudaArraySparseProperties, flags) - 24usize];
-    ["Offset of field: cudaArraySparseProperties::reserved"]
-        [::core::mem::offset_of!(cudaArraySparseProperties, reserved) - 28usize];
+    [
+        "Size of cudaArraySparseProperties",
+    ][::core::mem::size_of::<cudaArraySparseProperties>() - 48usize];
+    [
+        "Alignment of cudaArraySparseProperties",
+    ][::core::mem::align_of::<cudaArraySparseProperties>() - 8usize];
+    [
+        "Offset of field: cudaArraySparseProperties::tileExtent",
+    ][::core::mem::offset_of!(cudaArraySparseProperties, tileExtent) - 0usize];
+    [
+        "Offset of field: cudaArraySparseProperties::miptailFirstLevel",
+    ][::core::mem::offset_of!(cudaArraySparseProperties, miptailFirstLevel) - 12usize];
+    [
+        "Offset of field: cudaArraySparseProperties::miptailSize",
+    ][::core::mem::offset_of!(cudaArraySparseProperties, miptailSize) - 16usize];
+    [
+        "Offset of field: cudaArraySparseProperties::flags",
+    ][::core::mem::offset_of!(cudaArraySparseProperties, flags) - 24usize];
+    [
+        "Offset of field: cudaArraySparseProperties::reserved",
+    ][::core::mem::offset_of!(cudaArraySparseProperties, reserved) - 28usize];
 };
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -406,16 +463,21 @@ pub struct cudaArrayMemoryRequirements {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaArrayMemoryRequirements"]
-        [::core::mem::size_of::<cudaArrayMemoryRequirements>() - 32usize];
-    ["Alignment of cudaArrayMemoryRequirements"]
-        [::core::mem::align_of::<cudaArrayMemoryRequirements>() - 8usize];
-    ["Offset of field: cudaArrayMemoryRequirements::size"]
-        [::core::mem::offset_of!(cudaArrayMemoryRequirements, size) - 0usize];
-    ["Offset of field: cudaArrayMemoryRequirements::alignment"]
-        [::core::mem::offset_of!(cudaArrayMemoryRequirements, alignment) - 8usize];
-    ["Offset of field: cudaArrayMemoryRequirements::reserved"]
-        [::core::mem::offset_of!(cudaArrayMemoryRequirements, reserved) - 16usize];
+    [
+        "Size of cudaArrayMemoryRequirements",
+    ][::core::mem::size_of::<cudaArrayMemoryRequirements>() - 32usize];
+    [
+        "Alignment of cudaArrayMemoryRequirements",
+    ][::core::mem::align_of::<cudaArrayMemoryRequirements>() - 8usize];
+    [
+        "Offset of field: cudaArrayMemoryRequirements::size",
+    ][::core::mem::offset_of!(cudaArrayMemoryRequirements, size) - 0usize];
+    [
+        "Offset of field: cudaArrayMemoryRequirements::alignment",
+    ][::core::mem::offset_of!(cudaArrayMemoryRequirements, alignment) - 8usize];
+    [
+        "Offset of field: cudaArrayMemoryRequirements::reserved",
+    ][::core::mem::offset_of!(cudaArrayMemoryRequirements, reserved) - 16usize];
 };
 impl cudaMemoryType {
     pub const cudaMemoryTypeUnregistered: cudaMemoryType = cudaMemoryType(0);
@@ -448,13 +510,18 @@ pub struct cudaPitchedPtr {
 const _: () = {
     ["Size of cudaPitchedPtr"][::core::mem::size_of::<cudaPitchedPtr>() - 32usize];
     ["Alignment of cudaPitchedPtr"][::core::mem::align_of::<cudaPitchedPtr>() - 8usize];
-    ["Offset of field: cudaPitchedPtr::ptr"][::core::mem::offset_of!(cudaPitchedPtr, ptr) - 0usize];
-    ["Offset of field: cudaPitchedPtr::pitch"]
-        [::core::mem::offset_of!(cudaPitchedPtr, pitch) - 8usize];
-    ["Offset of field: cudaPitchedPtr::xsize"]
-        [::core::mem::offset_of!(cudaPitchedPtr, xsize) - 16usize];
-    ["Offset of field: cudaPitchedPtr::ysize"]
-        [::core::mem::offset_of!(cudaPitchedPtr, ysize) - 24usize];
+    [
+        "Offset of field: cudaPitchedPtr::ptr",
+    ][::core::mem::offset_of!(cudaPitchedPtr, ptr) - 0usize];
+    [
+        "Offset of field: cudaPitchedPtr::pitch",
+    ][::core::mem::offset_of!(cudaPitchedPtr, pitch) - 8usize];
+    [
+        "Offset of field: cudaPitchedPtr::xsize",
+    ][::core::mem::offset_of!(cudaPitchedPtr, xsize) - 16usize];
+    [
+        "Offset of field: cudaPitchedPtr::ysize",
+    ][::core::mem::offset_of!(cudaPitchedPtr, ysize) - 24usize];
 };
 impl Default for cudaPitchedPtr {
     fn default() -> Self {
@@ -476,9 +543,15 @@ pub struct cudaExtent {
 const _: () = {
     ["Size of cudaExtent"][::core::mem::size_of::<cudaExtent>() - 24usize];
     ["Alignment of cudaExtent"][::core::mem::align_of::<cudaExtent>() - 8usize];
-    ["Offset of field: cudaExtent::width"][::core::mem::offset_of!(cudaExtent, width) - 0usize];
-    ["Offset of field: cudaExtent::height"][::core::mem::offset_of!(cudaExtent, height) - 8usize];
-    ["Offset of field: cudaExtent::depth"][::core::mem::offset_of!(cudaExtent, depth) - 16usize];
+    [
+        "Offset of field: cudaExtent::width",
+    ][::core::mem::offset_of!(cudaExtent, width) - 0usize];
+    [
+        "Offset of field: cudaExtent::height",
+    ][::core::mem::offset_of!(cudaExtent, height) - 8usize];
+    [
+        "Offset of field: cudaExtent::depth",
+    ][::core::mem::offset_of!(cudaExtent, depth) - 16usize];
 };
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
@@ -509,24 +582,36 @@ pub struct cudaMemcpy3DParms {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemcpy3DParms"][::core::mem::size_of::<cudaMemcpy3DParms>() - 160usize];
-    ["Alignment of cudaMemcpy3DParms"][::core::mem::align_of::<cudaMemcpy3DParms>() - 8usize];
-    ["Offset of field: cudaMemcpy3DParms::srcArray"]
-        [::core::mem::offset_of!(cudaMemcpy3DParms, srcArray) - 0usize];
-    ["Offset of field: cudaMemcpy3DParms::srcPos"]
-        [::core::mem::offset_of!(cudaMemcpy3DParms, srcPos) - 8usize];
-    ["Offset of field: cudaMemcpy3DParms::srcPtr"]
-        [::core::mem::offset_of!(cudaMemcpy3DParms, srcPtr) - 32usize];
-    ["Offset of field: cudaMemcpy3DParms::dstArray"]
-        [::core::mem::offset_of!(cudaMemcpy3DParms, dstArray) - 64usize];
-    ["Offset of field: cudaMemcpy3DParms::dstPos"]
-        [::core::mem::offset_of!(cudaMemcpy3DParms, dstPos) - 72usize];
-    ["Offset of field: cudaMemcpy3DParms::dstPtr"]
-        [::core::mem::offset_of!(cudaMemcpy3DParms, dstPtr) - 96usize];
-    ["Offset of field: cudaMemcpy3DParms::extent"]
-        [::core::mem::offset_of!(cudaMemcpy3DParms, extent) - 128usize];
-    ["Offset of field: cudaMemcpy3DParms::kind"]
-        [::core::mem::offset_of!(cudaMemcpy3DParms, kind) - 152usize];
+    [
+        "Size of cudaMemcpy3DParms",
+    ][::core::mem::size_of::<cudaMemcpy3DParms>() - 160usize];
+    [
+        "Alignment of cudaMemcpy3DParms",
+    ][::core::mem::align_of::<cudaMemcpy3DParms>() - 8usize];
+    [
+        "Offset of field: cudaMemcpy3DParms::srcArray",
+    ][::core::mem::offset_of!(cudaMemcpy3DParms, srcArray) - 0usize];
+    [
+        "Offset of field: cudaMemcpy3DParms::srcPos",
+    ][::core::mem::offset_of!(cudaMemcpy3DParms, srcPos) - 8usize];
+    [
+        "Offset of field: cudaMemcpy3DParms::srcPtr",
+    ][::core::mem::offset_of!(cudaMemcpy3DParms, srcPtr) - 32usize];
+    [
+        "Offset of field: cudaMemcpy3DParms::dstArray",
+    ][::core::mem::offset_of!(cudaMemcpy3DParms, dstArray) - 64usize];
+    [
+        "Offset of field: cudaMemcpy3DParms::dstPos",
+    ][::core::mem::offset_of!(cudaMemcpy3DParms, dstPos) - 72usize];
+    [
+        "Offset of field: cudaMemcpy3DParms::dstPtr",
+    ][::core::mem::offset_of!(cudaMemcpy3DParms, dstPtr) - 96usize];
+    [
+        "Offset of field: cudaMemcpy3DParms::extent",
+    ][::core::mem::offset_of!(cudaMemcpy3DParms, extent) - 128usize];
+    [
+        "Offset of field: cudaMemcpy3DParms::kind",
+    ][::core::mem::offset_of!(cudaMemcpy3DParms, kind) - 152usize];
 };
 impl Default for cudaMemcpy3DParms {
     fn default() -> Self {
@@ -546,14 +631,21 @@ pub struct cudaMemcpyNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemcpyNodeParams"][::core::mem::size_of::<cudaMemcpyNodeParams>() - 176usize];
-    ["Alignment of cudaMemcpyNodeParams"][::core::mem::align_of::<cudaMemcpyNodeParams>() - 8usize];
-    ["Offset of field: cudaMemcpyNodeParams::flags"]
-        [::core::mem::offset_of!(cudaMemcpyNodeParams, flags) - 0usize];
-    ["Offset of field: cudaMemcpyNodeParams::reserved"]
-        [::core::mem::offset_of!(cudaMemcpyNodeParams, reserved) - 4usize];
-    ["Offset of field: cudaMemcpyNodeParams::copyParams"]
-        [::core::mem::offset_of!(cudaMemcpyNodeParams, copyParams) - 16usize];
+    [
+        "Size of cudaMemcpyNodeParams",
+    ][::core::mem::size_of::<cudaMemcpyNodeParams>() - 176usize];
+    [
+        "Alignment of cudaMemcpyNodeParams",
+    ][::core::mem::align_of::<cudaMemcpyNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaMemcpyNodeParams::flags",
+    ][::core::mem::offset_of!(cudaMemcpyNodeParams, flags) - 0usize];
+    [
+        "Offset of field: cudaMemcpyNodeParams::reserved",
+    ][::core::mem::offset_of!(cudaMemcpyNodeParams, reserved) - 4usize];
+    [
+        "Offset of field: cudaMemcpyNodeParams::copyParams",
+    ][::core::mem::offset_of!(cudaMemcpyNodeParams, copyParams) - 16usize];
 };
 impl Default for cudaMemcpyNodeParams {
     fn default() -> Self {
@@ -579,27 +671,39 @@ pub struct cudaMemcpy3DPeerParms {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemcpy3DPeerParms"][::core::mem::size_of::<cudaMemcpy3DPeerParms>() - 168usize];
-    ["Alignment of cudaMemcpy3DPeerParms"]
-        [::core::mem::align_of::<cudaMemcpy3DPeerParms>() - 8usize];
-    ["Offset of field: cudaMemcpy3DPeerParms::srcArray"]
-        [::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcArray) - 0usize];
-    ["Offset of field: cudaMemcpy3DPeerParms::srcPos"]
-        [::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcPos) - 8usize];
-    ["Offset of field: cudaMemcpy3DPeerParms::srcPtr"]
-        [::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcPtr) - 32usize];
-    ["Offset of field: cudaMemcpy3DPeerParms::srcDevice"]
-        [::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcDevice) - 64usize];
-    ["Offset of field: cudaMemcpy3DPeerParms::dstArray"]
-        [::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstArray) - 72usize];
-    ["Offset of field: cudaMemcpy3DPeerParms::dstPos"]
-        [::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstPos) - 80usize];
-    ["Offset of field: cudaMemcpy3DPeerParms::dstPtr"]
-        [::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstPtr) - 104usize];
-    ["Offset of field: cudaMemcpy3DPeerParms::dstDevice"]
-        [::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstDevice) - 136usize];
-    ["Offset of field: cudaMemcpy3DPeerParms::extent"]
-        [::core::mem::offset_of!(cudaMemcpy3DPeerParms, extent) - 144usize];
+    [
+        "Size of cudaMemcpy3DPeerParms",
+    ][::core::mem::size_of::<cudaMemcpy3DPeerParms>() - 168usize];
+    [
+        "Alignment of cudaMemcpy3DPeerParms",
+    ][::core::mem::align_of::<cudaMemcpy3DPeerParms>() - 8usize];
+    [
+        "Offset of field: cudaMemcpy3DPeerParms::srcArray",
+    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcArray) - 0usize];
+    [
+        "Offset of field: cudaMemcpy3DPeerParms::srcPos",
+    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcPos) - 8usize];
+    [
+        "Offset of field: cudaMemcpy3DPeerParms::srcPtr",
+    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcPtr) - 32usize];
+    [
+        "Offset of field: cudaMemcpy3DPeerParms::srcDevice",
+    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, srcDevice) - 64usize];
+    [
+        "Offset of field: cudaMemcpy3DPeerParms::dstArray",
+    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstArray) - 72usize];
+    [
+        "Offset of field: cudaMemcpy3DPeerParms::dstPos",
+    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstPos) - 80usize];
+    [
+        "Offset of field: cudaMemcpy3DPeerParms::dstPtr",
+    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstPtr) - 104usize];
+    [
+        "Offset of field: cudaMemcpy3DPeerParms::dstDevice",
+    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, dstDevice) - 136usize];
+    [
+        "Offset of field: cudaMemcpy3DPeerParms::extent",
+    ][::core::mem::offset_of!(cudaMemcpy3DPeerParms, extent) - 144usize];
 };
 impl Default for cudaMemcpy3DPeerParms {
     fn default() -> Self {
@@ -623,19 +727,27 @@ pub struct cudaMemsetParams {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of cudaMemsetParams"][::core::mem::size_of::<cudaMemsetParams>() - 40usize];
-    ["Alignment of cudaMemsetParams"][::core::mem::align_of::<cudaMemsetParams>() - 8usize];
-    ["Offset of field: cudaMemsetParams::dst"]
-        [::core::mem::offset_of!(cudaMemsetParams, dst) - 0usize];
-    ["Offset of field: cudaMemsetParams::pitch"]
-        [::core::mem::offset_of!(cudaMemsetParams, pitch) - 8usize];
-    ["Offset of field: cudaMemsetParams::value"]
-        [::core::mem::offset_of!(cudaMemsetParams, value) - 16usize];
-    ["Offset of field: cudaMemsetParams::elementSize"]
-        [::core::mem::offset_of!(cudaMemsetParams, elementSize) - 20usize];
-    ["Offset of field: cudaMemsetParams::width"]
-        [::core::mem::offset_of!(cudaMemsetParams, width) - 24usize];
-    ["Offset of field: cudaMemsetParams::height"]
-        [::core::mem::offset_of!(cudaMemsetParams, height) - 32usize];
+    [
+        "Alignment of cudaMemsetParams",
+    ][::core::mem::align_of::<cudaMemsetParams>() - 8usize];
+    [
+        "Offset of field: cudaMemsetParams::dst",
+    ][::core::mem::offset_of!(cudaMemsetParams, dst) - 0usize];
+    [
+        "Offset of field: cudaMemsetParams::pitch",
+    ][::core::mem::offset_of!(cudaMemsetParams, pitch) - 8usize];
+    [
+        "Offset of field: cudaMemsetParams::value",
+    ][::core::mem::offset_of!(cudaMemsetParams, value) - 16usize];
+    [
+        "Offset of field: cudaMemsetParams::elementSize",
+    ][::core::mem::offset_of!(cudaMemsetParams, elementSize) - 20usize];
+    [
+        "Offset of field: cudaMemsetParams::width",
+    ][::core::mem::offset_of!(cudaMemsetParams, width) - 24usize];
+    [
+        "Offset of field: cudaMemsetParams::height",
+    ][::core::mem::offset_of!(cudaMemsetParams, height) - 32usize];
 };
 impl Default for cudaMemsetParams {
     fn default() -> Self {
@@ -658,20 +770,30 @@ pub struct cudaMemsetParamsV2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemsetParamsV2"][::core::mem::size_of::<cudaMemsetParamsV2>() - 40usize];
-    ["Alignment of cudaMemsetParamsV2"][::core::mem::align_of::<cudaMemsetParamsV2>() - 8usize];
-    ["Offset of field: cudaMemsetParamsV2::dst"]
-        [::core::mem::offset_of!(cudaMemsetParamsV2, dst) - 0usize];
-    ["Offset of field: cudaMemsetParamsV2::pitch"]
-        [::core::mem::offset_of!(cudaMemsetParamsV2, pitch) - 8usize];
-    ["Offset of field: cudaMemsetParamsV2::value"]
-        [::core::mem::offset_of!(cudaMemsetParamsV2, value) - 16usize];
-    ["Offset of field: cudaMemsetParamsV2::elementSize"]
-        [::core::mem::offset_of!(cudaMemsetParamsV2, elementSize) - 20usize];
-    ["Offset of field: cudaMemsetParamsV2::width"]
-        [::core::mem::offset_of!(cudaMemsetParamsV2, width) - 24usize];
-    ["Offset of field: cudaMemsetParamsV2::height"]
-        [::core::mem::offset_of!(cudaMemsetParamsV2, height) - 32usize];
+    [
+        "Size of cudaMemsetParamsV2",
+    ][::core::mem::size_of::<cudaMemsetParamsV2>() - 40usize];
+    [
+        "Alignment of cudaMemsetParamsV2",
+    ][::core::mem::align_of::<cudaMemsetParamsV2>() - 8usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::dst",
+    ][::core::mem::offset_of!(cudaMemsetParamsV2, dst) - 0usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::pitch",
+    ][::core::mem::offset_of!(cudaMemsetParamsV2, pitch) - 8usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::value",
+    ][::core::mem::offset_of!(cudaMemsetParamsV2, value) - 16usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::elementSize",
+    ][::core::mem::offset_of!(cudaMemsetParamsV2, elementSize) - 20usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::width",
+    ][::core::mem::offset_of!(cudaMemsetParamsV2, width) - 24usize];
+    [
+        "Offset of field: cudaMemsetParamsV2::height",
+    ][::core::mem::offset_of!(cudaMemsetParamsV2, height) - 32usize];
 };
 impl Default for cudaMemsetParamsV2 {
     fn default() -> Self {
@@ -701,19 +823,27 @@ pub struct cudaAccessPolicyWindow {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaAccessPolicyWindow"][::core::mem::size_of::<cudaAccessPolicyWindow>() - 32usize];
-    ["Alignment of cudaAccessPolicyWindow"]
-        [::core::mem::align_of::<cudaAccessPolicyWindow>() - 8usize];
-    ["Offset of field: cudaAccessPolicyWindow::base_ptr"]
-        [::core::mem::offset_of!(cudaAccessPolicyWindow, base_ptr) - 0usize];
-    ["Offset of field: cudaAccessPolicyWindow::num_bytes"]
-        [::core::mem::offset_of!(cudaAccessPolicyWindow, num_bytes) - 8usize];
-    ["Offset of field: cudaAccessPolicyWindow::hitRatio"]
-        [::core::mem::offset_of!(cudaAccessPolicyWindow, hitRatio) - 16usize];
-    ["Offset of field: cudaAccessPolicyWindow::hitProp"]
-        [::core::mem::offset_of!(cudaAccessPolicyWindow, hitProp) - 20usize];
-    ["Offset of field: cudaAccessPolicyWindow::missProp"]
-        [::core::mem::offset_of!(cudaAccessPolicyWindow, missProp) - 24usize];
+    [
+        "Size of cudaAccessPolicyWindow",
+    ][::core::mem::size_of::<cudaAccessPolicyWindow>() - 32usize];
+    [
+        "Alignment of cudaAccessPolicyWindow",
+    ][::core::mem::align_of::<cudaAccessPolicyWindow>() - 8usize];
+    [
+        "Offset of field: cudaAccessPolicyWindow::base_ptr",
+    ][::core::mem::offset_of!(cudaAccessPolicyWindow, base_ptr) - 0usize];
+    [
+        "Offset of field: cudaAccessPolicyWindow::num_bytes",
+    ][::core::mem::offset_of!(cudaAccessPolicyWindow, num_bytes) - 8usize];
+    [
+        "Offset of field: cudaAccessPolicyWindow::hitRatio",
+    ][::core::mem::offset_of!(cudaAccessPolicyWindow, hitRatio) - 16usize];
+    [
+        "Offset of field: cudaAccessPolicyWindow::hitProp",
+    ][::core::mem::offset_of!(cudaAccessPolicyWindow, hitProp) - 20usize];
+    [
+        "Offset of field: cudaAccessPolicyWindow::missProp",
+    ][::core::mem::offset_of!(cudaAccessPolicyWindow, missProp) - 24usize];
 };
 impl Default for cudaAccessPolicyWindow {
     fn default() -> Self {
@@ -724,8 +854,9 @@ impl Default for cudaAccessPolicyWindow {
         }
     }
 }
-pub type cudaHostFn_t =
-    ::core::option::Option<unsafe extern "C" fn(userData: *mut ::core::ffi::c_void)>;
+pub type cudaHostFn_t = ::core::option::Option<
+    unsafe extern "C" fn(userData: *mut ::core::ffi::c_void),
+>;
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaHostNodeParams {
@@ -734,12 +865,18 @@ pub struct cudaHostNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaHostNodeParams"][::core::mem::size_of::<cudaHostNodeParams>() - 16usize];
-    ["Alignment of cudaHostNodeParams"][::core::mem::align_of::<cudaHostNodeParams>() - 8usize];
-    ["Offset of field: cudaHostNodeParams::fn_"]
-        [::core::mem::offset_of!(cudaHostNodeParams, fn_) - 0usize];
-    ["Offset of field: cudaHostNodeParams::userData"]
-        [::core::mem::offset_of!(cudaHostNodeParams, userData) - 8usize];
+    [
+        "Size of cudaHostNodeParams",
+    ][::core::mem::size_of::<cudaHostNodeParams>() - 16usize];
+    [
+        "Alignment of cudaHostNodeParams",
+    ][::core::mem::align_of::<cudaHostNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaHostNodeParams::fn_",
+    ][::core::mem::offset_of!(cudaHostNodeParams, fn_) - 0usize];
+    [
+        "Offset of field: cudaHostNodeParams::userData",
+    ][::core::mem::offset_of!(cudaHostNodeParams, userData) - 8usize];
 };
 impl Default for cudaHostNodeParams {
     fn default() -> Self {
@@ -758,12 +895,18 @@ pub struct cudaHostNodeParamsV2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaHostNodeParamsV2"][::core::mem::size_of::<cudaHostNodeParamsV2>() - 16usize];
-    ["Alignment of cudaHostNodeParamsV2"][::core::mem::align_of::<cudaHostNodeParamsV2>() - 8usize];
-    ["Offset of field: cudaHostNodeParamsV2::fn_"]
-        [::core::mem::offset_of!(cudaHostNodeParamsV2, fn_) - 0usize];
-    ["Offset of field: cudaHostNodeParamsV2::userData"]
-        [::core::mem::offset_of!(cudaHostNodeParamsV2, userData) - 8usize];
+    [
+        "Size of cudaHostNodeParamsV2",
+    ][::core::mem::size_of::<cudaHostNodeParamsV2>() - 16usize];
+    [
+        "Alignment of cudaHostNodeParamsV2",
+    ][::core::mem::align_of::<cudaHostNodeParamsV2>() - 8usize];
+    [
+        "Offset of field: cudaHostNodeParamsV2::fn_",
+    ][::core::mem::offset_of!(cudaHostNodeParamsV2, fn_) - 0usize];
+    [
+        "Offset of field: cudaHostNodeParamsV2::userData",
+    ][::core::mem::offset_of!(cudaHostNodeParamsV2, userData) - 8usize];
 };
 impl Default for cudaHostNodeParamsV2 {
     fn default() -> Self {
@@ -775,59 +918,87 @@ impl Default for cudaHostNodeParamsV2 {
     }
 }
 impl cudaStreamCaptureStatus {
-    pub const cudaStreamCaptureStatusNone: cudaStreamCaptureStatus = cudaStreamCaptureStatus(0);
-    pub const cudaStreamCaptureStatusActive: cudaStreamCaptureStatus = cudaStreamCaptureStatus(1);
-    pub const cudaStreamCaptureStatusInvalidated: cudaStreamCaptureStatus =
-        cudaStreamCaptureStatus(2);
+    pub const cudaStreamCaptureStatusNone: cudaStreamCaptureStatus = cudaStreamCaptureStatus(
+        0,
+    );
+    pub const cudaStreamCaptureStatusActive: cudaStreamCaptureStatus = cudaStreamCaptureStatus(
+        1,
+    );
+    pub const cudaStreamCaptureStatusInvalidated: cudaStreamCaptureStatus = cudaStreamCaptureStatus(
+        2,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaStreamCaptureStatus(pub ::core::ffi::c_uint);
 impl cudaStreamCaptureMode {
-    pub const cudaStreamCaptureModeGlobal: cudaStreamCaptureMode = cudaStreamCaptureMode(0);
-    pub const cudaStreamCaptureModeThreadLocal: cudaStreamCaptureMode = cudaStreamCaptureMode(1);
-    pub const cudaStreamCaptureModeRelaxed: cudaStreamCaptureMode = cudaStreamCaptureMode(2);
+    pub const cudaStreamCaptureModeGlobal: cudaStreamCaptureMode = cudaStreamCaptureMode(
+        0,
+    );
+    pub const cudaStreamCaptureModeThreadLocal: cudaStreamCaptureMode = cudaStreamCaptureMode(
+        1,
+    );
+    pub const cudaStreamCaptureModeRelaxed: cudaStreamCaptureMode = cudaStreamCaptureMode(
+        2,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaStreamCaptureMode(pub ::core::ffi::c_uint);
 impl cudaSynchronizationPolicy {
-    pub const cudaSyncPolicyAuto: cudaSynchronizationPolicy = cudaSynchronizationPolicy(1);
-    pub const cudaSyncPolicySpin: cudaSynchronizationPolicy = cudaSynchronizationPolicy(2);
-    pub const cudaSyncPolicyYield: cudaSynchronizationPolicy = cudaSynchronizationPolicy(3);
-    pub const cudaSyncPolicyBlockingSync: cudaSynchronizationPolicy = cudaSynchronizationPolicy(4);
+    pub const cudaSyncPolicyAuto: cudaSynchronizationPolicy = cudaSynchronizationPolicy(
+        1,
+    );
+    pub const cudaSyncPolicySpin: cudaSynchronizationPolicy = cudaSynchronizationPolicy(
+        2,
+    );
+    pub const cudaSyncPolicyYield: cudaSynchronizationPolicy = cudaSynchronizationPolicy(
+        3,
+    );
+    pub const cudaSyncPolicyBlockingSync: cudaSynchronizationPolicy = cudaSynchronizationPolicy(
+        4,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaSynchronizationPolicy(pub ::core::ffi::c_uint);
 impl cudaClusterSchedulingPolicy {
-    pub const cudaClusterSchedulingPolicyDefault: cudaClusterSchedulingPolicy =
-        cudaClusterSchedulingPolicy(0);
-    pub const cudaClusterSchedulingPolicySpread: cudaClusterSchedulingPolicy =
-        cudaClusterSchedulingPolicy(1);
-    pub const cudaClusterSchedulingPolicyLoadBalancing: cudaClusterSchedulingPolicy =
-        cudaClusterSchedulingPolicy(2);
+    pub const cudaClusterSchedulingPolicyDefault: cudaClusterSchedulingPolicy = cudaClusterSchedulingPolicy(
+        0,
+    );
+    pub const cudaClusterSchedulingPolicySpread: cudaClusterSchedulingPolicy = cudaClusterSchedulingPolicy(
+        1,
+    );
+    pub const cudaClusterSchedulingPolicyLoadBalancing: cudaClusterSchedulingPolicy = cudaClusterSchedulingPolicy(
+        2,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaClusterSchedulingPolicy(pub ::core::ffi::c_uint);
 impl cudaStreamUpdateCaptureDependenciesFlags {
-    pub const cudaStreamAddCaptureDependencies: cudaStreamUpdateCaptureDependenciesFlags =
-        cudaStreamUpdateCaptureDependenciesFlags(0);
-    pub const cudaStreamSetCaptureDependencies: cudaStreamUpdateCaptureDependenciesFlags =
-        cudaStreamUpdateCaptureDependenciesFlags(1);
+    pub const cudaStreamAddCaptureDependencies: cudaStreamUpdateCaptureDependenciesFlags = cudaStreamUpdateCaptureDependenciesFlags(
+        0,
+    );
+    pub const cudaStreamSetCaptureDependencies: cudaStreamUpdateCaptureDependenciesFlags = cudaStreamUpdateCaptureDependenciesFlags(
+        1,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaStreamUpdateCaptureDependenciesFlags(pub ::core::ffi::c_uint);
 impl cudaUserObjectFlags {
-    pub const cudaUserObjectNoDestructorSync: cudaUserObjectFlags = cudaUserObjectFlags(1);
+    pub const cudaUserObjectNoDestructorSync: cudaUserObjectFlags = cudaUserObjectFlags(
+        1,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaUserObjectFlags(pub ::core::ffi::c_uint);
 impl cudaUserObjectRetainFlags {
-    pub const cudaGraphUserObjectMove: cudaUserObjectRetainFlags = cudaUserObjectRetainFlags(1);
+    pub const cudaGraphUserObjectMove: cudaUserObjectRetainFlags = cudaUserObjectRetainFlags(
+        1,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -838,35 +1009,56 @@ pub struct cudaGraphicsResource {
     _unused: [u8; 0],
 }
 impl cudaGraphicsRegisterFlags {
-    pub const cudaGraphicsRegisterFlagsNone: cudaGraphicsRegisterFlags =
-        cudaGraphicsRegisterFlags(0);
-    pub const cudaGraphicsRegisterFlagsReadOnly: cudaGraphicsRegisterFlags =
-        cudaGraphicsRegisterFlags(1);
-    pub const cudaGraphicsRegisterFlagsWriteDiscard: cudaGraphicsRegisterFlags =
-        cudaGraphicsRegisterFlags(2);
-    pub const cudaGraphicsRegisterFlagsSurfaceLoadStore: cudaGraphicsRegisterFlags =
-        cudaGraphicsRegisterFlags(4);
-    pub const cudaGraphicsRegisterFlagsTextureGather: cudaGraphicsRegisterFlags =
-        cudaGraphicsRegisterFlags(8);
+    pub const cudaGraphicsRegisterFlagsNone: cudaGraphicsRegisterFlags = cudaGraphicsRegisterFlags(
+        0,
+    );
+    pub const cudaGraphicsRegisterFlagsReadOnly: cudaGraphicsRegisterFlags = cudaGraphicsRegisterFlags(
+        1,
+    );
+    pub const cudaGraphicsRegisterFlagsWriteDiscard: cudaGraphicsRegisterFlags = cudaGraphicsRegisterFlags(
+        2,
+    );
+    pub const cudaGraphicsRegisterFlagsSurfaceLoadStore: cudaGraphicsRegisterFlags = cudaGraphicsRegisterFlags(
+        4,
+    );
+    pub const cudaGraphicsRegisterFlagsTextureGather: cudaGraphicsRegisterFlags = cudaGraphicsRegisterFlags(
+        8,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphicsRegisterFlags(pub ::core::ffi::c_uint);
 impl cudaGraphicsMapFlags {
     pub const cudaGraphicsMapFlagsNone: cudaGraphicsMapFlags = cudaGraphicsMapFlags(0);
-    pub const cudaGraphicsMapFlagsReadOnly: cudaGraphicsMapFlags = cudaGraphicsMapFlags(1);
-    pub const cudaGraphicsMapFlagsWriteDiscard: cudaGraphicsMapFlags = cudaGraphicsMapFlags(2);
+    pub const cudaGraphicsMapFlagsReadOnly: cudaGraphicsMapFlags = cudaGraphicsMapFlags(
+        1,
+    );
+    pub const cudaGraphicsMapFlagsWriteDiscard: cudaGraphicsMapFlags = cudaGraphicsMapFlags(
+        2,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphicsMapFlags(pub ::core::ffi::c_uint);
 impl cudaGraphicsCubeFace {
-    pub const cudaGraphicsCubeFacePositiveX: cudaGraphicsCubeFace = cudaGraphicsCubeFace(0);
-    pub const cudaGraphicsCubeFaceNegativeX: cudaGraphicsCubeFace = cudaGraphicsCubeFace(1);
-    pub const cudaGraphicsCubeFacePositiveY: cudaGraphicsCubeFace = cudaGraphicsCubeFace(2);
-    pub const cudaGraphicsCubeFaceNegativeY: cudaGraphicsCubeFace = cudaGraphicsCubeFace(3);
-    pub const cudaGraphicsCubeFacePositiveZ: cudaGraphicsCubeFace = cudaGraphicsCubeFace(4);
-    pub const cudaGraphicsCubeFaceNegativeZ: cudaGraphicsCubeFace = cudaGraphicsCubeFace(5);
+    pub const cudaGraphicsCubeFacePositiveX: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
+        0,
+    );
+    pub const cudaGraphicsCubeFaceNegativeX: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
+        1,
+    );
+    pub const cudaGraphicsCubeFacePositiveY: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
+        2,
+    );
+    pub const cudaGraphicsCubeFaceNegativeY: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
+        3,
+    );
+    pub const cudaGraphicsCubeFacePositiveZ: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
+        4,
+    );
+    pub const cudaGraphicsCubeFaceNegativeZ: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
+        5,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -882,50 +1074,108 @@ impl cudaResourceType {
 pub struct cudaResourceType(pub ::core::ffi::c_uint);
 impl cudaResourceViewFormat {
     pub const cudaResViewFormatNone: cudaResourceViewFormat = cudaResourceViewFormat(0);
-    pub const cudaResViewFormatUnsignedChar1: cudaResourceViewFormat = cudaResourceViewFormat(1);
-    pub const cudaResViewFormatUnsignedChar2: cudaResourceViewFormat = cudaResourceViewFormat(2);
-    pub const cudaResViewFormatUnsignedChar4: cudaResourceViewFormat = cudaResourceViewFormat(3);
-    pub const cudaResViewFormatSignedChar1: cudaResourceViewFormat = cudaResourceViewFormat(4);
-    pub const cudaResViewFormatSignedChar2: cudaResourceViewFormat = cudaResourceViewFormat(5);
-    pub const cudaResViewFormatSignedChar4: cudaResourceViewFormat = cudaResourceViewFormat(6);
-    pub const cudaResViewFormatUnsignedShort1: cudaResourceViewFormat = cudaResourceViewFormat(7);
-    pub const cudaResViewFormatUnsignedShort2: cudaResourceViewFormat = cudaResourceViewFormat(8);
-    pub const cudaResViewFormatUnsignedShort4: cudaResourceViewFormat = cudaResourceViewFormat(9);
-    pub const cudaResViewFormatSignedShort1: cudaResourceViewFormat = cudaResourceViewFormat(10);
-    pub const cudaResViewFormatSignedShort2: cudaResourceViewFormat = cudaResourceViewFormat(11);
-    pub const cudaResViewFormatSignedShort4: cudaResourceViewFormat = cudaResourceViewFormat(12);
-    pub const cudaResViewFormatUnsignedInt1: cudaResourceViewFormat = cudaResourceViewFormat(13);
-    pub const cudaResViewFormatUnsignedInt2: cudaResourceViewFormat = cudaResourceViewFormat(14);
-    pub const cudaResViewFormatUnsignedInt4: cudaResourceViewFormat = cudaResourceViewFormat(15);
-    pub const cudaResViewFormatSignedInt1: cudaResourceViewFormat = cudaResourceViewFormat(16);
-    pub const cudaResViewFormatSignedInt2: cudaResourceViewFormat = cudaResourceViewFormat(17);
-    pub const cudaResViewFormatSignedInt4: cudaResourceViewFormat = cudaResourceViewFormat(18);
-    pub const cudaResViewFormatHalf1: cudaResourceViewFormat = cudaResourceViewFormat(19);
-    pub const cudaResViewFormatHalf2: cudaResourceViewFormat = cudaResourceViewFormat(20);
-    pub const cudaResViewFormatHalf4: cudaResourceViewFormat = cudaResourceViewFormat(21);
-    pub const cudaResViewFormatFloat1: cudaResourceViewFormat = cudaResourceViewFormat(22);
-    pub const cudaResViewFormatFloat2: cudaResourceViewFormat = cudaResourceViewFormat(23);
-    pub const cudaResViewFormatFloat4: cudaResourceViewFormat = cudaResourceViewFormat(24);
-    pub const cudaResViewFormatUnsignedBlockCompressed1: cudaResourceViewFormat =
-        cudaResourceViewFormat(25);
-    pub const cudaResViewFormatUnsignedBlockCompressed2: cudaResourceViewFormat =
-        cudaResourceViewFormat(26);
-    pub const cudaResViewFormatUnsignedBlockCompressed3: cudaResourceViewFormat =
-        cudaResourceViewFormat(27);
-    pub const cudaResViewFormatUnsignedBlockCompressed4: cudaResourceViewFormat =
-        cudaResourceViewFormat(28);
-    pub const cudaResViewFormatSignedBlockCompressed4: cudaResourceViewFormat =
-        cudaResourceViewFormat(29);
-    pub const cudaResViewFormatUnsignedBlockCompressed5: cudaResourceViewFormat =
-        cudaResourceViewFormat(30);
-    pub const cudaResViewFormatSignedBlockCompressed5: cudaResourceViewFormat =
-        cudaResourceViewFormat(31);
-    pub const cudaResViewFormatUnsignedBlockCompressed6H: cudaResourceViewFormat =
-        cudaResourceViewFormat(32);
-    pub const cudaResViewFormatSignedBlockCompressed6H: cudaResourceViewFormat =
-        cudaResourceViewFormat(33);
-    pub const cudaResViewFormatUnsignedBlockCompressed7: cudaResourceViewFormat =
-        cudaResourceViewFormat(34);
+    pub const cudaResViewFormatUnsignedChar1: cudaResourceViewFormat = cudaResourceViewFormat(
+        1,
+    );
+    pub const cudaResViewFormatUnsignedChar2: cudaResourceViewFormat = cudaResourceViewFormat(
+        2,
+    );
+    pub const cudaResViewFormatUnsignedChar4: cudaResourceViewFormat = cudaResourceViewFormat(
+        3,
+    );
+    pub const cudaResViewFormatSignedChar1: cudaResourceViewFormat = cudaResourceViewFormat(
+        4,
+    );
+    pub const cudaResViewFormatSignedChar2: cudaResourceViewFormat = cudaResourceViewFormat(
+        5,
+    );
+    pub const cudaResViewFormatSignedChar4: cudaResourceViewFormat = cudaResourceViewFormat(
+        6,
+    );
+    pub const cudaResViewFormatUnsignedShort1: cudaResourceViewFormat = cudaResourceViewFormat(
+        7,
+    );
+    pub const cudaResViewFormatUnsignedShort2: cudaResourceViewFormat = cudaResourceViewFormat(
+        8,
+    );
+    pub const cudaResViewFormatUnsignedShort4: cudaResourceViewFormat = cudaResourceViewFormat(
+        9,
+    );
+    pub const cudaResViewFormatSignedShort1: cudaResourceViewFormat = cudaResourceViewFormat(
+        10,
+    );
+    pub const cudaResViewFormatSignedShort2: cudaResourceViewFormat = cudaResourceViewFormat(
+        11,
+    );
+    pub const cudaResViewFormatSignedShort4: cudaResourceViewFormat = cudaResourceViewFormat(
+        12,
+    );
+    pub const cudaResViewFormatUnsignedInt1: cudaResourceViewFormat = cudaResourceViewFormat(
+        13,
+    );
+    pub const cudaResViewFormatUnsignedInt2: cudaResourceViewFormat = cudaResourceViewFormat(
+        14,
+    );
+    pub const cudaResViewFormatUnsignedInt4: cudaResourceViewFormat = cudaResourceViewFormat(
+        15,
+    );
+    pub const cudaResViewFormatSignedInt1: cudaResourceViewFormat = cudaResourceViewFormat(
+        16,
+    );
+    pub const cudaResViewFormatSignedInt2: cudaResourceViewFormat = cudaResourceViewFormat(
+        17,
+    );
+    pub const cudaResViewFormatSignedInt4: cudaResourceViewFormat = cudaResourceViewFormat(
+        18,
+    );
+    pub const cudaResViewFormatHalf1: cudaResourceViewFormat = cudaResourceViewFormat(
+        19,
+    );
+    pub const cudaResViewFormatHalf2: cudaResourceViewFormat = cudaResourceViewFormat(
+        20,
+    );
+    pub const cudaResViewFormatHalf4: cudaResourceViewFormat = cudaResourceViewFormat(
+        21,
+    );
+    pub const cudaResViewFormatFloat1: cudaResourceViewFormat = cudaResourceViewFormat(
+        22,
+    );
+    pub const cudaResViewFormatFloat2: cudaResourceViewFormat = cudaResourceViewFormat(
+        23,
+    );
+    pub const cudaResViewFormatFloat4: cudaResourceViewFormat = cudaResourceViewFormat(
+        24,
+    );
+    pub const cudaResViewFormatUnsignedBlockCompressed1: cudaResourceViewFormat = cudaResourceViewFormat(
+        25,
+    );
+    pub const cudaResViewFormatUnsignedBlockCompressed2: cudaResourceViewFormat = cudaResourceViewFormat(
+        26,
+    );
+    pub const cudaResViewFormatUnsignedBlockCompressed3: cudaResourceViewFormat = cudaResourceViewFormat(
+        27,
+    );
+    pub const cudaResViewFormatUnsignedBlockCompressed4: cudaResourceViewFormat = cudaResourceViewFormat(
+        28,
+    );
+    pub const cudaResViewFormatSignedBlockCompressed4: cudaResourceViewFormat = cudaResourceViewFormat(
+        29,
+    );
+    pub const cudaResViewFormatUnsignedBlockCompressed5: cudaResourceViewFormat = cudaResourceViewFormat(
+        30,
+    );
+    pub const cudaResViewFormatSignedBlockCompressed5: cudaResourceViewFormat = cudaResourceViewFormat(
+        31,
+    );
+    pub const cudaResViewFormatUnsignedBlockCompressed6H: cudaResourceViewFormat = cudaResourceViewFormat(
+        32,
+    );
+    pub const cudaResViewFormatSignedBlockCompressed6H: cudaResourceViewFormat = cudaResourceViewFormat(
+        33,
+    );
+    pub const cudaResViewFormatUnsignedBlockCompressed7: cudaResourceViewFormat = cudaResourceViewFormat(
+        34,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -951,12 +1201,16 @@ pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_1>() - 8usize];
-    ["Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_1::array"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_1, array) - 0usize];
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_1>() - 8usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_1::array",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_1, array)
+        - 0usize];
 };
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
@@ -974,12 +1228,16 @@ pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_2"]
-        [::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_2>() - 8usize];
-    ["Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_2"]
-        [::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_2>() - 8usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_2::mipmap"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_2, mipmap) - 0usize];
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_2>() - 8usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_2>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_2::mipmap",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_2, mipmap)
+        - 0usize];
 };
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
@@ -999,18 +1257,24 @@ pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_3"]
-        [::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_3>() - 40usize];
-    ["Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_3"]
-        [::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_3>() - 8usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::devPtr"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, devPtr) - 0usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::desc"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, desc) - 8usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::sizeInBytes"][::core::mem::offset_of!(
-        cudaResourceDesc__bindgen_ty_1__bindgen_ty_3,
-        sizeInBytes
-    ) - 32usize];
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_3",
+    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_3>() - 40usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_3",
+    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_3>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::devPtr",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, devPtr)
+        - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::desc",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, desc)
+        - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_3::sizeInBytes",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_3, sizeInBytes)
+        - 32usize];
 };
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
     fn default() -> Self {
@@ -1032,22 +1296,32 @@ pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_4"]
-        [::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_4>() - 56usize];
-    ["Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_4"]
-        [::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_4>() - 8usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::devPtr"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, devPtr) - 0usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::desc"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, desc) - 8usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::width"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, width) - 32usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::height"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, height) - 40usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::pitchInBytes"][::core::mem::offset_of!(
-        cudaResourceDesc__bindgen_ty_1__bindgen_ty_4,
-        pitchInBytes
-    ) - 48usize];
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1__bindgen_ty_4",
+    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_4>() - 56usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1__bindgen_ty_4",
+    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1__bindgen_ty_4>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::devPtr",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, devPtr)
+        - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::desc",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, desc)
+        - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::width",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, width)
+        - 32usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::height",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, height)
+        - 40usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1__bindgen_ty_4::pitchInBytes",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1__bindgen_ty_4, pitchInBytes)
+        - 48usize];
 };
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
     fn default() -> Self {
@@ -1060,18 +1334,24 @@ impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaResourceDesc__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1>() - 56usize];
-    ["Alignment of cudaResourceDesc__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1::array"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, array) - 0usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1::mipmap"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, mipmap) - 0usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1::linear"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, linear) - 0usize];
-    ["Offset of field: cudaResourceDesc__bindgen_ty_1::pitch2D"]
-        [::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, pitch2D) - 0usize];
+    [
+        "Size of cudaResourceDesc__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaResourceDesc__bindgen_ty_1>() - 56usize];
+    [
+        "Alignment of cudaResourceDesc__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaResourceDesc__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::array",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, array) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::mipmap",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, mipmap) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::linear",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, linear) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc__bindgen_ty_1::pitch2D",
+    ][::core::mem::offset_of!(cudaResourceDesc__bindgen_ty_1, pitch2D) - 0usize];
 };
 impl Default for cudaResourceDesc__bindgen_ty_1 {
     fn default() -> Self {
@@ -1085,11 +1365,15 @@ impl Default for cudaResourceDesc__bindgen_ty_1 {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of cudaResourceDesc"][::core::mem::size_of::<cudaResourceDesc>() - 64usize];
-    ["Alignment of cudaResourceDesc"][::core::mem::align_of::<cudaResourceDesc>() - 8usize];
-    ["Offset of field: cudaResourceDesc::resType"]
-        [::core::mem::offset_of!(cudaResourceDesc, resType) - 0usize];
-    ["Offset of field: cudaResourceDesc::res"]
-        [::core::mem::offset_of!(cudaResourceDesc, res) - 8usize];
+    [
+        "Alignment of cudaResourceDesc",
+    ][::core::mem::align_of::<cudaResourceDesc>() - 8usize];
+    [
+        "Offset of field: cudaResourceDesc::resType",
+    ][::core::mem::offset_of!(cudaResourceDesc, resType) - 0usize];
+    [
+        "Offset of field: cudaResourceDesc::res",
+    ][::core::mem::offset_of!(cudaResourceDesc, res) - 8usize];
 };
 impl Default for cudaResourceDesc {
     fn default() -> Self {
@@ -1114,24 +1398,36 @@ pub struct cudaResourceViewDesc {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaResourceViewDesc"][::core::mem::size_of::<cudaResourceViewDesc>() - 48usize];
-    ["Alignment of cudaResourceViewDesc"][::core::mem::align_of::<cudaResourceViewDesc>() - 8usize];
-    ["Offset of field: cudaResourceViewDesc::format"]
-        [::core::mem::offset_of!(cudaResourceViewDesc, format) - 0usize];
-    ["Offset of field: cudaResourceViewDesc::width"]
-        [::core::mem::offset_of!(cudaResourceViewDesc, width) - 8usize];
-    ["Offset of field: cudaResourceViewDesc::height"]
-        [::core::mem::offset_of!(cudaResourceViewDesc, height) - 16usize];
-    ["Offset of field: cudaResourceViewDesc::depth"]
-        [::core::mem::offset_of!(cudaResourceViewDesc, depth) - 24usize];
-    ["Offset of field: cudaResourceViewDesc::firstMipmapLevel"]
-        [::core::mem::offset_of!(cudaResourceViewDesc, firstMipmapLevel) - 32usize];
-    ["Offset of field: cudaResourceViewDesc::lastMipmapLevel"]
-        [::core::mem::offset_of!(cudaResourceViewDesc, lastMipmapLevel) - 36usize];
-    ["Offset of field: cudaResourceViewDesc::firstLayer"]
-        [::core::mem::offset_of!(cudaResourceViewDesc, firstLayer) - 40usize];
-    ["Offset of field: cudaResourceViewDesc::lastLayer"]
-        [::core::mem::offset_of!(cudaResourceViewDesc, lastLayer) - 44usize];
+    [
+        "Size of cudaResourceViewDesc",
+    ][::core::mem::size_of::<cudaResourceViewDesc>() - 48usize];
+    [
+        "Alignment of cudaResourceViewDesc",
+    ][::core::mem::align_of::<cudaResourceViewDesc>() - 8usize];
+    [
+        "Offset of field: cudaResourceViewDesc::format",
+    ][::core::mem::offset_of!(cudaResourceViewDesc, format) - 0usize];
+    [
+        "Offset of field: cudaResourceViewDesc::width",
+    ][::core::mem::offset_of!(cudaResourceViewDesc, width) - 8usize];
+    [
+        "Offset of field: cudaResourceViewDesc::height",
+    ][::core::mem::offset_of!(cudaResourceViewDesc, height) - 16usize];
+    [
+        "Offset of field: cudaResourceViewDesc::depth",
+    ][::core::mem::offset_of!(cudaResourceViewDesc, depth) - 24usize];
+    [
+        "Offset of field: cudaResourceViewDesc::firstMipmapLevel",
+    ][::core::mem::offset_of!(cudaResourceViewDesc, firstMipmapLevel) - 32usize];
+    [
+        "Offset of field: cudaResourceViewDesc::lastMipmapLevel",
+    ][::core::mem::offset_of!(cudaResourceViewDesc, lastMipmapLevel) - 36usize];
+    [
+        "Offset of field: cudaResourceViewDesc::firstLayer",
+    ][::core::mem::offset_of!(cudaResourceViewDesc, firstLayer) - 40usize];
+    [
+        "Offset of field: cudaResourceViewDesc::lastLayer",
+    ][::core::mem::offset_of!(cudaResourceViewDesc, lastLayer) - 44usize];
 };
 impl Default for cudaResourceViewDesc {
     fn default() -> Self {
@@ -1152,17 +1448,24 @@ pub struct cudaPointerAttributes {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaPointerAttributes"][::core::mem::size_of::<cudaPointerAttributes>() - 24usize];
-    ["Alignment of cudaPointerAttributes"]
-        [::core::mem::align_of::<cudaPointerAttributes>() - 8usize];
-    ["Offset of field: cudaPointerAttributes::type_"]
-        [::core::mem::offset_of!(cudaPointerAttributes, type_) - 0usize];
-    ["Offset of field: cudaPointerAttributes::device"]
-        [::core::mem::offset_of!(cudaPointerAttributes, device) - 4usize];
-    ["Offset of field: cudaPointerAttributes::devicePointer"]
-        [::core::mem::offset_of!(cudaPointerAttributes, devicePointer) - 8usize];
-    ["Offset of field: cudaPointerAttributes::hostPointer"]
-        [::core::mem::offset_of!(cudaPointerAttributes, hostPointer) - 16usize];
+    [
+        "Size of cudaPointerAttributes",
+    ][::core::mem::size_of::<cudaPointerAttributes>() - 24usize];
+    [
+        "Alignment of cudaPointerAttributes",
+    ][::core::mem::align_of::<cudaPointerAttributes>() - 8usize];
+    [
+        "Offset of field: cudaPointerAttributes::type_",
+    ][::core::mem::offset_of!(cudaPointerAttributes, type_) - 0usize];
+    [
+        "Offset of field: cudaPointerAttributes::device",
+    ][::core::mem::offset_of!(cudaPointerAttributes, device) - 4usize];
+    [
+        "Offset of field: cudaPointerAttributes::devicePointer",
+    ][::core::mem::offset_of!(cudaPointerAttributes, devicePointer) - 8usize];
+    [
+        "Offset of field: cudaPointerAttributes::hostPointer",
+    ][::core::mem::offset_of!(cudaPointerAttributes, hostPointer) - 16usize];
 };
 impl Default for cudaPointerAttributes {
     fn default() -> Self {
@@ -1196,55 +1499,91 @@ pub struct cudaFuncAttributes {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaFuncAttributes"][::core::mem::size_of::<cudaFuncAttributes>() - 144usize];
-    ["Alignment of cudaFuncAttributes"][::core::mem::align_of::<cudaFuncAttributes>() - 8usize];
-    ["Offset of field: cudaFuncAttributes::sharedSizeBytes"]
-        [::core::mem::offset_of!(cudaFuncAttributes, sharedSizeBytes) - 0usize];
-    ["Offset of field: cudaFuncAttributes::constSizeBytes"]
-        [::core::mem::offset_of!(cudaFuncAttributes, constSizeBytes) - 8usize];
-    ["Offset of field: cudaFuncAttributes::localSizeBytes"]
-        [::core::mem::offset_of!(cudaFuncAttributes, localSizeBytes) - 16usize];
-    ["Offset of field: cudaFuncAttributes::maxThreadsPerBlock"]
-        [::core::mem::offset_of!(cudaFuncAttributes, maxThreadsPerBlock) - 24usize];
-    ["Offset of field: cudaFuncAttributes::numRegs"]
-        [::core::mem::offset_of!(cudaFuncAttributes, numRegs) - 28usize];
-    ["Offset of field: cudaFuncAttributes::ptxVersion"]
-        [::core::mem::offset_of!(cudaFuncAttributes, ptxVersion) - 32usize];
-    ["Offset of field: cudaFuncAttributes::binaryVersion"]
-        [::core::mem::offset_of!(cudaFuncAttributes, binaryVersion) - 36usize];
-    ["Offset of field: cudaFuncAttributes::cacheModeCA"]
-        [::core::mem::offset_of!(cudaFuncAttributes, cacheModeCA) - 40usize];
-    ["Offset of field: cudaFuncAttributes::maxDynamicSharedSizeBytes"]
-        [::core::mem::offset_of!(cudaFuncAttributes, maxDynamicSharedSizeBytes) - 44usize];
-    ["Offset of field: cudaFuncAttributes::preferredShmemCarveout"]
-        [::core::mem::offset_of!(cudaFuncAttributes, preferredShmemCarveout) - 48usize];
-    ["Offset of field: cudaFuncAttributes::clusterDimMustBeSet"]
-        [::core::mem::offset_of!(cudaFuncAttributes, clusterDimMustBeSet) - 52usize];
-    ["Offset of field: cudaFuncAttributes::requiredClusterWidth"]
-        [::core::mem::offset_of!(cudaFuncAttributes, requiredClusterWidth) - 56usize];
-    ["Offset of field: cudaFuncAttributes::requiredClusterHeight"]
-        [::core::mem::offset_of!(cudaFuncAttributes, requiredClusterHeight) - 60usize];
-    ["Offset of field: cudaFuncAttributes::requiredClusterDepth"]
-        [::core::mem::offset_of!(cudaFuncAttributes, requiredClusterDepth) - 64usize];
-    ["Offset of field: cudaFuncAttributes::clusterSchedulingPolicyPreference"]
-        [::core::mem::offset_of!(cudaFuncAttributes, clusterSchedulingPolicyPreference) - 68usize];
-    ["Offset of field: cudaFuncAttributes::nonPortableClusterSizeAllowed"]
-        [::core::mem::offset_of!(cudaFuncAttributes, nonPortableClusterSizeAllowed) - 72usize];
-    ["Offset of field: cudaFuncAttributes::reserved"]
-        [::core::mem::offset_of!(cudaFuncAttributes, reserved) - 76usize];
+    [
+        "Size of cudaFuncAttributes",
+    ][::core::mem::size_of::<cudaFuncAttributes>() - 144usize];
+    [
+        "Alignment of cudaFuncAttributes",
+    ][::core::mem::align_of::<cudaFuncAttributes>() - 8usize];
+    [
+        "Offset of field: cudaFuncAttributes::sharedSizeBytes",
+    ][::core::mem::offset_of!(cudaFuncAttributes, sharedSizeBytes) - 0usize];
+    [
+        "Offset of field: cudaFuncAttributes::constSizeBytes",
+    ][::core::mem::offset_of!(cudaFuncAttributes, constSizeBytes) - 8usize];
+    [
+        "Offset of field: cudaFuncAttributes::localSizeBytes",
+    ][::core::mem::offset_of!(cudaFuncAttributes, localSizeBytes) - 16usize];
+    [
+        "Offset of field: cudaFuncAttributes::maxThreadsPerBlock",
+    ][::core::mem::offset_of!(cudaFuncAttributes, maxThreadsPerBlock) - 24usize];
+    [
+        "Offset of field: cudaFuncAttributes::numRegs",
+    ][::core::mem::offset_of!(cudaFuncAttributes, numRegs) - 28usize];
+    [
+        "Offset of field: cudaFuncAttributes::ptxVersion",
+    ][::core::mem::offset_of!(cudaFuncAttributes, ptxVersion) - 32usize];
+    [
+        "Offset of field: cudaFuncAttributes::binaryVersion",
+    ][::core::mem::offset_of!(cudaFuncAttributes, binaryVersion) - 36usize];
+    [
+        "Offset of field: cudaFuncAttributes::cacheModeCA",
+    ][::core::mem::offset_of!(cudaFuncAttributes, cacheModeCA) - 40usize];
+    [
+        "Offset of field: cudaFuncAttributes::maxDynamicSharedSizeBytes",
+    ][::core::mem::offset_of!(cudaFuncAttributes, maxDynamicSharedSizeBytes) - 44usize];
+    [
+        "Offset of field: cudaFuncAttributes::preferredShmemCarveout",
+    ][::core::mem::offset_of!(cudaFuncAttributes, preferredShmemCarveout) - 48usize];
+    [
+        "Offset of field: cudaFuncAttributes::clusterDimMustBeSet",
+    ][::core::mem::offset_of!(cudaFuncAttributes, clusterDimMustBeSet) - 52usize];
+    [
+        "Offset of field: cudaFuncAttributes::requiredClusterWidth",
+    ][::core::mem::offset_of!(cudaFuncAttributes, requiredClusterWidth) - 56usize];
+    [
+        "Offset of field: cudaFuncAttributes::requiredClusterHeight",
+    ][::core::mem::offset_of!(cudaFuncAttributes, requiredClusterHeight) - 60usize];
+    [
+        "Offset of field: cudaFuncAttributes::requiredClusterDepth",
+    ][::core::mem::offset_of!(cudaFuncAttributes, requiredClusterDepth) - 64usize];
+    [
+        "Offset of field: cudaFuncAttributes::clusterSchedulingPolicyPreference",
+    ][::core::mem::offset_of!(cudaFuncAttributes, clusterSchedulingPolicyPreference)
+        - 68usize];
+    [
+        "Offset of field: cudaFuncAttributes::nonPortableClusterSizeAllowed",
+    ][::core::mem::offset_of!(cudaFuncAttributes, nonPortableClusterSizeAllowed)
+        - 72usize];
+    [
+        "Offset of field: cudaFuncAttributes::reserved",
+    ][::core::mem::offset_of!(cudaFuncAttributes, reserved) - 76usize];
 };
 impl cudaFuncAttribute {
-    pub const cudaFuncAttributeMaxDynamicSharedMemorySize: cudaFuncAttribute = cudaFuncAttribute(8);
-    pub const cudaFuncAttributePreferredSharedMemoryCarveout: cudaFuncAttribute =
-        cudaFuncAttribute(9);
-    pub const cudaFuncAttributeClusterDimMustBeSet: cudaFuncAttribute = cudaFuncAttribute(10);
-    pub const cudaFuncAttributeRequiredClusterWidth: cudaFuncAttribute = cudaFuncAttribute(11);
-    pub const cudaFuncAttributeRequiredClusterHeight: cudaFuncAttribute = cudaFuncAttribute(12);
-    pub const cudaFuncAttributeRequiredClusterDepth: cudaFuncAttribute = cudaFuncAttribute(13);
-    pub const cudaFuncAttributeNonPortableClusterSizeAllowed: cudaFuncAttribute =
-        cudaFuncAttribute(14);
-    pub const cudaFuncAttributeClusterSchedulingPolicyPreference: cudaFuncAttribute =
-        cudaFuncAttribute(15);
+    pub const cudaFuncAttributeMaxDynamicSharedMemorySize: cudaFuncAttribute = cudaFuncAttribute(
+        8,
+    );
+    pub const cudaFuncAttributePreferredSharedMemoryCarveout: cudaFuncAttribute = cudaFuncAttribute(
+        9,
+    );
+    pub const cudaFuncAttributeClusterDimMustBeSet: cudaFuncAttribute = cudaFuncAttribute(
+        10,
+    );
+    pub const cudaFuncAttributeRequiredClusterWidth: cudaFuncAttribute = cudaFuncAttribute(
+        11,
+    );
+    pub const cudaFuncAttributeRequiredClusterHeight: cudaFuncAttribute = cudaFuncAttribute(
+        12,
+    );
+    pub const cudaFuncAttributeRequiredClusterDepth: cudaFuncAttribute = cudaFuncAttribute(
+        13,
+    );
+    pub const cudaFuncAttributeNonPortableClusterSizeAllowed: cudaFuncAttribute = cudaFuncAttribute(
+        14,
+    );
+    pub const cudaFuncAttributeClusterSchedulingPolicyPreference: cudaFuncAttribute = cudaFuncAttribute(
+        15,
+    );
     pub const cudaFuncAttributeMax: cudaFuncAttribute = cudaFuncAttribute(16);
 }
 #[repr(transparent)]
@@ -1261,15 +1600,21 @@ impl cudaFuncCache {
 pub struct cudaFuncCache(pub ::core::ffi::c_uint);
 impl cudaSharedMemConfig {
     pub const cudaSharedMemBankSizeDefault: cudaSharedMemConfig = cudaSharedMemConfig(0);
-    pub const cudaSharedMemBankSizeFourByte: cudaSharedMemConfig = cudaSharedMemConfig(1);
-    pub const cudaSharedMemBankSizeEightByte: cudaSharedMemConfig = cudaSharedMemConfig(2);
+    pub const cudaSharedMemBankSizeFourByte: cudaSharedMemConfig = cudaSharedMemConfig(
+        1,
+    );
+    pub const cudaSharedMemBankSizeEightByte: cudaSharedMemConfig = cudaSharedMemConfig(
+        2,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaSharedMemConfig(pub ::core::ffi::c_uint);
 impl cudaSharedCarveout {
     pub const cudaSharedmemCarveoutDefault: cudaSharedCarveout = cudaSharedCarveout(-1);
-    pub const cudaSharedmemCarveoutMaxShared: cudaSharedCarveout = cudaSharedCarveout(100);
+    pub const cudaSharedmemCarveoutMaxShared: cudaSharedCarveout = cudaSharedCarveout(
+        100,
+    );
     pub const cudaSharedmemCarveoutMaxL1: cudaSharedCarveout = cudaSharedCarveout(0);
 }
 #[repr(transparent)]
@@ -1300,7 +1645,9 @@ impl cudaMemoryAdvise {
     pub const cudaMemAdviseSetReadMostly: cudaMemoryAdvise = cudaMemoryAdvise(1);
     pub const cudaMemAdviseUnsetReadMostly: cudaMemoryAdvise = cudaMemoryAdvise(2);
     pub const cudaMemAdviseSetPreferredLocation: cudaMemoryAdvise = cudaMemoryAdvise(3);
-    pub const cudaMemAdviseUnsetPreferredLocation: cudaMemoryAdvise = cudaMemoryAdvise(4);
+    pub const cudaMemAdviseUnsetPreferredLocation: cudaMemoryAdvise = cudaMemoryAdvise(
+        4,
+    );
     pub const cudaMemAdviseSetAccessedBy: cudaMemoryAdvise = cudaMemoryAdvise(5);
     pub const cudaMemAdviseUnsetAccessedBy: cudaMemoryAdvise = cudaMemoryAdvise(6);
 }
@@ -1308,56 +1655,74 @@ impl cudaMemoryAdvise {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemoryAdvise(pub ::core::ffi::c_uint);
 impl cudaMemRangeAttribute {
-    pub const cudaMemRangeAttributeReadMostly: cudaMemRangeAttribute = cudaMemRangeAttribute(1);
-    pub const cudaMemRangeAttributePreferredLocation: cudaMemRangeAttribute =
-        cudaMemRangeAttribute(2);
-    pub const cudaMemRangeAttributeAccessedBy: cudaMemRangeAttribute = cudaMemRangeAttribute(3);
-    pub const cudaMemRangeAttributeLastPrefetchLocation: cudaMemRangeAttribute =
-        cudaMemRangeAttribute(4);
-    pub const cudaMemRangeAttributePreferredLocationType: cudaMemRangeAttribute =
-        cudaMemRangeAttribute(5);
-    pub const cudaMemRangeAttributePreferredLocationId: cudaMemRangeAttribute =
-        cudaMemRangeAttribute(6);
-    pub const cudaMemRangeAttributeLastPrefetchLocationType: cudaMemRangeAttribute =
-        cudaMemRangeAttribute(7);
-    pub const cudaMemRangeAttributeLastPrefetchLocationId: cudaMemRangeAttribute =
-        cudaMemRangeAttribute(8);
+    pub const cudaMemRangeAttributeReadMostly: cudaMemRangeAttribute = cudaMemRangeAttribute(
+        1,
+    );
+    pub const cudaMemRangeAttributePreferredLocation: cudaMemRangeAttribute = cudaMemRangeAttribute(
+        2,
+    );
+    pub const cudaMemRangeAttributeAccessedBy: cudaMemRangeAttribute = cudaMemRangeAttribute(
+        3,
+    );
+    pub const cudaMemRangeAttributeLastPrefetchLocation: cudaMemRangeAttribute = cudaMemRangeAttribute(
+        4,
+    );
+    pub const cudaMemRangeAttributePreferredLocationType: cudaMemRangeAttribute = cudaMemRangeAttribute(
+        5,
+    );
+    pub const cudaMemRangeAttributePreferredLocationId: cudaMemRangeAttribute = cudaMemRangeAttribute(
+        6,
+    );
+    pub const cudaMemRangeAttributeLastPrefetchLocationType: cudaMemRangeAttribute = cudaMemRangeAttribute(
+        7,
+    );
+    pub const cudaMemRangeAttributeLastPrefetchLocationId: cudaMemRangeAttribute = cudaMemRangeAttribute(
+        8,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemRangeAttribute(pub ::core::ffi::c_uint);
 impl cudaFlushGPUDirectRDMAWritesOptions {
-    pub const cudaFlushGPUDirectRDMAWritesOptionHost: cudaFlushGPUDirectRDMAWritesOptions =
-        cudaFlushGPUDirectRDMAWritesOptions(1);
-    pub const cudaFlushGPUDirectRDMAWritesOptionMemOps: cudaFlushGPUDirectRDMAWritesOptions =
-        cudaFlushGPUDirectRDMAWritesOptions(2);
+    pub const cudaFlushGPUDirectRDMAWritesOptionHost: cudaFlushGPUDirectRDMAWritesOptions = cudaFlushGPUDirectRDMAWritesOptions(
+        1,
+    );
+    pub const cudaFlushGPUDirectRDMAWritesOptionMemOps: cudaFlushGPUDirectRDMAWritesOptions = cudaFlushGPUDirectRDMAWritesOptions(
+        2,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaFlushGPUDirectRDMAWritesOptions(pub ::core::ffi::c_uint);
 impl cudaGPUDirectRDMAWritesOrdering {
-    pub const cudaGPUDirectRDMAWritesOrderingNone: cudaGPUDirectRDMAWritesOrdering =
-        cudaGPUDirectRDMAWritesOrdering(0);
-    pub const cudaGPUDirectRDMAWritesOrderingOwner: cudaGPUDirectRDMAWritesOrdering =
-        cudaGPUDirectRDMAWritesOrdering(100);
-    pub const cudaGPUDirectRDMAWritesOrderingAllDevices: cudaGPUDirectRDMAWritesOrdering =
-        cudaGPUDirectRDMAWritesOrdering(200);
+    pub const cudaGPUDirectRDMAWritesOrderingNone: cudaGPUDirectRDMAWritesOrdering = cudaGPUDirectRDMAWritesOrdering(
+        0,
+    );
+    pub const cudaGPUDirectRDMAWritesOrderingOwner: cudaGPUDirectRDMAWritesOrdering = cudaGPUDirectRDMAWritesOrdering(
+        100,
+    );
+    pub const cudaGPUDirectRDMAWritesOrderingAllDevices: cudaGPUDirectRDMAWritesOrdering = cudaGPUDirectRDMAWritesOrdering(
+        200,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGPUDirectRDMAWritesOrdering(pub ::core::ffi::c_uint);
 impl cudaFlushGPUDirectRDMAWritesScope {
-    pub const cudaFlushGPUDirectRDMAWritesToOwner: cudaFlushGPUDirectRDMAWritesScope =
-        cudaFlushGPUDirectRDMAWritesScope(100);
-    pub const cudaFlushGPUDirectRDMAWritesToAllDevices: cudaFlushGPUDirectRDMAWritesScope =
-        cudaFlushGPUDirectRDMAWritesScope(200);
+    pub const cudaFlushGPUDirectRDMAWritesToOwner: cudaFlushGPUDirectRDMAWritesScope = cudaFlushGPUDirectRDMAWritesScope(
+        100,
+    );
+    pub const cudaFlushGPUDirectRDMAWritesToAllDevices: cudaFlushGPUDirectRDMAWritesScope = cudaFlushGPUDirectRDMAWritesScope(
+        200,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaFlushGPUDirectRDMAWritesScope(pub ::core::ffi::c_uint);
 impl cudaFlushGPUDirectRDMAWritesTarget {
-    pub const cudaFlushGPUDirectRDMAWritesTargetCurrentDevice: cudaFlushGPUDirectRDMAWritesTarget =
-        cudaFlushGPUDirectRDMAWritesTarget(0);
+    pub const cudaFlushGPUDirectRDMAWritesTargetCurrentDevice: cudaFlushGPUDirectRDMAWritesTarget = cudaFlushGPUDirectRDMAWritesTarget(
+        0,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -1401,7 +1766,9 @@ impl cudaDeviceAttr {
     pub const cudaDevAttrMemoryClockRate: cudaDeviceAttr = cudaDeviceAttr(36);
     pub const cudaDevAttrGlobalMemoryBusWidth: cudaDeviceAttr = cudaDeviceAttr(37);
     pub const cudaDevAttrL2CacheSize: cudaDeviceAttr = cudaDeviceAttr(38);
-    pub const cudaDevAttrMaxThreadsPerMultiProcessor: cudaDeviceAttr = cudaDeviceAttr(39);
+    pub const cudaDevAttrMaxThreadsPerMultiProcessor: cudaDeviceAttr = cudaDeviceAttr(
+        39,
+    );
     pub const cudaDevAttrAsyncEngineCount: cudaDeviceAttr = cudaDeviceAttr(40);
     pub const cudaDevAttrUnifiedAddressing: cudaDeviceAttr = cudaDeviceAttr(41);
     pub const cudaDevAttrMaxTexture1DLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(42);
@@ -1414,8 +1781,12 @@ impl cudaDeviceAttr {
     pub const cudaDevAttrPciDomainId: cudaDeviceAttr = cudaDeviceAttr(50);
     pub const cudaDevAttrTexturePitchAlignment: cudaDeviceAttr = cudaDeviceAttr(51);
     pub const cudaDevAttrMaxTextureCubemapWidth: cudaDeviceAttr = cudaDeviceAttr(52);
-    pub const cudaDevAttrMaxTextureCubemapLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(53);
-    pub const cudaDevAttrMaxTextureCubemapLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(54);
+    pub const cudaDevAttrMaxTextureCubemapLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(
+        53,
+    );
+    pub const cudaDevAttrMaxTextureCubemapLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(
+        54,
+    );
     pub const cudaDevAttrMaxSurface1DWidth: cudaDeviceAttr = cudaDeviceAttr(55);
     pub const cudaDevAttrMaxSurface2DWidth: cudaDeviceAttr = cudaDeviceAttr(56);
     pub const cudaDevAttrMaxSurface2DHeight: cudaDeviceAttr = cudaDeviceAttr(57);
@@ -1428,57 +1799,96 @@ impl cudaDeviceAttr {
     pub const cudaDevAttrMaxSurface2DLayeredHeight: cudaDeviceAttr = cudaDeviceAttr(64);
     pub const cudaDevAttrMaxSurface2DLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(65);
     pub const cudaDevAttrMaxSurfaceCubemapWidth: cudaDeviceAttr = cudaDeviceAttr(66);
-    pub const cudaDevAttrMaxSurfaceCubemapLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(67);
-    pub const cudaDevAttrMaxSurfaceCubemapLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(68);
+    pub const cudaDevAttrMaxSurfaceCubemapLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(
+        67,
+    );
+    pub const cudaDevAttrMaxSurfaceCubemapLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(
+        68,
+    );
     pub const cudaDevAttrMaxTexture1DLinearWidth: cudaDeviceAttr = cudaDeviceAttr(69);
     pub const cudaDevAttrMaxTexture2DLinearWidth: cudaDeviceAttr = cudaDeviceAttr(70);
     pub const cudaDevAttrMaxTexture2DLinearHeight: cudaDeviceAttr = cudaDeviceAttr(71);
     pub const cudaDevAttrMaxTexture2DLinearPitch: cudaDeviceAttr = cudaDeviceAttr(72);
     pub const cudaDevAttrMaxTexture2DMipmappedWidth: cudaDeviceAttr = cudaDeviceAttr(73);
-    pub const cudaDevAttrMaxTexture2DMipmappedHeight: cudaDeviceAttr = cudaDeviceAttr(74);
+    pub const cudaDevAttrMaxTexture2DMipmappedHeight: cudaDeviceAttr = cudaDeviceAttr(
+        74,
+    );
     pub const cudaDevAttrComputeCapabilityMajor: cudaDeviceAttr = cudaDeviceAttr(75);
     pub const cudaDevAttrComputeCapabilityMinor: cudaDeviceAttr = cudaDeviceAttr(76);
     pub const cudaDevAttrMaxTexture1DMipmappedWidth: cudaDeviceAttr = cudaDeviceAttr(77);
     pub const cudaDevAttrStreamPrioritiesSupported: cudaDeviceAttr = cudaDeviceAttr(78);
     pub const cudaDevAttrGlobalL1CacheSupported: cudaDeviceAttr = cudaDeviceAttr(79);
     pub const cudaDevAttrLocalL1CacheSupported: cudaDeviceAttr = cudaDeviceAttr(80);
-    pub const cudaDevAttrMaxSharedMemoryPerMultiprocessor: cudaDeviceAttr = cudaDeviceAttr(81);
-    pub const cudaDevAttrMaxRegistersPerMultiprocessor: cudaDeviceAttr = cudaDeviceAttr(82);
+    pub const cudaDevAttrMaxSharedMemoryPerMultiprocessor: cudaDeviceAttr = cudaDeviceAttr(
+        81,
+    );
+    pub const cudaDevAttrMaxRegistersPerMultiprocessor: cudaDeviceAttr = cudaDeviceAttr(
+        82,
+    );
     pub const cudaDevAttrManagedMemory: cudaDeviceAttr = cudaDeviceAttr(83);
     pub const cudaDevAttrIsMultiGpuBoard: cudaDeviceAttr = cudaDeviceAttr(84);
     pub const cudaDevAttrMultiGpuBoardGroupID: cudaDeviceAttr = cudaDeviceAttr(85);
     pub const cudaDevAttrHostNativeAtomicSupported: cudaDeviceAttr = cudaDeviceAttr(86);
-    pub const cudaDevAttrSingleToDoublePrecisionPerfRatio: cudaDeviceAttr = cudaDeviceAttr(87);
+    pub const cudaDevAttrSingleToDoublePrecisionPerfRatio: cudaDeviceAttr = cudaDeviceAttr(
+        87,
+    );
     pub const cudaDevAttrPageableMemoryAccess: cudaDeviceAttr = cudaDeviceAttr(88);
     pub const cudaDevAttrConcurrentManagedAccess: cudaDeviceAttr = cudaDeviceAttr(89);
     pub const cudaDevAttrComputePreemptionSupported: cudaDeviceAttr = cudaDeviceAttr(90);
-    pub const cudaDevAttrCanUseHostPointerForRegisteredMem: cudaDeviceAttr = cudaDeviceAttr(91);
+    pub const cudaDevAttrCanUseHostPointerForRegisteredMem: cudaDeviceAttr = cudaDeviceAttr(
+        91,
+    );
     pub const cudaDevAttrReserved92: cudaDeviceAttr = cudaDeviceAttr(92);
     pub const cudaDevAttrReserved93: cudaDeviceAttr = cudaDeviceAttr(93);
     pub const cudaDevAttrReserved94: cudaDeviceAttr = cudaDeviceAttr(94);
     pub const cudaDevAttrCooperativeLaunch: cudaDeviceAttr = cudaDeviceAttr(95);
-    pub const cudaDevAttrCooperativeMultiDeviceLaunch: cudaDeviceAttr = cudaDeviceAttr(96);
-    pub const cudaDevAttrMaxSharedMemoryPerBlockOptin: cudaDeviceAttr = cudaDeviceAttr(97);
+    pub const cudaDevAttrCooperativeMultiDeviceLaunch: cudaDeviceAttr = cudaDeviceAttr(
+        96,
+    );
+    pub const cudaDevAttrMaxSharedMemoryPerBlockOptin: cudaDeviceAttr = cudaDeviceAttr(
+        97,
+    );
     pub const cudaDevAttrCanFlushRemoteWrites: cudaDeviceAttr = cudaDeviceAttr(98);
     pub const cudaDevAttrHostRegisterSupported: cudaDeviceAttr = cudaDeviceAttr(99);
-    pub const cudaDevAttrPageableMemoryAccessUsesHostPageTables: cudaDeviceAttr =
-        cudaDeviceAttr(100);
-    pub const cudaDevAttrDirectManagedMemAccessFromHost: cudaDeviceAttr = cudaDeviceAttr(101);
-    pub const cudaDevAttrMaxBlocksPerMultiprocessor: cudaDeviceAttr = cudaDeviceAttr(106);
+    pub const cudaDevAttrPageableMemoryAccessUsesHostPageTables: cudaDeviceAttr = cudaDeviceAttr(
+        100,
+    );
+    pub const cudaDevAttrDirectManagedMemAccessFromHost: cudaDeviceAttr = cudaDeviceAttr(
+        101,
+    );
+    pub const cudaDevAttrMaxBlocksPerMultiprocessor: cudaDeviceAttr = cudaDeviceAttr(
+        106,
+    );
     pub const cudaDevAttrMaxPersistingL2CacheSize: cudaDeviceAttr = cudaDeviceAttr(108);
     pub const cudaDevAttrMaxAccessPolicyWindowSize: cudaDeviceAttr = cudaDeviceAttr(109);
-    pub const cudaDevAttrReservedSharedMemoryPerBlock: cudaDeviceAttr = cudaDeviceAttr(111);
+    pub const cudaDevAttrReservedSharedMemoryPerBlock: cudaDeviceAttr = cudaDeviceAttr(
+        111,
+    );
     pub const cudaDevAttrSparseCudaArraySupported: cudaDeviceAttr = cudaDeviceAttr(112);
-    pub const cudaDevAttrHostRegisterReadOnlySupported: cudaDeviceAttr = cudaDeviceAttr(113);
-    pub const cudaDevAttrTimelineSemaphoreInteropSupported: cudaDeviceAttr = cudaDeviceAttr(114);
-    pub const cudaDevAttrMaxTimelineSemaphoreInteropSupported: cudaDeviceAttr = cudaDeviceAttr(114);
+    pub const cudaDevAttrHostRegisterReadOnlySupported: cudaDeviceAttr = cudaDeviceAttr(
+        113,
+    );
+    pub const cudaDevAttrTimelineSemaphoreInteropSupported: cudaDeviceAttr = cudaDeviceAttr(
+        114,
+    );
+    pub const cudaDevAttrMaxTimelineSemaphoreInteropSupported: cudaDeviceAttr = cudaDeviceAttr(
+        114,
+    );
     pub const cudaDevAttrMemoryPoolsSupported: cudaDeviceAttr = cudaDeviceAttr(115);
     pub const cudaDevAttrGPUDirectRDMASupported: cudaDeviceAttr = cudaDeviceAttr(116);
-    pub const cudaDevAttrGPUDirectRDMAFlushWritesOptions: cudaDeviceAttr = cudaDeviceAttr(117);
-    pub const cudaDevAttrGPUDirectRDMAWritesOrdering: cudaDeviceAttr = cudaDeviceAttr(118);
-    pub const cudaDevAttrMemoryPoolSupportedHandleTypes: cudaDeviceAttr = cudaDeviceAttr(119);
+    pub const cudaDevAttrGPUDirectRDMAFlushWritesOptions: cudaDeviceAttr = cudaDeviceAttr(
+        117,
+    );
+    pub const cudaDevAttrGPUDirectRDMAWritesOrdering: cudaDeviceAttr = cudaDeviceAttr(
+        118,
+    );
+    pub const cudaDevAttrMemoryPoolSupportedHandleTypes: cudaDeviceAttr = cudaDeviceAttr(
+        119,
+    );
     pub const cudaDevAttrClusterLaunch: cudaDeviceAttr = cudaDeviceAttr(120);
-    pub const cudaDevAttrDeferredMappingCudaArraySupported: cudaDeviceAttr = cudaDeviceAttr(121);
+    pub const cudaDevAttrDeferredMappingCudaArraySupported: cudaDeviceAttr = cudaDeviceAttr(
+        121,
+    );
     pub const cudaDevAttrReserved122: cudaDeviceAttr = cudaDeviceAttr(122);
     pub const cudaDevAttrReserved123: cudaDeviceAttr = cudaDeviceAttr(123);
     pub const cudaDevAttrReserved124: cudaDeviceAttr = cudaDeviceAttr(124);
@@ -1497,17 +1907,25 @@ impl cudaDeviceAttr {
     pub const cudaDevAttrGpuPciDeviceId: cudaDeviceAttr = cudaDeviceAttr(139);
     pub const cudaDevAttrGpuPciSubsystemId: cudaDeviceAttr = cudaDeviceAttr(140);
     pub const cudaDevAttrReserved141: cudaDeviceAttr = cudaDeviceAttr(141);
-    pub const cudaDevAttrHostNumaMemoryPoolsSupported: cudaDeviceAttr = cudaDeviceAttr(142);
-    pub const cudaDevAttrHostNumaMultinodeIpcSupported: cudaDeviceAttr = cudaDeviceAttr(143);
+    pub const cudaDevAttrHostNumaMemoryPoolsSupported: cudaDeviceAttr = cudaDeviceAttr(
+        142,
+    );
+    pub const cudaDevAttrHostNumaMultinodeIpcSupported: cudaDeviceAttr = cudaDeviceAttr(
+        143,
+    );
     pub const cudaDevAttrMax: cudaDeviceAttr = cudaDeviceAttr(144);
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaDeviceAttr(pub ::core::ffi::c_uint);
 impl cudaMemPoolAttr {
-    pub const cudaMemPoolReuseFollowEventDependencies: cudaMemPoolAttr = cudaMemPoolAttr(1);
+    pub const cudaMemPoolReuseFollowEventDependencies: cudaMemPoolAttr = cudaMemPoolAttr(
+        1,
+    );
     pub const cudaMemPoolReuseAllowOpportunistic: cudaMemPoolAttr = cudaMemPoolAttr(2);
-    pub const cudaMemPoolReuseAllowInternalDependencies: cudaMemPoolAttr = cudaMemPoolAttr(3);
+    pub const cudaMemPoolReuseAllowInternalDependencies: cudaMemPoolAttr = cudaMemPoolAttr(
+        3,
+    );
     pub const cudaMemPoolAttrReleaseThreshold: cudaMemPoolAttr = cudaMemPoolAttr(4);
     pub const cudaMemPoolAttrReservedMemCurrent: cudaMemPoolAttr = cudaMemPoolAttr(5);
     pub const cudaMemPoolAttrReservedMemHigh: cudaMemPoolAttr = cudaMemPoolAttr(6);
@@ -1522,7 +1940,9 @@ impl cudaMemLocationType {
     pub const cudaMemLocationTypeDevice: cudaMemLocationType = cudaMemLocationType(1);
     pub const cudaMemLocationTypeHost: cudaMemLocationType = cudaMemLocationType(2);
     pub const cudaMemLocationTypeHostNuma: cudaMemLocationType = cudaMemLocationType(3);
-    pub const cudaMemLocationTypeHostNumaCurrent: cudaMemLocationType = cudaMemLocationType(4);
+    pub const cudaMemLocationTypeHostNumaCurrent: cudaMemLocationType = cudaMemLocationType(
+        4,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -1536,10 +1956,15 @@ pub struct cudaMemLocation {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of cudaMemLocation"][::core::mem::size_of::<cudaMemLocation>() - 8usize];
-    ["Alignment of cudaMemLocation"][::core::mem::align_of::<cudaMemLocation>() - 4usize];
-    ["Offset of field: cudaMemLocation::type_"]
-        [::core::mem::offset_of!(cudaMemLocation, type_) - 0usize];
-    ["Offset of field: cudaMemLocation::id"][::core::mem::offset_of!(cudaMemLocation, id) - 4usize];
+    [
+        "Alignment of cudaMemLocation",
+    ][::core::mem::align_of::<cudaMemLocation>() - 4usize];
+    [
+        "Offset of field: cudaMemLocation::type_",
+    ][::core::mem::offset_of!(cudaMemLocation, type_) - 0usize];
+    [
+        "Offset of field: cudaMemLocation::id",
+    ][::core::mem::offset_of!(cudaMemLocation, id) - 4usize];
 };
 impl Default for cudaMemLocation {
     fn default() -> Self {
@@ -1553,7 +1978,9 @@ impl Default for cudaMemLocation {
 impl cudaMemAccessFlags {
     pub const cudaMemAccessFlagsProtNone: cudaMemAccessFlags = cudaMemAccessFlags(0);
     pub const cudaMemAccessFlagsProtRead: cudaMemAccessFlags = cudaMemAccessFlags(1);
-    pub const cudaMemAccessFlagsProtReadWrite: cudaMemAccessFlags = cudaMemAccessFlags(3);
+    pub const cudaMemAccessFlagsProtReadWrite: cudaMemAccessFlags = cudaMemAccessFlags(
+        3,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -1567,11 +1994,15 @@ pub struct cudaMemAccessDesc {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of cudaMemAccessDesc"][::core::mem::size_of::<cudaMemAccessDesc>() - 12usize];
-    ["Alignment of cudaMemAccessDesc"][::core::mem::align_of::<cudaMemAccessDesc>() - 4usize];
-    ["Offset of field: cudaMemAccessDesc::location"]
-        [::core::mem::offset_of!(cudaMemAccessDesc, location) - 0usize];
-    ["Offset of field: cudaMemAccessDesc::flags"]
-        [::core::mem::offset_of!(cudaMemAccessDesc, flags) - 8usize];
+    [
+        "Alignment of cudaMemAccessDesc",
+    ][::core::mem::align_of::<cudaMemAccessDesc>() - 4usize];
+    [
+        "Offset of field: cudaMemAccessDesc::location",
+    ][::core::mem::offset_of!(cudaMemAccessDesc, location) - 0usize];
+    [
+        "Offset of field: cudaMemAccessDesc::flags",
+    ][::core::mem::offset_of!(cudaMemAccessDesc, flags) - 8usize];
 };
 impl Default for cudaMemAccessDesc {
     fn default() -> Self {
@@ -1583,21 +2014,35 @@ impl Default for cudaMemAccessDesc {
     }
 }
 impl cudaMemAllocationType {
-    pub const cudaMemAllocationTypeInvalid: cudaMemAllocationType = cudaMemAllocationType(0);
-    pub const cudaMemAllocationTypePinned: cudaMemAllocationType = cudaMemAllocationType(1);
-    pub const cudaMemAllocationTypeMax: cudaMemAllocationType = cudaMemAllocationType(2147483647);
+    pub const cudaMemAllocationTypeInvalid: cudaMemAllocationType = cudaMemAllocationType(
+        0,
+    );
+    pub const cudaMemAllocationTypePinned: cudaMemAllocationType = cudaMemAllocationType(
+        1,
+    );
+    pub const cudaMemAllocationTypeMax: cudaMemAllocationType = cudaMemAllocationType(
+        2147483647,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemAllocationType(pub ::core::ffi::c_uint);
 impl cudaMemAllocationHandleType {
-    pub const cudaMemHandleTypeNone: cudaMemAllocationHandleType = cudaMemAllocationHandleType(0);
-    pub const cudaMemHandleTypePosixFileDescriptor: cudaMemAllocationHandleType =
-        cudaMemAllocationHandleType(1);
-    pub const cudaMemHandleTypeWin32: cudaMemAllocationHandleType = cudaMemAllocationHandleType(2);
-    pub const cudaMemHandleTypeWin32Kmt: cudaMemAllocationHandleType =
-        cudaMemAllocationHandleType(4);
-    pub const cudaMemHandleTypeFabric: cudaMemAllocationHandleType = cudaMemAllocationHandleType(8);
+    pub const cudaMemHandleTypeNone: cudaMemAllocationHandleType = cudaMemAllocationHandleType(
+        0,
+    );
+    pub const cudaMemHandleTypePosixFileDescriptor: cudaMemAllocationHandleType = cudaMemAllocationHandleType(
+        1,
+    );
+    pub const cudaMemHandleTypeWin32: cudaMemAllocationHandleType = cudaMemAllocationHandleType(
+        2,
+    );
+    pub const cudaMemHandleTypeWin32Kmt: cudaMemAllocationHandleType = cudaMemAllocationHandleType(
+        4,
+    );
+    pub const cudaMemHandleTypeFabric: cudaMemAllocationHandleType = cudaMemAllocationHandleType(
+        8,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -1616,21 +2061,30 @@ pub struct cudaMemPoolProps {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of cudaMemPoolProps"][::core::mem::size_of::<cudaMemPoolProps>() - 88usize];
-    ["Alignment of cudaMemPoolProps"][::core::mem::align_of::<cudaMemPoolProps>() - 8usize];
-    ["Offset of field: cudaMemPoolProps::allocType"]
-        [::core::mem::offset_of!(cudaMemPoolProps, allocType) - 0usize];
-    ["Offset of field: cudaMemPoolProps::handleTypes"]
-        [::core::mem::offset_of!(cudaMemPoolProps, handleTypes) - 4usize];
-    ["Offset of field: cudaMemPoolProps::location"]
-        [::core::mem::offset_of!(cudaMemPoolProps, location) - 8usize];
-    ["Offset of field: cudaMemPoolProps::win32SecurityAttributes"]
-        [::core::mem::offset_of!(cudaMemPoolProps, win32SecurityAttributes) - 16usize];
-    ["Offset of field: cudaMemPoolProps::maxSize"]
-        [::core::mem::offset_of!(cudaMemPoolProps, maxSize) - 24usize];
-    ["Offset of field: cudaMemPoolProps::usage"]
-        [::core::mem::offset_of!(cudaMemPoolProps, usage) - 32usize];
-    ["Offset of field: cudaMemPoolProps::reserved"]
-        [::core::mem::offset_of!(cudaMemPoolProps, reserved) - 34usize];
+    [
+        "Alignment of cudaMemPoolProps",
+    ][::core::mem::align_of::<cudaMemPoolProps>() - 8usize];
+    [
+        "Offset of field: cudaMemPoolProps::allocType",
+    ][::core::mem::offset_of!(cudaMemPoolProps, allocType) - 0usize];
+    [
+        "Offset of field: cudaMemPoolProps::handleTypes",
+    ][::core::mem::offset_of!(cudaMemPoolProps, handleTypes) - 4usize];
+    [
+        "Offset of field: cudaMemPoolProps::location",
+    ][::core::mem::offset_of!(cudaMemPoolProps, location) - 8usize];
+    [
+        "Offset of field: cudaMemPoolProps::win32SecurityAttributes",
+    ][::core::mem::offset_of!(cudaMemPoolProps, win32SecurityAttributes) - 16usize];
+    [
+        "Offset of field: cudaMemPoolProps::maxSize",
+    ][::core::mem::offset_of!(cudaMemPoolProps, maxSize) - 24usize];
+    [
+        "Offset of field: cudaMemPoolProps::usage",
+    ][::core::mem::offset_of!(cudaMemPoolProps, usage) - 32usize];
+    [
+        "Offset of field: cudaMemPoolProps::reserved",
+    ][::core::mem::offset_of!(cudaMemPoolProps, reserved) - 34usize];
 };
 impl Default for cudaMemPoolProps {
     fn default() -> Self {
@@ -1648,12 +2102,15 @@ pub struct cudaMemPoolPtrExportData {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemPoolPtrExportData"]
-        [::core::mem::size_of::<cudaMemPoolPtrExportData>() - 64usize];
-    ["Alignment of cudaMemPoolPtrExportData"]
-        [::core::mem::align_of::<cudaMemPoolPtrExportData>() - 1usize];
-    ["Offset of field: cudaMemPoolPtrExportData::reserved"]
-        [::core::mem::offset_of!(cudaMemPoolPtrExportData, reserved) - 0usize];
+    [
+        "Size of cudaMemPoolPtrExportData",
+    ][::core::mem::size_of::<cudaMemPoolPtrExportData>() - 64usize];
+    [
+        "Alignment of cudaMemPoolPtrExportData",
+    ][::core::mem::align_of::<cudaMemPoolPtrExportData>() - 1usize];
+    [
+        "Offset of field: cudaMemPoolPtrExportData::reserved",
+    ][::core::mem::offset_of!(cudaMemPoolPtrExportData, reserved) - 0usize];
 };
 impl Default for cudaMemPoolPtrExportData {
     fn default() -> Self {
@@ -1675,19 +2132,27 @@ pub struct cudaMemAllocNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemAllocNodeParams"][::core::mem::size_of::<cudaMemAllocNodeParams>() - 120usize];
-    ["Alignment of cudaMemAllocNodeParams"]
-        [::core::mem::align_of::<cudaMemAllocNodeParams>() - 8usize];
-    ["Offset of field: cudaMemAllocNodeParams::poolProps"]
-        [::core::mem::offset_of!(cudaMemAllocNodeParams, poolProps) - 0usize];
-    ["Offset of field: cudaMemAllocNodeParams::accessDescs"]
-        [::core::mem::offset_of!(cudaMemAllocNodeParams, accessDescs) - 88usize];
-    ["Offset of field: cudaMemAllocNodeParams::accessDescCount"]
-        [::core::mem::offset_of!(cudaMemAllocNodeParams, accessDescCount) - 96usize];
-    ["Offset of field: cudaMemAllocNodeParams::bytesize"]
-        [::core::mem::offset_of!(cudaMemAllocNodeParams, bytesize) - 104usize];
-    ["Offset of field: cudaMemAllocNodeParams::dptr"]
-        [::core::mem::offset_of!(cudaMemAllocNodeParams, dptr) - 112usize];
+    [
+        "Size of cudaMemAllocNodeParams",
+    ][::core::mem::size_of::<cudaMemAllocNodeParams>() - 120usize];
+    [
+        "Alignment of cudaMemAllocNodeParams",
+    ][::core::mem::align_of::<cudaMemAllocNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaMemAllocNodeParams::poolProps",
+    ][::core::mem::offset_of!(cudaMemAllocNodeParams, poolProps) - 0usize];
+    [
+        "Offset of field: cudaMemAllocNodeParams::accessDescs",
+    ][::core::mem::offset_of!(cudaMemAllocNodeParams, accessDescs) - 88usize];
+    [
+        "Offset of field: cudaMemAllocNodeParams::accessDescCount",
+    ][::core::mem::offset_of!(cudaMemAllocNodeParams, accessDescCount) - 96usize];
+    [
+        "Offset of field: cudaMemAllocNodeParams::bytesize",
+    ][::core::mem::offset_of!(cudaMemAllocNodeParams, bytesize) - 104usize];
+    [
+        "Offset of field: cudaMemAllocNodeParams::dptr",
+    ][::core::mem::offset_of!(cudaMemAllocNodeParams, dptr) - 112usize];
 };
 impl Default for cudaMemAllocNodeParams {
     fn default() -> Self {
@@ -1709,20 +2174,27 @@ pub struct cudaMemAllocNodeParamsV2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemAllocNodeParamsV2"]
-        [::core::mem::size_of::<cudaMemAllocNodeParamsV2>() - 120usize];
-    ["Alignment of cudaMemAllocNodeParamsV2"]
-        [::core::mem::align_of::<cudaMemAllocNodeParamsV2>() - 8usize];
-    ["Offset of field: cudaMemAllocNodeParamsV2::poolProps"]
-        [::core::mem::offset_of!(cudaMemAllocNodeParamsV2, poolProps) - 0usize];
-    ["Offset of field: cudaMemAllocNodeParamsV2::accessDescs"]
-        [::core::mem::offset_of!(cudaMemAllocNodeParamsV2, accessDescs) - 88usize];
-    ["Offset of field: cudaMemAllocNodeParamsV2::accessDescCount"]
-        [::core::mem::offset_of!(cudaMemAllocNodeParamsV2, accessDescCount) - 96usize];
-    ["Offset of field: cudaMemAllocNodeParamsV2::bytesize"]
-        [::core::mem::offset_of!(cudaMemAllocNodeParamsV2, bytesize) - 104usize];
-    ["Offset of field: cudaMemAllocNodeParamsV2::dptr"]
-        [::core::mem::offset_of!(cudaMemAllocNodeParamsV2, dptr) - 112usize];
+    [
+        "Size of cudaMemAllocNodeParamsV2",
+    ][::core::mem::size_of::<cudaMemAllocNodeParamsV2>() - 120usize];
+    [
+        "Alignment of cudaMemAllocNodeParamsV2",
+    ][::core::mem::align_of::<cudaMemAllocNodeParamsV2>() - 8usize];
+    [
+        "Offset of field: cudaMemAllocNodeParamsV2::poolProps",
+    ][::core::mem::offset_of!(cudaMemAllocNodeParamsV2, poolProps) - 0usize];
+    [
+        "Offset of field: cudaMemAllocNodeParamsV2::accessDescs",
+    ][::core::mem::offset_of!(cudaMemAllocNodeParamsV2, accessDescs) - 88usize];
+    [
+        "Offset of field: cudaMemAllocNodeParamsV2::accessDescCount",
+    ][::core::mem::offset_of!(cudaMemAllocNodeParamsV2, accessDescCount) - 96usize];
+    [
+        "Offset of field: cudaMemAllocNodeParamsV2::bytesize",
+    ][::core::mem::offset_of!(cudaMemAllocNodeParamsV2, bytesize) - 104usize];
+    [
+        "Offset of field: cudaMemAllocNodeParamsV2::dptr",
+    ][::core::mem::offset_of!(cudaMemAllocNodeParamsV2, dptr) - 112usize];
 };
 impl Default for cudaMemAllocNodeParamsV2 {
     fn default() -> Self {
@@ -1740,11 +2212,15 @@ pub struct cudaMemFreeNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemFreeNodeParams"][::core::mem::size_of::<cudaMemFreeNodeParams>() - 8usize];
-    ["Alignment of cudaMemFreeNodeParams"]
-        [::core::mem::align_of::<cudaMemFreeNodeParams>() - 8usize];
-    ["Offset of field: cudaMemFreeNodeParams::dptr"]
-        [::core::mem::offset_of!(cudaMemFreeNodeParams, dptr) - 0usize];
+    [
+        "Size of cudaMemFreeNodeParams",
+    ][::core::mem::size_of::<cudaMemFreeNodeParams>() - 8usize];
+    [
+        "Alignment of cudaMemFreeNodeParams",
+    ][::core::mem::align_of::<cudaMemFreeNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaMemFreeNodeParams::dptr",
+    ][::core::mem::offset_of!(cudaMemFreeNodeParams, dptr) - 0usize];
 };
 impl Default for cudaMemFreeNodeParams {
     fn default() -> Self {
@@ -1756,34 +2232,47 @@ impl Default for cudaMemFreeNodeParams {
     }
 }
 impl cudaGraphMemAttributeType {
-    pub const cudaGraphMemAttrUsedMemCurrent: cudaGraphMemAttributeType =
-        cudaGraphMemAttributeType(0);
-    pub const cudaGraphMemAttrUsedMemHigh: cudaGraphMemAttributeType = cudaGraphMemAttributeType(1);
-    pub const cudaGraphMemAttrReservedMemCurrent: cudaGraphMemAttributeType =
-        cudaGraphMemAttributeType(2);
-    pub const cudaGraphMemAttrReservedMemHigh: cudaGraphMemAttributeType =
-        cudaGraphMemAttributeType(3);
+    pub const cudaGraphMemAttrUsedMemCurrent: cudaGraphMemAttributeType = cudaGraphMemAttributeType(
+        0,
+    );
+    pub const cudaGraphMemAttrUsedMemHigh: cudaGraphMemAttributeType = cudaGraphMemAttributeType(
+        1,
+    );
+    pub const cudaGraphMemAttrReservedMemCurrent: cudaGraphMemAttributeType = cudaGraphMemAttributeType(
+        2,
+    );
+    pub const cudaGraphMemAttrReservedMemHigh: cudaGraphMemAttributeType = cudaGraphMemAttributeType(
+        3,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphMemAttributeType(pub ::core::ffi::c_uint);
 impl cudaMemcpyFlags {
     pub const cudaMemcpyFlagDefault: cudaMemcpyFlags = cudaMemcpyFlags(0);
-    pub const cudaMemcpyFlagPreferOverlapWithCompute: cudaMemcpyFlags = cudaMemcpyFlags(1);
+    pub const cudaMemcpyFlagPreferOverlapWithCompute: cudaMemcpyFlags = cudaMemcpyFlags(
+        1,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpyFlags(pub ::core::ffi::c_uint);
 impl cudaMemcpySrcAccessOrder {
-    pub const cudaMemcpySrcAccessOrderInvalid: cudaMemcpySrcAccessOrder =
-        cudaMemcpySrcAccessOrder(0);
-    pub const cudaMemcpySrcAccessOrderStream: cudaMemcpySrcAccessOrder =
-        cudaMemcpySrcAccessOrder(1);
-    pub const cudaMemcpySrcAccessOrderDuringApiCall: cudaMemcpySrcAccessOrder =
-        cudaMemcpySrcAccessOrder(2);
-    pub const cudaMemcpySrcAccessOrderAny: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(3);
-    pub const cudaMemcpySrcAccessOrderMax: cudaMemcpySrcAccessOrder =
-        cudaMemcpySrcAccessOrder(2147483647);
+    pub const cudaMemcpySrcAccessOrderInvalid: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(
+        0,
+    );
+    pub const cudaMemcpySrcAccessOrderStream: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(
+        1,
+    );
+    pub const cudaMemcpySrcAccessOrderDuringApiCall: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(
+        2,
+    );
+    pub const cudaMemcpySrcAccessOrderAny: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(
+        3,
+    );
+    pub const cudaMemcpySrcAccessOrderMax: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(
+        2147483647,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -1798,16 +2287,24 @@ pub struct cudaMemcpyAttributes {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemcpyAttributes"][::core::mem::size_of::<cudaMemcpyAttributes>() - 24usize];
-    ["Alignment of cudaMemcpyAttributes"][::core::mem::align_of::<cudaMemcpyAttributes>() - 4usize];
-    ["Offset of field: cudaMemcpyAttributes::srcAccessOrder"]
-        [::core::mem::offset_of!(cudaMemcpyAttributes, srcAccessOrder) - 0usize];
-    ["Offset of field: cudaMemcpyAttributes::srcLocHint"]
-        [::core::mem::offset_of!(cudaMemcpyAttributes, srcLocHint) - 4usize];
-    ["Offset of field: cudaMemcpyAttributes::dstLocHint"]
-        [::core::mem::offset_of!(cudaMemcpyAttributes, dstLocHint) - 12usize];
-    ["Offset of field: cudaMemcpyAttributes::flags"]
-        [::core::mem::offset_of!(cudaMemcpyAttributes, flags) - 20usize];
+    [
+        "Size of cudaMemcpyAttributes",
+    ][::core::mem::size_of::<cudaMemcpyAttributes>() - 24usize];
+    [
+        "Alignment of cudaMemcpyAttributes",
+    ][::core::mem::align_of::<cudaMemcpyAttributes>() - 4usize];
+    [
+        "Offset of field: cudaMemcpyAttributes::srcAccessOrder",
+    ][::core::mem::offset_of!(cudaMemcpyAttributes, srcAccessOrder) - 0usize];
+    [
+        "Offset of field: cudaMemcpyAttributes::srcLocHint",
+    ][::core::mem::offset_of!(cudaMemcpyAttributes, srcLocHint) - 4usize];
+    [
+        "Offset of field: cudaMemcpyAttributes::dstLocHint",
+    ][::core::mem::offset_of!(cudaMemcpyAttributes, dstLocHint) - 12usize];
+    [
+        "Offset of field: cudaMemcpyAttributes::flags",
+    ][::core::mem::offset_of!(cudaMemcpyAttributes, flags) - 20usize];
 };
 impl Default for cudaMemcpyAttributes {
     fn default() -> Self {
@@ -1819,10 +2316,15 @@ impl Default for cudaMemcpyAttributes {
     }
 }
 impl cudaMemcpy3DOperandType {
-    pub const cudaMemcpyOperandTypePointer: cudaMemcpy3DOperandType = cudaMemcpy3DOperandType(1);
-    pub const cudaMemcpyOperandTypeArray: cudaMemcpy3DOperandType = cudaMemcpy3DOperandType(2);
-    pub const cudaMemcpyOperandTypeMax: cudaMemcpy3DOperandType =
-        cudaMemcpy3DOperandType(2147483647);
+    pub const cudaMemcpyOperandTypePointer: cudaMemcpy3DOperandType = cudaMemcpy3DOperandType(
+        1,
+    );
+    pub const cudaMemcpyOperandTypeArray: cudaMemcpy3DOperandType = cudaMemcpy3DOperandType(
+        2,
+    );
+    pub const cudaMemcpyOperandTypeMax: cudaMemcpy3DOperandType = cudaMemcpy3DOperandType(
+        2147483647,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -1838,9 +2340,15 @@ pub struct cudaOffset3D {
 const _: () = {
     ["Size of cudaOffset3D"][::core::mem::size_of::<cudaOffset3D>() - 24usize];
     ["Alignment of cudaOffset3D"][::core::mem::align_of::<cudaOffset3D>() - 8usize];
-    ["Offset of field: cudaOffset3D::x"][::core::mem::offset_of!(cudaOffset3D, x) - 0usize];
-    ["Offset of field: cudaOffset3D::y"][::core::mem::offset_of!(cudaOffset3D, y) - 8usize];
-    ["Offset of field: cudaOffset3D::z"][::core::mem::offset_of!(cudaOffset3D, z) - 16usize];
+    [
+        "Offset of field: cudaOffset3D::x",
+    ][::core::mem::offset_of!(cudaOffset3D, x) - 0usize];
+    [
+        "Offset of field: cudaOffset3D::y",
+    ][::core::mem::offset_of!(cudaOffset3D, y) - 8usize];
+    [
+        "Offset of field: cudaOffset3D::z",
+    ][::core::mem::offset_of!(cudaOffset3D, z) - 16usize];
 };
 #[repr(C)]
 #[derive(Copy, Clone)]
@@ -1864,24 +2372,31 @@ pub struct cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1>() - 32usize];
-    ["Alignment of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::ptr"]
-        [::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1, ptr) - 0usize];
-    ["Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::rowLength"][::core::mem::offset_of!(
-        cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1,
-        rowLength
-    ) - 8usize];
-    ["Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::layerHeight"][::core::mem::offset_of!(
-        cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1,
-        layerHeight
+    [
+        "Size of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1>()
+        - 32usize];
+    [
+        "Alignment of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1>()
+        - 8usize];
+    [
+        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::ptr",
+    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1, ptr)
+        - 0usize];
+    [
+        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::rowLength",
+    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1, rowLength)
+        - 8usize];
+    [
+        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::layerHeight",
+    ][::core::mem::offset_of!(
+        cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1, layerHeight
     ) - 16usize];
-    ["Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::locHint"][::core::mem::offset_of!(
-        cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1,
-        locHint
-    ) - 24usize];
+    [
+        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1::locHint",
+    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1, locHint)
+        - 24usize];
 };
 impl Default for cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
@@ -1900,14 +2415,22 @@ pub struct cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2"]
-        [::core::mem::size_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2>() - 32usize];
-    ["Alignment of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2"]
-        [::core::mem::align_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2>() - 8usize];
-    ["Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2::array"]
-        [::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2, array) - 0usize];
-    ["Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2::offset"]
-        [::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2, offset) - 8usize];
+    [
+        "Size of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::size_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2>()
+        - 32usize];
+    [
+        "Alignment of cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::align_of::<cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2>()
+        - 8usize];
+    [
+        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2::array",
+    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2, array)
+        - 0usize];
+    [
+        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2::offset",
+    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2, offset)
+        - 8usize];
 };
 impl Default for cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
@@ -1920,14 +2443,18 @@ impl Default for cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemcpy3DOperand__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaMemcpy3DOperand__bindgen_ty_1>() - 32usize];
-    ["Alignment of cudaMemcpy3DOperand__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaMemcpy3DOperand__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaMemcpy3DOperand__bindgen_ty_1::ptr"]
-        [::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1, ptr) - 0usize];
-    ["Offset of field: cudaMemcpy3DOperand__bindgen_ty_1::array"]
-        [::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1, array) - 0usize];
+    [
+        "Size of cudaMemcpy3DOperand__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaMemcpy3DOperand__bindgen_ty_1>() - 32usize];
+    [
+        "Alignment of cudaMemcpy3DOperand__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaMemcpy3DOperand__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1::ptr",
+    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1, ptr) - 0usize];
+    [
+        "Offset of field: cudaMemcpy3DOperand__bindgen_ty_1::array",
+    ][::core::mem::offset_of!(cudaMemcpy3DOperand__bindgen_ty_1, array) - 0usize];
 };
 impl Default for cudaMemcpy3DOperand__bindgen_ty_1 {
     fn default() -> Self {
@@ -1940,12 +2467,18 @@ impl Default for cudaMemcpy3DOperand__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemcpy3DOperand"][::core::mem::size_of::<cudaMemcpy3DOperand>() - 40usize];
-    ["Alignment of cudaMemcpy3DOperand"][::core::mem::align_of::<cudaMemcpy3DOperand>() - 8usize];
-    ["Offset of field: cudaMemcpy3DOperand::type_"]
-        [::core::mem::offset_of!(cudaMemcpy3DOperand, type_) - 0usize];
-    ["Offset of field: cudaMemcpy3DOperand::op"]
-        [::core::mem::offset_of!(cudaMemcpy3DOperand, op) - 8usize];
+    [
+        "Size of cudaMemcpy3DOperand",
+    ][::core::mem::size_of::<cudaMemcpy3DOperand>() - 40usize];
+    [
+        "Alignment of cudaMemcpy3DOperand",
+    ][::core::mem::align_of::<cudaMemcpy3DOperand>() - 8usize];
+    [
+        "Offset of field: cudaMemcpy3DOperand::type_",
+    ][::core::mem::offset_of!(cudaMemcpy3DOperand, type_) - 0usize];
+    [
+        "Offset of field: cudaMemcpy3DOperand::op",
+    ][::core::mem::offset_of!(cudaMemcpy3DOperand, op) - 8usize];
 };
 impl Default for cudaMemcpy3DOperand {
     fn default() -> Self {
@@ -1967,18 +2500,27 @@ pub struct cudaMemcpy3DBatchOp {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemcpy3DBatchOp"][::core::mem::size_of::<cudaMemcpy3DBatchOp>() - 112usize];
-    ["Alignment of cudaMemcpy3DBatchOp"][::core::mem::align_of::<cudaMemcpy3DBatchOp>() - 8usize];
-    ["Offset of field: cudaMemcpy3DBatchOp::src"]
-        [::core::mem::offset_of!(cudaMemcpy3DBatchOp, src) - 0usize];
-    ["Offset of field: cudaMemcpy3DBatchOp::dst"]
-        [::core::mem::offset_of!(cudaMemcpy3DBatchOp, dst) - 40usize];
-    ["Offset of field: cudaMemcpy3DBatchOp::extent"]
-        [::core::mem::offset_of!(cudaMemcpy3DBatchOp, extent) - 80usize];
-    ["Offset of field: cudaMemcpy3DBatchOp::srcAccessOrder"]
-        [::core::mem::offset_of!(cudaMemcpy3DBatchOp, srcAccessOrder) - 104usize];
-    ["Offset of field: cudaMemcpy3DBatchOp::flags"]
-        [::core::mem::offset_of!(cudaMemcpy3DBatchOp, flags) - 108usize];
+    [
+        "Size of cudaMemcpy3DBatchOp",
+    ][::core::mem::size_of::<cudaMemcpy3DBatchOp>() - 112usize];
+    [
+        "Alignment of cudaMemcpy3DBatchOp",
+    ][::core::mem::align_of::<cudaMemcpy3DBatchOp>() - 8usize];
+    [
+        "Offset of field: cudaMemcpy3DBatchOp::src",
+    ][::core::mem::offset_of!(cudaMemcpy3DBatchOp, src) - 0usize];
+    [
+        "Offset of field: cudaMemcpy3DBatchOp::dst",
+    ][::core::mem::offset_of!(cudaMemcpy3DBatchOp, dst) - 40usize];
+    [
+        "Offset of field: cudaMemcpy3DBatchOp::extent",
+    ][::core::mem::offset_of!(cudaMemcpy3DBatchOp, extent) - 80usize];
+    [
+        "Offset of field: cudaMemcpy3DBatchOp::srcAccessOrder",
+    ][::core::mem::offset_of!(cudaMemcpy3DBatchOp, srcAccessOrder) - 104usize];
+    [
+        "Offset of field: cudaMemcpy3DBatchOp::flags",
+    ][::core::mem::offset_of!(cudaMemcpy3DBatchOp, flags) - 108usize];
 };
 impl Default for cudaMemcpy3DBatchOp {
     fn default() -> Self {
@@ -1992,8 +2534,12 @@ impl Default for cudaMemcpy3DBatchOp {
 impl cudaDeviceP2PAttr {
     pub const cudaDevP2PAttrPerformanceRank: cudaDeviceP2PAttr = cudaDeviceP2PAttr(1);
     pub const cudaDevP2PAttrAccessSupported: cudaDeviceP2PAttr = cudaDeviceP2PAttr(2);
-    pub const cudaDevP2PAttrNativeAtomicSupported: cudaDeviceP2PAttr = cudaDeviceP2PAttr(3);
-    pub const cudaDevP2PAttrCudaArrayAccessSupported: cudaDeviceP2PAttr = cudaDeviceP2PAttr(4);
+    pub const cudaDevP2PAttrNativeAtomicSupported: cudaDeviceP2PAttr = cudaDeviceP2PAttr(
+        3,
+    );
+    pub const cudaDevP2PAttrCudaArrayAccessSupported: cudaDeviceP2PAttr = cudaDeviceP2PAttr(
+        4,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -2007,7 +2553,9 @@ pub struct CUuuid_st {
 const _: () = {
     ["Size of CUuuid_st"][::core::mem::size_of::<CUuuid_st>() - 16usize];
     ["Alignment of CUuuid_st"][::core::mem::align_of::<CUuuid_st>() - 1usize];
-    ["Offset of field: CUuuid_st::bytes"][::core::mem::offset_of!(CUuuid_st, bytes) - 0usize];
+    [
+        "Offset of field: CUuuid_st::bytes",
+    ][::core::mem::offset_of!(CUuuid_st, bytes) - 0usize];
 };
 pub type cudaUUID_t = CUuuid_st;
 #[repr(C)]
@@ -2112,196 +2660,296 @@ pub struct cudaDeviceProp {
 const _: () = {
     ["Size of cudaDeviceProp"][::core::mem::size_of::<cudaDeviceProp>() - 1032usize];
     ["Alignment of cudaDeviceProp"][::core::mem::align_of::<cudaDeviceProp>() - 8usize];
-    ["Offset of field: cudaDeviceProp::name"]
-        [::core::mem::offset_of!(cudaDeviceProp, name) - 0usize];
-    ["Offset of field: cudaDeviceProp::uuid"]
-        [::core::mem::offset_of!(cudaDeviceProp, uuid) - 256usize];
-    ["Offset of field: cudaDeviceProp::luid"]
-        [::core::mem::offset_of!(cudaDeviceProp, luid) - 272usize];
-    ["Offset of field: cudaDeviceProp::luidDeviceNodeMask"]
-        [::core::mem::offset_of!(cudaDeviceProp, luidDeviceNodeMask) - 280usize];
-    ["Offset of field: cudaDeviceProp::totalGlobalMem"]
-        [::core::mem::offset_of!(cudaDeviceProp, totalGlobalMem) - 288usize];
-    ["Offset of field: cudaDeviceProp::sharedMemPerBlock"]
-        [::core::mem::offset_of!(cudaDeviceProp, sharedMemPerBlock) - 296usize];
-    ["Offset of field: cudaDeviceProp::regsPerBlock"]
-        [::core::mem::offset_of!(cudaDeviceProp, regsPerBlock) - 304usize];
-    ["Offset of field: cudaDeviceProp::warpSize"]
-        [::core::mem::offset_of!(cudaDeviceProp, warpSize) - 308usize];
-    ["Offset of field: cudaDeviceProp::memPitch"]
-        [::core::mem::offset_of!(cudaDeviceProp, memPitch) - 312usize];
-    ["Offset of field: cudaDeviceProp::maxThreadsPerBlock"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxThreadsPerBlock) - 320usize];
-    ["Offset of field: cudaDeviceProp::maxThreadsDim"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxThreadsDim) - 324usize];
-    ["Offset of field: cudaDeviceProp::maxGridSize"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxGridSize) - 336usize];
-    ["Offset of field: cudaDeviceProp::clockRate"]
-        [::core::mem::offset_of!(cudaDeviceProp, clockRate) - 348usize];
-    ["Offset of field: cudaDeviceProp::totalConstMem"]
-        [::core::mem::offset_of!(cudaDeviceProp, totalConstMem) - 352usize];
-    ["Offset of field: cudaDeviceProp::major"]
-        [::core::mem::offset_of!(cudaDeviceProp, major) - 360usize];
-    ["Offset of field: cudaDeviceProp::minor"]
-        [::core::mem::offset_of!(cudaDeviceProp, minor) - 364usize];
-    ["Offset of field: cudaDeviceProp::textureAlignment"]
-        [::core::mem::offset_of!(cudaDeviceProp, textureAlignment) - 368usize];
-    ["Offset of field: cudaDeviceProp::texturePitchAlignment"]
-        [::core::mem::offset_of!(cudaDeviceProp, texturePitchAlignment) - 376usize];
-    ["Offset of field: cudaDeviceProp::deviceOverlap"]
-        [::core::mem::offset_of!(cudaDeviceProp, deviceOverlap) - 384usize];
-    ["Offset of field: cudaDeviceProp::multiProcessorCount"]
-        [::core::mem::offset_of!(cudaDeviceProp, multiProcessorCount) - 388usize];
-    ["Offset of field: cudaDeviceProp::kernelExecTimeoutEnabled"]
-        [::core::mem::offset_of!(cudaDeviceProp, kernelExecTimeoutEnabled) - 392usize];
-    ["Offset of field: cudaDeviceProp::integrated"]
-        [::core::mem::offset_of!(cudaDeviceProp, integrated) - 396usize];
-    ["Offset of field: cudaDeviceProp::canMapHostMemory"]
-        [::core::mem::offset_of!(cudaDeviceProp, canMapHostMemory) - 400usize];
-    ["Offset of field: cudaDeviceProp::computeMode"]
-        [::core::mem::offset_of!(cudaDeviceProp, computeMode) - 404usize];
-    ["Offset of field: cudaDeviceProp::maxTexture1D"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture1D) - 408usize];
-    ["Offset of field: cudaDeviceProp::maxTexture1DMipmap"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture1DMipmap) - 412usize];
-    ["Offset of field: cudaDeviceProp::maxTexture1DLinear"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture1DLinear) - 416usize];
-    ["Offset of field: cudaDeviceProp::maxTexture2D"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture2D) - 420usize];
-    ["Offset of field: cudaDeviceProp::maxTexture2DMipmap"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture2DMipmap) - 428usize];
-    ["Offset of field: cudaDeviceProp::maxTexture2DLinear"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture2DLinear) - 436usize];
-    ["Offset of field: cudaDeviceProp::maxTexture2DGather"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture2DGather) - 448usize];
-    ["Offset of field: cudaDeviceProp::maxTexture3D"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture3D) - 456usize];
-    ["Offset of field: cudaDeviceProp::maxTexture3DAlt"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture3DAlt) - 468usize];
-    ["Offset of field: cudaDeviceProp::maxTextureCubemap"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTextureCubemap) - 480usize];
-    ["Offset of field: cudaDeviceProp::maxTexture1DLayered"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture1DLayered) - 484usize];
-    ["Offset of field: cudaDeviceProp::maxTexture2DLayered"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTexture2DLayered) - 492usize];
-    ["Offset of field: cudaDeviceProp::maxTextureCubemapLayered"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxTextureCubemapLayered) - 504usize];
-    ["Offset of field: cudaDeviceProp::maxSurface1D"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxSurface1D) - 512usize];
-    ["Offset of field: cudaDeviceProp::maxSurface2D"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxSurface2D) - 516usize];
-    ["Offset of field: cudaDeviceProp::maxSurface3D"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxSurface3D) - 524usize];
-    ["Offset of field: cudaDeviceProp::maxSurface1DLayered"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxSurface1DLayered) - 536usize];
-    ["Offset of field: cudaDeviceProp::maxSurface2DLayered"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxSurface2DLayered) - 544usize];
-    ["Offset of field: cudaDeviceProp::maxSurfaceCubemap"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxSurfaceCubemap) - 556usize];
-    ["Offset of field: cudaDeviceProp::maxSurfaceCubemapLayered"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxSurfaceCubemapLayered) - 560usize];
-    ["Offset of field: cudaDeviceProp::surfaceAlignment"]
-        [::core::mem::offset_of!(cudaDeviceProp, surfaceAlignment) - 568usize];
-    ["Offset of field: cudaDeviceProp::concurrentKernels"]
-        [::core::mem::offset_of!(cudaDeviceProp, concurrentKernels) - 576usize];
-    ["Offset of field: cudaDeviceProp::ECCEnabled"]
-        [::core::mem::offset_of!(cudaDeviceProp, ECCEnabled) - 580usize];
-    ["Offset of field: cudaDeviceProp::pciBusID"]
-        [::core::mem::offset_of!(cudaDeviceProp, pciBusID) - 584usize];
-    ["Offset of field: cudaDeviceProp::pciDeviceID"]
-        [::core::mem::offset_of!(cudaDeviceProp, pciDeviceID) - 588usize];
-    ["Offset of field: cudaDeviceProp::pciDomainID"]
-        [::core::mem::offset_of!(cudaDeviceProp, pciDomainID) - 592usize];
-    ["Offset of field: cudaDeviceProp::tccDriver"]
-        [::core::mem::offset_of!(cudaDeviceProp, tccDriver) - 596usize];
-    ["Offset of field: cudaDeviceProp::asyncEngineCount"]
-        [::core::mem::offset_of!(cudaDeviceProp, asyncEngineCount) - 600usize];
-    ["Offset of field: cudaDeviceProp::unifiedAddressing"]
-        [::core::mem::offset_of!(cudaDeviceProp, unifiedAddressing) - 604usize];
-    ["Offset of field: cudaDeviceProp::memoryClockRate"]
-        [::core::mem::offset_of!(cudaDeviceProp, memoryClockRate) - 608usize];
-    ["Offset of field: cudaDeviceProp::memoryBusWidth"]
-        [::core::mem::offset_of!(cudaDeviceProp, memoryBusWidth) - 612usize];
-    ["Offset of field: cudaDeviceProp::l2CacheSize"]
-        [::core::mem::offset_of!(cudaDeviceProp, l2CacheSize) - 616usize];
-    ["Offset of field: cudaDeviceProp::persistingL2CacheMaxSize"]
-        [::core::mem::offset_of!(cudaDeviceProp, persistingL2CacheMaxSize) - 620usize];
-    ["Offset of field: cudaDeviceProp::maxThreadsPerMultiProcessor"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxThreadsPerMultiProcessor) - 624usize];
-    ["Offset of field: cudaDeviceProp::streamPrioritiesSupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, streamPrioritiesSupported) - 628usize];
-    ["Offset of field: cudaDeviceProp::globalL1CacheSupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, globalL1CacheSupported) - 632usize];
-    ["Offset of field: cudaDeviceProp::localL1CacheSupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, localL1CacheSupported) - 636usize];
-    ["Offset of field: cudaDeviceProp::sharedMemPerMultiprocessor"]
-        [::core::mem::offset_of!(cudaDeviceProp, sharedMemPerMultiprocessor) - 640usize];
-    ["Offset of field: cudaDeviceProp::regsPerMultiprocessor"]
-        [::core::mem::offset_of!(cudaDeviceProp, regsPerMultiprocessor) - 648usize];
-    ["Offset of field: cudaDeviceProp::managedMemory"]
-        [::core::mem::offset_of!(cudaDeviceProp, managedMemory) - 652usize];
-    ["Offset of field: cudaDeviceProp::isMultiGpuBoard"]
-        [::core::mem::offset_of!(cudaDeviceProp, isMultiGpuBoard) - 656usize];
-    ["Offset of field: cudaDeviceProp::multiGpuBoardGroupID"]
-        [::core::mem::offset_of!(cudaDeviceProp, multiGpuBoardGroupID) - 660usize];
-    ["Offset of field: cudaDeviceProp::hostNativeAtomicSupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, hostNativeAtomicSupported) - 664usize];
-    ["Offset of field: cudaDeviceProp::singleToDoublePrecisionPerfRatio"]
-        [::core::mem::offset_of!(cudaDeviceProp, singleToDoublePrecisionPerfRatio) - 668usize];
-    ["Offset of field: cudaDeviceProp::pageableMemoryAccess"]
-        [::core::mem::offset_of!(cudaDeviceProp, pageableMemoryAccess) - 672usize];
-    ["Offset of field: cudaDeviceProp::concurrentManagedAccess"]
-        [::core::mem::offset_of!(cudaDeviceProp, concurrentManagedAccess) - 676usize];
-    ["Offset of field: cudaDeviceProp::computePreemptionSupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, computePreemptionSupported) - 680usize];
-    ["Offset of field: cudaDeviceProp::canUseHostPointerForRegisteredMem"]
-        [::core::mem::offset_of!(cudaDeviceProp, canUseHostPointerForRegisteredMem) - 684usize];
-    ["Offset of field: cudaDeviceProp::cooperativeLaunch"]
-        [::core::mem::offset_of!(cudaDeviceProp, cooperativeLaunch) - 688usize];
-    ["Offset of field: cudaDeviceProp::cooperativeMultiDeviceLaunch"]
-        [::core::mem::offset_of!(cudaDeviceProp, cooperativeMultiDeviceLaunch) - 692usize];
-    ["Offset of field: cudaDeviceProp::sharedMemPerBlockOptin"]
-        [::core::mem::offset_of!(cudaDeviceProp, sharedMemPerBlockOptin) - 696usize];
-    ["Offset of field: cudaDeviceProp::pageableMemoryAccessUsesHostPageTables"][::core::mem::offset_of!(
-        cudaDeviceProp,
-        pageableMemoryAccessUsesHostPageTables
-    ) - 704usize];
-    ["Offset of field: cudaDeviceProp::directManagedMemAccessFromHost"]
-        [::core::mem::offset_of!(cudaDeviceProp, directManagedMemAccessFromHost) - 708usize];
-    ["Offset of field: cudaDeviceProp::maxBlocksPerMultiProcessor"]
-        [::core::mem::offset_of!(cudaDeviceProp, maxBlocksPerMultiProcessor) - 712usize];
-    ["Offset of field: cudaDeviceProp::accessPolicyMaxWindowSize"]
-        [::core::mem::offset_of!(cudaDeviceProp, accessPolicyMaxWindowSize) - 716usize];
-    ["Offset of field: cudaDeviceProp::reservedSharedMemPerBlock"]
-        [::core::mem::offset_of!(cudaDeviceProp, reservedSharedMemPerBlock) - 720usize];
-    ["Offset of field: cudaDeviceProp::hostRegisterSupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, hostRegisterSupported) - 728usize];
-    ["Offset of field: cudaDeviceProp::sparseCudaArraySupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, sparseCudaArraySupported) - 732usize];
-    ["Offset of field: cudaDeviceProp::hostRegisterReadOnlySupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, hostRegisterReadOnlySupported) - 736usize];
-    ["Offset of field: cudaDeviceProp::timelineSemaphoreInteropSupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, timelineSemaphoreInteropSupported) - 740usize];
-    ["Offset of field: cudaDeviceProp::memoryPoolsSupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, memoryPoolsSupported) - 744usize];
-    ["Offset of field: cudaDeviceProp::gpuDirectRDMASupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, gpuDirectRDMASupported) - 748usize];
-    ["Offset of field: cudaDeviceProp::gpuDirectRDMAFlushWritesOptions"]
-        [::core::mem::offset_of!(cudaDeviceProp, gpuDirectRDMAFlushWritesOptions) - 752usize];
-    ["Offset of field: cudaDeviceProp::gpuDirectRDMAWritesOrdering"]
-        [::core::mem::offset_of!(cudaDeviceProp, gpuDirectRDMAWritesOrdering) - 756usize];
-    ["Offset of field: cudaDeviceProp::memoryPoolSupportedHandleTypes"]
-        [::core::mem::offset_of!(cudaDeviceProp, memoryPoolSupportedHandleTypes) - 760usize];
-    ["Offset of field: cudaDeviceProp::deferredMappingCudaArraySupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, deferredMappingCudaArraySupported) - 764usize];
-    ["Offset of field: cudaDeviceProp::ipcEventSupported"]
-        [::core::mem::offset_of!(cudaDeviceProp, ipcEventSupported) - 768usize];
-    ["Offset of field: cudaDeviceProp::clusterLaunch"]
-        [::core::mem::offset_of!(cudaDeviceProp, clusterLaunch) - 772usize];
-    ["Offset of field: cudaDeviceProp::unifiedFunctionPointers"]
-        [::core::mem::offset_of!(cudaDeviceProp, unifiedFunctionPointers) - 776usize];
-    ["Offset of field: cudaDeviceProp::reserved"]
-        [::core::mem::offset_of!(cudaDeviceProp, reserved) - 780usize];
+    [
+        "Offset of field: cudaDeviceProp::name",
+    ][::core::mem::offset_of!(cudaDeviceProp, name) - 0usize];
+    [
+        "Offset of field: cudaDeviceProp::uuid",
+    ][::core::mem::offset_of!(cudaDeviceProp, uuid) - 256usize];
+    [
+        "Offset of field: cudaDeviceProp::luid",
+    ][::core::mem::offset_of!(cudaDeviceProp, luid) - 272usize];
+    [
+        "Offset of field: cudaDeviceProp::luidDeviceNodeMask",
+    ][::core::mem::offset_of!(cudaDeviceProp, luidDeviceNodeMask) - 280usize];
+    [
+        "Offset of field: cudaDeviceProp::totalGlobalMem",
+    ][::core::mem::offset_of!(cudaDeviceProp, totalGlobalMem) - 288usize];
+    [
+        "Offset of field: cudaDeviceProp::sharedMemPerBlock",
+    ][::core::mem::offset_of!(cudaDeviceProp, sharedMemPerBlock) - 296usize];
+    [
+        "Offset of field: cudaDeviceProp::regsPerBlock",
+    ][::core::mem::offset_of!(cudaDeviceProp, regsPerBlock) - 304usize];
+    [
+        "Offset of field: cudaDeviceProp::warpSize",
+    ][::core::mem::offset_of!(cudaDeviceProp, warpSize) - 308usize];
+    [
+        "Offset of field: cudaDeviceProp::memPitch",
+    ][::core::mem::offset_of!(cudaDeviceProp, memPitch) - 312usize];
+    [
+        "Offset of field: cudaDeviceProp::maxThreadsPerBlock",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxThreadsPerBlock) - 320usize];
+    [
+        "Offset of field: cudaDeviceProp::maxThreadsDim",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxThreadsDim) - 324usize];
+    [
+        "Offset of field: cudaDeviceProp::maxGridSize",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxGridSize) - 336usize];
+    [
+        "Offset of field: cudaDeviceProp::clockRate",
+    ][::core::mem::offset_of!(cudaDeviceProp, clockRate) - 348usize];
+    [
+        "Offset of field: cudaDeviceProp::totalConstMem",
+    ][::core::mem::offset_of!(cudaDeviceProp, totalConstMem) - 352usize];
+    [
+        "Offset of field: cudaDeviceProp::major",
+    ][::core::mem::offset_of!(cudaDeviceProp, major) - 360usize];
+    [
+        "Offset of field: cudaDeviceProp::minor",
+    ][::core::mem::offset_of!(cudaDeviceProp, minor) - 364usize];
+    [
+        "Offset of field: cudaDeviceProp::textureAlignment",
+    ][::core::mem::offset_of!(cudaDeviceProp, textureAlignment) - 368usize];
+    [
+        "Offset of field: cudaDeviceProp::texturePitchAlignment",
+    ][::core::mem::offset_of!(cudaDeviceProp, texturePitchAlignment) - 376usize];
+    [
+        "Offset of field: cudaDeviceProp::deviceOverlap",
+    ][::core::mem::offset_of!(cudaDeviceProp, deviceOverlap) - 384usize];
+    [
+        "Offset of field: cudaDeviceProp::multiProcessorCount",
+    ][::core::mem::offset_of!(cudaDeviceProp, multiProcessorCount) - 388usize];
+    [
+        "Offset of field: cudaDeviceProp::kernelExecTimeoutEnabled",
+    ][::core::mem::offset_of!(cudaDeviceProp, kernelExecTimeoutEnabled) - 392usize];
+    [
+        "Offset of field: cudaDeviceProp::integrated",
+    ][::core::mem::offset_of!(cudaDeviceProp, integrated) - 396usize];
+    [
+        "Offset of field: cudaDeviceProp::canMapHostMemory",
+    ][::core::mem::offset_of!(cudaDeviceProp, canMapHostMemory) - 400usize];
+    [
+        "Offset of field: cudaDeviceProp::computeMode",
+    ][::core::mem::offset_of!(cudaDeviceProp, computeMode) - 404usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture1D",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture1D) - 408usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture1DMipmap",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture1DMipmap) - 412usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture1DLinear",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture1DLinear) - 416usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture2D",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture2D) - 420usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture2DMipmap",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture2DMipmap) - 428usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture2DLinear",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture2DLinear) - 436usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture2DGather",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture2DGather) - 448usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture3D",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture3D) - 456usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture3DAlt",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture3DAlt) - 468usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTextureCubemap",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTextureCubemap) - 480usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture1DLayered",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture1DLayered) - 484usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTexture2DLayered",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTexture2DLayered) - 492usize];
+    [
+        "Offset of field: cudaDeviceProp::maxTextureCubemapLayered",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxTextureCubemapLayered) - 504usize];
+    [
+        "Offset of field: cudaDeviceProp::maxSurface1D",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxSurface1D) - 512usize];
+    [
+        "Offset of field: cudaDeviceProp::maxSurface2D",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxSurface2D) - 516usize];
+    [
+        "Offset of field: cudaDeviceProp::maxSurface3D",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxSurface3D) - 524usize];
+    [
+        "Offset of field: cudaDeviceProp::maxSurface1DLayered",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxSurface1DLayered) - 536usize];
+    [
+        "Offset of field: cudaDeviceProp::maxSurface2DLayered",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxSurface2DLayered) - 544usize];
+    [
+        "Offset of field: cudaDeviceProp::maxSurfaceCubemap",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxSurfaceCubemap) - 556usize];
+    [
+        "Offset of field: cudaDeviceProp::maxSurfaceCubemapLayered",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxSurfaceCubemapLayered) - 560usize];
+    [
+        "Offset of field: cudaDeviceProp::surfaceAlignment",
+    ][::core::mem::offset_of!(cudaDeviceProp, surfaceAlignment) - 568usize];
+    [
+        "Offset of field: cudaDeviceProp::concurrentKernels",
+    ][::core::mem::offset_of!(cudaDeviceProp, concurrentKernels) - 576usize];
+    [
+        "Offset of field: cudaDeviceProp::ECCEnabled",
+    ][::core::mem::offset_of!(cudaDeviceProp, ECCEnabled) - 580usize];
+    [
+        "Offset of field: cudaDeviceProp::pciBusID",
+    ][::core::mem::offset_of!(cudaDeviceProp, pciBusID) - 584usize];
+    [
+        "Offset of field: cudaDeviceProp::pciDeviceID",
+    ][::core::mem::offset_of!(cudaDeviceProp, pciDeviceID) - 588usize];
+    [
+        "Offset of field: cudaDeviceProp::pciDomainID",
+    ][::core::mem::offset_of!(cudaDeviceProp, pciDomainID) - 592usize];
+    [
+        "Offset of field: cudaDeviceProp::tccDriver",
+    ][::core::mem::offset_of!(cudaDeviceProp, tccDriver) - 596usize];
+    [
+        "Offset of field: cudaDeviceProp::asyncEngineCount",
+    ][::core::mem::offset_of!(cudaDeviceProp, asyncEngineCount) - 600usize];
+    [
+        "Offset of field: cudaDeviceProp::unifiedAddressing",
+    ][::core::mem::offset_of!(cudaDeviceProp, unifiedAddressing) - 604usize];
+    [
+        "Offset of field: cudaDeviceProp::memoryClockRate",
+    ][::core::mem::offset_of!(cudaDeviceProp, memoryClockRate) - 608usize];
+    [
+        "Offset of field: cudaDeviceProp::memoryBusWidth",
+    ][::core::mem::offset_of!(cudaDeviceProp, memoryBusWidth) - 612usize];
+    [
+        "Offset of field: cudaDeviceProp::l2CacheSize",
+    ][::core::mem::offset_of!(cudaDeviceProp, l2CacheSize) - 616usize];
+    [
+        "Offset of field: cudaDeviceProp::persistingL2CacheMaxSize",
+    ][::core::mem::offset_of!(cudaDeviceProp, persistingL2CacheMaxSize) - 620usize];
+    [
+        "Offset of field: cudaDeviceProp::maxThreadsPerMultiProcessor",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxThreadsPerMultiProcessor) - 624usize];
+    [
+        "Offset of field: cudaDeviceProp::streamPrioritiesSupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, streamPrioritiesSupported) - 628usize];
+    [
+        "Offset of field: cudaDeviceProp::globalL1CacheSupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, globalL1CacheSupported) - 632usize];
+    [
+        "Offset of field: cudaDeviceProp::localL1CacheSupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, localL1CacheSupported) - 636usize];
+    [
+        "Offset of field: cudaDeviceProp::sharedMemPerMultiprocessor",
+    ][::core::mem::offset_of!(cudaDeviceProp, sharedMemPerMultiprocessor) - 640usize];
+    [
+        "Offset of field: cudaDeviceProp::regsPerMultiprocessor",
+    ][::core::mem::offset_of!(cudaDeviceProp, regsPerMultiprocessor) - 648usize];
+    [
+        "Offset of field: cudaDeviceProp::managedMemory",
+    ][::core::mem::offset_of!(cudaDeviceProp, managedMemory) - 652usize];
+    [
+        "Offset of field: cudaDeviceProp::isMultiGpuBoard",
+    ][::core::mem::offset_of!(cudaDeviceProp, isMultiGpuBoard) - 656usize];
+    [
+        "Offset of field: cudaDeviceProp::multiGpuBoardGroupID",
+    ][::core::mem::offset_of!(cudaDeviceProp, multiGpuBoardGroupID) - 660usize];
+    [
+        "Offset of field: cudaDeviceProp::hostNativeAtomicSupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, hostNativeAtomicSupported) - 664usize];
+    [
+        "Offset of field: cudaDeviceProp::singleToDoublePrecisionPerfRatio",
+    ][::core::mem::offset_of!(cudaDeviceProp, singleToDoublePrecisionPerfRatio)
+        - 668usize];
+    [
+        "Offset of field: cudaDeviceProp::pageableMemoryAccess",
+    ][::core::mem::offset_of!(cudaDeviceProp, pageableMemoryAccess) - 672usize];
+    [
+        "Offset of field: cudaDeviceProp::concurrentManagedAccess",
+    ][::core::mem::offset_of!(cudaDeviceProp, concurrentManagedAccess) - 676usize];
+    [
+        "Offset of field: cudaDeviceProp::computePreemptionSupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, computePreemptionSupported) - 680usize];
+    [
+        "Offset of field: cudaDeviceProp::canUseHostPointerForRegisteredMem",
+    ][::core::mem::offset_of!(cudaDeviceProp, canUseHostPointerForRegisteredMem)
+        - 684usize];
+    [
+        "Offset of field: cudaDeviceProp::cooperativeLaunch",
+    ][::core::mem::offset_of!(cudaDeviceProp, cooperativeLaunch) - 688usize];
+    [
+        "Offset of field: cudaDeviceProp::cooperativeMultiDeviceLaunch",
+    ][::core::mem::offset_of!(cudaDeviceProp, cooperativeMultiDeviceLaunch) - 692usize];
+    [
+        "Offset of field: cudaDeviceProp::sharedMemPerBlockOptin",
+    ][::core::mem::offset_of!(cudaDeviceProp, sharedMemPerBlockOptin) - 696usize];
+    [
+        "Offset of field: cudaDeviceProp::pageableMemoryAccessUsesHostPageTables",
+    ][::core::mem::offset_of!(cudaDeviceProp, pageableMemoryAccessUsesHostPageTables)
+        - 704usize];
+    [
+        "Offset of field: cudaDeviceProp::directManagedMemAccessFromHost",
+    ][::core::mem::offset_of!(cudaDeviceProp, directManagedMemAccessFromHost)
+        - 708usize];
+    [
+        "Offset of field: cudaDeviceProp::maxBlocksPerMultiProcessor",
+    ][::core::mem::offset_of!(cudaDeviceProp, maxBlocksPerMultiProcessor) - 712usize];
+    [
+        "Offset of field: cudaDeviceProp::accessPolicyMaxWindowSize",
+    ][::core::mem::offset_of!(cudaDeviceProp, accessPolicyMaxWindowSize) - 716usize];
+    [
+        "Offset of field: cudaDeviceProp::reservedSharedMemPerBlock",
+    ][::core::mem::offset_of!(cudaDeviceProp, reservedSharedMemPerBlock) - 720usize];
+    [
+        "Offset of field: cudaDeviceProp::hostRegisterSupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, hostRegisterSupported) - 728usize];
+    [
+        "Offset of field: cudaDeviceProp::sparseCudaArraySupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, sparseCudaArraySupported) - 732usize];
+    [
+        "Offset of field: cudaDeviceProp::hostRegisterReadOnlySupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, hostRegisterReadOnlySupported) - 736usize];
+    [
+        "Offset of field: cudaDeviceProp::timelineSemaphoreInteropSupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, timelineSemaphoreInteropSupported)
+        - 740usize];
+    [
+        "Offset of field: cudaDeviceProp::memoryPoolsSupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, memoryPoolsSupported) - 744usize];
+    [
+        "Offset of field: cudaDeviceProp::gpuDirectRDMASupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, gpuDirectRDMASupported) - 748usize];
+    [
+        "Offset of field: cudaDeviceProp::gpuDirectRDMAFlushWritesOptions",
+    ][::core::mem::offset_of!(cudaDeviceProp, gpuDirectRDMAFlushWritesOptions)
+        - 752usize];
+    [
+        "Offset of field: cudaDeviceProp::gpuDirectRDMAWritesOrdering",
+    ][::core::mem::offset_of!(cudaDeviceProp, gpuDirectRDMAWritesOrdering) - 756usize];
+    [
+        "Offset of field: cudaDeviceProp::memoryPoolSupportedHandleTypes",
+    ][::core::mem::offset_of!(cudaDeviceProp, memoryPoolSupportedHandleTypes)
+        - 760usize];
+    [
+        "Offset of field: cudaDeviceProp::deferredMappingCudaArraySupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, deferredMappingCudaArraySupported)
+        - 764usize];
+    [
+        "Offset of field: cudaDeviceProp::ipcEventSupported",
+    ][::core::mem::offset_of!(cudaDeviceProp, ipcEventSupported) - 768usize];
+    [
+        "Offset of field: cudaDeviceProp::clusterLaunch",
+    ][::core::mem::offset_of!(cudaDeviceProp, clusterLaunch) - 772usize];
+    [
+        "Offset of field: cudaDeviceProp::unifiedFunctionPointers",
+    ][::core::mem::offset_of!(cudaDeviceProp, unifiedFunctionPointers) - 776usize];
+    [
+        "Offset of field: cudaDeviceProp::reserved",
+    ][::core::mem::offset_of!(cudaDeviceProp, reserved) - 780usize];
 };
 impl Default for cudaDeviceProp {
     fn default() -> Self {
@@ -2319,11 +2967,15 @@ pub struct cudaIpcEventHandle_st {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaIpcEventHandle_st"][::core::mem::size_of::<cudaIpcEventHandle_st>() - 64usize];
-    ["Alignment of cudaIpcEventHandle_st"]
-        [::core::mem::align_of::<cudaIpcEventHandle_st>() - 1usize];
-    ["Offset of field: cudaIpcEventHandle_st::reserved"]
-        [::core::mem::offset_of!(cudaIpcEventHandle_st, reserved) - 0usize];
+    [
+        "Size of cudaIpcEventHandle_st",
+    ][::core::mem::size_of::<cudaIpcEventHandle_st>() - 64usize];
+    [
+        "Alignment of cudaIpcEventHandle_st",
+    ][::core::mem::align_of::<cudaIpcEventHandle_st>() - 1usize];
+    [
+        "Offset of field: cudaIpcEventHandle_st::reserved",
+    ][::core::mem::offset_of!(cudaIpcEventHandle_st, reserved) - 0usize];
 };
 impl Default for cudaIpcEventHandle_st {
     fn default() -> Self {
@@ -2342,10 +2994,15 @@ pub struct cudaIpcMemHandle_st {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaIpcMemHandle_st"][::core::mem::size_of::<cudaIpcMemHandle_st>() - 64usize];
-    ["Alignment of cudaIpcMemHandle_st"][::core::mem::align_of::<cudaIpcMemHandle_st>() - 1usize];
-    ["Offset of field: cudaIpcMemHandle_st::reserved"]
-        [::core::mem::offset_of!(cudaIpcMemHandle_st, reserved) - 0usize];
+    [
+        "Size of cudaIpcMemHandle_st",
+    ][::core::mem::size_of::<cudaIpcMemHandle_st>() - 64usize];
+    [
+        "Alignment of cudaIpcMemHandle_st",
+    ][::core::mem::align_of::<cudaIpcMemHandle_st>() - 1usize];
+    [
+        "Offset of field: cudaIpcMemHandle_st::reserved",
+    ][::core::mem::offset_of!(cudaIpcMemHandle_st, reserved) - 0usize];
 };
 impl Default for cudaIpcMemHandle_st {
     fn default() -> Self {
@@ -2364,11 +3021,15 @@ pub struct cudaMemFabricHandle_st {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaMemFabricHandle_st"][::core::mem::size_of::<cudaMemFabricHandle_st>() - 64usize];
-    ["Alignment of cudaMemFabricHandle_st"]
-        [::core::mem::align_of::<cudaMemFabricHandle_st>() - 1usize];
-    ["Offset of field: cudaMemFabricHandle_st::reserved"]
-        [::core::mem::offset_of!(cudaMemFabricHandle_st, reserved) - 0usize];
+    [
+        "Size of cudaMemFabricHandle_st",
+    ][::core::mem::size_of::<cudaMemFabricHandle_st>() - 64usize];
+    [
+        "Alignment of cudaMemFabricHandle_st",
+    ][::core::mem::align_of::<cudaMemFabricHandle_st>() - 1usize];
+    [
+        "Offset of field: cudaMemFabricHandle_st::reserved",
+    ][::core::mem::offset_of!(cudaMemFabricHandle_st, reserved) - 0usize];
 };
 impl Default for cudaMemFabricHandle_st {
     fn default() -> Self {
@@ -2381,22 +3042,30 @@ impl Default for cudaMemFabricHandle_st {
 }
 pub type cudaMemFabricHandle_t = cudaMemFabricHandle_st;
 impl cudaExternalMemoryHandleType {
-    pub const cudaExternalMemoryHandleTypeOpaqueFd: cudaExternalMemoryHandleType =
-        cudaExternalMemoryHandleType(1);
-    pub const cudaExternalMemoryHandleTypeOpaqueWin32: cudaExternalMemoryHandleType =
-        cudaExternalMemoryHandleType(2);
-    pub const cudaExternalMemoryHandleTypeOpaqueWin32Kmt: cudaExternalMemoryHandleType =
-        cudaExternalMemoryHandleType(3);
-    pub const cudaExternalMemoryHandleTypeD3D12Heap: cudaExternalMemoryHandleType =
-        cudaExternalMemoryHandleType(4);
-    pub const cudaExternalMemoryHandleTypeD3D12Resource: cudaExternalMemoryHandleType =
-        cudaExternalMemoryHandleType(5);
-    pub const cudaExternalMemoryHandleTypeD3D11Resource: cudaExternalMemoryHandleType =
-        cudaExternalMemoryHandleType(6);
-    pub const cudaExternalMemoryHandleTypeD3D11ResourceKmt: cudaExternalMemoryHandleType =
-        cudaExternalMemoryHandleType(7);
-    pub const cudaExternalMemoryHandleTypeNvSciBuf: cudaExternalMemoryHandleType =
-        cudaExternalMemoryHandleType(8);
+    pub const cudaExternalMemoryHandleTypeOpaqueFd: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
+        1,
+    );
+    pub const cudaExternalMemoryHandleTypeOpaqueWin32: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
+        2,
+    );
+    pub const cudaExternalMemoryHandleTypeOpaqueWin32Kmt: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
+        3,
+    );
+    pub const cudaExternalMemoryHandleTypeD3D12Heap: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
+        4,
+    );
+    pub const cudaExternalMemoryHandleTypeD3D12Resource: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
+        5,
+    );
+    pub const cudaExternalMemoryHandleTypeD3D11Resource: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
+        6,
+    );
+    pub const cudaExternalMemoryHandleTypeD3D11ResourceKmt: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
+        7,
+    );
+    pub const cudaExternalMemoryHandleTypeNvSciBuf: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
+        8,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -2424,20 +3093,23 @@ pub struct cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1"][::core::mem::size_of::<
-        cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1,
-    >() - 16usize];
-    ["Alignment of cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1"][::core::mem::align_of::<
-        cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1,
-    >() - 8usize];
-    ["Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1::handle"][::core::mem::offset_of!(
-        cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1,
-        handle
-    )
-        - 0usize];
-    ["Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1::name"][::core::mem::offset_of!(
-        cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1,
-        name
+    [
+        "Size of cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1>()
+        - 16usize];
+    [
+        "Alignment of cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1>()
+        - 8usize];
+    [
+        "Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1::handle",
+    ][::core::mem::offset_of!(
+        cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1, handle
+    ) - 0usize];
+    [
+        "Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1::name",
+    ][::core::mem::offset_of!(
+        cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1, name
     ) - 8usize];
 };
 impl Default for cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1 {
@@ -2451,18 +3123,23 @@ impl Default for cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalMemoryHandleDesc__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaExternalMemoryHandleDesc__bindgen_ty_1>() - 16usize];
-    ["Alignment of cudaExternalMemoryHandleDesc__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalMemoryHandleDesc__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1::fd"]
-        [::core::mem::offset_of!(cudaExternalMemoryHandleDesc__bindgen_ty_1, fd) - 0usize];
-    ["Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1::win32"]
-        [::core::mem::offset_of!(cudaExternalMemoryHandleDesc__bindgen_ty_1, win32) - 0usize];
-    ["Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1::nvSciBufObject"][::core::mem::offset_of!(
-        cudaExternalMemoryHandleDesc__bindgen_ty_1,
-        nvSciBufObject
-    ) - 0usize];
+    [
+        "Size of cudaExternalMemoryHandleDesc__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaExternalMemoryHandleDesc__bindgen_ty_1>() - 16usize];
+    [
+        "Alignment of cudaExternalMemoryHandleDesc__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaExternalMemoryHandleDesc__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1::fd",
+    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc__bindgen_ty_1, fd) - 0usize];
+    [
+        "Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1::win32",
+    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc__bindgen_ty_1, win32)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalMemoryHandleDesc__bindgen_ty_1::nvSciBufObject",
+    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc__bindgen_ty_1, nvSciBufObject)
+        - 0usize];
 };
 impl Default for cudaExternalMemoryHandleDesc__bindgen_ty_1 {
     fn default() -> Self {
@@ -2475,18 +3152,24 @@ impl Default for cudaExternalMemoryHandleDesc__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalMemoryHandleDesc"]
-        [::core::mem::size_of::<cudaExternalMemoryHandleDesc>() - 40usize];
-    ["Alignment of cudaExternalMemoryHandleDesc"]
-        [::core::mem::align_of::<cudaExternalMemoryHandleDesc>() - 8usize];
-    ["Offset of field: cudaExternalMemoryHandleDesc::type_"]
-        [::core::mem::offset_of!(cudaExternalMemoryHandleDesc, type_) - 0usize];
-    ["Offset of field: cudaExternalMemoryHandleDesc::handle"]
-        [::core::mem::offset_of!(cudaExternalMemoryHandleDesc, handle) - 8usize];
-    ["Offset of field: cudaExternalMemoryHandleDesc::size"]
-        [::core::mem::offset_of!(cudaExternalMemoryHandleDesc, size) - 24usize];
-    ["Offset of field: cudaExternalMemoryHandleDesc::flags"]
-        [::core::mem::offset_of!(cudaExternalMemoryHandleDesc, flags) - 32usize];
+    [
+        "Size of cudaExternalMemoryHandleDesc",
+    ][::core::mem::size_of::<cudaExternalMemoryHandleDesc>() - 40usize];
+    [
+        "Alignment of cudaExternalMemoryHandleDesc",
+    ][::core::mem::align_of::<cudaExternalMemoryHandleDesc>() - 8usize];
+    [
+        "Offset of field: cudaExternalMemoryHandleDesc::type_",
+    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc, type_) - 0usize];
+    [
+        "Offset of field: cudaExternalMemoryHandleDesc::handle",
+    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc, handle) - 8usize];
+    [
+        "Offset of field: cudaExternalMemoryHandleDesc::size",
+    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc, size) - 24usize];
+    [
+        "Offset of field: cudaExternalMemoryHandleDesc::flags",
+    ][::core::mem::offset_of!(cudaExternalMemoryHandleDesc, flags) - 32usize];
 };
 impl Default for cudaExternalMemoryHandleDesc {
     fn default() -> Self {
@@ -2506,16 +3189,21 @@ pub struct cudaExternalMemoryBufferDesc {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalMemoryBufferDesc"]
-        [::core::mem::size_of::<cudaExternalMemoryBufferDesc>() - 24usize];
-    ["Alignment of cudaExternalMemoryBufferDesc"]
-        [::core::mem::align_of::<cudaExternalMemoryBufferDesc>() - 8usize];
-    ["Offset of field: cudaExternalMemoryBufferDesc::offset"]
-        [::core::mem::offset_of!(cudaExternalMemoryBufferDesc, offset) - 0usize];
-    ["Offset of field: cudaExternalMemoryBufferDesc::size"]
-        [::core::mem::offset_of!(cudaExternalMemoryBufferDesc, size) - 8usize];
-    ["Offset of field: cudaExternalMemoryBufferDesc::flags"]
-        [::core::mem::offset_of!(cudaExternalMemoryBufferDesc, flags) - 16usize];
+    [
+        "Size of cudaExternalMemoryBufferDesc",
+    ][::core::mem::size_of::<cudaExternalMemoryBufferDesc>() - 24usize];
+    [
+        "Alignment of cudaExternalMemoryBufferDesc",
+    ][::core::mem::align_of::<cudaExternalMemoryBufferDesc>() - 8usize];
+    [
+        "Offset of field: cudaExternalMemoryBufferDesc::offset",
+    ][::core::mem::offset_of!(cudaExternalMemoryBufferDesc, offset) - 0usize];
+    [
+        "Offset of field: cudaExternalMemoryBufferDesc::size",
+    ][::core::mem::offset_of!(cudaExternalMemoryBufferDesc, size) - 8usize];
+    [
+        "Offset of field: cudaExternalMemoryBufferDesc::flags",
+    ][::core::mem::offset_of!(cudaExternalMemoryBufferDesc, flags) - 16usize];
 };
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -2528,20 +3216,29 @@ pub struct cudaExternalMemoryMipmappedArrayDesc {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalMemoryMipmappedArrayDesc"]
-        [::core::mem::size_of::<cudaExternalMemoryMipmappedArrayDesc>() - 64usize];
-    ["Alignment of cudaExternalMemoryMipmappedArrayDesc"]
-        [::core::mem::align_of::<cudaExternalMemoryMipmappedArrayDesc>() - 8usize];
-    ["Offset of field: cudaExternalMemoryMipmappedArrayDesc::offset"]
-        [::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, offset) - 0usize];
-    ["Offset of field: cudaExternalMemoryMipmappedArrayDesc::formatDesc"]
-        [::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, formatDesc) - 8usize];
-    ["Offset of field: cudaExternalMemoryMipmappedArrayDesc::extent"]
-        [::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, extent) - 32usize];
-    ["Offset of field: cudaExternalMemoryMipmappedArrayDesc::flags"]
-        [::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, flags) - 56usize];
-    ["Offset of field: cudaExternalMemoryMipmappedArrayDesc::numLevels"]
-        [::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, numLevels) - 60usize];
+    [
+        "Size of cudaExternalMemoryMipmappedArrayDesc",
+    ][::core::mem::size_of::<cudaExternalMemoryMipmappedArrayDesc>() - 64usize];
+    [
+        "Alignment of cudaExternalMemoryMipmappedArrayDesc",
+    ][::core::mem::align_of::<cudaExternalMemoryMipmappedArrayDesc>() - 8usize];
+    [
+        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::offset",
+    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, offset) - 0usize];
+    [
+        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::formatDesc",
+    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, formatDesc)
+        - 8usize];
+    [
+        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::extent",
+    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, extent) - 32usize];
+    [
+        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::flags",
+    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, flags) - 56usize];
+    [
+        "Offset of field: cudaExternalMemoryMipmappedArrayDesc::numLevels",
+    ][::core::mem::offset_of!(cudaExternalMemoryMipmappedArrayDesc, numLevels)
+        - 60usize];
 };
 impl Default for cudaExternalMemoryMipmappedArrayDesc {
     fn default() -> Self {
@@ -2553,26 +3250,36 @@ impl Default for cudaExternalMemoryMipmappedArrayDesc {
     }
 }
 impl cudaExternalSemaphoreHandleType {
-    pub const cudaExternalSemaphoreHandleTypeOpaqueFd: cudaExternalSemaphoreHandleType =
-        cudaExternalSemaphoreHandleType(1);
-    pub const cudaExternalSemaphoreHandleTypeOpaqueWin32: cudaExternalSemaphoreHandleType =
-        cudaExternalSemaphoreHandleType(2);
-    pub const cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt: cudaExternalSemaphoreHandleType =
-        cudaExternalSemaphoreHandleType(3);
-    pub const cudaExternalSemaphoreHandleTypeD3D12Fence: cudaExternalSemaphoreHandleType =
-        cudaExternalSemaphoreHandleType(4);
-    pub const cudaExternalSemaphoreHandleTypeD3D11Fence: cudaExternalSemaphoreHandleType =
-        cudaExternalSemaphoreHandleType(5);
-    pub const cudaExternalSemaphoreHandleTypeNvSciSync: cudaExternalSemaphoreHandleType =
-        cudaExternalSemaphoreHandleType(6);
-    pub const cudaExternalSemaphoreHandleTypeKeyedMutex: cudaExternalSemaphoreHandleType =
-        cudaExternalSemaphoreHandleType(7);
-    pub const cudaExternalSemaphoreHandleTypeKeyedMutexKmt: cudaExternalSemaphoreHandleType =
-        cudaExternalSemaphoreHandleType(8);
-    pub const cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd: cudaExternalSemaphoreHandleType =
-        cudaExternalSemaphoreHandleType(9);
-    pub const cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32:
-        cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(10);
+    pub const cudaExternalSemaphoreHandleTypeOpaqueFd: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
+        1,
+    );
+    pub const cudaExternalSemaphoreHandleTypeOpaqueWin32: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
+        2,
+    );
+    pub const cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
+        3,
+    );
+    pub const cudaExternalSemaphoreHandleTypeD3D12Fence: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
+        4,
+    );
+    pub const cudaExternalSemaphoreHandleTypeD3D11Fence: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
+        5,
+    );
+    pub const cudaExternalSemaphoreHandleTypeNvSciSync: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
+        6,
+    );
+    pub const cudaExternalSemaphoreHandleTypeKeyedMutex: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
+        7,
+    );
+    pub const cudaExternalSemaphoreHandleTypeKeyedMutexKmt: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
+        8,
+    );
+    pub const cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
+        9,
+    );
+    pub const cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
+        10,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -2599,22 +3306,26 @@ pub struct cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1"][::core::mem::size_of::<
+    [
+        "Size of cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1,
     >() - 16usize];
-    ["Alignment of cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1>()
-            - 8usize];
-    ["Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1::handle"][::core::mem::offset_of!(
+    [
+        "Alignment of cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::align_of::<
         cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1,
-        handle
-    )
-        - 0usize];
-    ["Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1::name"][::core::mem::offset_of!(
-        cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1,
-        name
-    )
-        - 8usize];
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1::handle",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1, handle
+    ) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1::name",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1, name
+    ) - 8usize];
 };
 impl Default for cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
@@ -2627,17 +3338,24 @@ impl Default for cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreHandleDesc__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaExternalSemaphoreHandleDesc__bindgen_ty_1>() - 16usize];
-    ["Alignment of cudaExternalSemaphoreHandleDesc__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreHandleDesc__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1::fd"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc__bindgen_ty_1, fd) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1::win32"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc__bindgen_ty_1, win32) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1::nvSciSyncObj"][::core::mem::offset_of!(
-        cudaExternalSemaphoreHandleDesc__bindgen_ty_1,
-        nvSciSyncObj
+    [
+        "Size of cudaExternalSemaphoreHandleDesc__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaExternalSemaphoreHandleDesc__bindgen_ty_1>() - 16usize];
+    [
+        "Alignment of cudaExternalSemaphoreHandleDesc__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaExternalSemaphoreHandleDesc__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1::fd",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc__bindgen_ty_1, fd)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1::win32",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc__bindgen_ty_1, win32)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreHandleDesc__bindgen_ty_1::nvSciSyncObj",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreHandleDesc__bindgen_ty_1, nvSciSyncObj
     ) - 0usize];
 };
 impl Default for cudaExternalSemaphoreHandleDesc__bindgen_ty_1 {
@@ -2651,16 +3369,21 @@ impl Default for cudaExternalSemaphoreHandleDesc__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreHandleDesc"]
-        [::core::mem::size_of::<cudaExternalSemaphoreHandleDesc>() - 32usize];
-    ["Alignment of cudaExternalSemaphoreHandleDesc"]
-        [::core::mem::align_of::<cudaExternalSemaphoreHandleDesc>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreHandleDesc::type_"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc, type_) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreHandleDesc::handle"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc, handle) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreHandleDesc::flags"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc, flags) - 24usize];
+    [
+        "Size of cudaExternalSemaphoreHandleDesc",
+    ][::core::mem::size_of::<cudaExternalSemaphoreHandleDesc>() - 32usize];
+    [
+        "Alignment of cudaExternalSemaphoreHandleDesc",
+    ][::core::mem::align_of::<cudaExternalSemaphoreHandleDesc>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreHandleDesc::type_",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc, type_) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreHandleDesc::handle",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc, handle) - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreHandleDesc::flags",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreHandleDesc, flags) - 24usize];
 };
 impl Default for cudaExternalSemaphoreHandleDesc {
     fn default() -> Self {
@@ -2691,17 +3414,21 @@ pub struct cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1>(
-        ) - 8usize];
-    ["Alignment of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1>(
-        ) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1::value"][::core::mem::offset_of!(
+    [
+        "Size of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1,
-        value
-    )
-        - 0usize];
+    >() - 8usize];
+    [
+        "Alignment of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::align_of::<
+        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1,
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1::value",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1, value
+    ) - 0usize];
 };
 #[repr(C)]
 #[derive(Copy, Clone)]
@@ -2711,22 +3438,26 @@ pub union cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2"]
-        [::core::mem::size_of::<cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2>(
-        ) - 8usize];
-    ["Alignment of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2>(
-        ) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2::fence"][::core::mem::offset_of!(
+    [
+        "Size of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2,
-        fence
-    )
-        - 0usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2::reserved"]
-        [::core::mem::offset_of!(
-            cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2,
-            reserved
-        ) - 0usize];
+    >() - 8usize];
+    [
+        "Alignment of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::align_of::<
+        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2,
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2::fence",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2, fence
+    ) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2::reserved",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2, reserved
+    ) - 0usize];
 };
 impl Default for cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
@@ -2744,37 +3475,46 @@ pub struct cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3"]
-        [::core::mem::size_of::<cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3>(
-        ) - 8usize];
-    ["Alignment of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3>(
-        ) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3::key"][::core::mem::offset_of!(
+    [
+        "Size of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3,
-        key
-    )
-        - 0usize];
+    >() - 8usize];
+    [
+        "Alignment of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3",
+    ][::core::mem::align_of::<
+        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3,
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3::key",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3, key
+    ) - 0usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1>() - 24usize];
-    ["Alignment of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1::fence"][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1,
-        fence
-    ) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1::nvSciSync"][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1,
-        nvSciSync
+    [
+        "Size of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1>()
+        - 24usize];
+    [
+        "Alignment of cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1>()
+        - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1::fence",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1, fence)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1::nvSciSync",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1, nvSciSync
     ) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1::keyedMutex"][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1,
-        keyedMutex
-    )
-        - 16usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1::keyedMutex",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1, keyedMutex
+    ) - 16usize];
 };
 impl Default for cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1 {
     fn default() -> Self {
@@ -2787,14 +3527,18 @@ impl Default for cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalParams_v1"]
-        [::core::mem::size_of::<cudaExternalSemaphoreSignalParams_v1>() - 32usize];
-    ["Alignment of cudaExternalSemaphoreSignalParams_v1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalParams_v1>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams_v1::params"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalParams_v1, params) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams_v1::flags"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalParams_v1, flags) - 24usize];
+    [
+        "Size of cudaExternalSemaphoreSignalParams_v1",
+    ][::core::mem::size_of::<cudaExternalSemaphoreSignalParams_v1>() - 32usize];
+    [
+        "Alignment of cudaExternalSemaphoreSignalParams_v1",
+    ][::core::mem::align_of::<cudaExternalSemaphoreSignalParams_v1>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams_v1::params",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams_v1, params) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams_v1::flags",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams_v1, flags) - 24usize];
 };
 impl Default for cudaExternalSemaphoreSignalParams_v1 {
     fn default() -> Self {
@@ -2825,17 +3569,21 @@ pub struct cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1"][::core::mem::size_of::<
+    [
+        "Size of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1,
     >() - 8usize];
-    ["Alignment of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1>()
-            - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1::value"][::core::mem::offset_of!(
+    [
+        "Alignment of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::align_of::<
         cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1,
-        value
-    )
-        - 0usize];
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1::value",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1, value
+    ) - 0usize];
 };
 #[repr(C)]
 #[derive(Copy, Clone)]
@@ -2845,22 +3593,26 @@ pub union cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2"][::core::mem::size_of::<
+    [
+        "Size of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2,
     >() - 8usize];
-    ["Alignment of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2>()
-            - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2::fence"][::core::mem::offset_of!(
+    [
+        "Alignment of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::align_of::<
         cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2,
-        fence
-    )
-        - 0usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2::reserved"][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2,
-        reserved
-    )
-        - 0usize];
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2::fence",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2, fence
+    ) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2::reserved",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2, reserved
+    ) - 0usize];
 };
 impl Default for cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
@@ -2879,38 +3631,50 @@ pub struct cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3"][::core::mem::size_of::<
+    [
+        "Size of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3,
     >() - 16usize];
-    ["Alignment of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3>()
-            - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3::key"][::core::mem::offset_of!(
+    [
+        "Alignment of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3",
+    ][::core::mem::align_of::<
         cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3,
-        key
-    )
-        - 0usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3::timeoutMs"]
-        [::core::mem::offset_of!(
-            cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3,
-            timeoutMs
-        ) - 8usize];
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3::key",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3, key
+    ) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3::timeoutMs",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3, timeoutMs
+    ) - 8usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1>() - 32usize];
-    ["Alignment of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1::fence"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1, fence) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1::nvSciSync"][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1,
-        nvSciSync
+    [
+        "Size of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1>()
+        - 32usize];
+    [
+        "Alignment of cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1>()
+        - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1::fence",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1, fence)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1::nvSciSync",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1, nvSciSync
     ) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1::keyedMutex"][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1,
-        keyedMutex
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1::keyedMutex",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1, keyedMutex
     ) - 16usize];
 };
 impl Default for cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1 {
@@ -2924,14 +3688,18 @@ impl Default for cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitParams_v1"]
-        [::core::mem::size_of::<cudaExternalSemaphoreWaitParams_v1>() - 40usize];
-    ["Alignment of cudaExternalSemaphoreWaitParams_v1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitParams_v1>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams_v1::params"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitParams_v1, params) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams_v1::flags"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitParams_v1, flags) - 32usize];
+    [
+        "Size of cudaExternalSemaphoreWaitParams_v1",
+    ][::core::mem::size_of::<cudaExternalSemaphoreWaitParams_v1>() - 40usize];
+    [
+        "Alignment of cudaExternalSemaphoreWaitParams_v1",
+    ][::core::mem::align_of::<cudaExternalSemaphoreWaitParams_v1>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams_v1::params",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams_v1, params) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams_v1::flags",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams_v1, flags) - 32usize];
 };
 impl Default for cudaExternalSemaphoreWaitParams_v1 {
     fn default() -> Self {
@@ -2964,17 +3732,21 @@ pub struct cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1"][::core::mem::size_of::<
+    [
+        "Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1,
     >() - 8usize];
-    ["Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1>()
-            - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1::value"][::core::mem::offset_of!(
+    [
+        "Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::align_of::<
         cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1,
-        value
-    )
-        - 0usize];
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1::value",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1, value
+    ) - 0usize];
 };
 #[repr(C)]
 #[derive(Copy, Clone)]
@@ -2984,22 +3756,26 @@ pub union cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2"][::core::mem::size_of::<
+    [
+        "Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2,
     >() - 8usize];
-    ["Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2>()
-            - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2::fence"][::core::mem::offset_of!(
+    [
+        "Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::align_of::<
         cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2,
-        fence
-    )
-        - 0usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2::reserved"][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2,
-        reserved
-    )
-        - 0usize];
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2::fence",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2, fence
+    ) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2::reserved",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2, reserved
+    ) - 0usize];
 };
 impl Default for cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
@@ -3017,38 +3793,49 @@ pub struct cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3"][::core::mem::size_of::<
+    [
+        "Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3,
     >() - 8usize];
-    ["Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3>()
-            - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3::key"][::core::mem::offset_of!(
+    [
+        "Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3",
+    ][::core::mem::align_of::<
         cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3,
-        key
-    )
-        - 0usize];
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3::key",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3, key
+    ) - 0usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaExternalSemaphoreSignalParams__bindgen_ty_1>() - 72usize];
-    ["Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalParams__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::fence"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalParams__bindgen_ty_1, fence) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::nvSciSync"][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1,
-        nvSciSync
-    ) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::keyedMutex"][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1,
-        keyedMutex
+    [
+        "Size of cudaExternalSemaphoreSignalParams__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaExternalSemaphoreSignalParams__bindgen_ty_1>()
+        - 72usize];
+    [
+        "Alignment of cudaExternalSemaphoreSignalParams__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaExternalSemaphoreSignalParams__bindgen_ty_1>()
+        - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::fence",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams__bindgen_ty_1, fence)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::nvSciSync",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams__bindgen_ty_1, nvSciSync)
+        - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::keyedMutex",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreSignalParams__bindgen_ty_1, keyedMutex
     ) - 16usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::reserved"][::core::mem::offset_of!(
-        cudaExternalSemaphoreSignalParams__bindgen_ty_1,
-        reserved
-    ) - 24usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams__bindgen_ty_1::reserved",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams__bindgen_ty_1, reserved)
+        - 24usize];
 };
 impl Default for cudaExternalSemaphoreSignalParams__bindgen_ty_1 {
     fn default() -> Self {
@@ -3061,16 +3848,21 @@ impl Default for cudaExternalSemaphoreSignalParams__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalParams"]
-        [::core::mem::size_of::<cudaExternalSemaphoreSignalParams>() - 144usize];
-    ["Alignment of cudaExternalSemaphoreSignalParams"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalParams>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams::params"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalParams, params) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams::flags"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalParams, flags) - 72usize];
-    ["Offset of field: cudaExternalSemaphoreSignalParams::reserved"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalParams, reserved) - 76usize];
+    [
+        "Size of cudaExternalSemaphoreSignalParams",
+    ][::core::mem::size_of::<cudaExternalSemaphoreSignalParams>() - 144usize];
+    [
+        "Alignment of cudaExternalSemaphoreSignalParams",
+    ][::core::mem::align_of::<cudaExternalSemaphoreSignalParams>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams::params",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams, params) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams::flags",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams, flags) - 72usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalParams::reserved",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalParams, reserved) - 76usize];
 };
 impl Default for cudaExternalSemaphoreSignalParams {
     fn default() -> Self {
@@ -3103,17 +3895,21 @@ pub struct cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1"][::core::mem::size_of::<
+    [
+        "Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1,
     >() - 8usize];
-    ["Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1>()
-            - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1::value"][::core::mem::offset_of!(
+    [
+        "Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::align_of::<
         cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1,
-        value
-    )
-        - 0usize];
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1::value",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1, value
+    ) - 0usize];
 };
 #[repr(C)]
 #[derive(Copy, Clone)]
@@ -3123,22 +3919,26 @@ pub union cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2"][::core::mem::size_of::<
+    [
+        "Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2,
     >() - 8usize];
-    ["Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2>()
-            - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2::fence"][::core::mem::offset_of!(
+    [
+        "Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2",
+    ][::core::mem::align_of::<
         cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2,
-        fence
-    )
-        - 0usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2::reserved"][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2,
-        reserved
-    )
-        - 0usize];
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2::fence",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2, fence
+    ) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2::reserved",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2, reserved
+    ) - 0usize];
 };
 impl Default for cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
@@ -3157,43 +3957,51 @@ pub struct cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3"][::core::mem::size_of::<
+    [
+        "Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3",
+    ][::core::mem::size_of::<
         cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3,
     >() - 16usize];
-    ["Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3>()
-            - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3::key"][::core::mem::offset_of!(
+    [
+        "Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3",
+    ][::core::mem::align_of::<
         cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3,
-        key
-    )
-        - 0usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3::timeoutMs"][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3,
-        timeoutMs
-    )
-        - 8usize];
+    >() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3::key",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3, key
+    ) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3::timeoutMs",
+    ][::core::mem::offset_of!(
+        cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3, timeoutMs
+    ) - 8usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaExternalSemaphoreWaitParams__bindgen_ty_1>() - 72usize];
-    ["Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitParams__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::fence"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitParams__bindgen_ty_1, fence) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::nvSciSync"][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1,
-        nvSciSync
-    ) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::keyedMutex"][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1,
-        keyedMutex
-    ) - 16usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::reserved"][::core::mem::offset_of!(
-        cudaExternalSemaphoreWaitParams__bindgen_ty_1,
-        reserved
-    ) - 32usize];
+    [
+        "Size of cudaExternalSemaphoreWaitParams__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaExternalSemaphoreWaitParams__bindgen_ty_1>() - 72usize];
+    [
+        "Alignment of cudaExternalSemaphoreWaitParams__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaExternalSemaphoreWaitParams__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::fence",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams__bindgen_ty_1, fence)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::nvSciSync",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams__bindgen_ty_1, nvSciSync)
+        - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::keyedMutex",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams__bindgen_ty_1, keyedMutex)
+        - 16usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams__bindgen_ty_1::reserved",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams__bindgen_ty_1, reserved)
+        - 32usize];
 };
 impl Default for cudaExternalSemaphoreWaitParams__bindgen_ty_1 {
     fn default() -> Self {
@@ -3206,16 +4014,21 @@ impl Default for cudaExternalSemaphoreWaitParams__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitParams"]
-        [::core::mem::size_of::<cudaExternalSemaphoreWaitParams>() - 144usize];
-    ["Alignment of cudaExternalSemaphoreWaitParams"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitParams>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams::params"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitParams, params) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams::flags"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitParams, flags) - 72usize];
-    ["Offset of field: cudaExternalSemaphoreWaitParams::reserved"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitParams, reserved) - 76usize];
+    [
+        "Size of cudaExternalSemaphoreWaitParams",
+    ][::core::mem::size_of::<cudaExternalSemaphoreWaitParams>() - 144usize];
+    [
+        "Alignment of cudaExternalSemaphoreWaitParams",
+    ][::core::mem::align_of::<cudaExternalSemaphoreWaitParams>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams::params",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams, params) - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams::flags",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams, flags) - 72usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitParams::reserved",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitParams, reserved) - 76usize];
 };
 impl Default for cudaExternalSemaphoreWaitParams {
     fn default() -> Self {
@@ -3306,8 +4119,9 @@ impl cudaJitOption {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaJitOption(pub ::core::ffi::c_uint);
 impl cudaLibraryOption {
-    pub const cudaLibraryHostUniversalFunctionAndDataTable: cudaLibraryOption =
-        cudaLibraryOption(0);
+    pub const cudaLibraryHostUniversalFunctionAndDataTable: cudaLibraryOption = cudaLibraryOption(
+        0,
+    );
     pub const cudaLibraryBinaryIsPreserved: cudaLibraryOption = cudaLibraryOption(1);
 }
 #[repr(transparent)]
@@ -3323,26 +4137,30 @@ pub struct cudalibraryHostUniversalFunctionAndDataTable {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudalibraryHostUniversalFunctionAndDataTable"]
-        [::core::mem::size_of::<cudalibraryHostUniversalFunctionAndDataTable>() - 32usize];
-    ["Alignment of cudalibraryHostUniversalFunctionAndDataTable"]
-        [::core::mem::align_of::<cudalibraryHostUniversalFunctionAndDataTable>() - 8usize];
-    ["Offset of field: cudalibraryHostUniversalFunctionAndDataTable::functionTable"][::core::mem::offset_of!(
-        cudalibraryHostUniversalFunctionAndDataTable,
-        functionTable
+    [
+        "Size of cudalibraryHostUniversalFunctionAndDataTable",
+    ][::core::mem::size_of::<cudalibraryHostUniversalFunctionAndDataTable>() - 32usize];
+    [
+        "Alignment of cudalibraryHostUniversalFunctionAndDataTable",
+    ][::core::mem::align_of::<cudalibraryHostUniversalFunctionAndDataTable>() - 8usize];
+    [
+        "Offset of field: cudalibraryHostUniversalFunctionAndDataTable::functionTable",
+    ][::core::mem::offset_of!(
+        cudalibraryHostUniversalFunctionAndDataTable, functionTable
     ) - 0usize];
-    ["Offset of field: cudalibraryHostUniversalFunctionAndDataTable::functionWindowSize"][::core::mem::offset_of!(
-        cudalibraryHostUniversalFunctionAndDataTable,
-        functionWindowSize
-    )
-        - 8usize];
-    ["Offset of field: cudalibraryHostUniversalFunctionAndDataTable::dataTable"][::core::mem::offset_of!(
-        cudalibraryHostUniversalFunctionAndDataTable,
-        dataTable
-    ) - 16usize];
-    ["Offset of field: cudalibraryHostUniversalFunctionAndDataTable::dataWindowSize"][::core::mem::offset_of!(
-        cudalibraryHostUniversalFunctionAndDataTable,
-        dataWindowSize
+    [
+        "Offset of field: cudalibraryHostUniversalFunctionAndDataTable::functionWindowSize",
+    ][::core::mem::offset_of!(
+        cudalibraryHostUniversalFunctionAndDataTable, functionWindowSize
+    ) - 8usize];
+    [
+        "Offset of field: cudalibraryHostUniversalFunctionAndDataTable::dataTable",
+    ][::core::mem::offset_of!(cudalibraryHostUniversalFunctionAndDataTable, dataTable)
+        - 16usize];
+    [
+        "Offset of field: cudalibraryHostUniversalFunctionAndDataTable::dataWindowSize",
+    ][::core::mem::offset_of!(
+        cudalibraryHostUniversalFunctionAndDataTable, dataWindowSize
     ) - 24usize];
 };
 impl Default for cudalibraryHostUniversalFunctionAndDataTable {
@@ -3402,19 +4220,27 @@ pub struct cudaLaunchParams {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of cudaLaunchParams"][::core::mem::size_of::<cudaLaunchParams>() - 56usize];
-    ["Alignment of cudaLaunchParams"][::core::mem::align_of::<cudaLaunchParams>() - 8usize];
-    ["Offset of field: cudaLaunchParams::func"]
-        [::core::mem::offset_of!(cudaLaunchParams, func) - 0usize];
-    ["Offset of field: cudaLaunchParams::gridDim"]
-        [::core::mem::offset_of!(cudaLaunchParams, gridDim) - 8usize];
-    ["Offset of field: cudaLaunchParams::blockDim"]
-        [::core::mem::offset_of!(cudaLaunchParams, blockDim) - 20usize];
-    ["Offset of field: cudaLaunchParams::args"]
-        [::core::mem::offset_of!(cudaLaunchParams, args) - 32usize];
-    ["Offset of field: cudaLaunchParams::sharedMem"]
-        [::core::mem::offset_of!(cudaLaunchParams, sharedMem) - 40usize];
-    ["Offset of field: cudaLaunchParams::stream"]
-        [::core::mem::offset_of!(cudaLaunchParams, stream) - 48usize];
+    [
+        "Alignment of cudaLaunchParams",
+    ][::core::mem::align_of::<cudaLaunchParams>() - 8usize];
+    [
+        "Offset of field: cudaLaunchParams::func",
+    ][::core::mem::offset_of!(cudaLaunchParams, func) - 0usize];
+    [
+        "Offset of field: cudaLaunchParams::gridDim",
+    ][::core::mem::offset_of!(cudaLaunchParams, gridDim) - 8usize];
+    [
+        "Offset of field: cudaLaunchParams::blockDim",
+    ][::core::mem::offset_of!(cudaLaunchParams, blockDim) - 20usize];
+    [
+        "Offset of field: cudaLaunchParams::args",
+    ][::core::mem::offset_of!(cudaLaunchParams, args) - 32usize];
+    [
+        "Offset of field: cudaLaunchParams::sharedMem",
+    ][::core::mem::offset_of!(cudaLaunchParams, sharedMem) - 40usize];
+    [
+        "Offset of field: cudaLaunchParams::stream",
+    ][::core::mem::offset_of!(cudaLaunchParams, stream) - 48usize];
 };
 impl Default for cudaLaunchParams {
     fn default() -> Self {
@@ -3437,20 +4263,30 @@ pub struct cudaKernelNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaKernelNodeParams"][::core::mem::size_of::<cudaKernelNodeParams>() - 56usize];
-    ["Alignment of cudaKernelNodeParams"][::core::mem::align_of::<cudaKernelNodeParams>() - 8usize];
-    ["Offset of field: cudaKernelNodeParams::func"]
-        [::core::mem::offset_of!(cudaKernelNodeParams, func) - 0usize];
-    ["Offset of field: cudaKernelNodeParams::gridDim"]
-        [::core::mem::offset_of!(cudaKernelNodeParams, gridDim) - 8usize];
-    ["Offset of field: cudaKernelNodeParams::blockDim"]
-        [::core::mem::offset_of!(cudaKernelNodeParams, blockDim) - 20usize];
-    ["Offset of field: cudaKernelNodeParams::sharedMemBytes"]
-        [::core::mem::offset_of!(cudaKernelNodeParams, sharedMemBytes) - 32usize];
-    ["Offset of field: cudaKernelNodeParams::kernelParams"]
-        [::core::mem::offset_of!(cudaKernelNodeParams, kernelParams) - 40usize];
-    ["Offset of field: cudaKernelNodeParams::extra"]
-        [::core::mem::offset_of!(cudaKernelNodeParams, extra) - 48usize];
+    [
+        "Size of cudaKernelNodeParams",
+    ][::core::mem::size_of::<cudaKernelNodeParams>() - 56usize];
+    [
+        "Alignment of cudaKernelNodeParams",
+    ][::core::mem::align_of::<cudaKernelNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaKernelNodeParams::func",
+    ][::core::mem::offset_of!(cudaKernelNodeParams, func) - 0usize];
+    [
+        "Offset of field: cudaKernelNodeParams::gridDim",
+    ][::core::mem::offset_of!(cudaKernelNodeParams, gridDim) - 8usize];
+    [
+        "Offset of field: cudaKernelNodeParams::blockDim",
+    ][::core::mem::offset_of!(cudaKernelNodeParams, blockDim) - 20usize];
+    [
+        "Offset of field: cudaKernelNodeParams::sharedMemBytes",
+    ][::core::mem::offset_of!(cudaKernelNodeParams, sharedMemBytes) - 32usize];
+    [
+        "Offset of field: cudaKernelNodeParams::kernelParams",
+    ][::core::mem::offset_of!(cudaKernelNodeParams, kernelParams) - 40usize];
+    [
+        "Offset of field: cudaKernelNodeParams::extra",
+    ][::core::mem::offset_of!(cudaKernelNodeParams, extra) - 48usize];
 };
 impl Default for cudaKernelNodeParams {
     fn default() -> Self {
@@ -3473,21 +4309,30 @@ pub struct cudaKernelNodeParamsV2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaKernelNodeParamsV2"][::core::mem::size_of::<cudaKernelNodeParamsV2>() - 56usize];
-    ["Alignment of cudaKernelNodeParamsV2"]
-        [::core::mem::align_of::<cudaKernelNodeParamsV2>() - 8usize];
-    ["Offset of field: cudaKernelNodeParamsV2::func"]
-        [::core::mem::offset_of!(cudaKernelNodeParamsV2, func) - 0usize];
-    ["Offset of field: cudaKernelNodeParamsV2::gridDim"]
-        [::core::mem::offset_of!(cudaKernelNodeParamsV2, gridDim) - 8usize];
-    ["Offset of field: cudaKernelNodeParamsV2::blockDim"]
-        [::core::mem::offset_of!(cudaKernelNodeParamsV2, blockDim) - 20usize];
-    ["Offset of field: cudaKernelNodeParamsV2::sharedMemBytes"]
-        [::core::mem::offset_of!(cudaKernelNodeParamsV2, sharedMemBytes) - 32usize];
-    ["Offset of field: cudaKernelNodeParamsV2::kernelParams"]
-        [::core::mem::offset_of!(cudaKernelNodeParamsV2, kernelParams) - 40usize];
-    ["Offset of field: cudaKernelNodeParamsV2::extra"]
-        [::core::mem::offset_of!(cudaKernelNodeParamsV2, extra) - 48usize];
+    [
+        "Size of cudaKernelNodeParamsV2",
+    ][::core::mem::size_of::<cudaKernelNodeParamsV2>() - 56usize];
+    [
+        "Alignment of cudaKernelNodeParamsV2",
+    ][::core::mem::align_of::<cudaKernelNodeParamsV2>() - 8usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::func",
+    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, func) - 0usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::gridDim",
+    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, gridDim) - 8usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::blockDim",
+    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, blockDim) - 20usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::sharedMemBytes",
+    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, sharedMemBytes) - 32usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::kernelParams",
+    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, kernelParams) - 40usize];
+    [
+        "Offset of field: cudaKernelNodeParamsV2::extra",
+    ][::core::mem::offset_of!(cudaKernelNodeParamsV2, extra) - 48usize];
 };
 impl Default for cudaKernelNodeParamsV2 {
     fn default() -> Self {
@@ -3507,16 +4352,24 @@ pub struct cudaExternalSemaphoreSignalNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalNodeParams"]
-        [::core::mem::size_of::<cudaExternalSemaphoreSignalNodeParams>() - 24usize];
-    ["Alignment of cudaExternalSemaphoreSignalNodeParams"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalNodeParams>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalNodeParams::extSemArray"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParams, extSemArray) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreSignalNodeParams::paramsArray"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParams, paramsArray) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalNodeParams::numExtSems"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParams, numExtSems) - 16usize];
+    [
+        "Size of cudaExternalSemaphoreSignalNodeParams",
+    ][::core::mem::size_of::<cudaExternalSemaphoreSignalNodeParams>() - 24usize];
+    [
+        "Alignment of cudaExternalSemaphoreSignalNodeParams",
+    ][::core::mem::align_of::<cudaExternalSemaphoreSignalNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalNodeParams::extSemArray",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParams, extSemArray)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalNodeParams::paramsArray",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParams, paramsArray)
+        - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalNodeParams::numExtSems",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParams, numExtSems)
+        - 16usize];
 };
 impl Default for cudaExternalSemaphoreSignalNodeParams {
     fn default() -> Self {
@@ -3536,16 +4389,24 @@ pub struct cudaExternalSemaphoreSignalNodeParamsV2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreSignalNodeParamsV2"]
-        [::core::mem::size_of::<cudaExternalSemaphoreSignalNodeParamsV2>() - 24usize];
-    ["Alignment of cudaExternalSemaphoreSignalNodeParamsV2"]
-        [::core::mem::align_of::<cudaExternalSemaphoreSignalNodeParamsV2>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalNodeParamsV2::extSemArray"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParamsV2, extSemArray) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreSignalNodeParamsV2::paramsArray"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParamsV2, paramsArray) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreSignalNodeParamsV2::numExtSems"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParamsV2, numExtSems) - 16usize];
+    [
+        "Size of cudaExternalSemaphoreSignalNodeParamsV2",
+    ][::core::mem::size_of::<cudaExternalSemaphoreSignalNodeParamsV2>() - 24usize];
+    [
+        "Alignment of cudaExternalSemaphoreSignalNodeParamsV2",
+    ][::core::mem::align_of::<cudaExternalSemaphoreSignalNodeParamsV2>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalNodeParamsV2::extSemArray",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParamsV2, extSemArray)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalNodeParamsV2::paramsArray",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParamsV2, paramsArray)
+        - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreSignalNodeParamsV2::numExtSems",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreSignalNodeParamsV2, numExtSems)
+        - 16usize];
 };
 impl Default for cudaExternalSemaphoreSignalNodeParamsV2 {
     fn default() -> Self {
@@ -3565,16 +4426,24 @@ pub struct cudaExternalSemaphoreWaitNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitNodeParams"]
-        [::core::mem::size_of::<cudaExternalSemaphoreWaitNodeParams>() - 24usize];
-    ["Alignment of cudaExternalSemaphoreWaitNodeParams"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitNodeParams>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitNodeParams::extSemArray"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParams, extSemArray) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreWaitNodeParams::paramsArray"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParams, paramsArray) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitNodeParams::numExtSems"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParams, numExtSems) - 16usize];
+    [
+        "Size of cudaExternalSemaphoreWaitNodeParams",
+    ][::core::mem::size_of::<cudaExternalSemaphoreWaitNodeParams>() - 24usize];
+    [
+        "Alignment of cudaExternalSemaphoreWaitNodeParams",
+    ][::core::mem::align_of::<cudaExternalSemaphoreWaitNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitNodeParams::extSemArray",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParams, extSemArray)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitNodeParams::paramsArray",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParams, paramsArray)
+        - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitNodeParams::numExtSems",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParams, numExtSems)
+        - 16usize];
 };
 impl Default for cudaExternalSemaphoreWaitNodeParams {
     fn default() -> Self {
@@ -3594,16 +4463,24 @@ pub struct cudaExternalSemaphoreWaitNodeParamsV2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaExternalSemaphoreWaitNodeParamsV2"]
-        [::core::mem::size_of::<cudaExternalSemaphoreWaitNodeParamsV2>() - 24usize];
-    ["Alignment of cudaExternalSemaphoreWaitNodeParamsV2"]
-        [::core::mem::align_of::<cudaExternalSemaphoreWaitNodeParamsV2>() - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitNodeParamsV2::extSemArray"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParamsV2, extSemArray) - 0usize];
-    ["Offset of field: cudaExternalSemaphoreWaitNodeParamsV2::paramsArray"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParamsV2, paramsArray) - 8usize];
-    ["Offset of field: cudaExternalSemaphoreWaitNodeParamsV2::numExtSems"]
-        [::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParamsV2, numExtSems) - 16usize];
+    [
+        "Size of cudaExternalSemaphoreWaitNodeParamsV2",
+    ][::core::mem::size_of::<cudaExternalSemaphoreWaitNodeParamsV2>() - 24usize];
+    [
+        "Alignment of cudaExternalSemaphoreWaitNodeParamsV2",
+    ][::core::mem::align_of::<cudaExternalSemaphoreWaitNodeParamsV2>() - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitNodeParamsV2::extSemArray",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParamsV2, extSemArray)
+        - 0usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitNodeParamsV2::paramsArray",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParamsV2, paramsArray)
+        - 8usize];
+    [
+        "Offset of field: cudaExternalSemaphoreWaitNodeParamsV2::numExtSems",
+    ][::core::mem::offset_of!(cudaExternalSemaphoreWaitNodeParamsV2, numExtSems)
+        - 16usize];
 };
 impl Default for cudaExternalSemaphoreWaitNodeParamsV2 {
     fn default() -> Self {
@@ -3615,18 +4492,23 @@ impl Default for cudaExternalSemaphoreWaitNodeParamsV2 {
     }
 }
 impl cudaGraphConditionalHandleFlags {
-    pub const cudaGraphCondAssignDefault: cudaGraphConditionalHandleFlags =
-        cudaGraphConditionalHandleFlags(1);
+    pub const cudaGraphCondAssignDefault: cudaGraphConditionalHandleFlags = cudaGraphConditionalHandleFlags(
+        1,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphConditionalHandleFlags(pub ::core::ffi::c_uint);
 impl cudaGraphConditionalNodeType {
-    pub const cudaGraphCondTypeIf: cudaGraphConditionalNodeType = cudaGraphConditionalNodeType(0);
-    pub const cudaGraphCondTypeWhile: cudaGraphConditionalNodeType =
-        cudaGraphConditionalNodeType(1);
-    pub const cudaGraphCondTypeSwitch: cudaGraphConditionalNodeType =
-        cudaGraphConditionalNodeType(2);
+    pub const cudaGraphCondTypeIf: cudaGraphConditionalNodeType = cudaGraphConditionalNodeType(
+        0,
+    );
+    pub const cudaGraphCondTypeWhile: cudaGraphConditionalNodeType = cudaGraphConditionalNodeType(
+        1,
+    );
+    pub const cudaGraphCondTypeSwitch: cudaGraphConditionalNodeType = cudaGraphConditionalNodeType(
+        2,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -3641,18 +4523,24 @@ pub struct cudaConditionalNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaConditionalNodeParams"]
-        [::core::mem::size_of::<cudaConditionalNodeParams>() - 24usize];
-    ["Alignment of cudaConditionalNodeParams"]
-        [::core::mem::align_of::<cudaConditionalNodeParams>() - 8usize];
-    ["Offset of field: cudaConditionalNodeParams::handle"]
-        [::core::mem::offset_of!(cudaConditionalNodeParams, handle) - 0usize];
-    ["Offset of field: cudaConditionalNodeParams::type_"]
-        [::core::mem::offset_of!(cudaConditionalNodeParams, type_) - 8usize];
-    ["Offset of field: cudaConditionalNodeParams::size"]
-        [::core::mem::offset_of!(cudaConditionalNodeParams, size) - 12usize];
-    ["Offset of field: cudaConditionalNodeParams::phGraph_out"]
-        [::core::mem::offset_of!(cudaConditionalNodeParams, phGraph_out) - 16usize];
+    [
+        "Size of cudaConditionalNodeParams",
+    ][::core::mem::size_of::<cudaConditionalNodeParams>() - 24usize];
+    [
+        "Alignment of cudaConditionalNodeParams",
+    ][::core::mem::align_of::<cudaConditionalNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaConditionalNodeParams::handle",
+    ][::core::mem::offset_of!(cudaConditionalNodeParams, handle) - 0usize];
+    [
+        "Offset of field: cudaConditionalNodeParams::type_",
+    ][::core::mem::offset_of!(cudaConditionalNodeParams, type_) - 8usize];
+    [
+        "Offset of field: cudaConditionalNodeParams::size",
+    ][::core::mem::offset_of!(cudaConditionalNodeParams, size) - 12usize];
+    [
+        "Offset of field: cudaConditionalNodeParams::phGraph_out",
+    ][::core::mem::offset_of!(cudaConditionalNodeParams, phGraph_out) - 16usize];
 };
 impl Default for cudaConditionalNodeParams {
     fn default() -> Self {
@@ -3672,8 +4560,12 @@ impl cudaGraphNodeType {
     pub const cudaGraphNodeTypeEmpty: cudaGraphNodeType = cudaGraphNodeType(5);
     pub const cudaGraphNodeTypeWaitEvent: cudaGraphNodeType = cudaGraphNodeType(6);
     pub const cudaGraphNodeTypeEventRecord: cudaGraphNodeType = cudaGraphNodeType(7);
-    pub const cudaGraphNodeTypeExtSemaphoreSignal: cudaGraphNodeType = cudaGraphNodeType(8);
-    pub const cudaGraphNodeTypeExtSemaphoreWait: cudaGraphNodeType = cudaGraphNodeType(9);
+    pub const cudaGraphNodeTypeExtSemaphoreSignal: cudaGraphNodeType = cudaGraphNodeType(
+        8,
+    );
+    pub const cudaGraphNodeTypeExtSemaphoreWait: cudaGraphNodeType = cudaGraphNodeType(
+        9,
+    );
     pub const cudaGraphNodeTypeMemAlloc: cudaGraphNodeType = cudaGraphNodeType(10);
     pub const cudaGraphNodeTypeMemFree: cudaGraphNodeType = cudaGraphNodeType(11);
     pub const cudaGraphNodeTypeConditional: cudaGraphNodeType = cudaGraphNodeType(13);
@@ -3683,10 +4575,12 @@ impl cudaGraphNodeType {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphNodeType(pub ::core::ffi::c_uint);
 impl cudaGraphChildGraphNodeOwnership {
-    pub const cudaGraphChildGraphOwnershipClone: cudaGraphChildGraphNodeOwnership =
-        cudaGraphChildGraphNodeOwnership(0);
-    pub const cudaGraphChildGraphOwnershipMove: cudaGraphChildGraphNodeOwnership =
-        cudaGraphChildGraphNodeOwnership(1);
+    pub const cudaGraphChildGraphOwnershipClone: cudaGraphChildGraphNodeOwnership = cudaGraphChildGraphNodeOwnership(
+        0,
+    );
+    pub const cudaGraphChildGraphOwnershipMove: cudaGraphChildGraphNodeOwnership = cudaGraphChildGraphNodeOwnership(
+        1,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -3699,14 +4593,18 @@ pub struct cudaChildGraphNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaChildGraphNodeParams"]
-        [::core::mem::size_of::<cudaChildGraphNodeParams>() - 16usize];
-    ["Alignment of cudaChildGraphNodeParams"]
-        [::core::mem::align_of::<cudaChildGraphNodeParams>() - 8usize];
-    ["Offset of field: cudaChildGraphNodeParams::graph"]
-        [::core::mem::offset_of!(cudaChildGraphNodeParams, graph) - 0usize];
-    ["Offset of field: cudaChildGraphNodeParams::ownership"]
-        [::core::mem::offset_of!(cudaChildGraphNodeParams, ownership) - 8usize];
+    [
+        "Size of cudaChildGraphNodeParams",
+    ][::core::mem::size_of::<cudaChildGraphNodeParams>() - 16usize];
+    [
+        "Alignment of cudaChildGraphNodeParams",
+    ][::core::mem::align_of::<cudaChildGraphNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaChildGraphNodeParams::graph",
+    ][::core::mem::offset_of!(cudaChildGraphNodeParams, graph) - 0usize];
+    [
+        "Offset of field: cudaChildGraphNodeParams::ownership",
+    ][::core::mem::offset_of!(cudaChildGraphNodeParams, ownership) - 8usize];
 };
 impl Default for cudaChildGraphNodeParams {
     fn default() -> Self {
@@ -3724,12 +4622,15 @@ pub struct cudaEventRecordNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaEventRecordNodeParams"]
-        [::core::mem::size_of::<cudaEventRecordNodeParams>() - 8usize];
-    ["Alignment of cudaEventRecordNodeParams"]
-        [::core::mem::align_of::<cudaEventRecordNodeParams>() - 8usize];
-    ["Offset of field: cudaEventRecordNodeParams::event"]
-        [::core::mem::offset_of!(cudaEventRecordNodeParams, event) - 0usize];
+    [
+        "Size of cudaEventRecordNodeParams",
+    ][::core::mem::size_of::<cudaEventRecordNodeParams>() - 8usize];
+    [
+        "Alignment of cudaEventRecordNodeParams",
+    ][::core::mem::align_of::<cudaEventRecordNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaEventRecordNodeParams::event",
+    ][::core::mem::offset_of!(cudaEventRecordNodeParams, event) - 0usize];
 };
 impl Default for cudaEventRecordNodeParams {
     fn default() -> Self {
@@ -3747,11 +4648,15 @@ pub struct cudaEventWaitNodeParams {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaEventWaitNodeParams"][::core::mem::size_of::<cudaEventWaitNodeParams>() - 8usize];
-    ["Alignment of cudaEventWaitNodeParams"]
-        [::core::mem::align_of::<cudaEventWaitNodeParams>() - 8usize];
-    ["Offset of field: cudaEventWaitNodeParams::event"]
-        [::core::mem::offset_of!(cudaEventWaitNodeParams, event) - 0usize];
+    [
+        "Size of cudaEventWaitNodeParams",
+    ][::core::mem::size_of::<cudaEventWaitNodeParams>() - 8usize];
+    [
+        "Alignment of cudaEventWaitNodeParams",
+    ][::core::mem::align_of::<cudaEventWaitNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaEventWaitNodeParams::event",
+    ][::core::mem::offset_of!(cudaEventWaitNodeParams, event) - 0usize];
 };
 impl Default for cudaEventWaitNodeParams {
     fn default() -> Self {
@@ -3789,36 +4694,51 @@ pub union cudaGraphNodeParams__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaGraphNodeParams__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaGraphNodeParams__bindgen_ty_1>() - 232usize];
-    ["Alignment of cudaGraphNodeParams__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaGraphNodeParams__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::reserved1"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, reserved1) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::kernel"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, kernel) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::memcpy"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, memcpy) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::memset"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, memset) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::host"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, host) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::graph"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, graph) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::eventWait"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, eventWait) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::eventRecord"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, eventRecord) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::extSemSignal"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, extSemSignal) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::extSemWait"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, extSemWait) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::alloc"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, alloc) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::free"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, free) - 0usize];
-    ["Offset of field: cudaGraphNodeParams__bindgen_ty_1::conditional"]
-        [::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, conditional) - 0usize];
+    [
+        "Size of cudaGraphNodeParams__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaGraphNodeParams__bindgen_ty_1>() - 232usize];
+    [
+        "Alignment of cudaGraphNodeParams__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaGraphNodeParams__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::reserved1",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, reserved1) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::kernel",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, kernel) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::memcpy",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, memcpy) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::memset",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, memset) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::host",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, host) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::graph",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, graph) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::eventWait",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, eventWait) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::eventRecord",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, eventRecord) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::extSemSignal",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, extSemSignal) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::extSemWait",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, extSemWait) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::alloc",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, alloc) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::free",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, free) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams__bindgen_ty_1::conditional",
+    ][::core::mem::offset_of!(cudaGraphNodeParams__bindgen_ty_1, conditional) - 0usize];
 };
 impl Default for cudaGraphNodeParams__bindgen_ty_1 {
     fn default() -> Self {
@@ -3831,14 +4751,21 @@ impl Default for cudaGraphNodeParams__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaGraphNodeParams"][::core::mem::size_of::<cudaGraphNodeParams>() - 256usize];
-    ["Alignment of cudaGraphNodeParams"][::core::mem::align_of::<cudaGraphNodeParams>() - 8usize];
-    ["Offset of field: cudaGraphNodeParams::type_"]
-        [::core::mem::offset_of!(cudaGraphNodeParams, type_) - 0usize];
-    ["Offset of field: cudaGraphNodeParams::reserved0"]
-        [::core::mem::offset_of!(cudaGraphNodeParams, reserved0) - 4usize];
-    ["Offset of field: cudaGraphNodeParams::reserved2"]
-        [::core::mem::offset_of!(cudaGraphNodeParams, reserved2) - 248usize];
+    [
+        "Size of cudaGraphNodeParams",
+    ][::core::mem::size_of::<cudaGraphNodeParams>() - 256usize];
+    [
+        "Alignment of cudaGraphNodeParams",
+    ][::core::mem::align_of::<cudaGraphNodeParams>() - 8usize];
+    [
+        "Offset of field: cudaGraphNodeParams::type_",
+    ][::core::mem::offset_of!(cudaGraphNodeParams, type_) - 0usize];
+    [
+        "Offset of field: cudaGraphNodeParams::reserved0",
+    ][::core::mem::offset_of!(cudaGraphNodeParams, reserved0) - 4usize];
+    [
+        "Offset of field: cudaGraphNodeParams::reserved2",
+    ][::core::mem::offset_of!(cudaGraphNodeParams, reserved2) - 248usize];
 };
 impl Default for cudaGraphNodeParams {
     fn default() -> Self {
@@ -3850,10 +4777,12 @@ impl Default for cudaGraphNodeParams {
     }
 }
 impl cudaGraphDependencyType_enum {
-    pub const cudaGraphDependencyTypeDefault: cudaGraphDependencyType_enum =
-        cudaGraphDependencyType_enum(0);
-    pub const cudaGraphDependencyTypeProgrammatic: cudaGraphDependencyType_enum =
-        cudaGraphDependencyType_enum(1);
+    pub const cudaGraphDependencyTypeDefault: cudaGraphDependencyType_enum = cudaGraphDependencyType_enum(
+        0,
+    );
+    pub const cudaGraphDependencyTypeProgrammatic: cudaGraphDependencyType_enum = cudaGraphDependencyType_enum(
+        1,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -3869,16 +4798,24 @@ pub struct cudaGraphEdgeData_st {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaGraphEdgeData_st"][::core::mem::size_of::<cudaGraphEdgeData_st>() - 8usize];
-    ["Alignment of cudaGraphEdgeData_st"][::core::mem::align_of::<cudaGraphEdgeData_st>() - 1usize];
-    ["Offset of field: cudaGraphEdgeData_st::from_port"]
-        [::core::mem::offset_of!(cudaGraphEdgeData_st, from_port) - 0usize];
-    ["Offset of field: cudaGraphEdgeData_st::to_port"]
-        [::core::mem::offset_of!(cudaGraphEdgeData_st, to_port) - 1usize];
-    ["Offset of field: cudaGraphEdgeData_st::type_"]
-        [::core::mem::offset_of!(cudaGraphEdgeData_st, type_) - 2usize];
-    ["Offset of field: cudaGraphEdgeData_st::reserved"]
-        [::core::mem::offset_of!(cudaGraphEdgeData_st, reserved) - 3usize];
+    [
+        "Size of cudaGraphEdgeData_st",
+    ][::core::mem::size_of::<cudaGraphEdgeData_st>() - 8usize];
+    [
+        "Alignment of cudaGraphEdgeData_st",
+    ][::core::mem::align_of::<cudaGraphEdgeData_st>() - 1usize];
+    [
+        "Offset of field: cudaGraphEdgeData_st::from_port",
+    ][::core::mem::offset_of!(cudaGraphEdgeData_st, from_port) - 0usize];
+    [
+        "Offset of field: cudaGraphEdgeData_st::to_port",
+    ][::core::mem::offset_of!(cudaGraphEdgeData_st, to_port) - 1usize];
+    [
+        "Offset of field: cudaGraphEdgeData_st::type_",
+    ][::core::mem::offset_of!(cudaGraphEdgeData_st, type_) - 2usize];
+    [
+        "Offset of field: cudaGraphEdgeData_st::reserved",
+    ][::core::mem::offset_of!(cudaGraphEdgeData_st, reserved) - 3usize];
 };
 pub type cudaGraphEdgeData = cudaGraphEdgeData_st;
 #[repr(C)]
@@ -3888,38 +4825,56 @@ pub struct CUgraphExec_st {
 }
 pub type cudaGraphExec_t = *mut CUgraphExec_st;
 impl cudaGraphExecUpdateResult {
-    pub const cudaGraphExecUpdateSuccess: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(0);
-    pub const cudaGraphExecUpdateError: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(1);
-    pub const cudaGraphExecUpdateErrorTopologyChanged: cudaGraphExecUpdateResult =
-        cudaGraphExecUpdateResult(2);
-    pub const cudaGraphExecUpdateErrorNodeTypeChanged: cudaGraphExecUpdateResult =
-        cudaGraphExecUpdateResult(3);
-    pub const cudaGraphExecUpdateErrorFunctionChanged: cudaGraphExecUpdateResult =
-        cudaGraphExecUpdateResult(4);
-    pub const cudaGraphExecUpdateErrorParametersChanged: cudaGraphExecUpdateResult =
-        cudaGraphExecUpdateResult(5);
-    pub const cudaGraphExecUpdateErrorNotSupported: cudaGraphExecUpdateResult =
-        cudaGraphExecUpdateResult(6);
-    pub const cudaGraphExecUpdateErrorUnsupportedFunctionChange: cudaGraphExecUpdateResult =
-        cudaGraphExecUpdateResult(7);
-    pub const cudaGraphExecUpdateErrorAttributesChanged: cudaGraphExecUpdateResult =
-        cudaGraphExecUpdateResult(8);
+    pub const cudaGraphExecUpdateSuccess: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        0,
+    );
+    pub const cudaGraphExecUpdateError: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        1,
+    );
+    pub const cudaGraphExecUpdateErrorTopologyChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        2,
+    );
+    pub const cudaGraphExecUpdateErrorNodeTypeChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        3,
+    );
+    pub const cudaGraphExecUpdateErrorFunctionChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        4,
+    );
+    pub const cudaGraphExecUpdateErrorParametersChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        5,
+    );
+    pub const cudaGraphExecUpdateErrorNotSupported: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        6,
+    );
+    pub const cudaGraphExecUpdateErrorUnsupportedFunctionChange: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        7,
+    );
+    pub const cudaGraphExecUpdateErrorAttributesChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        8,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphExecUpdateResult(pub ::core::ffi::c_uint);
 impl cudaGraphInstantiateResult {
-    pub const cudaGraphInstantiateSuccess: cudaGraphInstantiateResult =
-        cudaGraphInstantiateResult(0);
-    pub const cudaGraphInstantiateError: cudaGraphInstantiateResult = cudaGraphInstantiateResult(1);
-    pub const cudaGraphInstantiateInvalidStructure: cudaGraphInstantiateResult =
-        cudaGraphInstantiateResult(2);
-    pub const cudaGraphInstantiateNodeOperationNotSupported: cudaGraphInstantiateResult =
-        cudaGraphInstantiateResult(3);
-    pub const cudaGraphInstantiateMultipleDevicesNotSupported: cudaGraphInstantiateResult =
-        cudaGraphInstantiateResult(4);
-    pub const cudaGraphInstantiateConditionalHandleUnused: cudaGraphInstantiateResult =
-        cudaGraphInstantiateResult(5);
+    pub const cudaGraphInstantiateSuccess: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
+        0,
+    );
+    pub const cudaGraphInstantiateError: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
+        1,
+    );
+    pub const cudaGraphInstantiateInvalidStructure: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
+        2,
+    );
+    pub const cudaGraphInstantiateNodeOperationNotSupported: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
+        3,
+    );
+    pub const cudaGraphInstantiateMultipleDevicesNotSupported: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
+        4,
+    );
+    pub const cudaGraphInstantiateConditionalHandleUnused: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
+        5,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -3934,18 +4889,24 @@ pub struct cudaGraphInstantiateParams_st {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaGraphInstantiateParams_st"]
-        [::core::mem::size_of::<cudaGraphInstantiateParams_st>() - 32usize];
-    ["Alignment of cudaGraphInstantiateParams_st"]
-        [::core::mem::align_of::<cudaGraphInstantiateParams_st>() - 8usize];
-    ["Offset of field: cudaGraphInstantiateParams_st::flags"]
-        [::core::mem::offset_of!(cudaGraphInstantiateParams_st, flags) - 0usize];
-    ["Offset of field: cudaGraphInstantiateParams_st::uploadStream"]
-        [::core::mem::offset_of!(cudaGraphInstantiateParams_st, uploadStream) - 8usize];
-    ["Offset of field: cudaGraphInstantiateParams_st::errNode_out"]
-        [::core::mem::offset_of!(cudaGraphInstantiateParams_st, errNode_out) - 16usize];
-    ["Offset of field: cudaGraphInstantiateParams_st::result_out"]
-        [::core::mem::offset_of!(cudaGraphInstantiateParams_st, result_out) - 24usize];
+    [
+        "Size of cudaGraphInstantiateParams_st",
+    ][::core::mem::size_of::<cudaGraphInstantiateParams_st>() - 32usize];
+    [
+        "Alignment of cudaGraphInstantiateParams_st",
+    ][::core::mem::align_of::<cudaGraphInstantiateParams_st>() - 8usize];
+    [
+        "Offset of field: cudaGraphInstantiateParams_st::flags",
+    ][::core::mem::offset_of!(cudaGraphInstantiateParams_st, flags) - 0usize];
+    [
+        "Offset of field: cudaGraphInstantiateParams_st::uploadStream",
+    ][::core::mem::offset_of!(cudaGraphInstantiateParams_st, uploadStream) - 8usize];
+    [
+        "Offset of field: cudaGraphInstantiateParams_st::errNode_out",
+    ][::core::mem::offset_of!(cudaGraphInstantiateParams_st, errNode_out) - 16usize];
+    [
+        "Offset of field: cudaGraphInstantiateParams_st::result_out",
+    ][::core::mem::offset_of!(cudaGraphInstantiateParams_st, result_out) - 24usize];
 };
 impl Default for cudaGraphInstantiateParams_st {
     fn default() -> Self {
@@ -3966,16 +4927,22 @@ pub struct cudaGraphExecUpdateResultInfo_st {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaGraphExecUpdateResultInfo_st"]
-        [::core::mem::size_of::<cudaGraphExecUpdateResultInfo_st>() - 24usize];
-    ["Alignment of cudaGraphExecUpdateResultInfo_st"]
-        [::core::mem::align_of::<cudaGraphExecUpdateResultInfo_st>() - 8usize];
-    ["Offset of field: cudaGraphExecUpdateResultInfo_st::result"]
-        [::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, result) - 0usize];
-    ["Offset of field: cudaGraphExecUpdateResultInfo_st::errorNode"]
-        [::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, errorNode) - 8usize];
-    ["Offset of field: cudaGraphExecUpdateResultInfo_st::errorFromNode"]
-        [::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, errorFromNode) - 16usize];
+    [
+        "Size of cudaGraphExecUpdateResultInfo_st",
+    ][::core::mem::size_of::<cudaGraphExecUpdateResultInfo_st>() - 24usize];
+    [
+        "Alignment of cudaGraphExecUpdateResultInfo_st",
+    ][::core::mem::align_of::<cudaGraphExecUpdateResultInfo_st>() - 8usize];
+    [
+        "Offset of field: cudaGraphExecUpdateResultInfo_st::result",
+    ][::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, result) - 0usize];
+    [
+        "Offset of field: cudaGraphExecUpdateResultInfo_st::errorNode",
+    ][::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, errorNode) - 8usize];
+    [
+        "Offset of field: cudaGraphExecUpdateResultInfo_st::errorFromNode",
+    ][::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, errorFromNode)
+        - 16usize];
 };
 impl Default for cudaGraphExecUpdateResultInfo_st {
     fn default() -> Self {
@@ -3994,13 +4961,18 @@ pub struct CUgraphDeviceUpdatableNode_st {
 }
 pub type cudaGraphDeviceNode_t = *mut CUgraphDeviceUpdatableNode_st;
 impl cudaGraphKernelNodeField {
-    pub const cudaGraphKernelNodeFieldInvalid: cudaGraphKernelNodeField =
-        cudaGraphKernelNodeField(0);
-    pub const cudaGraphKernelNodeFieldGridDim: cudaGraphKernelNodeField =
-        cudaGraphKernelNodeField(1);
-    pub const cudaGraphKernelNodeFieldParam: cudaGraphKernelNodeField = cudaGraphKernelNodeField(2);
-    pub const cudaGraphKernelNodeFieldEnabled: cudaGraphKernelNodeField =
-        cudaGraphKernelNodeField(3);
+    pub const cudaGraphKernelNodeFieldInvalid: cudaGraphKernelNodeField = cudaGraphKernelNodeField(
+        0,
+    );
+    pub const cudaGraphKernelNodeFieldGridDim: cudaGraphKernelNodeField = cudaGraphKernelNodeField(
+        1,
+    );
+    pub const cudaGraphKernelNodeFieldParam: cudaGraphKernelNodeField = cudaGraphKernelNodeField(
+        2,
+    );
+    pub const cudaGraphKernelNodeFieldEnabled: cudaGraphKernelNodeField = cudaGraphKernelNodeField(
+        3,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -4028,21 +5000,28 @@ pub struct cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1>() - 24usize];
-    ["Alignment of cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1::pValue"][::core::mem::offset_of!(
-        cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1,
-        pValue
+    [
+        "Size of cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1>()
+        - 24usize];
+    [
+        "Alignment of cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1>()
+        - 8usize];
+    [
+        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1::pValue",
+    ][::core::mem::offset_of!(
+        cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1, pValue
     ) - 0usize];
-    ["Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1::offset"][::core::mem::offset_of!(
-        cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1,
-        offset
+    [
+        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1::offset",
+    ][::core::mem::offset_of!(
+        cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1, offset
     ) - 8usize];
-    ["Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1::size"][::core::mem::offset_of!(
-        cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1,
-        size
+    [
+        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1::size",
+    ][::core::mem::offset_of!(
+        cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1, size
     ) - 16usize];
 };
 impl Default for cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1 {
@@ -4056,16 +5035,23 @@ impl Default for cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaGraphKernelNodeUpdate__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1>() - 24usize];
-    ["Alignment of cudaGraphKernelNodeUpdate__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1::gridDim"]
-        [::core::mem::offset_of!(cudaGraphKernelNodeUpdate__bindgen_ty_1, gridDim) - 0usize];
-    ["Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1::param"]
-        [::core::mem::offset_of!(cudaGraphKernelNodeUpdate__bindgen_ty_1, param) - 0usize];
-    ["Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1::isEnabled"]
-        [::core::mem::offset_of!(cudaGraphKernelNodeUpdate__bindgen_ty_1, isEnabled) - 0usize];
+    [
+        "Size of cudaGraphKernelNodeUpdate__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1>() - 24usize];
+    [
+        "Alignment of cudaGraphKernelNodeUpdate__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaGraphKernelNodeUpdate__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1::gridDim",
+    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate__bindgen_ty_1, gridDim)
+        - 0usize];
+    [
+        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1::param",
+    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate__bindgen_ty_1, param) - 0usize];
+    [
+        "Offset of field: cudaGraphKernelNodeUpdate__bindgen_ty_1::isEnabled",
+    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate__bindgen_ty_1, isEnabled)
+        - 0usize];
 };
 impl Default for cudaGraphKernelNodeUpdate__bindgen_ty_1 {
     fn default() -> Self {
@@ -4078,16 +5064,21 @@ impl Default for cudaGraphKernelNodeUpdate__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaGraphKernelNodeUpdate"]
-        [::core::mem::size_of::<cudaGraphKernelNodeUpdate>() - 40usize];
-    ["Alignment of cudaGraphKernelNodeUpdate"]
-        [::core::mem::align_of::<cudaGraphKernelNodeUpdate>() - 8usize];
-    ["Offset of field: cudaGraphKernelNodeUpdate::node"]
-        [::core::mem::offset_of!(cudaGraphKernelNodeUpdate, node) - 0usize];
-    ["Offset of field: cudaGraphKernelNodeUpdate::field"]
-        [::core::mem::offset_of!(cudaGraphKernelNodeUpdate, field) - 8usize];
-    ["Offset of field: cudaGraphKernelNodeUpdate::updateData"]
-        [::core::mem::offset_of!(cudaGraphKernelNodeUpdate, updateData) - 16usize];
+    [
+        "Size of cudaGraphKernelNodeUpdate",
+    ][::core::mem::size_of::<cudaGraphKernelNodeUpdate>() - 40usize];
+    [
+        "Alignment of cudaGraphKernelNodeUpdate",
+    ][::core::mem::align_of::<cudaGraphKernelNodeUpdate>() - 8usize];
+    [
+        "Offset of field: cudaGraphKernelNodeUpdate::node",
+    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate, node) - 0usize];
+    [
+        "Offset of field: cudaGraphKernelNodeUpdate::field",
+    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate, field) - 8usize];
+    [
+        "Offset of field: cudaGraphKernelNodeUpdate::updateData",
+    ][::core::mem::offset_of!(cudaGraphKernelNodeUpdate, updateData) - 16usize];
 };
 impl Default for cudaGraphKernelNodeUpdate {
     fn default() -> Self {
@@ -4099,67 +5090,95 @@ impl Default for cudaGraphKernelNodeUpdate {
     }
 }
 impl cudaGetDriverEntryPointFlags {
-    pub const cudaEnableDefault: cudaGetDriverEntryPointFlags = cudaGetDriverEntryPointFlags(0);
-    pub const cudaEnableLegacyStream: cudaGetDriverEntryPointFlags =
-        cudaGetDriverEntryPointFlags(1);
-    pub const cudaEnablePerThreadDefaultStream: cudaGetDriverEntryPointFlags =
-        cudaGetDriverEntryPointFlags(2);
+    pub const cudaEnableDefault: cudaGetDriverEntryPointFlags = cudaGetDriverEntryPointFlags(
+        0,
+    );
+    pub const cudaEnableLegacyStream: cudaGetDriverEntryPointFlags = cudaGetDriverEntryPointFlags(
+        1,
+    );
+    pub const cudaEnablePerThreadDefaultStream: cudaGetDriverEntryPointFlags = cudaGetDriverEntryPointFlags(
+        2,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGetDriverEntryPointFlags(pub ::core::ffi::c_uint);
 impl cudaDriverEntryPointQueryResult {
-    pub const cudaDriverEntryPointSuccess: cudaDriverEntryPointQueryResult =
-        cudaDriverEntryPointQueryResult(0);
-    pub const cudaDriverEntryPointSymbolNotFound: cudaDriverEntryPointQueryResult =
-        cudaDriverEntryPointQueryResult(1);
-    pub const cudaDriverEntryPointVersionNotSufficent: cudaDriverEntryPointQueryResult =
-        cudaDriverEntryPointQueryResult(2);
+    pub const cudaDriverEntryPointSuccess: cudaDriverEntryPointQueryResult = cudaDriverEntryPointQueryResult(
+        0,
+    );
+    pub const cudaDriverEntryPointSymbolNotFound: cudaDriverEntryPointQueryResult = cudaDriverEntryPointQueryResult(
+        1,
+    );
+    pub const cudaDriverEntryPointVersionNotSufficent: cudaDriverEntryPointQueryResult = cudaDriverEntryPointQueryResult(
+        2,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaDriverEntryPointQueryResult(pub ::core::ffi::c_uint);
 impl cudaGraphDebugDotFlags {
-    pub const cudaGraphDebugDotFlagsVerbose: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(1);
-    pub const cudaGraphDebugDotFlagsKernelNodeParams: cudaGraphDebugDotFlags =
-        cudaGraphDebugDotFlags(4);
-    pub const cudaGraphDebugDotFlagsMemcpyNodeParams: cudaGraphDebugDotFlags =
-        cudaGraphDebugDotFlags(8);
-    pub const cudaGraphDebugDotFlagsMemsetNodeParams: cudaGraphDebugDotFlags =
-        cudaGraphDebugDotFlags(16);
-    pub const cudaGraphDebugDotFlagsHostNodeParams: cudaGraphDebugDotFlags =
-        cudaGraphDebugDotFlags(32);
-    pub const cudaGraphDebugDotFlagsEventNodeParams: cudaGraphDebugDotFlags =
-        cudaGraphDebugDotFlags(64);
-    pub const cudaGraphDebugDotFlagsExtSemasSignalNodeParams: cudaGraphDebugDotFlags =
-        cudaGraphDebugDotFlags(128);
-    pub const cudaGraphDebugDotFlagsExtSemasWaitNodeParams: cudaGraphDebugDotFlags =
-        cudaGraphDebugDotFlags(256);
-    pub const cudaGraphDebugDotFlagsKernelNodeAttributes: cudaGraphDebugDotFlags =
-        cudaGraphDebugDotFlags(512);
-    pub const cudaGraphDebugDotFlagsHandles: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(1024);
-    pub const cudaGraphDebugDotFlagsConditionalNodeParams: cudaGraphDebugDotFlags =
-        cudaGraphDebugDotFlags(32768);
+    pub const cudaGraphDebugDotFlagsVerbose: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        1,
+    );
+    pub const cudaGraphDebugDotFlagsKernelNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        4,
+    );
+    pub const cudaGraphDebugDotFlagsMemcpyNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        8,
+    );
+    pub const cudaGraphDebugDotFlagsMemsetNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        16,
+    );
+    pub const cudaGraphDebugDotFlagsHostNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        32,
+    );
+    pub const cudaGraphDebugDotFlagsEventNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        64,
+    );
+    pub const cudaGraphDebugDotFlagsExtSemasSignalNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        128,
+    );
+    pub const cudaGraphDebugDotFlagsExtSemasWaitNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        256,
+    );
+    pub const cudaGraphDebugDotFlagsKernelNodeAttributes: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        512,
+    );
+    pub const cudaGraphDebugDotFlagsHandles: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        1024,
+    );
+    pub const cudaGraphDebugDotFlagsConditionalNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
+        32768,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphDebugDotFlags(pub ::core::ffi::c_uint);
 impl cudaGraphInstantiateFlags {
-    pub const cudaGraphInstantiateFlagAutoFreeOnLaunch: cudaGraphInstantiateFlags =
-        cudaGraphInstantiateFlags(1);
-    pub const cudaGraphInstantiateFlagUpload: cudaGraphInstantiateFlags =
-        cudaGraphInstantiateFlags(2);
-    pub const cudaGraphInstantiateFlagDeviceLaunch: cudaGraphInstantiateFlags =
-        cudaGraphInstantiateFlags(4);
-    pub const cudaGraphInstantiateFlagUseNodePriority: cudaGraphInstantiateFlags =
-        cudaGraphInstantiateFlags(8);
+    pub const cudaGraphInstantiateFlagAutoFreeOnLaunch: cudaGraphInstantiateFlags = cudaGraphInstantiateFlags(
+        1,
+    );
+    pub const cudaGraphInstantiateFlagUpload: cudaGraphInstantiateFlags = cudaGraphInstantiateFlags(
+        2,
+    );
+    pub const cudaGraphInstantiateFlagDeviceLaunch: cudaGraphInstantiateFlags = cudaGraphInstantiateFlags(
+        4,
+    );
+    pub const cudaGraphInstantiateFlagUseNodePriority: cudaGraphInstantiateFlags = cudaGraphInstantiateFlags(
+        8,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphInstantiateFlags(pub ::core::ffi::c_uint);
 impl cudaLaunchMemSyncDomain {
-    pub const cudaLaunchMemSyncDomainDefault: cudaLaunchMemSyncDomain = cudaLaunchMemSyncDomain(0);
-    pub const cudaLaunchMemSyncDomainRemote: cudaLaunchMemSyncDomain = cudaLaunchMemSyncDomain(1);
+    pub const cudaLaunchMemSyncDomainDefault: cudaLaunchMemSyncDomain = cudaLaunchMemSyncDomain(
+        0,
+    );
+    pub const cudaLaunchMemSyncDomainRemote: cudaLaunchMemSyncDomain = cudaLaunchMemSyncDomain(
+        1,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -4172,41 +5191,66 @@ pub struct cudaLaunchMemSyncDomainMap_st {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaLaunchMemSyncDomainMap_st"]
-        [::core::mem::size_of::<cudaLaunchMemSyncDomainMap_st>() - 2usize];
-    ["Alignment of cudaLaunchMemSyncDomainMap_st"]
-        [::core::mem::align_of::<cudaLaunchMemSyncDomainMap_st>() - 1usize];
-    ["Offset of field: cudaLaunchMemSyncDomainMap_st::default_"]
-        [::core::mem::offset_of!(cudaLaunchMemSyncDomainMap_st, default_) - 0usize];
-    ["Offset of field: cudaLaunchMemSyncDomainMap_st::remote"]
-        [::core::mem::offset_of!(cudaLaunchMemSyncDomainMap_st, remote) - 1usize];
+    [
+        "Size of cudaLaunchMemSyncDomainMap_st",
+    ][::core::mem::size_of::<cudaLaunchMemSyncDomainMap_st>() - 2usize];
+    [
+        "Alignment of cudaLaunchMemSyncDomainMap_st",
+    ][::core::mem::align_of::<cudaLaunchMemSyncDomainMap_st>() - 1usize];
+    [
+        "Offset of field: cudaLaunchMemSyncDomainMap_st::default_",
+    ][::core::mem::offset_of!(cudaLaunchMemSyncDomainMap_st, default_) - 0usize];
+    [
+        "Offset of field: cudaLaunchMemSyncDomainMap_st::remote",
+    ][::core::mem::offset_of!(cudaLaunchMemSyncDomainMap_st, remote) - 1usize];
 };
 pub type cudaLaunchMemSyncDomainMap = cudaLaunchMemSyncDomainMap_st;
 impl cudaLaunchAttributeID {
-    pub const cudaLaunchAttributeIgnore: cudaLaunchAttributeID = cudaLaunchAttributeID(0);
-    pub const cudaLaunchAttributeAccessPolicyWindow: cudaLaunchAttributeID =
-        cudaLaunchAttributeID(1);
-    pub const cudaLaunchAttributeCooperative: cudaLaunchAttributeID = cudaLaunchAttributeID(2);
-    pub const cudaLaunchAttributeSynchronizationPolicy: cudaLaunchAttributeID =
-        cudaLaunchAttributeID(3);
-    pub const cudaLaunchAttributeClusterDimension: cudaLaunchAttributeID = cudaLaunchAttributeID(4);
-    pub const cudaLaunchAttributeClusterSchedulingPolicyPreference: cudaLaunchAttributeID =
-        cudaLaunchAttributeID(5);
-    pub const cudaLaunchAttributeProgrammaticStreamSerialization: cudaLaunchAttributeID =
-        cudaLaunchAttributeID(6);
-    pub const cudaLaunchAttributeProgrammaticEvent: cudaLaunchAttributeID =
-        cudaLaunchAttributeID(7);
-    pub const cudaLaunchAttributePriority: cudaLaunchAttributeID = cudaLaunchAttributeID(8);
-    pub const cudaLaunchAttributeMemSyncDomainMap: cudaLaunchAttributeID = cudaLaunchAttributeID(9);
-    pub const cudaLaunchAttributeMemSyncDomain: cudaLaunchAttributeID = cudaLaunchAttributeID(10);
-    pub const cudaLaunchAttributePreferredClusterDimension: cudaLaunchAttributeID =
-        cudaLaunchAttributeID(11);
-    pub const cudaLaunchAttributeLaunchCompletionEvent: cudaLaunchAttributeID =
-        cudaLaunchAttributeID(12);
-    pub const cudaLaunchAttributeDeviceUpdatableKernelNode: cudaLaunchAttributeID =
-        cudaLaunchAttributeID(13);
-    pub const cudaLaunchAttributePreferredSharedMemoryCarveout: cudaLaunchAttributeID =
-        cudaLaunchAttributeID(14);
+    pub const cudaLaunchAttributeIgnore: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        0,
+    );
+    pub const cudaLaunchAttributeAccessPolicyWindow: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        1,
+    );
+    pub const cudaLaunchAttributeCooperative: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        2,
+    );
+    pub const cudaLaunchAttributeSynchronizationPolicy: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        3,
+    );
+    pub const cudaLaunchAttributeClusterDimension: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        4,
+    );
+    pub const cudaLaunchAttributeClusterSchedulingPolicyPreference: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        5,
+    );
+    pub const cudaLaunchAttributeProgrammaticStreamSerialization: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        6,
+    );
+    pub const cudaLaunchAttributeProgrammaticEvent: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        7,
+    );
+    pub const cudaLaunchAttributePriority: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        8,
+    );
+    pub const cudaLaunchAttributeMemSyncDomainMap: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        9,
+    );
+    pub const cudaLaunchAttributeMemSyncDomain: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        10,
+    );
+    pub const cudaLaunchAttributePreferredClusterDimension: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        11,
+    );
+    pub const cudaLaunchAttributeLaunchCompletionEvent: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        12,
+    );
+    pub const cudaLaunchAttributeDeviceUpdatableKernelNode: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        13,
+    );
+    pub const cudaLaunchAttributePreferredSharedMemoryCarveout: cudaLaunchAttributeID = cudaLaunchAttributeID(
+        14,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -4239,16 +5283,21 @@ pub struct cudaLaunchAttributeValue__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaLaunchAttributeValue__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_1>() - 12usize];
-    ["Alignment of cudaLaunchAttributeValue__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_1>() - 4usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_1::x"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_1, x) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_1::y"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_1, y) - 4usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_1::z"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_1, z) - 8usize];
+    [
+        "Size of cudaLaunchAttributeValue__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_1>() - 12usize];
+    [
+        "Alignment of cudaLaunchAttributeValue__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_1>() - 4usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_1::x",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_1, x) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_1::y",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_1, y) - 4usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_1::z",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_1, z) - 8usize];
 };
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -4259,17 +5308,22 @@ pub struct cudaLaunchAttributeValue__bindgen_ty_2 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaLaunchAttributeValue__bindgen_ty_2"]
-        [::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_2>() - 16usize];
-    ["Alignment of cudaLaunchAttributeValue__bindgen_ty_2"]
-        [::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_2>() - 8usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_2::event"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_2, event) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_2::flags"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_2, flags) - 8usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_2::triggerAtBlockStart"][::core::mem::offset_of!(
-        cudaLaunchAttributeValue__bindgen_ty_2,
-        triggerAtBlockStart
+    [
+        "Size of cudaLaunchAttributeValue__bindgen_ty_2",
+    ][::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_2>() - 16usize];
+    [
+        "Alignment of cudaLaunchAttributeValue__bindgen_ty_2",
+    ][::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_2>() - 8usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_2::event",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_2, event) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_2::flags",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_2, flags) - 8usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_2::triggerAtBlockStart",
+    ][::core::mem::offset_of!(
+        cudaLaunchAttributeValue__bindgen_ty_2, triggerAtBlockStart
     ) - 12usize];
 };
 impl Default for cudaLaunchAttributeValue__bindgen_ty_2 {
@@ -4290,16 +5344,21 @@ pub struct cudaLaunchAttributeValue__bindgen_ty_3 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaLaunchAttributeValue__bindgen_ty_3"]
-        [::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_3>() - 12usize];
-    ["Alignment of cudaLaunchAttributeValue__bindgen_ty_3"]
-        [::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_3>() - 4usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_3::x"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_3, x) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_3::y"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_3, y) - 4usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_3::z"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_3, z) - 8usize];
+    [
+        "Size of cudaLaunchAttributeValue__bindgen_ty_3",
+    ][::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_3>() - 12usize];
+    [
+        "Alignment of cudaLaunchAttributeValue__bindgen_ty_3",
+    ][::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_3>() - 4usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_3::x",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_3, x) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_3::y",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_3, y) - 4usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_3::z",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_3, z) - 8usize];
 };
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -4309,14 +5368,18 @@ pub struct cudaLaunchAttributeValue__bindgen_ty_4 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaLaunchAttributeValue__bindgen_ty_4"]
-        [::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_4>() - 16usize];
-    ["Alignment of cudaLaunchAttributeValue__bindgen_ty_4"]
-        [::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_4>() - 8usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_4::event"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_4, event) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_4::flags"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_4, flags) - 8usize];
+    [
+        "Size of cudaLaunchAttributeValue__bindgen_ty_4",
+    ][::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_4>() - 16usize];
+    [
+        "Alignment of cudaLaunchAttributeValue__bindgen_ty_4",
+    ][::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_4>() - 8usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_4::event",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_4, event) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_4::flags",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_4, flags) - 8usize];
 };
 impl Default for cudaLaunchAttributeValue__bindgen_ty_4 {
     fn default() -> Self {
@@ -4335,14 +5398,19 @@ pub struct cudaLaunchAttributeValue__bindgen_ty_5 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaLaunchAttributeValue__bindgen_ty_5"]
-        [::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_5>() - 16usize];
-    ["Alignment of cudaLaunchAttributeValue__bindgen_ty_5"]
-        [::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_5>() - 8usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_5::deviceUpdatable"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_5, deviceUpdatable) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue__bindgen_ty_5::devNode"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_5, devNode) - 8usize];
+    [
+        "Size of cudaLaunchAttributeValue__bindgen_ty_5",
+    ][::core::mem::size_of::<cudaLaunchAttributeValue__bindgen_ty_5>() - 16usize];
+    [
+        "Alignment of cudaLaunchAttributeValue__bindgen_ty_5",
+    ][::core::mem::align_of::<cudaLaunchAttributeValue__bindgen_ty_5>() - 8usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_5::deviceUpdatable",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_5, deviceUpdatable)
+        - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue__bindgen_ty_5::devNode",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_5, devNode) - 8usize];
 };
 impl Default for cudaLaunchAttributeValue__bindgen_ty_5 {
     fn default() -> Self {
@@ -4355,45 +5423,62 @@ impl Default for cudaLaunchAttributeValue__bindgen_ty_5 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaLaunchAttributeValue"]
-        [::core::mem::size_of::<cudaLaunchAttributeValue>() - 64usize];
-    ["Alignment of cudaLaunchAttributeValue"]
-        [::core::mem::align_of::<cudaLaunchAttributeValue>() - 8usize];
-    ["Offset of field: cudaLaunchAttributeValue::pad"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, pad) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::accessPolicyWindow"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, accessPolicyWindow) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::cooperative"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, cooperative) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::syncPolicy"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, syncPolicy) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::clusterDim"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, clusterDim) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::clusterSchedulingPolicyPreference"][::core::mem::offset_of!(
-        cudaLaunchAttributeValue,
-        clusterSchedulingPolicyPreference
+    [
+        "Size of cudaLaunchAttributeValue",
+    ][::core::mem::size_of::<cudaLaunchAttributeValue>() - 64usize];
+    [
+        "Alignment of cudaLaunchAttributeValue",
+    ][::core::mem::align_of::<cudaLaunchAttributeValue>() - 8usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::pad",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, pad) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::accessPolicyWindow",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, accessPolicyWindow) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::cooperative",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, cooperative) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::syncPolicy",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, syncPolicy) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::clusterDim",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, clusterDim) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::clusterSchedulingPolicyPreference",
+    ][::core::mem::offset_of!(
+        cudaLaunchAttributeValue, clusterSchedulingPolicyPreference
     ) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::programmaticStreamSerializationAllowed"][::core::mem::offset_of!(
-        cudaLaunchAttributeValue,
-        programmaticStreamSerializationAllowed
-    )
+    [
+        "Offset of field: cudaLaunchAttributeValue::programmaticStreamSerializationAllowed",
+    ][::core::mem::offset_of!(
+        cudaLaunchAttributeValue, programmaticStreamSerializationAllowed
+    ) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::programmaticEvent",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, programmaticEvent) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::priority",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, priority) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::memSyncDomainMap",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, memSyncDomainMap) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::memSyncDomain",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, memSyncDomain) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::preferredClusterDim",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, preferredClusterDim) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::launchCompletionEvent",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, launchCompletionEvent) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::deviceUpdatableKernelNode",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, deviceUpdatableKernelNode)
         - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::programmaticEvent"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, programmaticEvent) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::priority"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, priority) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::memSyncDomainMap"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, memSyncDomainMap) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::memSyncDomain"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, memSyncDomain) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::preferredClusterDim"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, preferredClusterDim) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::launchCompletionEvent"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, launchCompletionEvent) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::deviceUpdatableKernelNode"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, deviceUpdatableKernelNode) - 0usize];
-    ["Offset of field: cudaLaunchAttributeValue::sharedMemCarveout"]
-        [::core::mem::offset_of!(cudaLaunchAttributeValue, sharedMemCarveout) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttributeValue::sharedMemCarveout",
+    ][::core::mem::offset_of!(cudaLaunchAttributeValue, sharedMemCarveout) - 0usize];
 };
 impl Default for cudaLaunchAttributeValue {
     fn default() -> Self {
@@ -4413,15 +5498,21 @@ pub struct cudaLaunchAttribute_st {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaLaunchAttribute_st"][::core::mem::size_of::<cudaLaunchAttribute_st>() - 72usize];
-    ["Alignment of cudaLaunchAttribute_st"]
-        [::core::mem::align_of::<cudaLaunchAttribute_st>() - 8usize];
-    ["Offset of field: cudaLaunchAttribute_st::id"]
-        [::core::mem::offset_of!(cudaLaunchAttribute_st, id) - 0usize];
-    ["Offset of field: cudaLaunchAttribute_st::pad"]
-        [::core::mem::offset_of!(cudaLaunchAttribute_st, pad) - 4usize];
-    ["Offset of field: cudaLaunchAttribute_st::val"]
-        [::core::mem::offset_of!(cudaLaunchAttribute_st, val) - 8usize];
+    [
+        "Size of cudaLaunchAttribute_st",
+    ][::core::mem::size_of::<cudaLaunchAttribute_st>() - 72usize];
+    [
+        "Alignment of cudaLaunchAttribute_st",
+    ][::core::mem::align_of::<cudaLaunchAttribute_st>() - 8usize];
+    [
+        "Offset of field: cudaLaunchAttribute_st::id",
+    ][::core::mem::offset_of!(cudaLaunchAttribute_st, id) - 0usize];
+    [
+        "Offset of field: cudaLaunchAttribute_st::pad",
+    ][::core::mem::offset_of!(cudaLaunchAttribute_st, pad) - 4usize];
+    [
+        "Offset of field: cudaLaunchAttribute_st::val",
+    ][::core::mem::offset_of!(cudaLaunchAttribute_st, val) - 8usize];
 };
 impl Default for cudaLaunchAttribute_st {
     fn default() -> Self {
@@ -4445,20 +5536,30 @@ pub struct cudaLaunchConfig_st {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaLaunchConfig_st"][::core::mem::size_of::<cudaLaunchConfig_st>() - 56usize];
-    ["Alignment of cudaLaunchConfig_st"][::core::mem::align_of::<cudaLaunchConfig_st>() - 8usize];
-    ["Offset of field: cudaLaunchConfig_st::gridDim"]
-        [::core::mem::offset_of!(cudaLaunchConfig_st, gridDim) - 0usize];
-    ["Offset of field: cudaLaunchConfig_st::blockDim"]
-        [::core::mem::offset_of!(cudaLaunchConfig_st, blockDim) - 12usize];
-    ["Offset of field: cudaLaunchConfig_st::dynamicSmemBytes"]
-        [::core::mem::offset_of!(cudaLaunchConfig_st, dynamicSmemBytes) - 24usize];
-    ["Offset of field: cudaLaunchConfig_st::stream"]
-        [::core::mem::offset_of!(cudaLaunchConfig_st, stream) - 32usize];
-    ["Offset of field: cudaLaunchConfig_st::attrs"]
-        [::core::mem::offset_of!(cudaLaunchConfig_st, attrs) - 40usize];
-    ["Offset of field: cudaLaunchConfig_st::numAttrs"]
-        [::core::mem::offset_of!(cudaLaunchConfig_st, numAttrs) - 48usize];
+    [
+        "Size of cudaLaunchConfig_st",
+    ][::core::mem::size_of::<cudaLaunchConfig_st>() - 56usize];
+    [
+        "Alignment of cudaLaunchConfig_st",
+    ][::core::mem::align_of::<cudaLaunchConfig_st>() - 8usize];
+    [
+        "Offset of field: cudaLaunchConfig_st::gridDim",
+    ][::core::mem::offset_of!(cudaLaunchConfig_st, gridDim) - 0usize];
+    [
+        "Offset of field: cudaLaunchConfig_st::blockDim",
+    ][::core::mem::offset_of!(cudaLaunchConfig_st, blockDim) - 12usize];
+    [
+        "Offset of field: cudaLaunchConfig_st::dynamicSmemBytes",
+    ][::core::mem::offset_of!(cudaLaunchConfig_st, dynamicSmemBytes) - 24usize];
+    [
+        "Offset of field: cudaLaunchConfig_st::stream",
+    ][::core::mem::offset_of!(cudaLaunchConfig_st, stream) - 32usize];
+    [
+        "Offset of field: cudaLaunchConfig_st::attrs",
+    ][::core::mem::offset_of!(cudaLaunchConfig_st, attrs) - 40usize];
+    [
+        "Offset of field: cudaLaunchConfig_st::numAttrs",
+    ][::core::mem::offset_of!(cudaLaunchConfig_st, numAttrs) - 48usize];
 };
 impl Default for cudaLaunchConfig_st {
     fn default() -> Self {
@@ -4472,7 +5573,9 @@ impl Default for cudaLaunchConfig_st {
 pub type cudaLaunchConfig_t = cudaLaunchConfig_st;
 impl cudaDeviceNumaConfig {
     pub const cudaDeviceNumaConfigNone: cudaDeviceNumaConfig = cudaDeviceNumaConfig(0);
-    pub const cudaDeviceNumaConfigNumaNode: cudaDeviceNumaConfig = cudaDeviceNumaConfig(1);
+    pub const cudaDeviceNumaConfigNumaNode: cudaDeviceNumaConfig = cudaDeviceNumaConfig(
+        1,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -4484,8 +5587,9 @@ pub struct cudaAsyncCallbackEntry {
 }
 pub type cudaAsyncCallbackHandle_t = *mut cudaAsyncCallbackEntry;
 impl cudaAsyncNotificationType_enum {
-    pub const cudaAsyncNotificationTypeOverBudget: cudaAsyncNotificationType_enum =
-        cudaAsyncNotificationType_enum(1);
+    pub const cudaAsyncNotificationTypeOverBudget: cudaAsyncNotificationType_enum = cudaAsyncNotificationType_enum(
+        1,
+    );
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -4509,24 +5613,32 @@ pub struct cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1>() - 8usize];
-    ["Alignment of cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1::bytesOverBudget"][::core::mem::offset_of!(
-        cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1,
-        bytesOverBudget
-    )
-        - 0usize];
+    [
+        "Size of cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1>()
+        - 8usize];
+    [
+        "Alignment of cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1>()
+        - 8usize];
+    [
+        "Offset of field: cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1::bytesOverBudget",
+    ][::core::mem::offset_of!(
+        cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1, bytesOverBudget
+    ) - 0usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaAsyncNotificationInfo__bindgen_ty_1"]
-        [::core::mem::size_of::<cudaAsyncNotificationInfo__bindgen_ty_1>() - 8usize];
-    ["Alignment of cudaAsyncNotificationInfo__bindgen_ty_1"]
-        [::core::mem::align_of::<cudaAsyncNotificationInfo__bindgen_ty_1>() - 8usize];
-    ["Offset of field: cudaAsyncNotificationInfo__bindgen_ty_1::overBudget"]
-        [::core::mem::offset_of!(cudaAsyncNotificationInfo__bindgen_ty_1, overBudget) - 0usize];
+    [
+        "Size of cudaAsyncNotificationInfo__bindgen_ty_1",
+    ][::core::mem::size_of::<cudaAsyncNotificationInfo__bindgen_ty_1>() - 8usize];
+    [
+        "Alignment of cudaAsyncNotificationInfo__bindgen_ty_1",
+    ][::core::mem::align_of::<cudaAsyncNotificationInfo__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: cudaAsyncNotificationInfo__bindgen_ty_1::overBudget",
+    ][::core::mem::offset_of!(cudaAsyncNotificationInfo__bindgen_ty_1, overBudget)
+        - 0usize];
 };
 impl Default for cudaAsyncNotificationInfo__bindgen_ty_1 {
     fn default() -> Self {
@@ -4539,14 +5651,18 @@ impl Default for cudaAsyncNotificationInfo__bindgen_ty_1 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of cudaAsyncNotificationInfo"]
-        [::core::mem::size_of::<cudaAsyncNotificationInfo>() - 16usize];
-    ["Alignment of cudaAsyncNotificationInfo"]
-        [::core::mem::align_of::<cudaAsyncNotificationInfo>() - 8usize];
-    ["Offset of field: cudaAsyncNotificationInfo::type_"]
-        [::core::mem::offset_of!(cudaAsyncNotificationInfo, type_) - 0usize];
-    ["Offset of field: cudaAsyncNotificationInfo::info"]
-        [::core::mem::offset_of!(cudaAsyncNotificationInfo, info) - 8usize];
+    [
+        "Size of cudaAsyncNotificationInfo",
+    ][::core::mem::size_of::<cudaAsyncNotificationInfo>() - 16usize];
+    [
+        "Alignment of cudaAsyncNotificationInfo",
+    ][::core::mem::align_of::<cudaAsyncNotificationInfo>() - 8usize];
+    [
+        "Offset of field: cudaAsyncNotificationInfo::type_",
+    ][::core::mem::offset_of!(cudaAsyncNotificationInfo, type_) - 0usize];
+    [
+        "Offset of field: cudaAsyncNotificationInfo::info",
+    ][::core::mem::offset_of!(cudaAsyncNotificationInfo, info) - 8usize];
 };
 impl Default for cudaAsyncNotificationInfo {
     fn default() -> Self {
@@ -4567,7 +5683,9 @@ pub type cudaAsyncCallback = ::core::option::Option<
 >;
 impl cudaSurfaceBoundaryMode {
     pub const cudaBoundaryModeZero: cudaSurfaceBoundaryMode = cudaSurfaceBoundaryMode(0);
-    pub const cudaBoundaryModeClamp: cudaSurfaceBoundaryMode = cudaSurfaceBoundaryMode(1);
+    pub const cudaBoundaryModeClamp: cudaSurfaceBoundaryMode = cudaSurfaceBoundaryMode(
+        1,
+    );
     pub const cudaBoundaryModeTrap: cudaSurfaceBoundaryMode = cudaSurfaceBoundaryMode(2);
 }
 #[repr(transparent)]
@@ -4624,33 +5742,48 @@ pub struct cudaTextureDesc {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of cudaTextureDesc"][::core::mem::size_of::<cudaTextureDesc>() - 72usize];
-    ["Alignment of cudaTextureDesc"][::core::mem::align_of::<cudaTextureDesc>() - 4usize];
-    ["Offset of field: cudaTextureDesc::addressMode"]
-        [::core::mem::offset_of!(cudaTextureDesc, addressMode) - 0usize];
-    ["Offset of field: cudaTextureDesc::filterMode"]
-        [::core::mem::offset_of!(cudaTextureDesc, filterMode) - 12usize];
-    ["Offset of field: cudaTextureDesc::readMode"]
-        [::core::mem::offset_of!(cudaTextureDesc, readMode) - 16usize];
-    ["Offset of field: cudaTextureDesc::sRGB"]
-        [::core::mem::offset_of!(cudaTextureDesc, sRGB) - 20usize];
-    ["Offset of field: cudaTextureDesc::borderColor"]
-        [::core::mem::offset_of!(cudaTextureDesc, borderColor) - 24usize];
-    ["Offset of field: cudaTextureDesc::normalizedCoords"]
-        [::core::mem::offset_of!(cudaTextureDesc, normalizedCoords) - 40usize];
-    ["Offset of field: cudaTextureDesc::maxAnisotropy"]
-        [::core::mem::offset_of!(cudaTextureDesc, maxAnisotropy) - 44usize];
-    ["Offset of field: cudaTextureDesc::mipmapFilterMode"]
-        [::core::mem::offset_of!(cudaTextureDesc, mipmapFilterMode) - 48usize];
-    ["Offset of field: cudaTextureDesc::mipmapLevelBias"]
-        [::core::mem::offset_of!(cudaTextureDesc, mipmapLevelBias) - 52usize];
-    ["Offset of field: cudaTextureDesc::minMipmapLevelClamp"]
-        [::core::mem::offset_of!(cudaTextureDesc, minMipmapLevelClamp) - 56usize];
-    ["Offset of field: cudaTextureDesc::maxMipmapLevelClamp"]
-        [::core::mem::offset_of!(cudaTextureDesc, maxMipmapLevelClamp) - 60usize];
-    ["Offset of field: cudaTextureDesc::disableTrilinearOptimization"]
-        [::core::mem::offset_of!(cudaTextureDesc, disableTrilinearOptimization) - 64usize];
-    ["Offset of field: cudaTextureDesc::seamlessCubemap"]
-        [::core::mem::offset_of!(cudaTextureDesc, seamlessCubemap) - 68usize];
+    [
+        "Alignment of cudaTextureDesc",
+    ][::core::mem::align_of::<cudaTextureDesc>() - 4usize];
+    [
+        "Offset of field: cudaTextureDesc::addressMode",
+    ][::core::mem::offset_of!(cudaTextureDesc, addressMode) - 0usize];
+    [
+        "Offset of field: cudaTextureDesc::filterMode",
+    ][::core::mem::offset_of!(cudaTextureDesc, filterMode) - 12usize];
+    [
+        "Offset of field: cudaTextureDesc::readMode",
+    ][::core::mem::offset_of!(cudaTextureDesc, readMode) - 16usize];
+    [
+        "Offset of field: cudaTextureDesc::sRGB",
+    ][::core::mem::offset_of!(cudaTextureDesc, sRGB) - 20usize];
+    [
+        "Offset of field: cudaTextureDesc::borderColor",
+    ][::core::mem::offset_of!(cudaTextureDesc, borderColor) - 24usize];
+    [
+        "Offset of field: cudaTextureDesc::normalizedCoords",
+    ][::core::mem::offset_of!(cudaTextureDesc, normalizedCoords) - 40usize];
+    [
+        "Offset of field: cudaTextureDesc::maxAnisotropy",
+    ][::core::mem::offset_of!(cudaTextureDesc, maxAnisotropy) - 44usize];
+    [
+        "Offset of field: cudaTextureDesc::mipmapFilterMode",
+    ][::core::mem::offset_of!(cudaTextureDesc, mipmapFilterMode) - 48usize];
+    [
+        "Offset of field: cudaTextureDesc::mipmapLevelBias",
+    ][::core::mem::offset_of!(cudaTextureDesc, mipmapLevelBias) - 52usize];
+    [
+        "Offset of field: cudaTextureDesc::minMipmapLevelClamp",
+    ][::core::mem::offset_of!(cudaTextureDesc, minMipmapLevelClamp) - 56usize];
+    [
+        "Offset of field: cudaTextureDesc::maxMipmapLevelClamp",
+    ][::core::mem::offset_of!(cudaTextureDesc, maxMipmapLevelClamp) - 60usize];
+    [
+        "Offset of field: cudaTextureDesc::disableTrilinearOptimization",
+    ][::core::mem::offset_of!(cudaTextureDesc, disableTrilinearOptimization) - 64usize];
+    [
+        "Offset of field: cudaTextureDesc::seamlessCubemap",
+    ][::core::mem::offset_of!(cudaTextureDesc, seamlessCubemap) - 68usize];
 };
 impl Default for cudaTextureDesc {
     fn default() -> Self {
@@ -4755,7 +5888,9 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaDeviceGetSharedMemConfig(pConfig: *mut cudaSharedMemConfig) -> cudaError_t;
+    pub fn cudaDeviceGetSharedMemConfig(
+        pConfig: *mut cudaSharedMemConfig,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaDeviceSetSharedMemConfig(config: cudaSharedMemConfig) -> cudaError_t;
@@ -4813,7 +5948,10 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaDeviceSetMemPool(device: ::core::ffi::c_int, memPool: cudaMemPool_t) -> cudaError_t;
+    pub fn cudaDeviceSetMemPool(
+        device: ::core::ffi::c_int,
+        memPool: cudaMemPool_t,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaDeviceGetMemPool(
@@ -4967,8 +6105,10 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaStreamBeginCapture(stream: cudaStream_t, mode: cudaStreamCaptureMode)
-    -> cudaError_t;
+    pub fn cudaStreamBeginCapture(
+        stream: cudaStream_t,
+        mode: cudaStreamCaptureMode,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaStreamBeginCaptureToGraph(
@@ -4981,10 +6121,15 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaThreadExchangeStreamCaptureMode(mode: *mut cudaStreamCaptureMode) -> cudaError_t;
+    pub fn cudaThreadExchangeStreamCaptureMode(
+        mode: *mut cudaStreamCaptureMode,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaStreamEndCapture(stream: cudaStream_t, pGraph: *mut cudaGraph_t) -> cudaError_t;
+    pub fn cudaStreamEndCapture(
+        stream: cudaStream_t,
+        pGraph: *mut cudaGraph_t,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaStreamIsCapturing(
@@ -5059,7 +6204,11 @@ unsafe extern "C" {
     pub fn cudaEventDestroy(event: cudaEvent_t) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaEventElapsedTime(ms: *mut f32, start: cudaEvent_t, end: cudaEvent_t) -> cudaError_t;
+    pub fn cudaEventElapsedTime(
+        ms: *mut f32,
+        start: cudaEvent_t,
+        end: cudaEvent_t,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaEventElapsedTime_v2(
@@ -5252,7 +6401,10 @@ unsafe extern "C" {
     pub fn cudaMalloc(devPtr: *mut *mut ::core::ffi::c_void, size: usize) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaMallocHost(ptr: *mut *mut ::core::ffi::c_void, size: usize) -> cudaError_t;
+    pub fn cudaMallocHost(
+        ptr: *mut *mut ::core::ffi::c_void,
+        size: usize,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaMallocPitch(
@@ -5314,7 +6466,10 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaMalloc3D(pitchedDevPtr: *mut cudaPitchedPtr, extent: cudaExtent) -> cudaError_t;
+    pub fn cudaMalloc3D(
+        pitchedDevPtr: *mut cudaPitchedPtr,
+        extent: cudaExtent,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaMalloc3DArray(
@@ -5347,7 +6502,10 @@ unsafe extern "C" {
     pub fn cudaMemcpy3DPeer(p: *const cudaMemcpy3DPeerParms) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaMemcpy3DAsync(p: *const cudaMemcpy3DParms, stream: cudaStream_t) -> cudaError_t;
+    pub fn cudaMemcpy3DAsync(
+        p: *const cudaMemcpy3DParms,
+        stream: cudaStream_t,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaMemcpy3DPeerAsync(
@@ -5637,7 +6795,10 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaGetSymbolSize(size: *mut usize, symbol: *const ::core::ffi::c_void) -> cudaError_t;
+    pub fn cudaGetSymbolSize(
+        size: *mut usize,
+        symbol: *const ::core::ffi::c_void,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaMemPrefetchAsync(
@@ -5753,10 +6914,16 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaFreeAsync(devPtr: *mut ::core::ffi::c_void, hStream: cudaStream_t) -> cudaError_t;
+    pub fn cudaFreeAsync(
+        devPtr: *mut ::core::ffi::c_void,
+        hStream: cudaStream_t,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaMemPoolTrimTo(memPool: cudaMemPool_t, minBytesToKeep: usize) -> cudaError_t;
+    pub fn cudaMemPoolTrimTo(
+        memPool: cudaMemPool_t,
+        minBytesToKeep: usize,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaMemPoolSetAttribute(
@@ -5855,7 +7022,9 @@ unsafe extern "C" {
     pub fn cudaDeviceDisablePeerAccess(peerDevice: ::core::ffi::c_int) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaGraphicsUnregisterResource(resource: cudaGraphicsResource_t) -> cudaError_t;
+    pub fn cudaGraphicsUnregisterResource(
+        resource: cudaGraphicsResource_t,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaGraphicsResourceSetMapFlags(
@@ -5964,7 +7133,10 @@ unsafe extern "C" {
     pub fn cudaRuntimeGetVersion(runtimeVersion: *mut ::core::ffi::c_int) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaGraphCreate(pGraph: *mut cudaGraph_t, flags: ::core::ffi::c_uint) -> cudaError_t;
+    pub fn cudaGraphCreate(
+        pGraph: *mut cudaGraph_t,
+        flags: ::core::ffi::c_uint,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaGraphAddKernelNode(
@@ -6197,8 +7369,10 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaGraphEventWaitNodeSetEvent(node: cudaGraphNode_t, event: cudaEvent_t)
-    -> cudaError_t;
+    pub fn cudaGraphEventWaitNodeSetEvent(
+        node: cudaGraphNode_t,
+        event: cudaEvent_t,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaGraphAddExternalSemaphoresSignalNode(
@@ -6290,8 +7464,10 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaGraphClone(pGraphClone: *mut cudaGraph_t, originalGraph: cudaGraph_t)
-    -> cudaError_t;
+    pub fn cudaGraphClone(
+        pGraphClone: *mut cudaGraph_t,
+        originalGraph: cudaGraph_t,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaGraphNodeFindInClone(
@@ -6548,10 +7724,16 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaGraphUpload(graphExec: cudaGraphExec_t, stream: cudaStream_t) -> cudaError_t;
+    pub fn cudaGraphUpload(
+        graphExec: cudaGraphExec_t,
+        stream: cudaStream_t,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
-    pub fn cudaGraphLaunch(graphExec: cudaGraphExec_t, stream: cudaStream_t) -> cudaError_t;
+    pub fn cudaGraphLaunch(
+        graphExec: cudaGraphExec_t,
+        stream: cudaStream_t,
+    ) -> cudaError_t;
 }
 unsafe extern "C" {
     pub fn cudaGraphExecDestroy(graphExec: cudaGraphExec_t) -> cudaError_t;
