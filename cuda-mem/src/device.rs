@@ -36,6 +36,14 @@ impl fmt::Display for Device {
 }
 
 /// Device attributes users of a memory library ask about (a subset of `cudaDeviceAttr`).
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Device, DeviceAttribute};
+/// let sms = Device::current()?.attribute(DeviceAttribute::MultiProcessorCount)?;
+/// assert!(sms > 0);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DeviceAttribute {

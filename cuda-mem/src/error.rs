@@ -6,6 +6,16 @@ use std::ffi::CStr;
 use std::fmt;
 
 /// A `cudaError_t` value from the runtime. Unknown values (from a newer runtime) are kept as is.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{DeviceBuffer, ErrorCode};
+/// if let Err(err) = DeviceBuffer::<u8>::zeroed(1 << 50) {
+///     assert_eq!(err.code(), Some(ErrorCode::MEMORY_ALLOCATION));
+///     println!("{} / {}", err.code().unwrap().name(), err.code().unwrap().description());
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ErrorCode(pub u32);
 
@@ -92,6 +102,15 @@ impl fmt::Display for ErrorCode {
 }
 
 /// What went wrong, beyond the operation's name.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{DeviceBuffer, ErrorKind};
+/// let mut device = DeviceBuffer::<u32>::zeroed(4)?;
+/// let err = device.as_mut_slice().copy_from_host(&[1, 2, 3]).unwrap_err();
+/// assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 3, dst: 4 });
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -143,6 +162,17 @@ pub enum ErrorKind {
 /// Its message says what was attempted and why it failed, e.g. `cudaMalloc of 2199023255552
 /// bytes on device 0 failed: out of memory (cudaErrorMemoryAllocation); device 0 has 139.1 GiB free
 /// of 139.8 GiB`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::DeviceBuffer;
+/// match DeviceBuffer::<f32>::zeroed(1 << 45) {
+///     Err(err) if err.is_out_of_memory() => eprintln!("{err}"), // says requested and free bytes
+///     Err(err) if err.is_sticky() => std::process::exit(1),       // the context is gone
+///     other => drop(other?),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaError {
     kind: ErrorKind,

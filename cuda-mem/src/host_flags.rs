@@ -4,6 +4,15 @@ use cuda_mem_sys as sys;
 
 bitflags::bitflags! {
     /// Flags of `cudaHostAlloc`; empty means `cudaMallocHost` (page-locked, cached).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), cuda_mem::CudaError> {
+    /// use cuda_mem::{HostAllocFlags, PinnedBuffer};
+    /// let flags = HostAllocFlags::PORTABLE | HostAllocFlags::MAPPED;
+    /// let buffer = PinnedBuffer::<u8>::zeroed_with_flags(4096, flags)?;
+    /// assert!(buffer.flags().contains(HostAllocFlags::MAPPED));
+    /// # Ok(()) }
+    /// ```
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct HostAllocFlags: u32 {
         /// Pinned for every CUDA context, not only the current one (`cudaHostAllocPortable`).
@@ -19,6 +28,16 @@ bitflags::bitflags! {
 
 bitflags::bitflags! {
     /// Flags of `cudaHostRegister`.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), cuda_mem::CudaError> {
+    /// use cuda_mem::{HostRegisterFlags, RegisteredHost};
+    /// let mut data = vec![0f32; 1024];
+    /// let pinned = RegisteredHost::new(&mut data, HostRegisterFlags::MAPPED | HostRegisterFlags::READ_ONLY)?;
+    /// let view = pinned.device_view()?; // the device reads it in place
+    /// # let _ = view;
+    /// # Ok(()) }
+    /// ```
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct HostRegisterFlags: u32 {
         /// Pinned for every CUDA context (`cudaHostRegisterPortable`).

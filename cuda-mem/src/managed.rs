@@ -18,6 +18,17 @@ use std::fmt;
 use std::ptr::NonNull;
 
 /// Where managed pages should live or be moved to.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Device, Location, ManagedBuffer, Stream};
+/// let data = ManagedBuffer::<u8>::zeroed(1 << 20)?;
+/// let stream = Stream::new()?;
+/// data.prefetch(Location::Device(Device::current()?), &stream)?;
+/// data.prefetch(Location::Host, &stream)?;
+/// stream.synchronize()?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Location {
     /// A device's memory.
@@ -27,6 +38,15 @@ pub enum Location {
 }
 
 /// Usage hints for managed memory (`cudaMemAdvise`).
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Advice, Device, Location, ManagedBuffer};
+/// let table = ManagedBuffer::<u32>::zeroed(1 << 20)?;
+/// table.advise(Advice::SetReadMostly)?;
+/// table.advise(Advice::SetAccessedBy(Location::Device(Device::current()?)))?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Advice {
     /// Mostly read: devices that read it get read-only copies.
@@ -44,6 +64,14 @@ pub enum Advice {
 }
 
 /// Which streams may access new managed memory (`cudaMemAttachGlobal` / `cudaMemAttachHost`).
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Attach, ManagedBuffer};
+/// let host_only = ManagedBuffer::<u8>::zeroed_attached(4096, Attach::Host)?;
+/// assert_eq!(host_only.host()?.len(), 4096);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Attach {
     /// Any stream on any device.

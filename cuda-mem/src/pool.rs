@@ -68,6 +68,15 @@ impl fmt::Debug for MemPool {
 }
 
 /// How a pool's memory may be shared with other processes.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Device, MemPool, PoolProps, ShareableHandle};
+/// let props = PoolProps::new(Device::current()?).shareable(ShareableHandle::PosixFileDescriptor);
+/// let exportable = MemPool::new(props)?;
+/// # let _ = exportable;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum ShareableHandle {
@@ -88,6 +97,15 @@ impl ShareableHandle {
 }
 
 /// Properties of a pool created with [`MemPool::new`].
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Device, MemPool, PoolProps};
+/// // 4 GiB cap; hand free memory back beyond 256 MiB at each synchronize.
+/// let pool = MemPool::new(PoolProps::new(Device::current()?).max_size(4 << 30).release_threshold(256 << 20))?;
+/// # let _ = pool;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolProps {
     device: Device,
@@ -136,6 +154,15 @@ impl PoolProps {
 }
 
 /// The reuse policies of a pool (each on by default in the driver).
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Device, MemPool, ReusePolicy};
+/// let pool = MemPool::current(Device::current()?)?;
+/// // Deterministic reuse: no opportunistic cross-stream reuse.
+/// pool.set_reuse_policy(ReusePolicy::AllowOpportunistic, false)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReusePolicy {
     /// Reuse memory freed on another stream when an event dependency already orders the two.
@@ -158,6 +185,14 @@ impl ReusePolicy {
 }
 
 /// Memory figures of a pool, in bytes.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Device, MemPool};
+/// let stats = MemPool::device_default(Device::current()?)?.stats()?;
+/// println!("reserved {} used {} (peak {})", stats.reserved_current, stats.used_current, stats.used_high);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolStats {
     /// Memory the pool holds from the driver now.

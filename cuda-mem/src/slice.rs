@@ -12,6 +12,15 @@ use std::ops::{Bound, RangeBounds};
 
 /// A shared view of `len` elements of device-accessible memory, valid for `'a`.
 ///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::DeviceBuffer;
+/// let buffer = DeviceBuffer::from_slice(&[1u16, 2, 3, 4])?;
+/// let middle = buffer.as_slice().slice(1..3)?;
+/// assert_eq!(middle.to_vec()?, [2, 3]);
+/// # Ok(()) }
+/// ```
+///
 /// ```compile_fail,E0597
 /// # use cuda_mem::DeviceBuffer;
 /// let view = {
@@ -35,6 +44,16 @@ pub struct DeviceSlice<'a, T> {
 }
 
 /// An exclusive view of `len` elements of device-accessible memory, valid for `'a`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::DeviceBuffer;
+/// let mut buffer = DeviceBuffer::<u32>::zeroed(1024)?;
+/// let (mut low, high) = buffer.as_mut_slice().split_at_mut(512)?;
+/// low.copy_from_host(&[7; 512])?;
+/// assert_eq!(high.to_vec()?, vec![0; 512]);
+/// # Ok(()) }
+/// ```
 pub struct DeviceSliceMut<'a, T> {
     ptr: *mut T,
     len: usize,
@@ -291,6 +310,18 @@ pub(crate) mod sealed {
 
 /// Device memory a [`StreamScope`](crate::StreamScope) may read: a [`DeviceSlice`], or a
 /// `&DeviceSliceMut` that the same scope also writes (the stream orders the two).
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{DeviceBuffer, Stream};
+/// let source = DeviceBuffer::from_slice(&[1u8; 256])?;
+/// let mut target = DeviceBuffer::<u8>::zeroed(256)?;
+/// let dst = target.as_mut_slice();
+/// let stream = Stream::new()?;
+/// // A shared view and a lent `&DeviceSliceMut` are both sources.
+/// stream.scope(|s| s.copy_device(&dst, source.as_slice()))??;
+/// # Ok(()) }
+/// ```
 pub trait DeviceSource<'a, T>: sealed::Source<'a, T> {}
 
 impl<'a, T> sealed::Source<'a, T> for DeviceSlice<'a, T> {
