@@ -52,6 +52,7 @@ mod event;
 mod host_flags;
 mod managed;
 mod pinned;
+mod pinned_pool;
 mod pool;
 mod raw;
 mod registered;
@@ -69,6 +70,7 @@ pub use event::Event;
 pub use host_flags::{HostAllocFlags, HostRegisterFlags};
 pub use managed::{Advice, Attach, Location, ManagedBuffer};
 pub use pinned::PinnedBuffer;
+pub use pinned_pool::{PinnedPool, PinnedPoolStats, PooledPinned};
 pub use pool::{MemPool, PoolProps, PoolStats, ReusePolicy, ShareableHandle};
 pub use registered::RegisteredHost;
 pub use scope::StreamScope;
@@ -94,6 +96,8 @@ mod auto_traits {
         send_sync::<Stream>();
         send_sync::<StreamBuffer<u16>>();
         send_sync::<MemPool>();
+        send_sync::<PinnedPool>();
+        send_sync::<PooledPinned<u8>>();
         send_sync::<Event>();
         send_sync::<CudaError>();
     }

@@ -92,7 +92,13 @@ pub fn libclang() -> Result<Libclang> {
     }
     if is_root() && Path::new("/usr/bin/apt-get").exists() {
         util::run(Command::new("apt-get").args(["update", "-qq"]))?;
-        util::run(Command::new("apt-get").args(["install", "-y", "-qq", "--no-install-recommends", "libclang-dev"]))?;
+        util::run(Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args([
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            "libclang-dev",
+        ]))?;
         if system_libclang().is_some() {
             return Ok(Libclang::default());
         }
