@@ -58,6 +58,7 @@ mod raw;
 mod registered;
 mod scope;
 mod slice;
+mod staged;
 mod stream;
 mod stream_buffer;
 
@@ -75,6 +76,7 @@ pub use pool::{MemPool, PoolProps, PoolStats, ReusePolicy, ShareableHandle};
 pub use registered::RegisteredHost;
 pub use scope::StreamScope;
 pub use slice::{DeviceSlice, DeviceSliceMut, DeviceSource};
+pub use staged::{StagedConfig, StagedCopier};
 pub use stream::Stream;
 pub use stream_buffer::StreamBuffer;
 
