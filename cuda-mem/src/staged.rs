@@ -31,9 +31,13 @@ pub struct StagedConfig {
 }
 
 impl Default for StagedConfig {
-    /// Chosen by measurement on the H200 host (16 cores, PCIe Gen5): see `docs/staged-copies.md`.
+    /// Chosen by measurement on the H200 host (16 cores, PCIe Gen5; `examples/staged_tuning.rs`,
+    /// figures in `docs/staged-copies.md`): one lane per core up to 16, 2 MiB chunks (the best
+    /// H2D/D2H pair at 256 MiB and 1 GiB: 43/42 and 45/44 GB/s), and the plain path below 4 MiB,
+    /// where the driver's own staging was faster.
     fn default() -> Self {
-        Self { lanes: 8, chunk_bytes: 8 << 20, small_copy_bytes: 4 << 20 }
+        let cores = std::thread::available_parallelism().map_or(4, std::num::NonZeroUsize::get);
+        Self { lanes: cores.clamp(2, 16), chunk_bytes: 2 << 20, small_copy_bytes: 4 << 20 }
     }
 }
 
