@@ -1,5 +1,6 @@
 //! `CudaError`: every failure of this crate, with what was attempted and why it failed.
 
+use crate::pool::PoolStats;
 use cuda_mem_sys as sys;
 use std::borrow::Cow;
 use std::ffi::CStr;
@@ -116,17 +117,14 @@ impl fmt::Display for ErrorCode {
 pub enum ErrorKind {
     /// The runtime returned this code.
     Runtime(ErrorCode),
-    /// The runtime could not allocate; free/total are the device's figures at the time (when the
-    /// device could be asked).
+    /// An allocation failed: the runtime ran out of memory (`code` is its error), or a
+    /// [`LimitingResource`](crate::LimitingResource) refused it (`code` is `None`). The report
+    /// carries the figures that explain it.
     OutOfMemory {
-        /// The code the runtime returned (usually `cudaErrorMemoryAllocation`).
-        code: ErrorCode,
-        /// Bytes asked for.
-        requested: usize,
-        /// Free bytes on the device (`cudaMemGetInfo`), if it could be read.
-        free: Option<usize>,
-        /// Total bytes on the device, if it could be read.
-        total: Option<usize>,
+        /// The runtime's code, when the runtime refused.
+        code: Option<ErrorCode>,
+        /// What was asked for and what was available.
+        report: Box<OomReport>,
     },
     /// `len * size_of::<T>()` does not fit in `usize`.
     SizeOverflow {
@@ -155,6 +153,36 @@ pub enum ErrorKind {
     Unsupported(&'static str),
     /// An argument the runtime would reject or misinterpret (e.g. flags wrong for the operation).
     InvalidArgument(&'static str),
+}
+
+/// The figures of an out-of-memory error, each present when it could be read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OomReport {
+    /// Bytes asked for.
+    pub requested: usize,
+    /// Free bytes on the device (`cudaMemGetInfo`) after the failure.
+    pub free: Option<usize>,
+    /// Total bytes on the device.
+    pub total: Option<usize>,
+    /// The pool's figures, for stream-ordered allocations. `reserved_current - used_current` is
+    /// memory the pool holds but could not use for this request (fragmentation, or memory freed
+    /// in stream order that is not yet reusable); the runtime does not report the largest free
+    /// block, so that figure is not available.
+    pub pool: Option<PoolStats>,
+    /// The cap of the limiting adaptor that refused, and what was in use under it.
+    pub limit: Option<(usize, usize)>,
+}
+
+impl OomReport {
+    /// A report with only the requested size.
+    pub fn requested(requested: usize) -> Self {
+        Self { requested, ..Self::default() }
+    }
+
+    /// Reserved but unused pool memory, when the pool is known.
+    pub fn pool_slack(&self) -> Option<u64> {
+        self.pool.map(|p| p.reserved_current.saturating_sub(p.used_current))
+    }
 }
 
 /// The error type of every fallible operation in cuda-mem.
@@ -193,6 +221,14 @@ impl CudaError {
         &self.kind
     }
 
+    /// Adds a pool's figures to an out-of-memory error (other errors pass through).
+    pub(crate) fn with_pool_stats(mut self, stats: impl FnOnce() -> Option<PoolStats>) -> Self {
+        if let ErrorKind::OutOfMemory { report, .. } = &mut self.kind {
+            report.pool = stats();
+        }
+        self
+    }
+
     /// What was attempted.
     pub fn operation(&self) -> &str {
         &self.operation
@@ -201,7 +237,8 @@ impl CudaError {
     /// The runtime's code, when the runtime reported the error.
     pub fn code(&self) -> Option<ErrorCode> {
         match self.kind {
-            ErrorKind::Runtime(code) | ErrorKind::OutOfMemory { code, .. } => Some(code),
+            ErrorKind::Runtime(code) => Some(code),
+            ErrorKind::OutOfMemory { code, .. } => code,
             _ => None,
         }
     }
@@ -222,12 +259,7 @@ impl fmt::Display for CudaError {
         write!(f, "{} failed: ", self.operation)?;
         match &self.kind {
             ErrorKind::Runtime(code) => write!(f, "{code}")?,
-            ErrorKind::OutOfMemory { code, requested, free, total } => {
-                write!(f, "{code}; {requested} bytes requested")?;
-                if let (Some(free), Some(total)) = (free, total) {
-                    write!(f, ", {} free of {}", gib(*free), gib(*total))?;
-                }
-            }
+            ErrorKind::OutOfMemory { code, report } => write_oom(f, *code, report)?,
             ErrorKind::SizeOverflow { len, elem_size } => {
                 write!(f, "{len} elements of {elem_size} bytes overflow usize")?
             }
@@ -247,6 +279,37 @@ impl fmt::Display for CudaError {
         }
         Ok(())
     }
+}
+
+fn write_oom(f: &mut fmt::Formatter<'_>, code: Option<ErrorCode>, report: &OomReport) -> fmt::Result {
+    match code {
+        Some(code) => write!(f, "{code}; {} bytes requested", report.requested)?,
+        None => write!(f, "out of memory; {} bytes requested", report.requested)?,
+    }
+    if let (Some(free), Some(total)) = (report.free, report.total) {
+        write!(f, ", device has {} free of {}", gib(free), gib(total))?;
+    }
+    if let Some(pool) = report.pool {
+        write!(
+            f,
+            "; pool reserved {} bytes, used {} bytes ({} reserved but unused)",
+            pool.reserved_current,
+            pool.used_current,
+            pool.reserved_current.saturating_sub(pool.used_current)
+        )?;
+    }
+    if let Some((cap, in_use)) = report.limit {
+        write!(f, "; the limit of {cap} bytes would be exceeded ({in_use} bytes in use under it)")?;
+    }
+    let hint = if report.limit.is_some() {
+        "raise the limit or free buffers first"
+    } else if report.pool.is_some() {
+        "try MemPool::trim_to to hand cached memory back, a lower release threshold, a pool \
+         max_size, or smaller requests"
+    } else {
+        "free buffers, trim memory pools (MemPool::trim_to, PinnedPool::trim), or allocate less"
+    };
+    write!(f, "; {hint}")
 }
 
 fn gib(bytes: usize) -> String {

@@ -66,7 +66,7 @@ pub use bytemuck::{Pod, Zeroable};
 pub use cuda_mem_sys as sys;
 pub use device::{Device, DeviceAttribute, driver_version, runtime_version};
 pub use device_buffer::DeviceBuffer;
-pub use error::{CudaError, ErrorCode, ErrorKind, Result};
+pub use error::{CudaError, ErrorCode, ErrorKind, OomReport, Result};
 pub use event::Event;
 pub use host_flags::{HostAllocFlags, HostRegisterFlags};
 pub use managed::{Advice, Attach, Location, ManagedBuffer};

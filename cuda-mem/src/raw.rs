@@ -1,6 +1,6 @@
 //! The one path from runtime return codes to `Result`, and size arithmetic shared by the buffers.
 
-use crate::error::{CudaError, ErrorCode, ErrorKind, Result};
+use crate::error::{CudaError, ErrorCode, ErrorKind, OomReport, Result};
 use cuda_mem_sys as sys;
 
 /// Turns a runtime return into `Result`. `operation` runs only on failure, so the hot path does
@@ -23,7 +23,8 @@ pub(crate) fn check_alloc(code: sys::cudaError_t, requested: usize, operation: i
     let code = take_error(code);
     let kind = if code == ErrorCode::MEMORY_ALLOCATION {
         let (free, total) = mem_info().map_or((None, None), |(f, t)| (Some(f), Some(t)));
-        ErrorKind::OutOfMemory { code, requested, free, total }
+        let report = OomReport { requested, free, total, ..OomReport::default() };
+        ErrorKind::OutOfMemory { code: Some(code), report: Box::new(report) }
     } else {
         ErrorKind::Runtime(code)
     };

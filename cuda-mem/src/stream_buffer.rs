@@ -72,7 +72,8 @@ impl<T: Pod> StreamBuffer<T> {
         if bytes != 0 {
             // SAFETY: `raw` is valid for writes; the stream handle is valid.
             let code = unsafe { sys::cudaMallocAsync(&mut raw, bytes, stream.as_raw()) };
-            alloc_result(code, bytes, || format!("cudaMallocAsync of {bytes} bytes on {}", stream.device()))?;
+            alloc_result(code, bytes, || format!("cudaMallocAsync of {bytes} bytes on {}", stream.device()))
+                .map_err(|e| e.with_pool_stats(|| MemPool::current(stream.device()).and_then(|p| p.stats()).ok()))?;
         }
         Ok(Self::from_raw(raw, len, stream, None))
     }
@@ -88,7 +89,8 @@ impl<T: Pod> StreamBuffer<T> {
         if bytes != 0 {
             // SAFETY: `raw` is valid for writes; pool and stream handles are valid.
             let code = unsafe { sys::cudaMallocFromPoolAsync(&mut raw, bytes, pool.as_raw(), stream.as_raw()) };
-            alloc_result(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", pool.device()))?;
+            alloc_result(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", pool.device()))
+                .map_err(|e| e.with_pool_stats(|| pool.stats().ok()))?;
         }
         Ok(Self::from_raw(raw, len, stream, Some(pool.clone())))
     }

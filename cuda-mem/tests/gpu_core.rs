@@ -213,15 +213,17 @@ fn gpu_oversized_allocation_reports_requested_and_free_bytes() {
     let requested = total * 2;
     let err = DeviceBuffer::<u8>::zeroed(requested).unwrap_err();
     match err.kind() {
-        ErrorKind::OutOfMemory { requested: r, free: Some(free), total: Some(t), .. } => {
-            assert_eq!(*r, requested);
-            assert!(*free <= *t);
+        ErrorKind::OutOfMemory { code, report } => {
+            assert_eq!(*code, Some(ErrorCode::MEMORY_ALLOCATION));
+            assert_eq!(report.requested, requested);
+            assert!(report.free.unwrap() <= report.total.unwrap());
         }
         other => panic!("expected OutOfMemory, got {other:?}"),
     }
     let message = err.to_string();
     assert!(message.contains(&format!("cudaMalloc of {requested} bytes")), "{message}");
     assert!(message.contains("free of"), "{message}");
+    assert!(message.contains("free buffers"), "the message says what to try: {message}");
     // The failure must not poison later work.
     assert_eq!(DeviceBuffer::from_slice(&[1u32, 2, 3]).unwrap().to_vec().unwrap(), [1, 2, 3]);
 }

@@ -108,6 +108,15 @@ fn gpu_odd_sizes_allocate_and_max_size_is_enforced() {
     let err = StreamBuffer::<u8>::zeroed_from(&pool, &stream, 512 * MIB).unwrap_err();
     assert!(err.is_out_of_memory(), "{err}");
     assert!(err.to_string().contains("cudaMallocFromPoolAsync of 536870912 bytes"), "{err}");
+    match err.kind() {
+        ErrorKind::OutOfMemory { report, .. } => {
+            let pool_stats = report.pool.expect("pool figures attached");
+            assert!(pool_stats.reserved_current >= pool_stats.used_current);
+            assert!(report.pool_slack().is_some());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("MemPool::trim_to"), "{err}");
     // The pool still works after the failure.
     assert!(StreamBuffer::<u8>::zeroed_from(&pool, &stream, 16 * MIB).is_ok());
 }
