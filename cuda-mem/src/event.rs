@@ -55,8 +55,13 @@ impl Event {
 
     /// Captures the work queued on `stream` so far (`cudaEventRecord`).
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        // SAFETY: both handles are valid while their owners live.
-        check(unsafe { sys::cudaEventRecord(self.raw, stream.as_raw()) }, || "cudaEventRecord".into())
+        self.record_raw(stream.as_raw())
+    }
+
+    /// Records on a raw stream handle that the caller keeps valid for the call.
+    pub(crate) fn record_raw(&self, stream: sys::cudaStream_t) -> Result<()> {
+        // SAFETY: the event handle is ours; the caller keeps the stream handle valid.
+        check(unsafe { sys::cudaEventRecord(self.raw, stream) }, || "cudaEventRecord".into())
     }
 
     /// Blocks until the captured work has completed.

@@ -124,6 +124,27 @@ impl PinnedPool {
         })
     }
 
+    /// A block of at least `bytes` (> 0) as a raw pointer, for [`PinnedPoolResource`](crate::resource::PinnedPoolResource).
+    pub(crate) fn take_raw(&self, bytes: usize) -> Result<NonNull<u8>> {
+        let class = class_of(bytes).ok_or_else(|| {
+            CudaError::new(ErrorKind::SizeOverflow { len: bytes, elem_size: 1 }, "PinnedPool::take_raw")
+        })?;
+        let block = match self.cache.take(class) {
+            Some(block) => block,
+            None => self.new_block(class)?,
+        };
+        Ok(block.ptr)
+    }
+
+    /// Returns a block from [`PinnedPool::take_raw`], reusable once `fence` (if any) completes.
+    ///
+    /// # Safety
+    /// `ptr` came from `take_raw(bytes)` on this pool and is returned once.
+    pub(crate) unsafe fn put_raw(&self, ptr: NonNull<u8>, bytes: usize, fence: Option<Event>) {
+        let class = class_of(bytes).expect("take_raw accepted this size");
+        self.cache.put(Block { ptr, class, fences: fence.into_iter().collect() });
+    }
+
     fn new_block(&self, class: SizeClass) -> Result<Block<Event>> {
         let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
         let bytes = class.bytes;

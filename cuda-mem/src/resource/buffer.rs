@@ -1,0 +1,178 @@
+//! `ResourceBuffer<T>`: a typed buffer that frees through the resource that allocated it.
+
+use super::{MemoryKind, MemoryResource};
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::raw::{byte_len, check};
+use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::stream::Stream;
+use bytemuck::Pod;
+use cuda_mem_sys as sys;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// `len` elements from a [`MemoryResource`], ordered on a stream, freed through the same resource
+/// on that stream when dropped.
+///
+/// Device and managed memory give device views ([`ResourceBuffer::device_slice`]); pinned host
+/// and managed memory give host slices ([`ResourceBuffer::host`]).
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::resource::{default_resource, ResourceBuffer};
+/// use cuda_mem::{Device, Stream};
+/// let stream = Stream::non_blocking()?;
+/// let resource = default_resource(Device::current()?)?; // the device's retaining pool
+/// let mut scratch = ResourceBuffer::<f32>::zeroed(resource, &stream, 1 << 20)?;
+/// let view = scratch.device_slice_mut()?;
+/// stream.scope(|s| s.set_bytes(&view, 0))??;
+/// # Ok(()) }
+/// ```
+pub struct ResourceBuffer<T: Pod> {
+    ptr: NonNull<T>,
+    len: usize,
+    resource: Arc<dyn MemoryResource>,
+    stream: Stream,
+}
+
+// SAFETY: owns its allocation exclusively; the resource and stream handles are Send + Sync.
+unsafe impl<T: Pod> Send for ResourceBuffer<T> {}
+// SAFETY: shared access only gives shared views and slices.
+unsafe impl<T: Pod> Sync for ResourceBuffer<T> {}
+
+impl<T: Pod> fmt::Debug for ResourceBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResourceBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("resource", &self.resource)
+            .finish()
+    }
+}
+
+impl<T: Pod> ResourceBuffer<T> {
+    /// Allocates `len` elements from `resource`, ordered on `stream`, uninitialised.
+    ///
+    /// # Safety
+    /// The contents are unspecified until written; the caller must write every element (in
+    /// stream order) before reading it.
+    pub unsafe fn uninit(resource: Arc<dyn MemoryResource>, stream: &Stream, len: usize) -> Result<Self> {
+        let bytes = byte_len::<T>(len, "ResourceBuffer")?;
+        let ptr: NonNull<T> =
+            if bytes == 0 { NonNull::dangling() } else { resource.allocate(bytes, stream.as_stream_ref())?.cast() };
+        if !ptr.as_ptr().is_aligned() {
+            // SAFETY: just allocated from `resource` with `bytes`, never used.
+            unsafe { resource.deallocate(ptr.cast(), bytes, stream.as_stream_ref()) };
+            let kind = ErrorKind::InvalidArgument("the resource returned memory misaligned for the element type");
+            return Err(CudaError::new(kind, "ResourceBuffer"));
+        }
+        Ok(Self { ptr, len, resource, stream: stream.clone() })
+    }
+
+    /// Allocates and zeroes: in stream order on `stream` for device and managed memory (so work
+    /// on other streams, and blocking copies, must be ordered after `stream`), on the host for
+    /// pinned memory.
+    pub fn zeroed(resource: Arc<dyn MemoryResource>, stream: &Stream, len: usize) -> Result<Self> {
+        // SAFETY: every byte is written below before anything can read it.
+        let buffer = unsafe { Self::uninit(resource, stream, len)? };
+        let bytes = buffer.size_bytes();
+        if bytes == 0 {
+            return Ok(buffer);
+        }
+        match buffer.resource.kind() {
+            MemoryKind::PinnedHost => {
+                // SAFETY: `bytes` of host memory owned by this buffer alone.
+                unsafe { std::ptr::write_bytes(buffer.ptr.as_ptr().cast::<u8>(), 0, bytes) };
+            }
+            MemoryKind::Device | MemoryKind::Managed => {
+                // SAFETY: `bytes` of device-accessible memory owned by this buffer, in stream order.
+                let code = unsafe { sys::cudaMemsetAsync(buffer.ptr.as_ptr().cast(), 0, bytes, stream.as_raw()) };
+                check(code, || format!("cudaMemsetAsync of {bytes} bytes"))?;
+            }
+        }
+        Ok(buffer)
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn size_bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The resource it came from.
+    pub fn resource(&self) -> &Arc<dyn MemoryResource> {
+        &self.resource
+    }
+
+    /// The stream it is ordered on and freed on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    fn require(&self, ok: bool, what: &'static str) -> Result<()> {
+        if ok {
+            Ok(())
+        } else {
+            Err(CudaError::new(ErrorKind::InvalidArgument(what), format!("{:?} memory", self.resource.kind())))
+        }
+    }
+
+    /// A device view (device and managed memory).
+    pub fn device_slice(&self) -> Result<DeviceSlice<'_, T>> {
+        self.require(self.resource.kind() != MemoryKind::PinnedHost, "pinned host memory has no device view here")?;
+        // SAFETY: borrowed from `self`, which keeps the allocation alive.
+        Ok(unsafe { DeviceSlice::from_raw_parts(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// An exclusive device view (device and managed memory).
+    pub fn device_slice_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
+        self.require(self.resource.kind() != MemoryKind::PinnedHost, "pinned host memory has no device view here")?;
+        // SAFETY: borrowed exclusively from `self`.
+        Ok(unsafe { DeviceSliceMut::from_raw_parts(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// The host's view (pinned host and managed memory), after waiting for this buffer's stream.
+    pub fn host(&self) -> Result<&[T]> {
+        self.require(self.resource.kind() != MemoryKind::Device, "device memory has no host view")?;
+        self.stream.synchronize()?;
+        // SAFETY: initialised (zeroed or written through views), host-accessible, no queued work
+        // on its stream, and work on other streams goes through scopes that have ended.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// The host's exclusive view; see [`ResourceBuffer::host`].
+    pub fn host_mut(&mut self) -> Result<&mut [T]> {
+        self.require(self.resource.kind() != MemoryKind::Device, "device memory has no host view")?;
+        self.stream.synchronize()?;
+        // SAFETY: as in `host`, and `&mut self` is exclusive.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// Copies the contents into a `Vec`, after waiting for this buffer's stream.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.stream.synchronize()?;
+        match self.resource.kind() {
+            MemoryKind::PinnedHost => self.host().map(<[T]>::to_vec),
+            MemoryKind::Device | MemoryKind::Managed => self.device_slice()?.to_vec(),
+        }
+    }
+}
+
+impl<T: Pod> Drop for ResourceBuffer<T> {
+    fn drop(&mut self) {
+        let bytes = self.size_bytes();
+        if bytes != 0 {
+            // SAFETY: allocated from this resource with `bytes`, freed once, ordered on the
+            // stream it was allocated on; scopes that used it have ended.
+            unsafe { self.resource.deallocate(self.ptr.cast(), bytes, self.stream.as_stream_ref()) };
+        }
+    }
+}

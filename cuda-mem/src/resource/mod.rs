@@ -1,0 +1,146 @@
+//! Memory resources: one allocation interface over every family, and adaptors that compose
+//! (statistics, tracking with leak reports, limits, logging and replay), after RAPIDS RMM's
+//! `device_memory_resource` and PyTorch's allocator statistics.
+//!
+//! A [`MemoryResource`] allocates and frees raw bytes with a stream: stream-ordered where the
+//! backing API is (pools), synchronous otherwise. [`ResourceBuffer`] is the typed, owning buffer
+//! that frees through the resource that allocated it. Adaptors wrap any resource, including
+//! another adaptor: `LimitingResource::new(StatisticsResource::new(PoolResource::new(pool)), cap)`.
+
+mod buffer;
+mod defaults;
+mod limiting;
+mod logging;
+mod replay;
+mod sources;
+mod statistics;
+#[cfg(test)]
+pub(crate) mod testing;
+mod tracking;
+
+pub use buffer::ResourceBuffer;
+pub use defaults::{default_resource, set_default_resource};
+pub use limiting::LimitingResource;
+pub use logging::{LogFormat, LoggingResource};
+pub use replay::{ReplayEvent, ReplayReport, parse_log, replay};
+pub use sources::{DeviceResource, ManagedResource, PinnedPoolResource, PinnedResource, PoolResource};
+pub use statistics::{ResourceStats, StatisticsResource};
+pub use tracking::{AllocationRecord, TrackingResource};
+
+use crate::device::Device;
+use crate::error::Result;
+use crate::pool::PoolStats;
+use crate::stream::Stream;
+use cuda_mem_sys as sys;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// What kind of memory a resource hands out, which decides how it may be accessed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemoryKind {
+    /// Device memory: device views only.
+    Device,
+    /// Managed memory: device views and host access.
+    Managed,
+    /// Page-locked host memory: host access.
+    PinnedHost,
+}
+
+/// A borrowed stream handle for resources: the stream an allocation is ordered on. The legacy
+/// default stream needs no CUDA call to name, so adaptors can be tested without a GPU.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct StreamRef<'a> {
+    raw: sys::cudaStream_t,
+    _stream: PhantomData<&'a Stream>,
+}
+
+// SAFETY: a stream handle may be used from any thread; the runtime API is thread-safe.
+unsafe impl Send for StreamRef<'_> {}
+// SAFETY: as above; the handle is only read.
+unsafe impl Sync for StreamRef<'_> {}
+
+impl StreamRef<'static> {
+    /// The legacy default stream (handle 0).
+    pub const LEGACY: Self = Self { raw: std::ptr::null_mut(), _stream: PhantomData };
+}
+
+impl StreamRef<'_> {
+    /// The raw handle.
+    pub fn as_raw(self) -> sys::cudaStream_t {
+        self.raw
+    }
+}
+
+impl fmt::Debug for StreamRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StreamRef({:p})", self.raw)
+    }
+}
+
+impl Stream {
+    /// This stream as a [`StreamRef`] for memory resources.
+    pub fn as_stream_ref(&self) -> StreamRef<'_> {
+        StreamRef { raw: self.as_raw(), _stream: PhantomData }
+    }
+}
+
+/// An allocator of raw bytes, stream-ordered where its backing API is.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::resource::{MemoryResource, PoolResource, ResourceBuffer, StatisticsResource};
+/// use cuda_mem::{Device, MemPool, Stream};
+/// use std::sync::Arc;
+/// let stats = Arc::new(StatisticsResource::new(PoolResource::new(MemPool::device_default(Device::current()?)?)));
+/// let stream = Stream::non_blocking()?;
+/// let buffer = ResourceBuffer::<f32>::zeroed(stats.clone(), &stream, 1 << 20)?;
+/// assert_eq!(stats.stats().current_bytes, 4 << 20);
+/// drop(buffer); // freed through the resource, on `stream`
+/// # Ok(()) }
+/// ```
+pub trait MemoryResource: Send + Sync + fmt::Debug {
+    /// Allocates `bytes` (> 0) ordered on `stream`.
+    fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>>;
+
+    /// Frees memory from [`MemoryResource::allocate`], ordered on `stream`.
+    ///
+    /// # Safety
+    /// `ptr` came from this resource's `allocate` with the same `bytes`, is freed once, and no
+    /// work uses it after the work already queued on `stream` (synchronous resources wait for
+    /// `stream` themselves).
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>);
+
+    /// What the memory is.
+    fn kind(&self) -> MemoryKind;
+
+    /// The device the memory belongs to, if any.
+    fn device(&self) -> Option<Device> {
+        None
+    }
+
+    /// The backing pool's figures, for resources backed by a [`MemPool`](crate::MemPool).
+    fn pool_stats(&self) -> Option<PoolStats> {
+        None
+    }
+}
+
+impl<R: MemoryResource + ?Sized> MemoryResource for Arc<R> {
+    fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+        (**self).allocate(bytes, stream)
+    }
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
+        // SAFETY: forwarded; the caller upholds the contract for the inner resource.
+        unsafe { (**self).deallocate(ptr, bytes, stream) }
+    }
+    fn kind(&self) -> MemoryKind {
+        (**self).kind()
+    }
+    fn device(&self) -> Option<Device> {
+        (**self).device()
+    }
+    fn pool_stats(&self) -> Option<PoolStats> {
+        (**self).pool_stats()
+    }
+}

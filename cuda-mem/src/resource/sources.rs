@@ -1,0 +1,242 @@
+//! The resources at the bottom of a stack: one per allocation family.
+
+use super::{MemoryKind, MemoryResource, StreamRef};
+use crate::device::{CurrentDevice, Device};
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::event::Event;
+use crate::host_flags::HostAllocFlags;
+use crate::pinned_pool::PinnedPool;
+use crate::pool::{MemPool, PoolStats};
+use crate::raw::check_alloc;
+use cuda_mem_sys as sys;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+fn zero_bytes(operation: &'static str) -> CudaError {
+    CudaError::new(ErrorKind::InvalidArgument("a resource allocation of 0 bytes"), operation)
+}
+
+fn non_null(raw: *mut c_void) -> NonNull<u8> {
+    NonNull::new(raw.cast()).expect("the runtime reported success with a null pointer")
+}
+
+/// Waits for `stream`: synchronous frees must not overtake work queued on it.
+fn wait_for(stream: StreamRef<'_>) {
+    // SAFETY: the caller of `deallocate` keeps the stream handle valid.
+    let _ = unsafe { sys::cudaStreamSynchronize(stream.as_raw()) };
+}
+
+/// `cudaMalloc` / `cudaFree` on one device. Frees are synchronous (`cudaFree` waits for the
+/// device).
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceResource {
+    device: Device,
+}
+
+impl DeviceResource {
+    /// A resource allocating on `device`.
+    pub fn new(device: Device) -> Self {
+        Self { device }
+    }
+}
+
+impl MemoryResource for DeviceResource {
+    fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+        if bytes == 0 {
+            return Err(zero_bytes("DeviceResource::allocate"));
+        }
+        let _guard = CurrentDevice::set(self.device)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is valid for writes.
+        let code = unsafe { sys::cudaMalloc(&mut raw, bytes) };
+        check_alloc(code, bytes, || format!("cudaMalloc of {bytes} bytes on {}", self.device))?;
+        Ok(non_null(raw))
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, _stream: StreamRef<'_>) {
+        let _guard = CurrentDevice::set(self.device);
+        // SAFETY: from cudaMalloc in `allocate` (the caller's contract); cudaFree waits for the
+        // device, so queued work that uses it has finished.
+        let _ = unsafe { sys::cudaFree(ptr.as_ptr().cast()) };
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Device
+    }
+
+    fn device(&self) -> Option<Device> {
+        Some(self.device)
+    }
+}
+
+/// `cudaMallocManaged` (attached globally) / `cudaFree`.
+#[derive(Debug, Clone, Copy)]
+pub struct ManagedResource {
+    device: Device,
+}
+
+impl ManagedResource {
+    /// A resource of managed memory, counted against `device`.
+    pub fn new(device: Device) -> Self {
+        Self { device }
+    }
+}
+
+impl MemoryResource for ManagedResource {
+    fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+        if bytes == 0 {
+            return Err(zero_bytes("ManagedResource::allocate"));
+        }
+        let _guard = CurrentDevice::set(self.device)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is valid for writes; the flag is a documented constant.
+        let code = unsafe { sys::cudaMallocManaged(&mut raw, bytes, sys::cudaMemAttachGlobal) };
+        check_alloc(code, bytes, || format!("cudaMallocManaged of {bytes} bytes"))?;
+        Ok(non_null(raw))
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, _stream: StreamRef<'_>) {
+        let _guard = CurrentDevice::set(self.device);
+        // SAFETY: from cudaMallocManaged (the caller's contract); cudaFree waits for the device.
+        let _ = unsafe { sys::cudaFree(ptr.as_ptr().cast()) };
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Managed
+    }
+
+    fn device(&self) -> Option<Device> {
+        Some(self.device)
+    }
+}
+
+/// Stream-ordered allocation from a [`MemPool`] (`cudaMallocFromPoolAsync` / `cudaFreeAsync`).
+#[derive(Debug, Clone)]
+pub struct PoolResource {
+    pool: MemPool,
+}
+
+impl PoolResource {
+    /// A resource over `pool` (which it keeps alive).
+    pub fn new(pool: MemPool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &MemPool {
+        &self.pool
+    }
+}
+
+impl MemoryResource for PoolResource {
+    fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+        if bytes == 0 {
+            return Err(zero_bytes("PoolResource::allocate"));
+        }
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is valid for writes; pool and stream handles are valid.
+        let code = unsafe { sys::cudaMallocFromPoolAsync(&mut raw, bytes, self.pool.as_raw(), stream.as_raw()) };
+        check_alloc(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", self.pool.device()))
+            .map_err(|e| e.with_pool_stats(|| self.pool.stats().ok()))?;
+        Ok(non_null(raw))
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
+        // SAFETY: from this pool (the caller's contract), freed in stream order after its uses.
+        let _ = unsafe { sys::cudaFreeAsync(ptr.as_ptr().cast(), stream.as_raw()) };
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Device
+    }
+
+    fn device(&self) -> Option<Device> {
+        Some(self.pool.device())
+    }
+
+    fn pool_stats(&self) -> Option<PoolStats> {
+        self.pool.stats().ok()
+    }
+}
+
+/// `cudaHostAlloc(flags)` / `cudaFreeHost`, uncached. Frees wait for the stream first.
+#[derive(Debug, Clone, Copy)]
+pub struct PinnedResource {
+    flags: HostAllocFlags,
+}
+
+impl PinnedResource {
+    /// A resource of pinned host memory allocated with `flags`.
+    pub fn new(flags: HostAllocFlags) -> Self {
+        Self { flags }
+    }
+}
+
+impl MemoryResource for PinnedResource {
+    fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+        if bytes == 0 {
+            return Err(zero_bytes("PinnedResource::allocate"));
+        }
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is valid for writes; the flags are documented bits.
+        let code = unsafe { sys::cudaHostAlloc(&mut raw, bytes, self.flags.bits()) };
+        check_alloc(code, bytes, || format!("cudaHostAlloc of {bytes} bytes with {:?}", self.flags))?;
+        Ok(non_null(raw))
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
+        wait_for(stream);
+        // SAFETY: from cudaHostAlloc (the caller's contract); the stream's work is done.
+        let _ = unsafe { sys::cudaFreeHost(ptr.as_ptr().cast()) };
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::PinnedHost
+    }
+}
+
+/// Pinned host memory from a caching [`PinnedPool`]: a freed block is reused once the work
+/// queued on the freeing stream has completed (an event records it).
+#[derive(Debug, Clone)]
+pub struct PinnedPoolResource {
+    pool: PinnedPool,
+}
+
+impl PinnedPoolResource {
+    /// A resource over `pool`.
+    pub fn new(pool: PinnedPool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PinnedPool {
+        &self.pool
+    }
+}
+
+impl MemoryResource for PinnedPoolResource {
+    fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+        if bytes == 0 {
+            return Err(zero_bytes("PinnedPoolResource::allocate"));
+        }
+        self.pool.take_raw(bytes)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
+        let fence = Event::without_timing().and_then(|event| event.record_raw(stream.as_raw()).map(|()| event));
+        match fence {
+            // SAFETY: from `take_raw(bytes)` on this pool (the caller's contract).
+            Ok(event) => unsafe { self.pool.put_raw(ptr, bytes, Some(event)) },
+            Err(_) => {
+                // No event: wait on the host instead, then return the block unfenced.
+                wait_for(stream);
+                // SAFETY: as above; the stream's work is complete.
+                unsafe { self.pool.put_raw(ptr, bytes, None) }
+            }
+        }
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::PinnedHost
+    }
+}

@@ -1,0 +1,223 @@
+//! `TrackingResource`: every outstanding allocation, with an optional backtrace, and a leak report.
+
+use super::{MemoryKind, MemoryResource, StreamRef};
+use crate::device::Device;
+use crate::error::Result;
+use crate::pool::PoolStats;
+use std::backtrace::Backtrace;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// One outstanding allocation.
+#[derive(Debug, Clone)]
+pub struct AllocationRecord {
+    /// Address.
+    pub ptr: usize,
+    /// Size in bytes.
+    pub bytes: usize,
+    /// Order of allocation (0 for the first one through this resource).
+    pub sequence: u64,
+    /// The allocating thread's name or id.
+    pub thread: String,
+    /// When it was allocated, since the resource was created.
+    pub at: std::time::Duration,
+    /// Where it was allocated, when backtraces are enabled.
+    pub backtrace: Option<Arc<Backtrace>>,
+}
+
+/// Records every allocation until it is freed. Backtraces cost microseconds per allocation, so
+/// they are opt-in.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::resource::{DeviceResource, ResourceBuffer, TrackingResource};
+/// use cuda_mem::{Device, Stream};
+/// use std::sync::Arc;
+/// let tracked = Arc::new(TrackingResource::new(DeviceResource::new(Device::current()?), true));
+/// let stream = Stream::new()?;
+/// let kept = ResourceBuffer::<u8>::zeroed(tracked.clone(), &stream, 4096)?;
+/// std::mem::forget(kept); // a leak
+/// eprintln!("{}", tracked.leak_report()); // one allocation of 4096 bytes, with its backtrace
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct TrackingResource<R> {
+    inner: R,
+    capture_backtraces: bool,
+    outstanding: Mutex<HashMap<usize, AllocationRecord>>,
+    sequence: AtomicU64,
+    unknown_frees: AtomicU64,
+    created: Instant,
+}
+
+impl<R: MemoryResource> TrackingResource<R> {
+    /// Wraps `inner`; with `capture_backtraces`, each allocation records where it came from.
+    pub fn new(inner: R, capture_backtraces: bool) -> Self {
+        Self {
+            inner,
+            capture_backtraces,
+            outstanding: Mutex::new(HashMap::new()),
+            sequence: AtomicU64::new(0),
+            unknown_frees: AtomicU64::new(0),
+            created: Instant::now(),
+        }
+    }
+
+    /// Outstanding allocations, oldest first.
+    pub fn outstanding(&self) -> Vec<AllocationRecord> {
+        let mut records: Vec<_> = self.table().values().cloned().collect();
+        records.sort_by_key(|r| r.sequence);
+        records
+    }
+
+    /// Bytes in outstanding allocations.
+    pub fn outstanding_bytes(&self) -> usize {
+        self.table().values().map(|r| r.bytes).sum()
+    }
+
+    /// Frees of addresses this resource did not hand out (a bug in the caller).
+    pub fn unknown_frees(&self) -> u64 {
+        self.unknown_frees.load(Ordering::Relaxed)
+    }
+
+    /// A readable report of outstanding allocations: "no leaks" when there are none.
+    pub fn leak_report(&self) -> String {
+        let records = self.outstanding();
+        if records.is_empty() {
+            return "no leaks: every allocation was freed".into();
+        }
+        let total: usize = records.iter().map(|r| r.bytes).sum();
+        let mut report = format!("{} allocation(s) not freed, {total} bytes:\n", records.len());
+        for r in &records {
+            let _ = writeln!(
+                report,
+                "  #{} {} bytes at {:#x}, thread {}, {:.3} s after start",
+                r.sequence,
+                r.bytes,
+                r.ptr,
+                r.thread,
+                r.at.as_secs_f64()
+            );
+            if let Some(backtrace) = &r.backtrace {
+                let _ = writeln!(report, "{backtrace}");
+            }
+        }
+        report
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<usize, AllocationRecord>> {
+        // The table stays consistent even if a thread panicked while holding the lock.
+        self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The wrapped resource.
+    pub fn inner(&self) -> &R {
+        &self.inner
+    }
+}
+
+impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
+    fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+        let ptr = self.inner.allocate(bytes, stream)?;
+        let thread = std::thread::current();
+        let record = AllocationRecord {
+            ptr: ptr.as_ptr() as usize,
+            bytes,
+            sequence: self.sequence.fetch_add(1, Ordering::Relaxed),
+            thread: thread.name().map_or_else(|| format!("{:?}", thread.id()), str::to_owned),
+            at: self.created.elapsed(),
+            backtrace: self.capture_backtraces.then(|| Arc::new(Backtrace::force_capture())),
+        };
+        self.table().insert(record.ptr, record);
+        Ok(ptr)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
+        if self.table().remove(&(ptr.as_ptr() as usize)).is_none() {
+            self.unknown_frees.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded under the caller's contract.
+        unsafe { self.inner.deallocate(ptr, bytes, stream) }
+    }
+
+    fn kind(&self) -> MemoryKind {
+        self.inner.kind()
+    }
+    fn device(&self) -> Option<Device> {
+        self.inner.device()
+    }
+    fn pool_stats(&self) -> Option<PoolStats> {
+        self.inner.pool_stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::HostResource;
+    use super::*;
+
+    #[test]
+    fn outstanding_allocations_and_leak_report_with_backtrace() {
+        let r = TrackingResource::new(HostResource::default(), true);
+        let s = StreamRef::LEGACY;
+        let a = r.allocate(64, s).unwrap();
+        let b = r.allocate(128, s).unwrap();
+        assert_eq!(r.outstanding().len(), 2);
+        assert_eq!(r.outstanding_bytes(), 192);
+        // SAFETY: from this resource, freed once.
+        unsafe { r.deallocate(a, 64, s) };
+        let leaks = r.outstanding();
+        assert_eq!(leaks.len(), 1);
+        assert_eq!((leaks[0].bytes, leaks[0].sequence, leaks[0].ptr), (128, 1, b.as_ptr() as usize));
+        let report = r.leak_report();
+        assert!(report.starts_with("1 allocation(s) not freed, 128 bytes"), "{report}");
+        assert!(
+            report.contains("outstanding_allocations_and_leak_report_with_backtrace"),
+            "backtrace names the test: {report}"
+        );
+        // SAFETY: as above.
+        unsafe { r.deallocate(b, 128, s) };
+        assert_eq!(r.leak_report(), "no leaks: every allocation was freed");
+        assert_eq!(r.unknown_frees(), 0);
+    }
+
+    #[test]
+    fn tracking_is_exact_across_threads() {
+        let r = Arc::new(TrackingResource::new(HostResource::default(), false));
+        let threads: Vec<_> = (0..6)
+            .map(|t| {
+                let r = Arc::clone(&r);
+                std::thread::Builder::new()
+                    .name(format!("worker-{t}"))
+                    .spawn(move || {
+                        let mut kept = Vec::new();
+                        for i in 0..500 {
+                            let p = r.allocate(16 + i % 5, StreamRef::LEGACY).unwrap();
+                            if i % 100 == 0 {
+                                kept.push(p.as_ptr() as usize);
+                            } else {
+                                // SAFETY: allocated just above, freed once.
+                                unsafe { r.deallocate(p, 16 + i % 5, StreamRef::LEGACY) };
+                            }
+                        }
+                        kept
+                    })
+                    .unwrap()
+            })
+            .collect();
+        let kept: Vec<usize> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        let outstanding = r.outstanding();
+        assert_eq!(outstanding.len(), 6 * 5);
+        assert!(outstanding.iter().all(|rec| kept.contains(&rec.ptr) && rec.thread.starts_with("worker-")));
+        assert!(outstanding.iter().all(|rec| rec.backtrace.is_none()));
+        for rec in outstanding {
+            // SAFETY: outstanding allocations of this resource, each freed once.
+            unsafe { r.deallocate(NonNull::new(rec.ptr as *mut u8).unwrap(), rec.bytes, StreamRef::LEGACY) };
+        }
+        assert_eq!(r.outstanding_bytes(), 0);
+    }
+}
