@@ -33,6 +33,14 @@ enum Command {
     Bench,
     /// Build GPU test executables into target/bundle for a GPU host without Rust.
     Bundle,
+    /// Replay an allocation log (from LoggingResource) against a resource; prints time and peak.
+    Replay {
+        /// The log, CSV or JSON lines.
+        log: std::path::PathBuf,
+        /// pool, device, managed, pinned or pinned-pool.
+        #[arg(default_value = "pool")]
+        resource: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -42,6 +50,14 @@ fn main() -> ExitCode {
         Command::Test => test::run(),
         Command::Bench => bench::run(),
         Command::Bundle => bundle::run().map(|dir| println!("bundle written to {}", dir.display())),
+        Command::Replay { log, resource } => provision::toolkit().and_then(|_| {
+            util::run(
+                util::cargo()
+                    .args(["run", "--release", "-p", "cuda-mem", "--example", "replay", "--"])
+                    .arg(log)
+                    .arg(resource),
+            )
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

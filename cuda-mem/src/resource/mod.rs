@@ -126,21 +126,29 @@ pub trait MemoryResource: Send + Sync + fmt::Debug {
     }
 }
 
-impl<R: MemoryResource + ?Sized> MemoryResource for Arc<R> {
-    fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
-        (**self).allocate(bytes, stream)
-    }
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
-        // SAFETY: forwarded; the caller upholds the contract for the inner resource.
-        unsafe { (**self).deallocate(ptr, bytes, stream) }
-    }
-    fn kind(&self) -> MemoryKind {
-        (**self).kind()
-    }
-    fn device(&self) -> Option<Device> {
-        (**self).device()
-    }
-    fn pool_stats(&self) -> Option<PoolStats> {
-        (**self).pool_stats()
-    }
+/// Smart pointers to resources are resources, so stacks can hold `Arc<dyn MemoryResource>`.
+macro_rules! forward_resource {
+    ($pointer:ident) => {
+        impl<R: MemoryResource + ?Sized> MemoryResource for $pointer<R> {
+            fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+                (**self).allocate(bytes, stream)
+            }
+            unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
+                // SAFETY: forwarded; the caller upholds the contract for the inner resource.
+                unsafe { (**self).deallocate(ptr, bytes, stream) }
+            }
+            fn kind(&self) -> MemoryKind {
+                (**self).kind()
+            }
+            fn device(&self) -> Option<Device> {
+                (**self).device()
+            }
+            fn pool_stats(&self) -> Option<PoolStats> {
+                (**self).pool_stats()
+            }
+        }
+    };
 }
+
+forward_resource!(Arc);
+forward_resource!(Box);

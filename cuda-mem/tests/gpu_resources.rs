@@ -1,0 +1,139 @@
+//! GPU tests for memory resources and adaptors. Ignored where no GPU exists.
+
+mod common;
+
+use common::{MIB, assert_same, pattern};
+use cuda_mem::resource::*;
+use cuda_mem::*;
+use std::sync::Arc;
+
+fn device() -> Device {
+    Device::current().unwrap()
+}
+
+fn every_resource() -> Vec<Arc<dyn MemoryResource>> {
+    let pool = MemPool::new(PoolProps::new(device())).unwrap();
+    vec![
+        Arc::new(DeviceResource::new(device())),
+        Arc::new(ManagedResource::new(device())),
+        Arc::new(PoolResource::new(pool)),
+        Arc::new(PinnedResource::new(HostAllocFlags::empty())),
+        Arc::new(PinnedPoolResource::new(PinnedPool::new(HostAllocFlags::PORTABLE))),
+    ]
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_every_resource_allocates_round_trips_and_frees() {
+    let stream = Stream::non_blocking().unwrap();
+    let want = pattern(MIB, 21);
+    for resource in every_resource() {
+        let kind = resource.kind();
+        let counted: Arc<StatisticsResource<Arc<dyn MemoryResource>>> = Arc::new(StatisticsResource::new(resource));
+        let mut buffer = ResourceBuffer::<u32>::zeroed(counted.clone(), &stream, want.len()).unwrap();
+        assert!(buffer.to_vec().unwrap().iter().all(|&x| x == 0), "{kind:?} zeroed");
+        match kind {
+            MemoryKind::PinnedHost => buffer.host_mut().unwrap().copy_from_slice(&want),
+            _ => {
+                let view = buffer.device_slice_mut().unwrap();
+                stream.scope(|s| s.copy_from_host(&view, &want)).unwrap().unwrap();
+            }
+        }
+        assert_same(&buffer.to_vec().unwrap(), &want);
+        assert_eq!(counted.stats().current_bytes, 4 * MIB);
+        drop(buffer);
+        stream.synchronize().unwrap();
+        assert_eq!(counted.stats().current_bytes, 0);
+        assert_eq!(counted.stats().peak_bytes, 4 * MIB);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_default_resource_is_the_retaining_pool_and_can_be_replaced() {
+    let device = device();
+    let default = default_resource(device).unwrap();
+    assert_eq!(default.kind(), MemoryKind::Device);
+    assert!(default.pool_stats().is_some(), "H200 supports pools: the default is the device pool");
+    let replacement: Arc<dyn MemoryResource> = Arc::new(DeviceResource::new(device));
+    let previous = set_default_resource(device, Arc::clone(&replacement)).unwrap();
+    assert!(Arc::ptr_eq(&previous, &default));
+    assert!(Arc::ptr_eq(&default_resource(device).unwrap(), &replacement));
+    set_default_resource(device, previous);
+}
+
+/// The out-of-memory path for real: a cap, and the device itself.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_out_of_memory_messages_carry_the_figures() {
+    let stream = Stream::non_blocking().unwrap();
+    let pool = MemPool::new(PoolProps::new(device())).unwrap();
+    let capped: Arc<dyn MemoryResource> =
+        Arc::new(LimitingResource::new(StatisticsResource::new(PoolResource::new(pool.clone())), 64 * MIB));
+    let held = ResourceBuffer::<u8>::zeroed(capped.clone(), &stream, 48 * MIB).unwrap();
+    let err = ResourceBuffer::<u8>::zeroed(capped.clone(), &stream, 32 * MIB).unwrap_err();
+    let message = err.to_string();
+    assert!(err.is_out_of_memory(), "{message}");
+    assert!(message.contains("33554432 bytes requested"), "{message}");
+    assert!(message.contains("limit of 67108864 bytes would be exceeded (50331648 bytes in use"), "{message}");
+    assert!(message.contains("pool reserved"), "{message}");
+    drop(held);
+
+    let (free, total) = device().mem_get_info().unwrap();
+    let too_big = total + (1 << 30);
+    let real = ResourceBuffer::<u8>::zeroed(Arc::new(PoolResource::new(pool)), &stream, too_big).unwrap_err();
+    let message = real.to_string();
+    assert_eq!(real.code(), Some(ErrorCode::MEMORY_ALLOCATION), "{message}");
+    assert!(message.contains(&format!("{too_big} bytes requested")), "{message}");
+    assert!(message.contains("pool reserved") && message.contains("MemPool::trim_to"), "{message}");
+    let ErrorKind::OutOfMemory { report, .. } = real.kind() else { panic!("{message}") };
+    assert!(report.free.unwrap() <= free + (1 << 30) && report.total == Some(total));
+    let plain = ResourceBuffer::<u8>::zeroed(Arc::new(DeviceResource::new(device())), &stream, too_big).unwrap_err();
+    assert!(plain.to_string().contains("free of"), "{plain}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_tracking_reports_a_leak_with_its_backtrace() {
+    let stream = Stream::non_blocking().unwrap();
+    let tracked = Arc::new(TrackingResource::new(DeviceResource::new(device()), true));
+    let kept = ResourceBuffer::<u8>::zeroed(tracked.clone(), &stream, 12345).unwrap();
+    drop(ResourceBuffer::<u8>::zeroed(tracked.clone(), &stream, 999).unwrap());
+    let report = tracked.leak_report();
+    assert!(report.starts_with("1 allocation(s) not freed, 12345 bytes"), "{report}");
+    assert!(report.contains("gpu_tracking_reports_a_leak_with_its_backtrace"), "{report}");
+    drop(kept);
+    assert_eq!(tracked.leak_report(), "no leaks: every allocation was freed");
+}
+
+/// A log recorded from an inference-like workload on the pool replays against cudaMalloc with
+/// the same peak.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_recorded_workload_replays_with_the_same_peak() {
+    let stream = Stream::non_blocking().unwrap();
+    let path = std::env::temp_dir().join(format!("cuda-mem-replay-{}.csv", std::process::id()));
+    let pool = MemPool::new(PoolProps::new(device())).unwrap();
+    let recorded = Arc::new(StatisticsResource::new(LoggingResource::new(
+        PoolResource::new(pool),
+        std::fs::File::create(&path).unwrap(),
+        LogFormat::Csv,
+    )));
+    {
+        let weights = ResourceBuffer::<f32>::zeroed(recorded.clone(), &stream, 8 * MIB).unwrap();
+        for step in 0..16 {
+            let activations = ResourceBuffer::<f32>::zeroed(recorded.clone(), &stream, MIB + step * 4096).unwrap();
+            let scratch = ResourceBuffer::<u8>::zeroed(recorded.clone(), &stream, 3 * MIB).unwrap();
+            drop((activations, scratch));
+        }
+        drop(weights);
+    }
+    recorded.inner().flush().unwrap();
+    let events = parse_log(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let target = StatisticsResource::new(DeviceResource::new(device()));
+    let report = replay(&events, &target, stream.as_stream_ref()).unwrap();
+    assert_eq!(report.peak_bytes, recorded.stats().peak_bytes);
+    assert_eq!(target.stats().peak_bytes, recorded.stats().peak_bytes);
+    assert_eq!((report.allocations, report.frees, report.unfreed_in_log), (33, 33, 0));
+}
