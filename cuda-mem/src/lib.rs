@@ -50,7 +50,9 @@ mod device_buffer;
 mod error;
 mod event;
 mod host_flags;
+mod ipc;
 mod managed;
+mod peer;
 mod pinned;
 mod pinned_pool;
 mod pool;
@@ -70,7 +72,12 @@ pub use device_buffer::DeviceBuffer;
 pub use error::{CudaError, ErrorCode, ErrorKind, OomReport, Result};
 pub use event::Event;
 pub use host_flags::{HostAllocFlags, HostRegisterFlags};
+pub use ipc::{
+    EXPORT_BYTES, ExportedDeviceBuffer, ExportedStreamBuffer, ImportedSlice, IpcMapping, IpcMemHandle,
+    PoolPointerExport,
+};
 pub use managed::{Advice, Attach, Location, ManagedBuffer};
+pub use peer::PoolAccess;
 pub use pinned::PinnedBuffer;
 pub use pinned_pool::{PinnedPool, PinnedPoolStats, PooledPinned};
 pub use pool::{MemPool, PoolProps, PoolStats, ReusePolicy, ShareableHandle};

@@ -246,6 +246,11 @@ impl MemPool {
         Ok(Self::borrowed(raw, device))
     }
 
+    /// A pool imported from another process: ours to destroy.
+    pub(crate) fn from_imported(raw: sys::cudaMemPool_t, device: Device) -> Self {
+        Self { inner: Arc::new(PoolInner { raw, device, owned: true }) }
+    }
+
     fn borrowed(raw: sys::cudaMemPool_t, device: Device) -> Self {
         Self { inner: Arc::new(PoolInner { raw, device, owned: false }) }
     }

@@ -77,10 +77,14 @@ if [ "${1:-}" = "--sanitize" ]; then
   [ "$tool" = memcheck ] && wrap+=(--leak-check full)
 fi
 fail=0
+skip=(--skip no_driver_)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+[ "$gpus" -ge 2 ] || skip+=(--skip gpu2_)
 for t in tests/*; do
   echo "== $t"
-  # GPU tests are ignored by default; the no-driver tests assert the absence of a GPU.
-  "${wrap[@]}" "$t" --include-ignored --skip no_driver_ --test-threads=4 || fail=1
+  # GPU tests are ignored by default; the no-driver tests assert the absence of a GPU;
+  # gpu2_ tests need two GPUs.
+  "${wrap[@]}" "$t" --include-ignored "${skip[@]}" --test-threads=4 || fail=1
 done
 for e in examples/*; do
   echo "== $e"

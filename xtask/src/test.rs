@@ -21,6 +21,9 @@ pub fn run() -> Result {
     test.args(["test", "--workspace", "--all-targets", "--no-fail-fast"]);
     if gpu {
         test.args(["--", "--include-ignored", "--skip", "no_driver_"]);
+        if util::gpu_count() < 2 {
+            test.args(["--skip", "gpu2_"]);
+        }
     }
     util::run(&mut test)?;
     // Doc tests run separately: `--all-targets` leaves them out.

@@ -34,10 +34,17 @@ fn describe(cmd: &Command) -> String {
         .join(" ")
 }
 
-/// True when an NVIDIA driver and at least one device are visible.
-pub fn gpu_present() -> bool {
+/// Number of NVIDIA GPUs `nvidia-smi -L` lists (0 without a driver).
+pub fn gpu_count() -> usize {
     Command::new("nvidia-smi")
         .arg("-L")
         .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("GPU "))
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or(0, |o| String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with("GPU ")).count())
+}
+
+/// True when an NVIDIA driver and at least one device are visible.
+pub fn gpu_present() -> bool {
+    gpu_count() > 0
 }

@@ -1,0 +1,359 @@
+//! Sharing device memory with other processes: pools exported as POSIX file descriptors with
+//! their allocations (`cudaMemPoolExportToShareableHandle` / `cudaMemPoolExportPointer`), and the
+//! legacy `cudaIpcGetMemHandle` / `cudaIpcOpenMemHandle`.
+//!
+//! Ownership across processes: an exported buffer is wrapped in an `Exported*` type that never
+//! frees on drop (it leaks instead), because only the user knows when every importer is done;
+//! freeing it is an `unsafe` call that states that. Imports are owning values whose views borrow
+//! them, so a view cannot outlive its import.
+
+use crate::device::Device;
+use crate::device_buffer::DeviceBuffer;
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::pool::{MemPool, ShareableHandle};
+use crate::raw::{byte_len, check};
+use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::stream_buffer::StreamBuffer;
+use bytemuck::Pod;
+use cuda_mem_sys as sys;
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+/// Export data travels as this many bytes: the runtime's 64 bytes and the allocation's length.
+pub const EXPORT_BYTES: usize = 72;
+
+fn encode(opaque: &[u8; 64], bytes: usize) -> [u8; EXPORT_BYTES] {
+    let mut out = [0u8; EXPORT_BYTES];
+    out[..64].copy_from_slice(opaque);
+    out[64..].copy_from_slice(&(bytes as u64).to_le_bytes());
+    out
+}
+
+fn decode(data: &[u8; EXPORT_BYTES]) -> ([u8; 64], usize) {
+    let mut opaque = [0u8; 64];
+    opaque.copy_from_slice(&data[..64]);
+    let bytes = u64::from_le_bytes(data[64..].try_into().expect("8 bytes"));
+    (opaque, bytes as usize)
+}
+
+/// Elements of `T` in `bytes`, or an error when they do not divide.
+fn elements<T>(bytes: usize, operation: &'static str) -> Result<usize> {
+    let size = size_of::<T>().max(1);
+    if bytes % size != 0 {
+        let kind = ErrorKind::InvalidArgument("the exported size is not a whole number of elements");
+        return Err(CudaError::new(kind, operation));
+    }
+    Ok(bytes / size)
+}
+
+/// One allocation of an exported pool, described for another process (send the bytes from
+/// [`PoolPointerExport::to_bytes`] over any channel).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PoolPointerExport {
+    data: [u8; EXPORT_BYTES],
+}
+
+impl fmt::Debug for PoolPointerExport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolPointerExport").field("bytes", &decode(&self.data).1).finish()
+    }
+}
+
+impl PoolPointerExport {
+    /// The bytes to send.
+    pub fn to_bytes(&self) -> [u8; EXPORT_BYTES] {
+        self.data
+    }
+
+    /// Rebuilds an export from received bytes.
+    pub fn from_bytes(data: [u8; EXPORT_BYTES]) -> Self {
+        Self { data }
+    }
+}
+
+/// A legacy IPC handle of a `cudaMalloc` allocation (`cudaIpcMemHandle_t` plus the length).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct IpcMemHandle {
+    data: [u8; EXPORT_BYTES],
+}
+
+impl fmt::Debug for IpcMemHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IpcMemHandle").field("bytes", &decode(&self.data).1).finish()
+    }
+}
+
+impl IpcMemHandle {
+    /// The bytes to send.
+    pub fn to_bytes(&self) -> [u8; EXPORT_BYTES] {
+        self.data
+    }
+
+    /// Rebuilds a handle from received bytes.
+    pub fn from_bytes(data: [u8; EXPORT_BYTES]) -> Self {
+        Self { data }
+    }
+
+    /// Maps the allocation into this process (`cudaIpcOpenMemHandle`, with lazy peer access) on
+    /// the current device. Must be called in another process than the exporter.
+    pub fn open<T: Pod>(&self) -> Result<IpcMapping<T>> {
+        let (opaque, bytes) = decode(&self.data);
+        let len = elements::<T>(bytes, "cudaIpcOpenMemHandle")?;
+        let mut handle = sys::cudaIpcMemHandle_st::default();
+        for (dst, src) in handle.reserved.iter_mut().zip(opaque) {
+            *dst = src as std::ffi::c_char;
+        }
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is valid for writes; the handle is plain data (the runtime validates it).
+        let code = unsafe { sys::cudaIpcOpenMemHandle(&mut raw, handle, sys::cudaIpcMemLazyEnablePeerAccess) };
+        check(code, || format!("cudaIpcOpenMemHandle of {bytes} bytes"))?;
+        Ok(IpcMapping { ptr: NonNull::new(raw.cast()).unwrap_or(NonNull::dangling()), len })
+    }
+}
+
+impl MemPool {
+    /// Exports the pool as a POSIX file descriptor (`cudaMemPoolExportToShareableHandle`). The
+    /// pool must have been created with [`ShareableHandle::PosixFileDescriptor`]. Pass the
+    /// descriptor to another process (fork inheritance or `SCM_RIGHTS`).
+    pub fn export_fd(&self) -> Result<OwnedFd> {
+        let mut fd: std::ffi::c_int = -1;
+        let handle_type = ShareableHandle::PosixFileDescriptor.raw();
+        // SAFETY: for this handle type the runtime writes an `int` through the pointer.
+        let code =
+            unsafe { sys::cudaMemPoolExportToShareableHandle((&raw mut fd).cast(), self.as_raw(), handle_type, 0) };
+        check(code, || format!("cudaMemPoolExportToShareableHandle of a pool on {}", self.device()))?;
+        // SAFETY: the runtime created this descriptor for us; we own it from here.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Imports a pool exported by another process (`cudaMemPoolImportFromShareableHandle`).
+    /// `device` is the pool's device as this process numbers it. The pool is released when the
+    /// last clone drops.
+    pub fn import_fd(fd: BorrowedFd<'_>, device: Device) -> Result<MemPool> {
+        let mut raw: sys::cudaMemPool_t = std::ptr::null_mut();
+        let handle_type = ShareableHandle::PosixFileDescriptor.raw();
+        // For file descriptors the handle argument is the descriptor's value itself.
+        let handle = fd.as_raw_fd() as usize as *mut std::ffi::c_void;
+        // SAFETY: `raw` is valid for writes; the descriptor stays open for the call.
+        let code = unsafe { sys::cudaMemPoolImportFromShareableHandle(&mut raw, handle, handle_type, 0) };
+        check(code, || format!("cudaMemPoolImportFromShareableHandle on {device}"))?;
+        Ok(MemPool::from_imported(raw, device))
+    }
+
+    /// Maps one allocation of this (imported) pool (`cudaMemPoolImportPointer`). The exporter
+    /// must have finished allocating it before the import is used; the import frees its mapping
+    /// (`cudaFree`) on drop, which must happen before the exporter frees the memory.
+    pub fn import_pointer<T: Pod>(&self, export: &PoolPointerExport) -> Result<ImportedSlice<'_, T>> {
+        let (opaque, bytes) = decode(&export.data);
+        let len = elements::<T>(bytes, "cudaMemPoolImportPointer")?;
+        let mut data = sys::cudaMemPoolPtrExportData { reserved: opaque };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: both pointers are valid; the pool handle is valid while `self` lives.
+        check(unsafe { sys::cudaMemPoolImportPointer(&mut raw, self.as_raw(), &mut data) }, || {
+            format!("cudaMemPoolImportPointer of {bytes} bytes")
+        })?;
+        Ok(ImportedSlice { ptr: NonNull::new(raw.cast()).unwrap_or(NonNull::dangling()), len, _pool: PhantomData })
+    }
+}
+
+/// Device memory of another process, mapped through an imported pool; views borrow it, and it
+/// borrows the pool.
+pub struct ImportedSlice<'pool, T: Pod> {
+    ptr: NonNull<T>,
+    len: usize,
+    _pool: PhantomData<&'pool MemPool>,
+}
+
+/// Device memory of another process, mapped with `cudaIpcOpenMemHandle`; closed on drop.
+pub struct IpcMapping<T: Pod> {
+    ptr: NonNull<T>,
+    len: usize,
+}
+
+macro_rules! device_views {
+    ($type:ident $(<$lt:lifetime>)?) => {
+        // SAFETY: device memory reached only through thread-safe runtime calls.
+        unsafe impl<$($lt,)? T: Pod> Send for $type<$($lt,)? T> {}
+        // SAFETY: shared access only gives shared views.
+        unsafe impl<$($lt,)? T: Pod> Sync for $type<$($lt,)? T> {}
+
+        impl<$($lt,)? T: Pod> fmt::Debug for $type<$($lt,)? T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($type)).field("ptr", &self.ptr).field("len", &self.len).finish()
+            }
+        }
+
+        impl<$($lt,)? T: Pod> $type<$($lt,)? T> {
+            /// Number of elements.
+            pub fn len(&self) -> usize {
+                self.len
+            }
+
+            /// True when empty.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// A shared view.
+            pub fn as_slice(&self) -> DeviceSlice<'_, T> {
+                // SAFETY: the mapping lives as long as `self`, which the view borrows.
+                unsafe { DeviceSlice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+            }
+
+            /// An exclusive view (exclusive within this process: the other process may still
+            /// touch the memory; ordering across processes is the user's protocol).
+            pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+                // SAFETY: as above, borrowed exclusively.
+                unsafe { DeviceSliceMut::from_raw_parts(self.ptr.as_ptr(), self.len) }
+            }
+        }
+    };
+}
+
+device_views!(ImportedSlice<'pool>);
+device_views!(IpcMapping);
+
+impl<T: Pod> Drop for ImportedSlice<'_, T> {
+    fn drop(&mut self) {
+        if self.len * size_of::<T>() != 0 {
+            // SAFETY: imported with cudaMemPoolImportPointer; imports are released with cudaFree.
+            let _ = unsafe { sys::cudaFree(self.ptr.as_ptr().cast()) };
+        }
+    }
+}
+
+impl<T: Pod> Drop for IpcMapping<T> {
+    fn drop(&mut self) {
+        if self.len * size_of::<T>() != 0 {
+            // SAFETY: opened with cudaIpcOpenMemHandle, closed once.
+            let _ = unsafe { sys::cudaIpcCloseMemHandle(self.ptr.as_ptr().cast()) };
+        }
+    }
+}
+
+/// A stream-ordered buffer whose memory other processes may be using. Dropping it leaks the
+/// memory (safe, but kept until the pool is destroyed); freeing it is the `unsafe`
+/// [`ExportedStreamBuffer::free_after_importers`].
+pub struct ExportedStreamBuffer<T: Pod> {
+    inner: ManuallyDrop<StreamBuffer<T>>,
+}
+
+impl<T: Pod> fmt::Debug for ExportedStreamBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExportedStreamBuffer").field("inner", &*self.inner).finish()
+    }
+}
+
+impl<T: Pod> StreamBuffer<T> {
+    /// Exports the buffer's memory for another process that imported its pool
+    /// (`cudaMemPoolExportPointer`). The buffer must come from a pool created with
+    /// [`ShareableHandle::PosixFileDescriptor`].
+    pub fn export(self) -> Result<(ExportedStreamBuffer<T>, PoolPointerExport)> {
+        let bytes = byte_len::<T>(self.len(), "cudaMemPoolExportPointer")?;
+        let mut data = sys::cudaMemPoolPtrExportData::default();
+        // SAFETY: `data` is valid for writes; the pointer is a live pool allocation.
+        let code =
+            unsafe { sys::cudaMemPoolExportPointer(&mut data, self.as_slice().as_device_ptr().cast_mut().cast()) };
+        check(code, || format!("cudaMemPoolExportPointer of {bytes} bytes"))?;
+        let export = PoolPointerExport { data: encode(&data.reserved, bytes) };
+        Ok((ExportedStreamBuffer { inner: ManuallyDrop::new(self) }, export))
+    }
+}
+
+impl<T: Pod> ExportedStreamBuffer<T> {
+    /// A shared view.
+    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
+        self.inner.as_slice()
+    }
+
+    /// An exclusive view (within this process).
+    pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        self.inner.as_mut_slice()
+    }
+
+    /// Frees the memory in stream order on its stream.
+    ///
+    /// # Safety
+    /// Every process that imported the memory has dropped its import (and its work on it is
+    /// complete); the runtime requires importers to free first.
+    pub unsafe fn free_after_importers(self) -> Result<()> {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: taken once; `this` is never used again.
+        let inner = unsafe { ManuallyDrop::take(&mut this.inner) };
+        inner.free()
+    }
+}
+
+/// A `cudaMalloc` buffer shared through a legacy IPC handle. Dropping it leaks the memory;
+/// freeing it is the `unsafe` [`ExportedDeviceBuffer::free_after_importers`].
+pub struct ExportedDeviceBuffer<T: Pod> {
+    inner: ManuallyDrop<DeviceBuffer<T>>,
+}
+
+impl<T: Pod> fmt::Debug for ExportedDeviceBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExportedDeviceBuffer").field("inner", &*self.inner).finish()
+    }
+}
+
+impl<T: Pod> DeviceBuffer<T> {
+    /// Exports the buffer through a legacy IPC handle (`cudaIpcGetMemHandle`).
+    pub fn export_ipc(self) -> Result<(ExportedDeviceBuffer<T>, IpcMemHandle)> {
+        let bytes = byte_len::<T>(self.len(), "cudaIpcGetMemHandle")?;
+        let mut handle = sys::cudaIpcMemHandle_st::default();
+        // SAFETY: `handle` is valid for writes; the pointer is a live cudaMalloc allocation.
+        let code = unsafe { sys::cudaIpcGetMemHandle(&mut handle, self.as_slice().as_device_ptr().cast_mut().cast()) };
+        check(code, || format!("cudaIpcGetMemHandle of {bytes} bytes"))?;
+        let opaque: [u8; 64] = std::array::from_fn(|i| handle.reserved[i] as u8);
+        Ok((ExportedDeviceBuffer { inner: ManuallyDrop::new(self) }, IpcMemHandle { data: encode(&opaque, bytes) }))
+    }
+}
+
+impl<T: Pod> ExportedDeviceBuffer<T> {
+    /// A shared view.
+    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
+        self.inner.as_slice()
+    }
+
+    /// An exclusive view (within this process).
+    pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        self.inner.as_mut_slice()
+    }
+
+    /// Frees the memory (`cudaFree`).
+    ///
+    /// # Safety
+    /// Every process that opened the handle has closed it.
+    pub unsafe fn free_after_importers(self) -> Result<()> {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: taken once; `this` is never used again.
+        let inner = unsafe { ManuallyDrop::take(&mut this.inner) };
+        inner.free()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn export_data_round_trips_through_bytes_with_its_length() {
+        let opaque: [u8; 64] = std::array::from_fn(|i| i as u8 * 3);
+        let data = encode(&opaque, 16441);
+        assert_eq!(decode(&data), (opaque, 16441));
+        let export = PoolPointerExport::from_bytes(data);
+        assert_eq!(PoolPointerExport::from_bytes(export.to_bytes()), export);
+        assert_eq!(format!("{export:?}"), "PoolPointerExport { bytes: 16441 }");
+        assert_eq!(elements::<u32>(16, "x").unwrap(), 4);
+        assert!(matches!(elements::<u32>(15, "x").unwrap_err().kind(), ErrorKind::InvalidArgument(_)));
+    }
+
+    #[test]
+    fn a_handle_with_a_ragged_length_is_refused_before_any_cuda_call() {
+        let handle = IpcMemHandle::from_bytes(encode(&[0; 64], 10));
+        assert!(matches!(handle.open::<u64>().unwrap_err().kind(), ErrorKind::InvalidArgument(_)));
+    }
+}

@@ -1,0 +1,122 @@
+//! IPC across two processes on one GPU: the parent exports pool memory (pool fd + pointer) and a
+//! `cudaMalloc` buffer (legacy handle); a child process (this same binary, re-executed) imports
+//! each, writes a pattern, and exits; the parent verifies the data.
+//!
+//! A plain `main` (harness = false), since one binary plays both roles. Like the other GPU tests
+//! it runs only with `--include-ignored` or `--ignored` and otherwise reports its tests ignored.
+
+mod common;
+
+use common::{MIB, assert_same, pattern};
+use cuda_mem::*;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::process::Command;
+
+const ROLE: &str = "CUDA_MEM_IPC_ROLE";
+const FD: &str = "CUDA_MEM_IPC_FD";
+const DATA: &str = "CUDA_MEM_IPC_DATA";
+const LEN: usize = 4 * MIB;
+const SEED: u32 = 0xC0FFEE;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> [u8; EXPORT_BYTES] {
+    std::array::from_fn(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex"))
+}
+
+fn main() {
+    if let Ok(role) = std::env::var(ROLE) {
+        child(&role);
+        return;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let tests: [(&str, fn()); 2] = [("gpu_ipc_pool_fd_and_pointer", pool_path), ("gpu_ipc_legacy_handle", legacy_path)];
+    let run_ignored = args.iter().any(|a| a == "--include-ignored" || a == "--ignored");
+    if !run_ignored || args.iter().any(|a| a == "--list") {
+        for (name, _) in &tests {
+            println!("test {name} ... ignored, needs a CUDA GPU");
+        }
+        println!("\ntest result: ok. 0 passed; 0 failed; {} ignored; 0 measured; 0 filtered out", tests.len());
+        return;
+    }
+    let mut failed = 0;
+    for (name, test) in tests {
+        let outcome = std::panic::catch_unwind(test);
+        println!("test {name} ... {}", if outcome.is_ok() { "ok" } else { "FAILED" });
+        failed += usize::from(outcome.is_err());
+    }
+    let passed = tests.len() - failed;
+    println!(
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
+        if failed == 0 { "ok" } else { "FAILED" }
+    );
+    if failed > 0 {
+        std::process::exit(101);
+    }
+}
+
+fn run_child(role: &str, data: &[u8], fd: Option<BorrowedFd<'_>>) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.env(ROLE, role).env(DATA, hex(data));
+    if let Some(fd) = fd {
+        // The descriptor must survive exec: clear close-on-exec.
+        // SAFETY: fcntl on a descriptor we own, with valid flag arguments.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flags & !libc::FD_CLOEXEC) }, 0);
+        command.env(FD, fd.as_raw_fd().to_string());
+    }
+    let status = command.status().unwrap();
+    assert!(status.success(), "child {role} failed: {status}");
+}
+
+fn pool_path() {
+    let device = Device::current().unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    let pool = MemPool::new(PoolProps::new(device).shareable(ShareableHandle::PosixFileDescriptor)).unwrap();
+    let buffer = StreamBuffer::<u32>::zeroed_from(&pool, &stream, LEN).unwrap();
+    stream.synchronize().unwrap(); // the importer may use it only after the allocation completed
+    let (exported, export) = buffer.export().unwrap();
+    let fd = pool.export_fd().unwrap();
+    run_child("pool", &export.to_bytes(), Some(fd.as_fd()));
+    assert_same(&exported.as_slice().to_vec().unwrap(), &pattern(LEN, SEED));
+    // SAFETY: the child process dropped its import and exited.
+    unsafe { exported.free_after_importers() }.unwrap();
+    stream.synchronize().unwrap();
+}
+
+fn legacy_path() {
+    let buffer = DeviceBuffer::<u32>::zeroed(LEN).unwrap();
+    let (exported, handle) = buffer.export_ipc().unwrap();
+    run_child("legacy", &handle.to_bytes(), None);
+    assert_same(&exported.as_slice().to_vec().unwrap(), &pattern(LEN, SEED + 1));
+    // SAFETY: the child closed its mapping and exited.
+    unsafe { exported.free_after_importers() }.unwrap();
+}
+
+fn child(role: &str) {
+    let data = unhex(&std::env::var(DATA).unwrap());
+    let device = Device::current().unwrap();
+    match role {
+        "pool" => {
+            let raw_fd: i32 = std::env::var(FD).unwrap().parse().unwrap();
+            // SAFETY: the parent passed this open descriptor to us through exec.
+            let fd = unsafe { BorrowedFd::borrow_raw(raw_fd) };
+            let pool = MemPool::import_fd(fd, device).unwrap();
+            let mut import = pool.import_pointer::<u32>(&PoolPointerExport::from_bytes(data)).unwrap();
+            assert_eq!(import.len(), LEN);
+            import.as_mut_slice().copy_from_host(&pattern(LEN, SEED)).unwrap();
+            drop(import);
+        }
+        "legacy" => {
+            let mut mapping = IpcMemHandle::from_bytes(data).open::<u32>().unwrap();
+            assert_eq!(mapping.len(), LEN);
+            mapping.as_mut_slice().copy_from_host(&pattern(LEN, SEED + 1)).unwrap();
+            drop(mapping);
+        }
+        other => panic!("unknown role {other}"),
+    }
+    device.synchronize().unwrap();
+}
