@@ -61,7 +61,7 @@ mod registered;
 pub mod resource;
 mod scope;
 mod slice;
-mod staged;
+pub(crate) mod staged;
 mod stream;
 mod stream_buffer;
 
@@ -116,6 +116,17 @@ mod auto_traits {
         send_sync::<Event>();
         send_sync::<CudaError>();
     }
+}
+
+/// The pure-Rust bookkeeping, reachable by the fuzz targets (built with `--cfg fuzzing`).
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::pinned_pool::cache::fake::{FakeBackend, FakeFence, fake_block};
+    pub use crate::pinned_pool::cache::{Backend, Block, BlockCache};
+    pub use crate::pinned_pool::size_class::{MIN_BLOCK, NUM_CLASSES, SizeClass, class_of};
+    pub use crate::resource::testing::HostResource;
+    pub use crate::staged::{chunk_size, deal};
 }
 
 /// The README's Rust examples, compiled as doc tests so they cannot drift from the API.

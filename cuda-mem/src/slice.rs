@@ -250,7 +250,10 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
         let code = unsafe {
             sys::cudaMemcpy(self.ptr.cast(), src.as_ptr().cast(), bytes, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
         };
-        check(code, || format!("cudaMemcpy of {bytes} bytes host to device"))
+        check(code, || format!("cudaMemcpy of {bytes} bytes host to device"))?;
+        // From pageable memory cudaMemcpy returns once the data is staged, before the DMA has
+        // landed (documented); work on a non-blocking stream would race with it.
+        sync_legacy_stream("a host-to-device cudaMemcpy")
     }
 
     /// Copies from another device slice of the same length (`cudaMemcpy` device to device; the

@@ -272,13 +272,13 @@ impl Lane {
 
 /// Chunk size for a copy: the configured chunk, smaller when that gives each lane at least
 /// `CHUNKS_PER_LANE` chunks (never under `MIN_CHUNK`).
-pub(crate) fn chunk_size(bytes: usize, config: StagedConfig) -> usize {
+pub fn chunk_size(bytes: usize, config: StagedConfig) -> usize {
     let target = bytes.div_ceil(config.lanes * CHUNKS_PER_LANE);
     target.clamp(MIN_CHUNK.min(config.chunk_bytes), config.chunk_bytes)
 }
 
 /// Deals `bytes` in chunks of `chunk` to `lanes` lanes round-robin: per lane, (offset, len) pairs.
-pub(crate) fn deal(bytes: usize, chunk: usize, lanes: usize) -> Vec<Vec<(usize, usize)>> {
+pub fn deal(bytes: usize, chunk: usize, lanes: usize) -> Vec<Vec<(usize, usize)>> {
     let mut plan = vec![Vec::new(); lanes];
     for (i, offset) in (0..bytes).step_by(chunk).enumerate() {
         plan[i % lanes].push((offset, chunk.min(bytes - offset)));

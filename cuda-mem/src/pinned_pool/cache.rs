@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// What the cache needs from the memory system.
-pub(crate) trait Backend: Send + Sync {
+pub trait Backend: Send + Sync {
     /// Marks the end of asynchronous work that used a block (a CUDA event).
     type Fence: Send;
     /// True when the work has completed; never blocks.
@@ -25,7 +25,7 @@ pub(crate) trait Backend: Send + Sync {
 }
 
 /// A pinned block and the work that may still use it.
-pub(crate) struct Block<F> {
+pub struct Block<F> {
     pub ptr: NonNull<u8>,
     pub class: SizeClass,
     pub fences: Vec<F>,
@@ -52,7 +52,7 @@ pub struct PinnedPoolStats {
 /// One size class's cached blocks, oldest first.
 type FreeList<F> = Mutex<Vec<Block<F>>>;
 
-pub(crate) struct BlockCache<B: Backend> {
+pub struct BlockCache<B: Backend> {
     pub backend: B,
     classes: Box<[FreeList<B::Fence>]>,
     max_cached_bytes: usize,
@@ -174,8 +174,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
+/// A backend over the system allocator with fences completed by hand, for tests and fuzzing.
+#[cfg(any(test, fuzzing))]
+pub mod fake {
     use super::super::size_class::class_of;
     use super::*;
     use std::alloc::Layout;
@@ -184,11 +185,15 @@ pub(crate) mod tests {
 
     /// The system allocator and fences that tests complete by hand.
     #[derive(Default)]
-    pub(crate) struct FakeBackend {
+    pub struct FakeBackend {
+        /// Sizes of released blocks, in order.
         pub released: Mutex<Vec<usize>>,
+        /// Fences the cache waited for (a real backend blocks until the work completes).
+        pub waits: AtomicUsize,
     }
 
-    pub(crate) type FakeFence = Arc<AtomicBool>;
+    /// Completed by setting it.
+    pub type FakeFence = Arc<AtomicBool>;
 
     impl Backend for FakeBackend {
         type Fence = FakeFence;
@@ -196,8 +201,9 @@ pub(crate) mod tests {
             fence.load(Ordering::Acquire)
         }
         fn wait(&self, fence: &FakeFence) {
-            // Tests complete fences before anything waits; spinning here would hang a bad test.
-            assert!(fence.load(Ordering::Acquire), "released a block with pending work");
+            // Waiting ends with the work complete.
+            self.waits.fetch_add(1, Ordering::Relaxed);
+            fence.store(true, Ordering::Release);
         }
         unsafe fn release(&self, ptr: NonNull<u8>, bytes: usize) {
             self.released.lock().unwrap().push(bytes);
@@ -206,12 +212,22 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) fn fake_block(bytes: usize) -> Block<FakeFence> {
+    /// A new block from the system allocator, as a miss would produce.
+    pub fn fake_block(bytes: usize) -> Block<FakeFence> {
         let class = class_of(bytes).unwrap();
         // SAFETY: non-zero size, valid alignment.
         let ptr = unsafe { std::alloc::alloc(Layout::from_size_align(class.bytes, 4096).unwrap()) };
         Block { ptr: NonNull::new(ptr).unwrap(), class, fences: Vec::new() }
     }
+
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::size_class::class_of;
+    use super::fake::{FakeBackend, FakeFence, fake_block};
+    use super::*;
+    use std::sync::Arc;
 
     fn alloc(cache: &BlockCache<FakeBackend>, bytes: usize) -> Block<FakeFence> {
         let class = class_of(bytes).unwrap();

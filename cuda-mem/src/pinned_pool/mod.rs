@@ -7,7 +7,7 @@
 //! work has completed, as PyTorch's caching host allocator does. Each class has its own lock, so
 //! threads allocating different sizes never contend and no global lock is taken.
 
-mod cache;
+pub(crate) mod cache;
 pub(crate) mod size_class;
 
 pub use cache::PinnedPoolStats;

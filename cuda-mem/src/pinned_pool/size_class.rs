@@ -2,22 +2,22 @@
 //! so a request wastes at most 25% and a freed block serves every request of its class.
 
 /// The smallest block; smaller requests share it.
-pub(crate) const MIN_BLOCK: usize = 4096;
+pub const MIN_BLOCK: usize = 4096;
 const MIN_SHIFT: u32 = MIN_BLOCK.trailing_zeros();
 const STEPS_PER_DOUBLING: usize = 4;
 
 /// Number of classes: enough for any block size representable in `usize`.
-pub(crate) const NUM_CLASSES: usize = (usize::BITS - MIN_SHIFT) as usize * STEPS_PER_DOUBLING + 1;
+pub const NUM_CLASSES: usize = (usize::BITS - MIN_SHIFT) as usize * STEPS_PER_DOUBLING + 1;
 
 /// A size class: its index and the bytes a block of it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SizeClass {
+pub struct SizeClass {
     pub index: usize,
     pub bytes: usize,
 }
 
 /// The class serving `bytes`, or `None` when the rounded size would overflow `usize`.
-pub(crate) fn class_of(bytes: usize) -> Option<SizeClass> {
+pub fn class_of(bytes: usize) -> Option<SizeClass> {
     if bytes <= MIN_BLOCK {
         return Some(SizeClass { index: 0, bytes: MIN_BLOCK });
     }

@@ -14,7 +14,7 @@ mod logging;
 mod replay;
 mod sources;
 mod statistics;
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
 pub(crate) mod testing;
 mod tracking;
 

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The system allocator behind the resource interface; counts live bytes so tests can check
 /// that every allocation came back.
 #[derive(Debug, Default)]
-pub(crate) struct HostResource {
+pub struct HostResource {
+    /// Bytes allocated and not yet freed.
     pub live_bytes: AtomicUsize,
 }
 

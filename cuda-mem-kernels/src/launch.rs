@@ -1,0 +1,120 @@
+//! What every launcher shares: the stream's device made current, the grid for the job, input
+//! checks that fail with typed errors before anything is queued, and launch-status conversion.
+
+use crate::geometry::Geometry;
+use cuda_mem::{CudaError, Device, ErrorCode, ErrorKind, Result, StreamScope};
+use cuda_mem_sys as sys;
+
+/// Everything a wrapper in kernels/*.cu needs besides its data: the grid and block sizes and
+/// the scope's stream, with the stream's device current until the launch has been queued.
+pub(crate) struct Launch {
+    pub(crate) grid: u32,
+    pub(crate) block: u32,
+    pub(crate) stream: sys::cudaStream_t,
+    _device: CurrentDevice,
+}
+
+impl Launch {
+    /// A grid-stride launch over `work_items` independent items on the scope's stream.
+    pub(crate) fn grid_stride(scope: &StreamScope<'_, '_>, work_items: usize) -> Result<Self> {
+        let stream = scope.stream();
+        let geometry = Geometry::for_device(stream.device())?;
+        let device = CurrentDevice::set(stream.device())?;
+        Ok(Self {
+            grid: geometry.grid_for(work_items),
+            block: Geometry::BLOCK_THREADS,
+            stream: stream.as_raw(),
+            _device: device,
+        })
+    }
+
+    /// A launch of one thread (the pointer chase) on the scope's stream.
+    pub(crate) fn single_thread(scope: &StreamScope<'_, '_>) -> Result<Self> {
+        let stream = scope.stream();
+        let device = CurrentDevice::set(stream.device())?;
+        Ok(Self { grid: 1, block: 1, stream: stream.as_raw(), _device: device })
+    }
+}
+
+/// Makes a device current and restores the previous one on drop: the runtime launches kernels
+/// on the current device, which must be the stream's.
+struct CurrentDevice {
+    previous: Option<Device>,
+}
+
+impl CurrentDevice {
+    fn set(device: Device) -> Result<Self> {
+        let current = Device::current()?;
+        if current == device {
+            return Ok(Self { previous: None });
+        }
+        device.set_current()?;
+        Ok(Self { previous: Some(current) })
+    }
+}
+
+impl Drop for CurrentDevice {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous {
+            // A failure leaves the stream's device current; the next launch sets it again.
+            let _ = previous.set_current();
+        }
+    }
+}
+
+/// The status a wrapper returned, as a `Result` naming what was launched.
+pub(crate) fn check(code: sys::cudaError_t, operation: impl FnOnce() -> String) -> Result<()> {
+    if code == sys::cudaError::cudaSuccess {
+        return Ok(());
+    }
+    Err(CudaError::new(ErrorKind::Runtime(ErrorCode(code.0)), operation()))
+}
+
+/// Input and output must have the same number of elements.
+pub(crate) fn same_len(kernel: &'static str, src: usize, dst: usize) -> Result<()> {
+    if src == dst {
+        return Ok(());
+    }
+    Err(CudaError::new(ErrorKind::LengthMismatch { src, dst }, kernel))
+}
+
+/// A result slot (checksum, sink, chase end) must be exactly one element.
+pub(crate) fn one_element(kernel: &'static str, len: usize) -> Result<()> {
+    if len == 1 {
+        return Ok(());
+    }
+    let kind = ErrorKind::InvalidArgument("the result slice must hold exactly one element");
+    Err(CudaError::new(kind, format!("{kernel} with a result slice of {len} elements")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn length_mismatch_is_typed() {
+        assert!(same_len("scale_f32", 7, 7).is_ok());
+        let err = same_len("scale_f32", 7, 6).unwrap_err();
+        assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 7, dst: 6 });
+        assert_eq!(err.to_string(), "scale_f32 failed: source has 7 elements, destination 6");
+    }
+
+    #[test]
+    fn result_slot_must_be_one_element() {
+        assert!(one_element("checksum_u32", 1).is_ok());
+        for len in [0, 2] {
+            let err = one_element("checksum_u32", len).unwrap_err();
+            assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+            assert!(err.to_string().contains(&format!("{len} elements")), "{err}");
+        }
+    }
+
+    #[test]
+    fn launch_status_keeps_the_runtime_code() {
+        assert!(check(sys::cudaError::cudaSuccess, || unreachable!()).is_ok());
+        let code = sys::cudaError::cudaErrorInvalidValue;
+        let err = check(code, || "launching fill_u32 on 3 elements".into()).unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::INVALID_VALUE));
+        assert_eq!(err.operation(), "launching fill_u32 on 3 elements");
+    }
+}

@@ -1,0 +1,79 @@
+#![no_main]
+//! Sequences of allocations, frees with pending fences, fence completions and shrinks on the
+//! pinned caching pool's bookkeeping: a block is never handed out while a fence on it is pending,
+//! the cap holds, and the counters match a model.
+
+use arbitrary::Arbitrary;
+use cuda_mem::fuzzing::{BlockCache, FakeBackend, FakeFence, class_of, fake_block};
+use libfuzzer_sys::fuzz_target;
+use std::sync::atomic::Ordering;
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Alloc { size: u16 },
+    Free { index: u8, fenced: bool },
+    Complete { index: u8 },
+    Shrink { keep: u16 },
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    cap: u16,
+    ops: Vec<Op>,
+}
+
+fuzz_target!(|input: Input| {
+    let cap = usize::from(input.cap) * 64;
+    let cache = BlockCache::new(FakeBackend::default(), cap);
+    let mut held = Vec::new(); // blocks handed out
+    let mut fences: Vec<FakeFence> = Vec::new(); // every fence ever attached
+    let mut in_use = 0usize;
+    for op in input.ops {
+        match op {
+            Op::Alloc { size } => {
+                let class = class_of(usize::from(size) * 16).unwrap();
+                let block = match cache.take(class) {
+                    Some(block) => {
+                        assert!(block.fences.iter().all(|f| f.load(Ordering::Acquire)), "reused with work pending");
+                        block
+                    }
+                    None => {
+                        cache.note_miss(class);
+                        fake_block(class.bytes)
+                    }
+                };
+                assert_eq!(block.class, class);
+                in_use += class.bytes;
+                held.push(block);
+            }
+            Op::Free { index, fenced } if !held.is_empty() => {
+                let mut block = held.swap_remove(usize::from(index) % held.len());
+                block.fences.clear();
+                if fenced {
+                    let fence = FakeFence::default();
+                    fences.push(fence.clone());
+                    block.fences.push(fence);
+                }
+                in_use -= block.class.bytes;
+                cache.put(block);
+                assert!(cache.stats().cached_bytes <= cap);
+            }
+            Op::Complete { index } if !fences.is_empty() => {
+                fences[usize::from(index) % fences.len()].store(true, Ordering::Release);
+            }
+            Op::Shrink { keep } => {
+                cache.shrink_to(usize::from(keep), None);
+                assert!(cache.stats().cached_bytes <= usize::from(keep));
+            }
+            _ => {}
+        }
+        let stats = cache.stats();
+        assert_eq!(stats.in_use_bytes, in_use);
+        assert!(stats.peak_in_use_bytes >= in_use);
+    }
+    for block in held {
+        cache.put(block);
+    }
+    cache.shrink_to(0, None);
+    assert_eq!(cache.stats().cached_bytes, 0);
+});

@@ -1,0 +1,22 @@
+#![no_main]
+//! The staged copier's plan covers every byte exactly once, with balanced lanes.
+
+use cuda_mem::fuzzing::deal;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|input: (u32, u16, u8)| {
+    let (bytes, chunk, lanes) = (input.0 as usize, usize::from(input.1).max(1) * 64, usize::from(input.2).max(1));
+    let plan = deal(bytes, chunk, lanes);
+    assert_eq!(plan.len(), lanes);
+    let mut pieces: Vec<(usize, usize)> = plan.iter().flatten().copied().collect();
+    pieces.sort_unstable();
+    let mut next = 0;
+    for (offset, len) in pieces {
+        assert_eq!(offset, next);
+        assert!(len > 0 && len <= chunk);
+        next += len;
+    }
+    assert_eq!(next, bytes);
+    let counts: Vec<usize> = plan.iter().map(Vec::len).collect();
+    assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1);
+});
