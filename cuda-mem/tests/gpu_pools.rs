@@ -164,3 +164,21 @@ fn gpu_stream_buffers_work_wherever_device_slices_do() {
     empty.free().unwrap();
     staged.free().unwrap();
 }
+
+/// Dropping every handle of a pool while an allocation is alive: the buffer keeps the pool.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_dropping_a_pool_with_live_allocations_keeps_them_valid() {
+    let stream = Stream::non_blocking().unwrap();
+    let want = pattern(MIB, 61);
+    let mut buffer = {
+        let pool = MemPool::new(PoolProps::new(device())).unwrap();
+        StreamBuffer::<u32>::zeroed_from(&pool, &stream, want.len()).unwrap()
+    }; // the last handle the caller had is gone
+    let view = buffer.as_mut_slice();
+    stream.scope(|s| s.copy_from_host(&view, &want)).unwrap().unwrap();
+    assert_same(&buffer.as_slice().to_vec().unwrap(), &want);
+    assert!(buffer.pool().unwrap().stats().unwrap().used_current >= (4 * MIB) as u64);
+    buffer.free().unwrap();
+    stream.synchronize().unwrap();
+}

@@ -99,3 +99,18 @@ fn no_driver_pools_and_stream_ordered_allocation_fail_cleanly() {
     assert!(device_zero_err.code().unwrap().is_no_driver_or_device());
     assert_no_driver(Stream::non_blocking(), "cudaGetDevice");
 }
+
+#[test]
+fn no_driver_bad_configuration_is_refused_before_any_cuda_call() {
+    let err = StagedCopier::new(StagedConfig { lanes: 0, ..Default::default() }).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    #[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
+    #[repr(C, align(8192))]
+    struct Page([[u8; 4096]; 2]);
+    let err = PinnedPool::new(HostAllocFlags::empty()).alloc::<Page>(1).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    let overflow = PinnedPool::new(HostAllocFlags::empty()).alloc::<u64>(usize::MAX / 4).unwrap_err();
+    assert!(matches!(overflow.kind(), ErrorKind::SizeOverflow { .. }), "{overflow}");
+    // An empty pooled buffer takes no block and needs no driver.
+    assert!(PinnedPool::new(HostAllocFlags::empty()).alloc::<u8>(0).unwrap().is_empty());
+}

@@ -66,29 +66,36 @@ fn make_executable(path: &Path) -> Result {
 
 const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # Runs every test executable with the GPU tests included, then the examples. Needs only the driver.
-# Usage: ./run [--sanitize TOOL]   (TOOL: memcheck, racecheck, synccheck; needs compute-sanitizer)
+# Usage: ./run                      tests and examples
+#        ./run --sanitize [TOOL]    tests under compute-sanitizer: TOOL (memcheck, racecheck,
+#                                   synccheck) or all three
 set -u
 cd "$(dirname "$0")"
-wrap=()
-if [ "${1:-}" = "--sanitize" ]; then
-  sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
-  tool="${2:-memcheck}"
-  wrap=("$sanitizer" --tool "$tool" --error-exitcode 99)
-  [ "$tool" = memcheck ] && wrap+=(--leak-check full)
-fi
-fail=0
 skip=(--skip no_driver_)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 [ "$gpus" -ge 2 ] || skip+=(--skip gpu2_)
-for t in tests/*; do
-  echo "== $t"
-  # GPU tests are ignored by default; the no-driver tests assert the absence of a GPU;
-  # gpu2_ tests need two GPUs.
-  "${wrap[@]}" "$t" --include-ignored "${skip[@]}" --test-threads=4 || fail=1
-done
+fail=0
+run_tests() {
+  for t in tests/*; do
+    echo "== $* $t"
+    # GPU tests are ignored by default; the no-driver tests assert the absence of a GPU;
+    # gpu2_ tests need two GPUs.
+    "$@" "$t" --include-ignored "${skip[@]}" --test-threads=4 || fail=1
+  done
+}
+if [ "${1:-}" = "--sanitize" ]; then
+  sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+  for tool in ${2:-memcheck racecheck synccheck}; do
+    extra=()
+    [ "$tool" = memcheck ] && extra=(--leak-check full)
+    run_tests "$sanitizer" --tool "$tool" --error-exitcode 99 "${extra[@]}"
+  done
+  exit $fail
+fi
+run_tests
 for e in examples/*; do
   echo "== $e"
-  "${wrap[@]}" "$e" || fail=1
+  "$e" || fail=1
 done
 exit $fail
 "#;

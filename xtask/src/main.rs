@@ -28,7 +28,20 @@ enum Command {
         check: bool,
     },
     /// fmt check, clippy -D warnings, the whole test suite (GPU tests too where a GPU exists).
-    Test,
+    Test {
+        /// On a GPU host: run the GPU test executables under compute-sanitizer memcheck,
+        /// racecheck and synccheck instead.
+        #[arg(long)]
+        sanitize: bool,
+    },
+    /// Run each fuzz target (cargo +nightly fuzz) for a number of executions.
+    Fuzz {
+        /// Executions per target.
+        #[arg(long, default_value_t = 1_000_000)]
+        runs: u64,
+    },
+    /// Run the pure-Rust unit tests under miri (cargo +nightly miri).
+    Miri,
     /// Benchmarks on a GPU host.
     Bench,
     /// Build GPU test executables into target/bundle for a GPU host without Rust.
@@ -47,7 +60,10 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Provision => provision::toolkit().map(|t| println!("CUDA {} at {}", t.version, t.root.display())),
         Command::Codegen { check } => codegen::run(check),
-        Command::Test => test::run(),
+        Command::Test { sanitize: false } => test::run(),
+        Command::Test { sanitize: true } => test::sanitize(),
+        Command::Fuzz { runs } => test::fuzz(runs),
+        Command::Miri => test::miri(),
         Command::Bench => bench::run(),
         Command::Bundle => bundle::run().map(|dir| println!("bundle written to {}", dir.display())),
         Command::Replay { log, resource } => provision::toolkit().and_then(|_| {

@@ -58,3 +58,41 @@ fn check_other_configurations(libclang: &provision::Libclang) -> Result {
             .env("CARGO_TARGET_DIR", target.join("check-bindgen-feature")),
     )
 }
+
+/// The GPU test executables under compute-sanitizer's memcheck, racecheck and synccheck.
+pub fn sanitize() -> Result {
+    if !util::gpu_present() {
+        return Err("`cargo xtask test --sanitize` needs a GPU host (nvidia-smi lists no GPU)".into());
+    }
+    provision::toolkit()?;
+    let dir = crate::bundle::run()?;
+    util::run(std::process::Command::new(dir.join("run")).arg("--sanitize"))
+}
+
+const FUZZ_TARGETS: [&str; 5] = ["size_classes", "staged_plan", "pinned_cache", "resource_adaptors", "replay_log"];
+
+/// Each fuzz target for `runs` executions (needs the nightly toolchain and cargo-fuzz).
+pub fn fuzz(runs: u64) -> Result {
+    let toolkit = provision::toolkit()?;
+    for target in FUZZ_TARGETS {
+        util::run(
+            std::process::Command::new("cargo")
+                .current_dir(util::workspace_root().join("fuzz"))
+                .env("CUDA_PATH", &toolkit.root)
+                .args(["+nightly", "fuzz", "run", "-O", target, "--", &format!("-runs={runs}"), "-max_len=4096"]),
+        )?;
+    }
+    Ok(())
+}
+
+/// The unit tests of cuda-mem under miri, minus the few that call the CUDA runtime (FFI).
+pub fn miri() -> Result {
+    let toolkit = provision::toolkit()?;
+    // The rustup proxy `cargo` (not $CARGO) understands `+nightly`.
+    util::run(
+        std::process::Command::new("cargo")
+            .current_dir(util::workspace_root())
+            .env("CUDA_PATH", &toolkit.root)
+            .args(["+nightly", "miri", "test", "-p", "cuda-mem", "--lib", "--", "--skip", "raw::tests"]),
+    )
+}

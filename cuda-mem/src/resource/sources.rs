@@ -240,3 +240,23 @@ impl MemoryResource for PinnedPoolResource {
         MemoryKind::PinnedHost
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_byte_requests_are_refused_without_a_cuda_call() {
+        let device = Device::new_unchecked_for_tests(0);
+        let resources: [&dyn MemoryResource; 4] = [
+            &DeviceResource::new(device),
+            &ManagedResource::new(device),
+            &PinnedResource::new(HostAllocFlags::empty()),
+            &PinnedPoolResource::new(PinnedPool::new(HostAllocFlags::empty())),
+        ];
+        for resource in resources {
+            let err = resource.allocate(0, StreamRef::LEGACY).unwrap_err();
+            assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+        }
+    }
+}
