@@ -5,7 +5,10 @@ use cuda_mem::fuzzing::deal;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: (u32, u16, u8)| {
-    let (bytes, chunk, lanes) = (input.0 as usize, usize::from(input.1).max(1) * 64, usize::from(input.2).max(1));
+    let bytes = input.0 as usize;
+    // At most 2^16 chunks, as the copier's own chunk sizing guarantees for real copies.
+    let chunk = (usize::from(input.1).max(1) * 64).max(bytes.div_ceil(1 << 16));
+    let lanes = usize::from(input.2).max(1);
     let plan = deal(bytes, chunk, lanes);
     assert_eq!(plan.len(), lanes);
     let mut pieces: Vec<(usize, usize)> = plan.iter().flatten().copied().collect();
