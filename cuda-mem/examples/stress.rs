@@ -91,7 +91,8 @@ fn main() -> Result<()> {
                 let args = &args;
                 scope.spawn(move || -> Result<()> {
                     device.set_current()?;
-                    let streams: Vec<Stream> = (0..args.streams).map(|_| Stream::non_blocking()).collect::<Result<_>>()?;
+                    let streams: Vec<Stream> =
+                        (0..args.streams).map(|_| Stream::non_blocking()).collect::<Result<_>>()?;
                     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
                     let mut live: Vec<Live> = Vec::new();
                     for op in 0..args.ops {
@@ -166,7 +167,8 @@ fn main() -> Result<()> {
     pinned_pool.trim();
     let after = device_pool.stats()?.reserved_current;
     let stats: Vec<ResourceStats> = tracked.iter().map(|t| t.inner().stats()).collect();
-    let (allocations, peak): (u64, usize) = (stats.iter().map(|s| s.total_count).sum(), stats.iter().map(|s| s.peak_bytes).sum());
+    let (allocations, peak): (u64, usize) =
+        (stats.iter().map(|s| s.total_count).sum(), stats.iter().map(|s| s.peak_bytes).sum());
     let ops = done_ops.load(Ordering::Relaxed);
     println!(
         "{} threads x {} streams: {ops} operations ({} per thread), {} buffers verified, {allocations} allocations, \

@@ -219,7 +219,6 @@ pub mod fake {
         let ptr = unsafe { std::alloc::alloc(Layout::from_size_align(class.bytes, 4096).unwrap()) };
         Block { ptr: NonNull::new(ptr).unwrap(), class, fences: Vec::new() }
     }
-
 }
 
 #[cfg(test)]

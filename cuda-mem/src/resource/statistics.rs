@@ -184,8 +184,7 @@ mod tests {
             t.join().unwrap();
         }
         let stats = r.stats();
-        let expected_total: u64 =
-            (0..8usize).flat_map(|t| (0..N).map(move |i| (1 + (t * 7 + i) % 64) as u64)).sum();
+        let expected_total: u64 = (0..8usize).flat_map(|t| (0..N).map(move |i| (1 + (t * 7 + i) % 64) as u64)).sum();
         assert_eq!(stats.total_bytes, expected_total);
         assert_eq!(stats.total_count, 8 * N as u64);
         assert_eq!((stats.current_bytes, stats.current_count), (0, 0));
