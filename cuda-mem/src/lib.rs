@@ -133,3 +133,8 @@ pub mod fuzzing {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Chinese README's Rust examples, compiled as doc tests too.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.zh-CN.md")]
+pub struct ReadmeZhDoctests;
