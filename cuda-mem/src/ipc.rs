@@ -49,54 +49,46 @@ fn elements<T>(bytes: usize, operation: &'static str) -> Result<usize> {
     Ok(bytes / size)
 }
 
-/// One allocation of an exported pool, described for another process (send the bytes from
-/// [`PoolPointerExport::to_bytes`] over any channel).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct PoolPointerExport {
-    data: [u8; EXPORT_BYTES],
+/// Export data as bytes for another process: the runtime's 64 opaque bytes and the length.
+macro_rules! export_data {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        pub struct $name {
+            data: [u8; EXPORT_BYTES],
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($name)).field("bytes", &decode(&self.data).1).finish()
+            }
+        }
+
+        impl $name {
+            /// The bytes to send.
+            pub fn to_bytes(&self) -> [u8; EXPORT_BYTES] {
+                self.data
+            }
+
+            /// Rebuilds it from received bytes.
+            pub fn from_bytes(data: [u8; EXPORT_BYTES]) -> Self {
+                Self { data }
+            }
+        }
+    };
 }
 
-impl fmt::Debug for PoolPointerExport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PoolPointerExport").field("bytes", &decode(&self.data).1).finish()
-    }
-}
-
-impl PoolPointerExport {
-    /// The bytes to send.
-    pub fn to_bytes(&self) -> [u8; EXPORT_BYTES] {
-        self.data
-    }
-
-    /// Rebuilds an export from received bytes.
-    pub fn from_bytes(data: [u8; EXPORT_BYTES]) -> Self {
-        Self { data }
-    }
-}
-
-/// A legacy IPC handle of a `cudaMalloc` allocation (`cudaIpcMemHandle_t` plus the length).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct IpcMemHandle {
-    data: [u8; EXPORT_BYTES],
-}
-
-impl fmt::Debug for IpcMemHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IpcMemHandle").field("bytes", &decode(&self.data).1).finish()
-    }
-}
+export_data!(
+    /// One allocation of an exported pool, described for another process (send the bytes from
+    /// [`PoolPointerExport::to_bytes`] over any channel).
+    PoolPointerExport
+);
+export_data!(
+    /// A legacy IPC handle of a `cudaMalloc` allocation (`cudaIpcMemHandle_t` plus the length).
+    IpcMemHandle
+);
 
 impl IpcMemHandle {
-    /// The bytes to send.
-    pub fn to_bytes(&self) -> [u8; EXPORT_BYTES] {
-        self.data
-    }
-
-    /// Rebuilds a handle from received bytes.
-    pub fn from_bytes(data: [u8; EXPORT_BYTES]) -> Self {
-        Self { data }
-    }
-
     /// Maps the allocation into this process (`cudaIpcOpenMemHandle`, with lazy peer access) on
     /// the current device. Must be called in another process than the exporter.
     pub fn open<T: Pod>(&self) -> Result<IpcMapping<T>> {

@@ -80,9 +80,9 @@ fn pool_path() {
     stream.synchronize().unwrap(); // the importer may use it only after the allocation completed
     let (exported, export) = buffer.export().unwrap();
     let supported = device.attribute(DeviceAttribute::MemoryPoolSupportedHandleTypes).unwrap();
-    let fd = pool.export_fd().unwrap_or_else(|err| {
-        panic!("{err} (device's supported pool handle types: {supported:#x}; POSIX fd is 0x1)")
-    });
+    let fd = pool
+        .export_fd()
+        .unwrap_or_else(|err| panic!("{err} (device's supported pool handle types: {supported:#x}; POSIX fd is 0x1)"));
     run_child("pool", &export.to_bytes(), Some(fd.as_fd()));
     assert_same(&exported.as_slice().to_vec().unwrap(), &pattern(LEN, SEED));
     // SAFETY: the child process dropped its import and exited.

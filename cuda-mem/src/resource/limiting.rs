@@ -1,10 +1,8 @@
 //! `LimitingResource`: a byte cap that refuses with the typed out-of-memory error; also a fault
 //! injector for tests of out-of-memory handling.
 
-use super::{MemoryKind, MemoryResource, StreamRef};
-use crate::device::Device;
+use super::{MemoryResource, StreamRef};
 use crate::error::{CudaError, ErrorKind, OomReport, Result};
-use crate::pool::PoolStats;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -76,15 +74,7 @@ impl<R: MemoryResource> MemoryResource for LimitingResource<R> {
         unsafe { self.inner.deallocate(ptr, bytes, stream) }
     }
 
-    fn kind(&self) -> MemoryKind {
-        self.inner.kind()
-    }
-    fn device(&self) -> Option<Device> {
-        self.inner.device()
-    }
-    fn pool_stats(&self) -> Option<PoolStats> {
-        self.inner.pool_stats()
-    }
+    forward_metadata!();
 }
 
 #[cfg(test)]

@@ -1,9 +1,7 @@
 //! `LoggingResource`: one line per allocation event, as CSV or JSON lines, to any writer.
 
-use super::{MemoryKind, MemoryResource, StreamRef};
-use crate::device::Device;
+use super::{MemoryResource, StreamRef};
 use crate::error::Result;
-use crate::pool::PoolStats;
 use std::io::Write;
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -110,13 +108,5 @@ impl<R: MemoryResource> MemoryResource for LoggingResource<R> {
         unsafe { self.inner.deallocate(ptr, bytes, stream) }
     }
 
-    fn kind(&self) -> MemoryKind {
-        self.inner.kind()
-    }
-    fn device(&self) -> Option<Device> {
-        self.inner.device()
-    }
-    fn pool_stats(&self) -> Option<PoolStats> {
-        self.inner.pool_stats()
-    }
+    forward_metadata!();
 }

@@ -7,6 +7,21 @@
 //! that frees through the resource that allocated it. Adaptors wrap any resource, including
 //! another adaptor: `LimitingResource::new(StatisticsResource::new(PoolResource::new(pool)), cap)`.
 
+/// The metadata methods of an adaptor, forwarded to its `inner` resource.
+macro_rules! forward_metadata {
+    () => {
+        fn kind(&self) -> $crate::resource::MemoryKind {
+            self.inner.kind()
+        }
+        fn device(&self) -> Option<$crate::Device> {
+            self.inner.device()
+        }
+        fn pool_stats(&self) -> Option<$crate::PoolStats> {
+            self.inner.pool_stats()
+        }
+    };
+}
+
 mod buffer;
 mod defaults;
 mod limiting;

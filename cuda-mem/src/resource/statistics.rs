@@ -1,9 +1,7 @@
 //! `StatisticsResource`: current, peak and total bytes and counts of any resource.
 
-use super::{MemoryKind, MemoryResource, StreamRef};
-use crate::device::Device;
+use super::{MemoryResource, StreamRef};
 use crate::error::Result;
-use crate::pool::PoolStats;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -107,15 +105,7 @@ impl<R: MemoryResource> MemoryResource for StatisticsResource<R> {
         unsafe { self.inner.deallocate(ptr, bytes, stream) }
     }
 
-    fn kind(&self) -> MemoryKind {
-        self.inner.kind()
-    }
-    fn device(&self) -> Option<Device> {
-        self.inner.device()
-    }
-    fn pool_stats(&self) -> Option<PoolStats> {
-        self.inner.pool_stats()
-    }
+    forward_metadata!();
 }
 
 #[cfg(test)]

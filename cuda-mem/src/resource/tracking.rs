@@ -1,9 +1,7 @@
 //! `TrackingResource`: every outstanding allocation, with an optional backtrace, and a leak report.
 
-use super::{MemoryKind, MemoryResource, StreamRef};
-use crate::device::Device;
+use super::{MemoryResource, StreamRef};
 use crate::error::Result;
-use crate::pool::PoolStats;
 use std::backtrace::Backtrace;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -144,15 +142,7 @@ impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
         unsafe { self.inner.deallocate(ptr, bytes, stream) }
     }
 
-    fn kind(&self) -> MemoryKind {
-        self.inner.kind()
-    }
-    fn device(&self) -> Option<Device> {
-        self.inner.device()
-    }
-    fn pool_stats(&self) -> Option<PoolStats> {
-        self.inner.pool_stats()
-    }
+    forward_metadata!();
 }
 
 #[cfg(test)]
