@@ -118,7 +118,7 @@ pub enum ErrorKind {
     /// The runtime returned this code.
     Runtime(ErrorCode),
     /// An allocation failed: the runtime ran out of memory (`code` is its error), or a
-    /// [`LimitingResource`](crate::LimitingResource) refused it (`code` is `None`). The report
+    /// [`LimitingResource`](crate::resource::LimitingResource) refused it (`code` is `None`). The report
     /// carries the figures that explain it.
     OutOfMemory {
         /// The runtime's code, when the runtime refused.

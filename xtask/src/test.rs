@@ -37,8 +37,9 @@ pub fn run() -> Result {
 }
 
 /// The configurations the main run does not cover: the CUDA 12.9 headers and runtime (bindings,
-/// signatures that differ from 13, link, and the no-driver path against the 12.9 cudart), and the
-/// `bindgen` feature that regenerates bindings at build time. Separate target folders keep the
+/// signatures that differ from 13, link, and the no-driver path against the 12.9 cudart), docs as
+/// docs.rs builds them (no CUDA, warnings denied), and the `bindgen` feature that regenerates
+/// bindings at build time. Separate target folders keep the
 /// main build's artifacts untouched.
 fn check_other_configurations(libclang: &provision::Libclang) -> Result {
     let cuda12 = provision::cuda12_pinned()?;
@@ -49,6 +50,16 @@ fn check_other_configurations(libclang: &provision::Libclang) -> Result {
             .env("CUDA_PATH", &cuda12.root)
             .env("CARGO_TARGET_DIR", target.join("check-cuda-12.9")),
     )?;
+    // docs.rs: no CUDA at all, and every public item documented.
+    let mut docs = util::cargo();
+    docs.args(["doc", "--no-deps", "-p", "cuda-mem-sys", "-p", "cuda-mem", "-p", "cuda-mem-kernels"])
+        .env("DOCS_RS", "1")
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .env("CARGO_TARGET_DIR", target.join("check-docs-rs"));
+    for var in ["CUDA_PATH", "CUDA_HOME", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR", "NVCC"] {
+        docs.env_remove(var);
+    }
+    util::run(&mut docs)?;
     let cuda13 = provision::cuda13_pinned()?;
     util::run(
         libclang
