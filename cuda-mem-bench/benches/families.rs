@@ -1,0 +1,576 @@
+//! `families`: every cuda-mem allocation family, measured exactly like `raw_reference` measures
+//! the same operations in raw CUDA C++ (see the crate docs of cuda-mem-bench for the method).
+//!
+//! * Criterion group = section (`alloc`, `bandwidth`, `kernel`, `managed`), function id = the row key, which is the
+//!   C++ program's key; with `--features cudarc` the same rows through cudarc run in the groups
+//!   `cudarc-alloc`, `cudarc-bandwidth`.
+//! * Each criterion iteration is one batch of K operations (`iter_custom`, K from the row
+//!   catalogue); `SamplingMode::Flat` with 1 ns warm-up and measurement times makes criterion run
+//!   one warm-up batch and then exactly one batch per sample. Criterion therefore prints "Unable to
+//!   complete N samples" for every row: expected, and what makes the rows comparable with C++.
+//! * The kernel rows (`read_*`, `managed_*_read_*`) launch cuda-mem-kernels' `stream_read_u32`
+//!   in a `Stream::scope` (which synchronizes the stream) per operation; the C++ program's own
+//!   kernel does the same work per launch.
+//!
+//! Without a usable GPU it exits with status 2 and one sentence (benchmark mode) or reports itself
+//! skipped and exits 0 (test mode, as run by `cargo test --all-targets`).
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
+use cuda_mem::{
+    Advice, CudaError, Device, DeviceBuffer, HostAllocFlags, HostRegisterFlags, Location, ManagedBuffer, MemPool,
+    PinnedBuffer, PoolProps, RegisteredHost, Stream, StreamBuffer,
+};
+use cuda_mem_bench::rows::{self, Peer, Row, Section, Unit, group_id};
+use cuda_mem_kernels::stream_read_u32;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "cudarc")]
+#[path = "families/peer_cudarc.rs"]
+mod peer_cudarc;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let listing = args.iter().any(|a| a == "--list");
+    let benchmarking = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
+    if !listing && let Err(reason) = gpu_present() {
+        if benchmarking {
+            eprintln!(
+                "families: no usable CUDA GPU ({reason}), so there is nothing to benchmark: run it on a GPU host."
+            );
+            std::process::exit(2);
+        }
+        eprintln!("families: skipped, no usable CUDA GPU ({reason}); these benchmarks need a GPU host.");
+        return;
+    }
+    let mut c = Criterion::default().without_plots().configure_from_args();
+    alloc_section(&mut c);
+    ffi_alloc_section(&mut c);
+    bandwidth_section(&mut c);
+    kernel_section(&mut c);
+    managed_section(&mut c);
+    features_section(&mut c);
+    #[cfg(feature = "cudarc")]
+    peer_cudarc::run(&mut c);
+    c.final_summary();
+}
+
+/// `Ok` when a device is usable, else the runtime's reason.
+fn gpu_present() -> Result<(), String> {
+    let devices =
+        Device::count().map_err(|e| e.code().map_or_else(|| e.to_string(), |code| code.name().into_owned()))?;
+    if devices == 0 {
+        return Err("0 devices".into());
+    }
+    let device = Device::new(0).map_err(|e| e.to_string())?;
+    device.set_current().map_err(|e| e.to_string())
+}
+
+/// Ends the process with one sentence when a CUDA call fails mid-benchmark (no panic).
+pub(crate) fn ok<T, E: std::fmt::Display>(result: Result<T, E>, key: &str) -> T {
+    result.unwrap_or_else(|e| {
+        eprintln!("families: row {key} failed: {e}");
+        std::process::exit(1);
+    })
+}
+
+/// A criterion group configured for the method: flat sampling, one warm-up batch, one batch per
+/// sample.
+pub(crate) fn group<'a>(c: &'a mut Criterion, section: Section, peer: Peer) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(group_id(section, peer));
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_nanos(1))
+        .measurement_time(Duration::from_nanos(1))
+        .nresamples(10_000);
+    group
+}
+
+/// Benchmarks one row: `setup` runs once, lazily (filtered-out rows allocate nothing); each
+/// criterion iteration calls `batch(state, K)`, which performs K operations and returns the time
+/// they took (any per-sample setup it does first is not timed).
+pub(crate) fn bench_row<S, E: std::fmt::Display>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    row: &Row,
+    setup: impl FnOnce() -> Result<S, E>,
+    mut batch: impl FnMut(&mut S, u32) -> Result<Duration, E>,
+) {
+    group.sample_size(row.samples as usize);
+    group.throughput(match row.unit() {
+        Unit::Micros => Throughput::Elements(u64::from(row.k)),
+        Unit::GigabytesPerSecond => Throughput::Bytes(u64::from(row.k) * row.bytes),
+    });
+    let mut setup = Some(setup);
+    let mut state: Option<S> = None;
+    group.bench_function(row.key, |b| {
+        let state = state.get_or_insert_with(|| ok(setup.take().expect("setup runs once")(), row.key));
+        b.iter_custom(|iters| (0..iters).map(|_| ok(batch(state, row.k), row.key)).sum());
+    });
+}
+
+fn timed(k: u32, mut op: impl FnMut() -> Result<(), CudaError>) -> Result<Duration, CudaError> {
+    let start = Instant::now();
+    for _ in 0..k {
+        op()?;
+    }
+    Ok(start.elapsed())
+}
+
+fn host_flags(family: &str) -> Option<HostAllocFlags> {
+    Some(match family {
+        "malloc_host" => HostAllocFlags::empty(),
+        "host_alloc_portable" => HostAllocFlags::PORTABLE,
+        "host_alloc_mapped" => HostAllocFlags::MAPPED,
+        "host_alloc_wc" => HostAllocFlags::WRITE_COMBINED,
+        _ => return None,
+    })
+}
+
+/// Allocation + free pairs (µs per pair).
+fn alloc_section(c: &mut Criterion) {
+    let mut group = group(c, Section::Alloc, Peer::CudaMem);
+    for row in rows::section_rows(Section::Alloc) {
+        let bytes = row.bytes as usize;
+        let family = row.family();
+        match family {
+            "malloc" => bench_row(
+                &mut group,
+                row,
+                || Ok(()),
+                |_, k| {
+                    timed(k, || {
+                        // SAFETY: the buffer is dropped (cudaFree) without being read.
+                        let buffer = unsafe { DeviceBuffer::<u8>::uninit(bytes)? };
+                        drop(black_box(buffer));
+                        Ok(())
+                    })
+                },
+            ),
+            _ if host_flags(family).is_some() => {
+                let flags = host_flags(family).unwrap_or_default();
+                bench_row(
+                    &mut group,
+                    row,
+                    || Ok(()),
+                    move |_, k| {
+                        timed(k, || {
+                            // SAFETY: the buffer is dropped (cudaFreeHost) without being read.
+                            let buffer = unsafe { PinnedBuffer::<u8>::uninit(bytes, flags)? };
+                            drop(black_box(buffer));
+                            Ok(())
+                        })
+                    },
+                )
+            }
+            // ManagedBuffer only has zeroed constructors: the CPU writes every byte, and the C++
+            // row does the same (cudaMallocManaged + memset + cudaFree).
+            "managed" => bench_row(
+                &mut group,
+                row,
+                || Ok(()),
+                |_, k| {
+                    timed(k, || {
+                        drop(black_box(ManagedBuffer::<u8>::zeroed(bytes)?));
+                        Ok(())
+                    })
+                },
+            ),
+            "async_default_sync" | "async_retain_sync" | "async_retain_nosync" => {
+                let retain = family != "async_default_sync";
+                let sync_each = family != "async_retain_nosync";
+                let setup = move || -> Result<(Stream, MemPool), CudaError> {
+                    let pool = MemPool::device_default(Device::current()?)?; // release threshold u64::MAX
+                    if !retain {
+                        pool.set_release_threshold(0)?; // the driver's default
+                    }
+                    Ok((Stream::non_blocking()?, pool))
+                };
+                bench_row(&mut group, row, setup, move |(stream, _pool), k| {
+                    let start = Instant::now();
+                    for _ in 0..k {
+                        // SAFETY: dropped (cudaFreeAsync) without being read.
+                        let buffer = unsafe { StreamBuffer::<u8>::uninit(stream, bytes)? };
+                        drop(black_box(buffer));
+                        if sync_each {
+                            stream.synchronize()?;
+                        }
+                    }
+                    if !sync_each {
+                        stream.synchronize()?;
+                    }
+                    Ok(start.elapsed())
+                })
+            }
+            "pool_odd" => {
+                let setup = || -> Result<(Stream, MemPool), CudaError> {
+                    let pool = MemPool::new(PoolProps::new(Device::current()?))?; // retains (u64::MAX)
+                    Ok((Stream::non_blocking()?, pool))
+                };
+                bench_row(&mut group, row, setup, move |(stream, pool), k| {
+                    let start = Instant::now();
+                    for _ in 0..k {
+                        // SAFETY: dropped (cudaFreeAsync) without being read.
+                        let buffer = unsafe { StreamBuffer::<u8>::uninit_from(pool, stream, bytes)? };
+                        drop(black_box(buffer));
+                    }
+                    stream.synchronize()?;
+                    Ok(start.elapsed())
+                })
+            }
+            other => unreachable!("alloc row family {other} has no benchmark"),
+        }
+    }
+    // Leave the default pool as cuda-mem hands it out (retaining), whatever ran last.
+    if let Ok(device) = Device::current() {
+        let _ = MemPool::device_default(device);
+    }
+    group.finish();
+}
+
+/// Host memory of one copy row: what the C++ program copies from or into.
+enum Host<'a> {
+    Pageable(Vec<u8>),
+    Pinned(PinnedBuffer<u8>),
+    Registered(RegisteredHost<'a, u8>),
+}
+
+impl Host<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Host::Pageable(v) => v,
+            Host::Pinned(p) => p,
+            Host::Registered(r) => r,
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Host::Pageable(v) => v,
+            Host::Pinned(p) => p,
+            Host::Registered(r) => r,
+        }
+    }
+}
+
+/// Synchronous 256 MiB copies (GB/s). The blocking copies are `cudaMemcpy` underneath, like the
+/// C++ rows; `copy_from_device` also waits for the legacy stream after the device-to-device
+/// `cudaMemcpy`, and the C++ d2d row does the same (`cudaStreamSynchronize(0)`).
+fn bandwidth_section(c: &mut Criterion) {
+    let bytes = rows::COPY_BYTES as usize;
+    // Host buffers of the registered rows live here so that RegisteredHost can borrow them; they
+    // are allocated only when their row runs.
+    let mut registered_up = Vec::new();
+    let mut registered_down = Vec::new();
+    let mut group = group(c, Section::Bandwidth, Peer::CudaMem);
+    for row in rows::section_rows(Section::Bandwidth) {
+        if row.key == "d2d" {
+            let setup = || -> Result<(DeviceBuffer<u8>, DeviceBuffer<u8>), CudaError> {
+                let src = DeviceBuffer::<u8>::from_slice(&vec![1u8; bytes])?;
+                let dst = DeviceBuffer::<u8>::zeroed(bytes)?;
+                Ok((src, dst))
+            };
+            bench_row(&mut group, row, setup, |(src, dst), k| {
+                timed(k, || dst.as_mut_slice().copy_from_device(src.as_slice()))
+            });
+            continue;
+        }
+        let (direction, kind) = row.key.split_once('_').expect("copy keys are <direction>_<kind>");
+        let upload = direction == "h2d";
+        let registered_buffer = if upload { &mut registered_up } else { &mut registered_down };
+        let setup = move || -> Result<(Host<'_>, DeviceBuffer<u8>), CudaError> {
+            let host = match kind {
+                "pageable" => Host::Pageable(vec![1u8; bytes]), // every page written, like the C++ memset
+                "pinned" => Host::Pinned(PinnedBuffer::from_slice(&vec![1u8; bytes], HostAllocFlags::empty())?),
+                "wc" => Host::Pinned(PinnedBuffer::from_slice(&vec![1u8; bytes], HostAllocFlags::WRITE_COMBINED)?),
+                "registered" => {
+                    let registered_buffer = registered_buffer; // moved (not reborrowed): the borrow outlives the call
+                    registered_buffer.resize(bytes, 1);
+                    // Registered once, outside the timing, like the C++ row.
+                    Host::Registered(RegisteredHost::new(registered_buffer.as_mut_slice(), HostRegisterFlags::empty())?)
+                }
+                other => unreachable!("copy row kind {other} has no benchmark"),
+            };
+            Ok((host, DeviceBuffer::<u8>::from_slice(&vec![1u8; bytes])?))
+        };
+        bench_row(&mut group, row, setup, move |(host, device), k| {
+            if upload {
+                timed(k, || device.as_mut_slice().copy_from_host(host.bytes()))
+            } else {
+                timed(k, || device.as_slice().copy_to_host(host.bytes_mut()))
+            }
+        });
+    }
+    group.finish();
+}
+
+/// The 4-byte pattern the C++ program writes with `memset(.., 1, ..)`.
+const ONES: u32 = 0x0101_0101;
+
+/// One streaming read of `data` on `stream`, waited for: what the C++ program times per operation
+/// (cudaMemsetAsync of the sink + launch + cudaStreamSynchronize).
+fn read_once(
+    stream: &Stream,
+    data: cuda_mem::DeviceSlice<'_, u32>,
+    sink: &mut DeviceBuffer<u32>,
+) -> Result<(), CudaError> {
+    let sink = sink.as_mut_slice();
+    stream.scope(|s| stream_read_u32(s, data, &sink))?
+}
+
+/// The streaming-read kernel over device memory and mapped pinned host memory (GB/s).
+fn kernel_section(c: &mut Criterion) {
+    let mut group = group(c, Section::Kernel, Peer::CudaMem);
+    for row in rows::section_rows(Section::Kernel) {
+        let elems = (row.bytes / 4) as usize;
+        match row.key {
+            "read_device_1g" => {
+                let setup = || -> Result<_, CudaError> {
+                    let mut data = DeviceBuffer::<u32>::zeroed(elems)?;
+                    data.as_mut_slice().set_bytes(1)?;
+                    Ok((Stream::non_blocking()?, data, DeviceBuffer::<u32>::zeroed(1)?))
+                };
+                bench_row(&mut group, row, setup, |(stream, data, sink), k| {
+                    timed(k, || read_once(stream, data.as_slice(), sink))
+                });
+            }
+            "read_mapped_256m" => {
+                let setup = || -> Result<_, CudaError> {
+                    let mut host = PinnedBuffer::<u32>::zeroed_with_flags(elems, HostAllocFlags::MAPPED)?;
+                    host.fill(ONES);
+                    Ok((Stream::non_blocking()?, host, DeviceBuffer::<u32>::zeroed(1)?))
+                };
+                bench_row(&mut group, row, setup, |(stream, host, sink), k| {
+                    let view = host.device_view()?;
+                    timed(k, || read_once(stream, view, sink))
+                });
+            }
+            other => unreachable!("kernel row {other} has no benchmark"),
+        }
+    }
+    group.finish();
+}
+
+/// Managed memory read by the GPU (GB/s). The first-read rows rewrite the buffer on the CPU before
+/// each sample (untimed), then time [prefetch if any + streaming read + sync].
+fn managed_section(c: &mut Criterion) {
+    let mut group = group(c, Section::Managed, Peer::CudaMem);
+    for row in rows::section_rows(Section::Managed) {
+        let elems = (row.bytes / 4) as usize;
+        let (advise, prefetch) = match row.key {
+            "managed_first_read_fault_1g" => (false, false),
+            "managed_first_read_prefetch_1g" => (false, true),
+            "managed_first_read_advise_prefetch_1g" => (true, true),
+            "managed_resident_read_1g" => {
+                let setup = || -> Result<_, CudaError> {
+                    let device = Device::current()?;
+                    let stream = Stream::non_blocking()?;
+                    let mut data = ManagedBuffer::<u32>::zeroed(elems)?;
+                    data.host_mut()?.fill(ONES);
+                    data.prefetch(Location::Device(device), &stream)?;
+                    let mut sink = DeviceBuffer::<u32>::zeroed(1)?;
+                    read_once(&stream, data.as_device_slice(), &mut sink)?; // resident from here on
+                    Ok((stream, data, sink))
+                };
+                bench_row(&mut group, row, setup, |(stream, data, sink), k| {
+                    timed(k, || read_once(stream, data.as_device_slice(), sink))
+                });
+                continue;
+            }
+            other => unreachable!("managed row {other} has no benchmark"),
+        };
+        let setup = move || -> Result<_, CudaError> {
+            let device = Device::current()?;
+            let data = ManagedBuffer::<u32>::zeroed(elems)?;
+            if advise {
+                data.advise(Advice::SetPreferredLocation(Location::Device(device)))?;
+            }
+            Ok((device, Stream::non_blocking()?, data, DeviceBuffer::<u32>::zeroed(1)?))
+        };
+        bench_row(&mut group, row, setup, move |(device, stream, data, sink), k| {
+            data.host_mut()?.fill(ONES); // the CPU writes the buffer: untimed, like the C++ memset
+            let start = Instant::now();
+            for _ in 0..k {
+                if prefetch {
+                    data.prefetch(Location::Device(*device), stream)?;
+                }
+                read_once(stream, data.as_device_slice(), sink)?;
+            }
+            Ok(start.elapsed())
+        });
+    }
+    group.finish();
+}
+
+/// Diagnostic rows (group `ffi-alloc`, an extra column of the report): the stream-ordered alloc
+/// rows with the runtime called directly through `cuda_mem::sys` from this same process, so a gap
+/// between cuda-mem and the C++ program splits into the wrapper's cost (cuda-mem vs these rows)
+/// and the process's (these rows vs C++). On the H200 hosts the sub-µs pairs are bimodal between
+/// processes and rows (about 0.67 or 1.2 µs), which no wrapper comparison across processes can
+/// resolve to 2%.
+fn ffi_alloc_section(c: &mut Criterion) {
+    use cuda_mem::sys;
+    let check = |code: sys::cudaError_t, what: &str| -> Result<(), String> {
+        if code == sys::cudaError::cudaSuccess { Ok(()) } else { Err(format!("{what}: error {}", code.0)) }
+    };
+    let mut group = group(c, Section::Alloc, Peer::Ffi);
+    for row in rows::section_rows(Section::Alloc) {
+        let bytes = row.bytes as usize;
+        let family = row.family();
+        let (from_pool, sync_each) = match family {
+            "async_default_sync" | "async_retain_sync" => (false, true),
+            "async_retain_nosync" => (false, false),
+            "pool_odd" => (true, false),
+            _ => continue,
+        };
+        let retain = family != "async_default_sync";
+        let setup = move || -> Result<(Stream, MemPool), String> {
+            let device = Device::current().map_err(|e| e.to_string())?;
+            let pool = if from_pool {
+                MemPool::new(PoolProps::new(device)).map_err(|e| e.to_string())?
+            } else {
+                MemPool::device_default(device).map_err(|e| e.to_string())?
+            };
+            if !retain {
+                pool.set_release_threshold(0).map_err(|e| e.to_string())?;
+            }
+            Ok((Stream::non_blocking().map_err(|e| e.to_string())?, pool))
+        };
+        bench_row(&mut group, row, setup, move |(stream, pool), k| {
+            let (raw_stream, raw_pool) = (stream.as_raw(), pool.as_raw());
+            let start = Instant::now();
+            for _ in 0..k {
+                let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
+                let code = if from_pool {
+                    // SAFETY: `ptr` is valid for writes; pool and stream outlive the call.
+                    unsafe { sys::cudaMallocFromPoolAsync(&mut ptr, bytes, raw_pool, raw_stream) }
+                } else {
+                    // SAFETY: `ptr` is valid for writes; the stream outlives the call.
+                    unsafe { sys::cudaMallocAsync(&mut ptr, bytes, raw_stream) }
+                };
+                check(code, "cudaMallocAsync")?;
+                // SAFETY: `ptr` was just allocated on this stream and is freed once, unread.
+                check(unsafe { sys::cudaFreeAsync(black_box(ptr), raw_stream) }, "cudaFreeAsync")?;
+                if sync_each {
+                    // SAFETY: the stream handle is valid.
+                    check(unsafe { sys::cudaStreamSynchronize(raw_stream) }, "cudaStreamSynchronize")?;
+                }
+            }
+            if !sync_each {
+                // SAFETY: the stream handle is valid.
+                check(unsafe { sys::cudaStreamSynchronize(raw_stream) }, "cudaStreamSynchronize")?;
+            }
+            Ok(start.elapsed())
+        });
+    }
+    if let Ok(device) = Device::current() {
+        let _ = MemPool::device_default(device);
+    }
+    group.finish();
+}
+
+/// What cuda-mem adds beyond the families (criterion group `features`): the pinned caching pool,
+/// staged pageable copies, and resource adaptors. The report sets each against its baseline.
+fn features_section(c: &mut Criterion) {
+    use cuda_mem::resource::{
+        LimitingResource, MemoryResource, PoolResource, ResourceBuffer, StatisticsResource, TrackingResource,
+    };
+    use cuda_mem::{PinnedPool, StagedConfig, StagedCopier};
+    use cuda_mem_bench::features::{FEATURE_ROWS, GROUP};
+    use std::sync::Arc;
+
+    let mut group = c.benchmark_group(GROUP);
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_nanos(1))
+        .measurement_time(Duration::from_nanos(1))
+        .nresamples(10_000);
+    let row = |key: &str| FEATURE_ROWS.iter().find(|r| r.key == key).expect("in the catalogue").as_row();
+
+    for key in ["pinned_pool_hit_4k", "pinned_pool_hit_1m", "pinned_pool_hit_64m"] {
+        let row = row(key);
+        let bytes = row.bytes as usize;
+        bench_row(
+            &mut group,
+            &row,
+            || -> Result<PinnedPool, CudaError> {
+                let pool = PinnedPool::new(HostAllocFlags::empty());
+                drop(pool.alloc::<u8>(bytes)?); // the one miss, outside the timing
+                Ok(pool)
+            },
+            |pool, k| timed(k, || pool.alloc::<u8>(bytes).map(drop)),
+        );
+    }
+
+    for (key, upload) in
+        [("staged_h2d_256m", true), ("staged_d2h_256m", false), ("staged_h2d_1g", true), ("staged_d2h_1g", false)]
+    {
+        let row = row(key);
+        let bytes = row.bytes as usize;
+        bench_row(
+            &mut group,
+            &row,
+            || -> Result<_, CudaError> {
+                let copier = StagedCopier::new(StagedConfig::default())?;
+                let host: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
+                Ok((copier, host, DeviceBuffer::<u8>::zeroed(bytes)?))
+            },
+            |(copier, host, device), k| {
+                timed(k, || {
+                    if upload {
+                        copier.copy_to_device(&mut device.as_mut_slice(), host)
+                    } else {
+                        copier.copy_to_host(host, device.as_slice())
+                    }
+                })
+            },
+        );
+    }
+
+    let row_rcu = row("register_copy_unregister_h2d_256m");
+    let bytes = row_rcu.bytes as usize;
+    bench_row(
+        &mut group,
+        &row_rcu,
+        || -> Result<_, CudaError> { Ok((vec![1u8; bytes], DeviceBuffer::<u8>::zeroed(bytes)?)) },
+        |(host, device), k| {
+            timed(k, || {
+                let registered = RegisteredHost::new(host, HostRegisterFlags::empty())?;
+                device.as_mut_slice().copy_from_host(&registered)?;
+                registered.unregister().map(drop)
+            })
+        },
+    );
+
+    type Stack = fn(PoolResource) -> Arc<dyn MemoryResource>;
+    let stacks: [(&str, Stack); 4] = [
+        ("resource_pool_1m", |pool| Arc::new(pool)),
+        ("resource_stats_pool_1m", |pool| Arc::new(StatisticsResource::new(pool))),
+        ("resource_limit_stats_pool_1m", |pool| {
+            Arc::new(LimitingResource::new(StatisticsResource::new(pool), usize::MAX))
+        }),
+        ("resource_tracking_pool_1m", |pool| Arc::new(TrackingResource::new(pool, false))),
+    ];
+    for (key, stack) in stacks {
+        let row = row(key);
+        let bytes = row.bytes as usize;
+        bench_row(
+            &mut group,
+            &row,
+            || -> Result<_, CudaError> {
+                let pool = MemPool::device_default(Device::current()?)?; // retaining, like the raw row
+                Ok((stack(PoolResource::new(pool)), Stream::non_blocking()?))
+            },
+            |(resource, stream), k| {
+                let start = Instant::now();
+                for _ in 0..k {
+                    // SAFETY: never read; this measures allocation and free only.
+                    drop(unsafe { ResourceBuffer::<u8>::uninit(Arc::clone(resource), stream, bytes)? });
+                }
+                stream.synchronize()?;
+                Ok(start.elapsed())
+            },
+        );
+    }
+    group.finish();
+}

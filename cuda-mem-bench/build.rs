@@ -1,0 +1,117 @@
+//! Compiles `reference/raw_reference.cu`, the raw CUDA C++ yardstick, with nvcc into an executable,
+//! and tells the crate where it is (`RAW_REFERENCE_PATH`). A copy is placed at
+//! `<target-dir>/<profile>/raw_reference` (next to the `report` binary) when that folder can be
+//! recognised from `OUT_DIR`.
+//!
+//! nvcc is taken from, in order: `$DEP_CUDART_BIN/nvcc` (exported by cuda-mem-sys, the toolkit the
+//! workspace links against), `$NVCC`, `nvcc` on `PATH`. With `DOCS_RS` set nothing is compiled.
+
+use std::env;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SOURCE: &str = "reference/raw_reference.cu";
+const EXE: &str = "raw_reference";
+
+fn main() {
+    println!("cargo:rerun-if-changed={SOURCE}");
+    println!("cargo:rerun-if-changed=build.rs");
+    if env_var("DOCS_RS").is_some() {
+        println!("cargo:rustc-env=RAW_REFERENCE_PATH=");
+        return;
+    }
+    let nvcc = find_nvcc().unwrap_or_else(|tried| {
+        eprintln!("error: cuda-mem-bench needs nvcc to compile {SOURCE}. Places tried, in order:");
+        for place in tried {
+            eprintln!("  - {place}");
+        }
+        eprintln!("Fix: set NVCC to the nvcc executable, put nvcc on PATH, or let cuda-mem-sys find a full toolkit.");
+        std::process::exit(1);
+    });
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let exe = out_dir.join(EXE);
+    compile(&nvcc, &exe);
+
+    let published = profile_dir(&out_dir)
+        .map(|dir| dir.join(EXE))
+        .filter(|stable| match std::fs::copy(&exe, stable) {
+            Ok(_) => true,
+            Err(e) => {
+                println!("cargo:warning=could not copy raw_reference to {}: {e}", stable.display());
+                false
+            }
+        })
+        .unwrap_or(exe);
+    println!("cargo:rustc-env=RAW_REFERENCE_PATH={}", published.display());
+    // Also offered to dependents as DEP_CUDA_MEM_BENCH_RAW_REFERENCE.
+    println!("cargo:raw_reference={}", published.display());
+}
+
+/// Reads an environment variable and asks cargo to rerun when it changes.
+fn env_var(name: &str) -> Option<OsString> {
+    println!("cargo:rerun-if-env-changed={name}");
+    env::var_os(name).filter(|v| !v.is_empty())
+}
+
+fn find_nvcc() -> Result<PathBuf, Vec<String>> {
+    let mut tried = Vec::new();
+    match env_var("DEP_CUDART_BIN") {
+        Some(bin) => {
+            let nvcc = Path::new(&bin).join("nvcc");
+            if nvcc.is_file() {
+                return Ok(nvcc);
+            }
+            tried.push(format!("$DEP_CUDART_BIN (from cuda-mem-sys): {} does not exist", nvcc.display()));
+        }
+        None => tried.push("$DEP_CUDART_BIN (from cuda-mem-sys): not set (its toolkit has no bin folder)".into()),
+    }
+    match env_var("NVCC") {
+        Some(nvcc) if Path::new(&nvcc).is_file() => return Ok(nvcc.into()),
+        Some(nvcc) => tried.push(format!("$NVCC: {} does not exist", Path::new(&nvcc).display())),
+        None => tried.push("$NVCC: not set".into()),
+    }
+    if let Some(path) = env_var("PATH") {
+        if let Some(nvcc) = env::split_paths(&path).map(|dir| dir.join("nvcc")).find(|p| p.is_file()) {
+            return Ok(nvcc);
+        }
+    }
+    tried.push("nvcc on PATH: not found".into());
+    Err(tried)
+}
+
+fn compile(nvcc: &Path, exe: &Path) {
+    let mut cmd = Command::new(nvcc);
+    cmd.args(["-O2", "-std=c++17"])
+        .args(["-gencode", "arch=compute_90,code=[sm_90,compute_90]"])
+        .args(["-gencode", "arch=compute_80,code=sm_80"])
+        .args(["-cudart", "static"]);
+    if let Some(lib) = env_var("DEP_CUDART_LIB") {
+        let mut flag = OsString::from("-L");
+        flag.push(lib);
+        cmd.arg(flag);
+    }
+    cmd.arg("-o").arg(exe).arg(SOURCE);
+    let output = cmd.output().unwrap_or_else(|e| {
+        eprintln!("error: could not run {}: {e}", nvcc.display());
+        std::process::exit(1);
+    });
+    if !output.status.success() {
+        eprintln!("error: nvcc failed to compile {SOURCE} ({}): {cmd:?}", output.status);
+        eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+        eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+        std::process::exit(1);
+    }
+}
+
+/// `<target-dir>/<profile>` (or `<target-dir>/<triple>/<profile>`) from
+/// `OUT_DIR = <that>/build/cuda-mem-bench-<hash>/out`, checked against that shape.
+fn profile_dir(out_dir: &Path) -> Option<PathBuf> {
+    let package_dir = out_dir.parent()?;
+    let build_dir = package_dir.parent()?;
+    let is_shape = out_dir.file_name()? == "out"
+        && package_dir.file_name()?.to_str()?.starts_with("cuda-mem-bench-")
+        && build_dir.file_name()? == "build";
+    let profile = build_dir.parent()?;
+    (is_shape && profile.is_dir()).then(|| profile.to_path_buf())
+}
