@@ -11,14 +11,17 @@ pub fn run() -> Result<PathBuf> {
     provision::toolkit()?;
     let dir = util::target_dir().join("bundle");
     let _ = std::fs::remove_dir_all(&dir);
-    for sub in ["tests", "examples"] {
+    for sub in ["tests", "examples", "bench"] {
         std::fs::create_dir_all(dir.join(sub)).map_err(|e| format!("create {}: {e}", dir.display()))?;
     }
     let tests =
         build(&["test", "--workspace", "--exclude", "xtask", "--no-run", "--release"], |kind| kind != "example")?;
     let examples =
         build(&["build", "--workspace", "--exclude", "xtask", "--examples", "--release"], |kind| kind == "example")?;
-    for (sub, exes) in [("tests", tests), ("examples", examples)] {
+    let mut bench = build(&["bench", "-p", "cuda-mem-bench", "--features", "cudarc", "--no-run"], |kind| kind == "bench")?;
+    bench.extend(build(&["build", "--release", "-p", "cuda-mem-bench", "--bin", "report"], |kind| kind == "bin")?);
+    bench.push(util::target_dir().join("release").join("raw_reference"));
+    for (sub, exes) in [("tests", tests), ("examples", examples), ("bench", bench)] {
         for exe in exes {
             let name = exe.file_name().expect("an executable has a name");
             let copy = dir.join(sub).join(name);
@@ -65,10 +68,13 @@ fn make_executable(path: &Path) -> Result {
 }
 
 const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
-# Runs every test executable with the GPU tests included, then the examples. Needs only the driver.
-# Usage: ./run                      tests and examples
-#        ./run --sanitize [TOOL]    tests under compute-sanitizer: TOOL (memcheck, racecheck,
-#                                   synccheck) or all three
+# Runs the GPU suite on a host that has only the NVIDIA driver.
+#   ./run                     every test executable (GPU tests included), then the examples
+#   ./run --sanitize [TOOL]   the tests under compute-sanitizer TOOL (memcheck, racecheck,
+#                             synccheck) or all three
+#   ./run --bench OUT         raw C++ reference, criterion benchmarks, a second reference run of
+#                             the allocation rows (noise floor), and the report in OUT/report
+# STRESS_SECONDS bounds the stress example (default 300).
 set -u
 cd "$(dirname "$0")"
 skip=(--skip no_driver_)
@@ -77,25 +83,45 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 fail=0
 run_tests() {
   for t in tests/*; do
+    # The fat-binary check reads the static library in the build tree: a build-machine test.
+    case "$t" in tests/embedded_fatbin-*) continue ;; esac
     echo "== $* $t"
     # GPU tests are ignored by default; the no-driver tests assert the absence of a GPU;
     # gpu2_ tests need two GPUs.
     "$@" "$t" --include-ignored "${skip[@]}" --test-threads=4 || fail=1
   done
 }
-if [ "${1:-}" = "--sanitize" ]; then
-  sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
-  for tool in ${2:-memcheck racecheck synccheck}; do
-    extra=()
-    [ "$tool" = memcheck ] && extra=(--leak-check full)
-    run_tests "$sanitizer" --tool "$tool" --error-exitcode 99 "${extra[@]}"
-  done
-  exit $fail
-fi
-run_tests
-for e in examples/*; do
-  echo "== $e"
-  "$e" || fail=1
-done
+example() {
+  echo "== examples/$*"
+  "examples/$1" "${@:2}" || fail=1
+}
+case "${1:-}" in
+  --sanitize)
+    sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+    for tool in ${2:-memcheck racecheck synccheck}; do
+      extra=()
+      [ "$tool" = memcheck ] && extra=(--leak-check full)
+      run_tests "$sanitizer" --tool "$tool" --error-exitcode 99 "${extra[@]}"
+    done
+    ;;
+  --bench)
+    out=${2:?usage: ./run --bench OUT}
+    mkdir -p "$out"
+    bench/raw_reference > "$out/raw.jsonl" || fail=1
+    CRITERION_HOME="$out/criterion" bench/families-* --bench || fail=1
+    bench/raw_reference alloc > "$out/raw-rerun.jsonl" || fail=1
+    bench/report --raw "$out/raw.jsonl" --raw-rerun "$out/raw-rerun.jsonl" --criterion "$out/criterion" \
+      --cudarc "$out/criterion" --out "$out/report" || fail=1
+    ;;
+  *)
+    run_tests
+    for e in smoke device_memory pinned_memory mapped_and_registered managed_memory stream_ordered \
+             inference_loop kernel_bandwidth; do
+      example "$e"
+    done
+    example stress --threads 8 --streams 4 --ops 100000 --seconds "${STRESS_SECONDS:-300}"
+    [ "$gpus" -ge 2 ] && example peer_bandwidth
+    ;;
+esac
 exit $fail
 "#;
