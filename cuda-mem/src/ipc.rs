@@ -242,7 +242,7 @@ impl<T: Pod> fmt::Debug for ExportedStreamBuffer<T> {
 impl<T: Pod> StreamBuffer<T> {
     /// Exports the buffer's memory for another process that imported its pool
     /// (`cudaMemPoolExportPointer`). The buffer must come from a pool created with
-    /// [`ShareableHandle::PosixFileDescriptor`].
+    /// [`ShareableHandle::PosixFileDescriptor`] and already exported with [`MemPool::export_fd`].
     pub fn export(self) -> Result<(ExportedStreamBuffer<T>, PoolPointerExport)> {
         let bytes = byte_len::<T>(self.len(), "cudaMemPoolExportPointer")?;
         let mut data = sys::cudaMemPoolPtrExportData::default();

@@ -78,11 +78,12 @@ fn pool_path() {
     let pool = MemPool::new(PoolProps::new(device).shareable(ShareableHandle::PosixFileDescriptor)).unwrap();
     let buffer = StreamBuffer::<u32>::zeroed_from(&pool, &stream, LEN).unwrap();
     stream.synchronize().unwrap(); // the importer may use it only after the allocation completed
-    let (exported, export) = buffer.export().unwrap();
+    // The pool is shared first: pointers can be exported only from an already shared pool.
     let supported = device.attribute(DeviceAttribute::MemoryPoolSupportedHandleTypes).unwrap();
     let fd = pool
         .export_fd()
         .unwrap_or_else(|err| panic!("{err} (device's supported pool handle types: {supported:#x}; POSIX fd is 0x1)"));
+    let (exported, export) = buffer.export().unwrap_or_else(|err| panic!("{err}"));
     run_child("pool", &export.to_bytes(), Some(fd.as_fd()));
     assert_same(&exported.as_slice().to_vec().unwrap(), &pattern(LEN, SEED));
     // SAFETY: the child process dropped its import and exited.

@@ -18,7 +18,8 @@ pub fn run() -> Result<PathBuf> {
         build(&["test", "--workspace", "--exclude", "xtask", "--no-run", "--release"], |kind| kind != "example")?;
     let examples =
         build(&["build", "--workspace", "--exclude", "xtask", "--examples", "--release"], |kind| kind == "example")?;
-    let mut bench = build(&["bench", "-p", "cuda-mem-bench", "--features", "cudarc", "--no-run"], |kind| kind == "bench")?;
+    let mut bench =
+        build(&["bench", "-p", "cuda-mem-bench", "--features", "cudarc", "--no-run"], |kind| kind == "bench")?;
     bench.extend(build(&["build", "--release", "-p", "cuda-mem-bench", "--bin", "report"], |kind| kind == "bin")?);
     bench.push(util::target_dir().join("release").join("raw_reference"));
     for (sub, exes) in [("tests", tests), ("examples", examples), ("bench", bench)] {
