@@ -75,7 +75,8 @@ const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #                             synccheck) or all three
 #   ./run --bench OUT         raw C++ reference, criterion benchmarks, a second reference run of
 #                             the allocation rows (noise floor), and the report in OUT/report
-# STRESS_SECONDS bounds the stress example (default 300).
+# STRESS_SECONDS bounds the stress example (default 300); BENCH_RERUN=0 skips the second
+# reference run.
 set -u
 cd "$(dirname "$0")"
 skip=(--skip no_driver_)
@@ -110,8 +111,12 @@ case "${1:-}" in
     mkdir -p "$out"
     bench/raw_reference > "$out/raw.jsonl" || fail=1
     CRITERION_HOME="$out/criterion" bench/families-* --bench || fail=1
-    bench/raw_reference alloc > "$out/raw-rerun.jsonl" || fail=1
-    bench/report --raw "$out/raw.jsonl" --raw-rerun "$out/raw-rerun.jsonl" --criterion "$out/criterion" \
+    rerun=()
+    if [ "${BENCH_RERUN:-1}" = 1 ]; then
+      bench/raw_reference alloc > "$out/raw-rerun.jsonl" || fail=1
+      rerun=(--raw-rerun "$out/raw-rerun.jsonl")
+    fi
+    bench/report --raw "$out/raw.jsonl" "${rerun[@]}" --criterion "$out/criterion" \
       --cudarc "$out/criterion" --out "$out/report" || fail=1
     ;;
   *)
