@@ -25,6 +25,7 @@ fn every_resource() -> Vec<Arc<dyn MemoryResource>> {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_every_resource_allocates_round_trips_and_frees() {
+    let _device = common::shared();
     let stream = Stream::non_blocking().unwrap();
     let want = pattern(MIB, 21);
     for resource in every_resource() {
@@ -51,6 +52,7 @@ fn gpu_every_resource_allocates_round_trips_and_frees() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_default_resource_is_the_retaining_pool_and_can_be_replaced() {
+    let _device = common::shared();
     let device = device();
     let default = default_resource(device).unwrap();
     assert_eq!(default.kind(), MemoryKind::Device);
@@ -66,6 +68,7 @@ fn gpu_default_resource_is_the_retaining_pool_and_can_be_replaced() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_out_of_memory_messages_carry_the_figures() {
+    let _device = common::exclusive();
     let stream = Stream::non_blocking().unwrap();
     let pool = MemPool::new(PoolProps::new(device())).unwrap();
     let capped: Arc<dyn MemoryResource> =
@@ -81,13 +84,17 @@ fn gpu_out_of_memory_messages_carry_the_figures() {
 
     let (free, total) = device().mem_get_info().unwrap();
     let too_big = total + (1 << 30);
-    let real = ResourceBuffer::<u8>::zeroed(Arc::new(PoolResource::new(pool)), &stream, too_big).unwrap_err();
+    let real = ResourceBuffer::<u8>::zeroed(Arc::new(PoolResource::new(pool.clone())), &stream, too_big).unwrap_err();
     let message = real.to_string();
     assert_eq!(real.code(), Some(ErrorCode::MEMORY_ALLOCATION), "{message}");
     assert!(message.contains(&format!("{too_big} bytes requested")), "{message}");
     assert!(message.contains("pool reserved") && message.contains("MemPool::trim_to"), "{message}");
     let ErrorKind::OutOfMemory { report, .. } = real.kind() else { panic!("{message}") };
     assert!(report.free.unwrap() <= free + (1 << 30) && report.total == Some(total));
+    // A failed pool allocation may leave memory reserved in the pool: hand it back.
+    stream.synchronize().unwrap();
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().unwrap().reserved_current, 0);
     let plain = ResourceBuffer::<u8>::zeroed(Arc::new(DeviceResource::new(device())), &stream, too_big).unwrap_err();
     assert!(plain.to_string().contains("free of"), "{plain}");
 }
@@ -95,6 +102,7 @@ fn gpu_out_of_memory_messages_carry_the_figures() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_tracking_reports_a_leak_with_its_backtrace() {
+    let _device = common::shared();
     let stream = Stream::non_blocking().unwrap();
     let tracked = Arc::new(TrackingResource::new(DeviceResource::new(device()), true));
     let kept = ResourceBuffer::<u8>::zeroed(tracked.clone(), &stream, 12345).unwrap();
@@ -111,6 +119,7 @@ fn gpu_tracking_reports_a_leak_with_its_backtrace() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_recorded_workload_replays_with_the_same_peak() {
+    let _device = common::shared();
     let stream = Stream::non_blocking().unwrap();
     let path = std::env::temp_dir().join(format!("cuda-mem-replay-{}.csv", std::process::id()));
     let pool = MemPool::new(PoolProps::new(device())).unwrap();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_pinned_pool_reuses_blocks_and_counts_exactly() {
+    let _device = common::shared();
     let pool = PinnedPool::new(HostAllocFlags::empty());
     for bytes in [4096usize, MIB, 64 * MIB] {
         for _ in 0..5 {
@@ -28,6 +29,7 @@ fn gpu_pinned_pool_reuses_blocks_and_counts_exactly() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_pinned_pool_blocks_are_copy_sources_and_mapped_views_work() {
+    let _device = common::shared();
     let stream = Stream::non_blocking().unwrap();
     let mapped_pool = PinnedPool::new(HostAllocFlags::MAPPED | HostAllocFlags::PORTABLE);
     let want = pattern(MIB / 4, 8);
@@ -49,6 +51,7 @@ fn gpu_pinned_pool_blocks_are_copy_sources_and_mapped_views_work() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_pinned_pool_never_hands_out_a_block_with_dma_in_flight() {
+    let _device = common::exclusive();
     let pool = PinnedPool::new(HostAllocFlags::empty());
     let stream = Stream::non_blocking().unwrap();
     let bytes = 256 * MIB;
@@ -56,6 +59,15 @@ fn gpu_pinned_pool_never_hands_out_a_block_with_dma_in_flight() {
     let mut first = pool.alloc::<u8>(bytes).unwrap();
     first.fill(1);
     let first_ptr = first.as_ptr();
+    // A host function that sleeps holds the stream, so the DMAs behind it are surely pending when
+    // the pool decides (this test holds the device alone: no other test's synchronizing call
+    // such as cudaFreeHost can drain the stream meanwhile).
+    unsafe extern "C" fn hold_the_stream(_: *mut std::ffi::c_void) {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    // SAFETY: a valid stream and a callback that makes no CUDA call.
+    let code = unsafe { sys::cudaLaunchHostFunc(stream.as_raw(), Some(hold_the_stream), std::ptr::null_mut()) };
+    assert_eq!(code, sys::cudaError::cudaSuccess);
     // Queue several DMAs reading the block, outside any scope, then give the block back.
     for _ in 0..8 {
         // SAFETY: the pool keeps the block alive and unused until the recorded event completes;
@@ -73,8 +85,8 @@ fn gpu_pinned_pool_never_hands_out_a_block_with_dma_in_flight() {
     }
     first.record_use(&stream).unwrap();
     drop(first);
-    // ~40 ms of DMA is queued; the pool decides within microseconds (the miss that follows
-    // takes longer, so the check comes first).
+    // The stream is held for 300 ms with 2 GiB of DMA behind it; the pool decides within
+    // microseconds.
     let in_flight = !stream.is_idle().unwrap();
     let second = pool.alloc::<u8>(bytes).unwrap();
     if in_flight {
@@ -85,12 +97,13 @@ fn gpu_pinned_pool_never_hands_out_a_block_with_dma_in_flight() {
     let third = pool.alloc::<u8>(bytes).unwrap();
     let fourth = pool.alloc::<u8>(bytes).unwrap();
     assert!(third.as_ptr() == first_ptr || fourth.as_ptr() == first_ptr);
-    assert!(in_flight, "2 GiB of DMA finished before the next allocation: the test proved nothing");
+    assert!(in_flight, "the DMA finished before the next allocation: the test proved nothing");
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_staged_copies_are_exact_for_every_size_from_1_byte_to_1_gib() {
+    let _device = common::shared();
     let copier = StagedCopier::new(StagedConfig::default()).unwrap();
     let mut sizes: Vec<usize> = vec![1, 3, 4095, 4096, 4097, 65_537, MIB - 1, 4 * MIB - 1, 4 * MIB, 4 * MIB + 1];
     sizes.extend([16441, 67_121_209, 100 * MIB + 13, 256 * MIB, 1024 * MIB]);
@@ -115,6 +128,7 @@ fn gpu_staged_copies_are_exact_for_every_size_from_1_byte_to_1_gib() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_staging_stress_many_threads_and_streams() {
+    let _device = common::shared();
     let device = Device::current().unwrap();
     let copier =
         Arc::new(StagedCopier::new(StagedConfig { lanes: 6, chunk_bytes: 2 * MIB, small_copy_bytes: MIB }).unwrap());

@@ -31,3 +31,17 @@ pub fn assert_same(got: &[u32], want: &[u32]) {
 
 pub const KIB: usize = 1 << 10;
 pub const MIB: usize = 1 << 20;
+
+/// Tests that need the device to themselves (no other test's synchronizing calls such as
+/// `cudaFreeHost`, or no memory pressure from them) take this for writing; the others for reading.
+pub static EXCLUSIVE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// A shared hold on the device (most tests).
+pub fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    EXCLUSIVE.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The device to this test alone.
+pub fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    EXCLUSIVE.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
