@@ -49,8 +49,8 @@ fuzz_target!(|input: (u32, Vec<Op>)| {
         assert_eq!(stack.in_use(), current);
         let stats = stack.inner().stats();
         assert_eq!((stats.current_bytes, stats.peak_bytes, stats.total_count), (current, peak, total));
-        assert_eq!(stack.inner().inner().outstanding().len(), live.len());
     }
+    assert_eq!(stack.inner().inner().outstanding().len(), live.len());
     for (ptr, bytes) in live {
         // SAFETY: as above.
         unsafe { stack.deallocate(ptr, bytes, s) };
