@@ -80,17 +80,26 @@ pub fn sanitize() -> Result {
     util::run(std::process::Command::new(dir.join("run")).arg("--sanitize"))
 }
 
-const FUZZ_TARGETS: [&str; 5] = ["size_classes", "staged_plan", "pinned_cache", "resource_adaptors", "replay_log"];
+/// Each target with its input size cap (the resource and log targets run many operations per byte).
+const FUZZ_TARGETS: [(&str, u32); 5] = [
+    ("size_classes", 2048),
+    ("staged_plan", 2048),
+    ("pinned_cache", 2048),
+    ("resource_adaptors", 512),
+    ("replay_log", 512),
+];
 
 /// Each fuzz target for `runs` executions (needs the nightly toolchain and cargo-fuzz).
 pub fn fuzz(runs: u64) -> Result {
     let toolkit = provision::toolkit()?;
-    for target in FUZZ_TARGETS {
+    for (target, max_len) in FUZZ_TARGETS {
         util::run(
             std::process::Command::new("cargo")
                 .current_dir(util::workspace_root().join("fuzz"))
                 .env("CUDA_PATH", &toolkit.root)
-                .args(["+nightly", "fuzz", "run", "-O", target, "--", &format!("-runs={runs}"), "-max_len=4096"]),
+                .args(["+nightly", "fuzz", "run", "-O", target, "--"])
+                .arg(format!("-runs={runs}"))
+                .arg(format!("-max_len={max_len}")),
         )?;
     }
     Ok(())
