@@ -3,6 +3,10 @@
 //! `<target-dir>/<profile>/raw_reference` (next to the `report` binary) when that folder can be
 //! recognised from `OUT_DIR`.
 //!
+//! Also compiles `reference/in_process.cpp` (the same C++ allocation batches, `alloc_batches.h`,
+//! behind a C ABI) into a static library for the `paired` benchmark, with the host C++ compiler and
+//! the toolkit's headers (`DEP_CUDART_INCLUDE`); cudart itself comes from cuda-mem-sys.
+//!
 //! nvcc is taken from, in order: `$DEP_CUDART_BIN/nvcc` (exported by cuda-mem-sys, the toolkit the
 //! workspace links against), `$NVCC`, `nvcc` on `PATH`. With `DOCS_RS` set nothing is compiled.
 
@@ -13,10 +17,14 @@ use std::process::Command;
 
 const SOURCE: &str = "reference/raw_reference.cu";
 const EXE: &str = "raw_reference";
+const SHARED_HEADER: &str = "reference/alloc_batches.h";
+const IN_PROCESS: &str = "reference/in_process.cpp";
 
 fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed={SHARED_HEADER}");
+    println!("cargo:rerun-if-changed={IN_PROCESS}");
     if env_var("DOCS_RS").is_some() {
         println!("cargo:rustc-env=RAW_REFERENCE_PATH=");
         return;
@@ -32,6 +40,7 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let exe = out_dir.join(EXE);
     compile(&nvcc, &exe);
+    compile_in_process();
 
     let published = profile_dir(&out_dir)
         .map(|dir| dir.join(EXE))
@@ -102,6 +111,19 @@ fn compile(nvcc: &Path, exe: &Path) {
         eprintln!("{}", String::from_utf8_lossy(&output.stderr));
         std::process::exit(1);
     }
+}
+
+/// The C ABI over `alloc_batches.h` (library `cm_in_process`, linked into this crate).
+fn compile_in_process() {
+    let mut build = cc::Build::new();
+    build.cpp(true).std("c++17").opt_level(2).warnings(true).file(IN_PROCESS).include("reference");
+    if let Some(includes) = env_var("DEP_CUDART_INCLUDE") {
+        for dir in env::split_paths(&includes) {
+            build.include(dir);
+        }
+    }
+    // Host-only code with no C++ runtime use: nothing to link beyond cudart (from cuda-mem-sys).
+    build.cpp_link_stdlib(None).compile("cm_in_process");
 }
 
 /// `<target-dir>/<profile>` (or `<target-dir>/<triple>/<profile>`) from

@@ -19,7 +19,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
 use cuda_mem::{
     Advice, CudaError, Device, DeviceBuffer, HostAllocFlags, HostRegisterFlags, Location, ManagedBuffer, MemPool,
-    PinnedBuffer, PoolProps, RegisteredHost, Stream, StreamBuffer,
+    PinnedBuffer, PoolProps, RegisteredHost, Stream,
 };
 use cuda_mem_bench::rows::{self, Peer, Row, Section, Unit, group_id};
 use cuda_mem_kernels::stream_read_u32;
@@ -29,6 +29,10 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "cudarc")]
 #[path = "families/peer_cudarc.rs"]
 mod peer_cudarc;
+
+#[path = "shared/alloc_rows.rs"]
+mod alloc_rows;
+use alloc_rows::AllocRow;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -117,113 +121,11 @@ fn timed(k: u32, mut op: impl FnMut() -> Result<(), CudaError>) -> Result<Durati
     Ok(start.elapsed())
 }
 
-fn host_flags(family: &str) -> Option<HostAllocFlags> {
-    Some(match family {
-        "malloc_host" => HostAllocFlags::empty(),
-        "host_alloc_portable" => HostAllocFlags::PORTABLE,
-        "host_alloc_mapped" => HostAllocFlags::MAPPED,
-        "host_alloc_wc" => HostAllocFlags::WRITE_COMBINED,
-        _ => return None,
-    })
-}
-
 /// Allocation + free pairs (µs per pair).
 fn alloc_section(c: &mut Criterion) {
     let mut group = group(c, Section::Alloc, Peer::CudaMem);
     for row in rows::section_rows(Section::Alloc) {
-        let bytes = row.bytes as usize;
-        let family = row.family();
-        match family {
-            "malloc" => bench_row(
-                &mut group,
-                row,
-                || Ok(()),
-                |_, k| {
-                    timed(k, || {
-                        // SAFETY: the buffer is dropped (cudaFree) without being read.
-                        let buffer = unsafe { DeviceBuffer::<u8>::uninit(bytes)? };
-                        drop(black_box(buffer));
-                        Ok(())
-                    })
-                },
-            ),
-            _ if host_flags(family).is_some() => {
-                let flags = host_flags(family).unwrap_or_default();
-                bench_row(
-                    &mut group,
-                    row,
-                    || Ok(()),
-                    move |_, k| {
-                        timed(k, || {
-                            // SAFETY: the buffer is dropped (cudaFreeHost) without being read.
-                            let buffer = unsafe { PinnedBuffer::<u8>::uninit(bytes, flags)? };
-                            drop(black_box(buffer));
-                            Ok(())
-                        })
-                    },
-                )
-            }
-            // ManagedBuffer only has zeroed constructors: the CPU writes every byte, and the C++
-            // row does the same (cudaMallocManaged + memset + cudaFree).
-            "managed" => bench_row(
-                &mut group,
-                row,
-                || Ok(()),
-                |_, k| {
-                    timed(k, || {
-                        drop(black_box(ManagedBuffer::<u8>::zeroed(bytes)?));
-                        Ok(())
-                    })
-                },
-            ),
-            "async_default_sync" | "async_retain_sync" | "async_retain_nosync" => {
-                let retain = family != "async_default_sync";
-                let sync_each = family != "async_retain_nosync";
-                let setup = move || -> Result<(Stream, MemPool), CudaError> {
-                    let pool = MemPool::device_default(Device::current()?)?; // release threshold u64::MAX
-                    if !retain {
-                        pool.set_release_threshold(0)?; // the driver's default
-                    }
-                    Ok((Stream::non_blocking()?, pool))
-                };
-                bench_row(&mut group, row, setup, move |(stream, _pool), k| {
-                    let start = Instant::now();
-                    for _ in 0..k {
-                        // SAFETY: dropped (cudaFreeAsync) without being read.
-                        let buffer = unsafe { StreamBuffer::<u8>::uninit(stream, bytes)? };
-                        drop(black_box(buffer));
-                        if sync_each {
-                            stream.synchronize()?;
-                        }
-                    }
-                    if !sync_each {
-                        stream.synchronize()?;
-                    }
-                    Ok(start.elapsed())
-                })
-            }
-            "pool_odd" => {
-                let setup = || -> Result<(Stream, MemPool), CudaError> {
-                    let pool = MemPool::new(PoolProps::new(Device::current()?))?; // retains (u64::MAX)
-                    Ok((Stream::non_blocking()?, pool))
-                };
-                bench_row(&mut group, row, setup, move |(stream, pool), k| {
-                    let start = Instant::now();
-                    for _ in 0..k {
-                        // SAFETY: dropped (cudaFreeAsync) without being read.
-                        let buffer = unsafe { StreamBuffer::<u8>::uninit_from(pool, stream, bytes)? };
-                        drop(black_box(buffer));
-                    }
-                    stream.synchronize()?;
-                    Ok(start.elapsed())
-                })
-            }
-            other => unreachable!("alloc row family {other} has no benchmark"),
-        }
-    }
-    // Leave the default pool as cuda-mem hands it out (retaining), whatever ran last.
-    if let Ok(device) = Device::current() {
-        let _ = MemPool::device_default(device);
+        bench_row(&mut group, row, || AllocRow::setup(row), |alloc, k| alloc.cuda_mem(k));
     }
     group.finish();
 }

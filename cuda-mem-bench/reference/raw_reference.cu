@@ -26,6 +26,8 @@
 
 #include <cuda_runtime.h>
 
+#include "alloc_batches.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -317,11 +319,7 @@ void alloc_section(int device) {
     for (size_t bytes : ALLOC_SIZES) {
         const Plan& p = plan((std::string("malloc_") + size_suffix(bytes)).c_str());
         double t = measure(p, no_setup, [&](int k) {
-            for (int i = 0; i < k; ++i) {
-                void* ptr = nullptr;
-                CHECK(cudaMalloc(&ptr, bytes));
-                CHECK(cudaFree(ptr));
-            }
+            CHECK(alloc_batches::device(bytes, k));
         });
         emit_us(p, t, "cudaMalloc + cudaFree");
     }
@@ -329,11 +327,7 @@ void alloc_section(int device) {
     for (size_t bytes : ALLOC_SIZES) {
         const Plan& p = plan((std::string("malloc_host_") + size_suffix(bytes)).c_str());
         double t = measure(p, no_setup, [&](int k) {
-            for (int i = 0; i < k; ++i) {
-                void* ptr = nullptr;
-                CHECK(cudaMallocHost(&ptr, bytes));
-                CHECK(cudaFreeHost(ptr));
-            }
+            CHECK(alloc_batches::malloc_host(bytes, k));
         });
         emit_us(p, t, "cudaMallocHost + cudaFreeHost");
     }
@@ -352,11 +346,7 @@ void alloc_section(int device) {
         for (size_t bytes : ALLOC_SIZES) {
             const Plan& p = plan((std::string(f.prefix) + size_suffix(bytes)).c_str());
             double t = measure(p, no_setup, [&](int k) {
-                for (int i = 0; i < k; ++i) {
-                    void* ptr = nullptr;
-                    CHECK(cudaHostAlloc(&ptr, bytes, f.flags));
-                    CHECK(cudaFreeHost(ptr));
-                }
+                CHECK(alloc_batches::host_alloc(bytes, f.flags, k));
             });
             emit_us(p, t, f.detail);
         }
@@ -367,12 +357,7 @@ void alloc_section(int device) {
     for (size_t bytes : ALLOC_SIZES) {
         const Plan& p = plan((std::string("managed_") + size_suffix(bytes)).c_str());
         double t = measure(p, no_setup, [&](int k) {
-            for (int i = 0; i < k; ++i) {
-                void* ptr = nullptr;
-                CHECK(cudaMallocManaged(&ptr, bytes, cudaMemAttachGlobal));
-                std::memset(ptr, 0, bytes);
-                CHECK(cudaFree(ptr));
-            }
+            CHECK(alloc_batches::managed(bytes, k));
         });
         emit_us(p, t,
                 "cudaMallocManaged + memset on the host (every page touched) + cudaFree: cuda-mem's ManagedBuffer "
@@ -407,17 +392,7 @@ void alloc_section(int device) {
         for (size_t bytes : ALLOC_SIZES) {
             const Plan& p = plan((std::string(v.prefix) + size_suffix(bytes)).c_str());
             double t = measure(p, no_setup, [&](int k) {
-                for (int i = 0; i < k; ++i) {
-                    void* ptr = nullptr;
-                    CHECK(cudaMallocAsync(&ptr, bytes, stream));
-                    CHECK(cudaFreeAsync(ptr, stream));
-                    if (v.sync_each) {
-                        CHECK(cudaStreamSynchronize(stream));
-                    }
-                }
-                if (!v.sync_each) {
-                    CHECK(cudaStreamSynchronize(stream));
-                }
+                CHECK(alloc_batches::stream_ordered(bytes, nullptr, stream, v.sync_each, k));
             });
             emit_us(p, t, v.detail);
         }
@@ -435,12 +410,7 @@ void alloc_section(int device) {
     for (size_t bytes : {size_t{16441}, size_t{67121209}}) {
         const Plan& p = plan(("pool_odd_" + std::to_string(bytes)).c_str());
         double t = measure(p, no_setup, [&](int k) {
-            for (int i = 0; i < k; ++i) {
-                void* ptr = nullptr;
-                CHECK(cudaMallocFromPoolAsync(&ptr, bytes, pool, stream));
-                CHECK(cudaFreeAsync(ptr, stream));
-            }
-            CHECK(cudaStreamSynchronize(stream));
+            CHECK(alloc_batches::stream_ordered(bytes, pool, stream, false, k));
         });
         emit_us(p, t,
                 "cudaMallocFromPoolAsync + cudaFreeAsync (created pool, release threshold UINT64_MAX), one "

@@ -2,14 +2,14 @@
 
 use crate::inputs::{self, Samples};
 use crate::rows::{Peer, ROWS, group_id};
-use crate::{claims, join, plots, render};
+use crate::{claims, join, paired, plots, render};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Usage text of `report`.
 pub const USAGE: &str = "\
-usage: report --raw RAW.jsonl --criterion DIR [--cudarc DIR] [--raw-rerun RAW2.jsonl] --out DIR
-              [--date YYYY-MM-DD]
+usage: report --raw RAW.jsonl --criterion DIR [--cudarc DIR] [--raw-rerun RAW2.jsonl]
+              [--paired PAIRED.jsonl] --out DIR [--date YYYY-MM-DD]
        report --raw-reference-path
 
 Joins the raw CUDA C++ rows (raw_reference's output) with criterion's samples (DIR is criterion's
@@ -18,7 +18,8 @@ bandwidth, kernel, managed, the direct-FFI diagnostic rows ffi-alloc; cudarc's a
 ...; --cudarc may name the same folder) and
 writes DIR/report.md, DIR/results.json, DIR/latency.svg and DIR/bandwidth.svg. --raw-rerun names
 a second run of raw_reference (e.g. after the benchmark): its ratio to the first is shown as each
-row's noise floor.
+row's noise floor. --paired names the output of the `paired` benchmark (cuda-mem and raw C++
+interleaved in one process): its ratios are the ones the targets are judged by where present.
 
 --raw-reference-path prints where the build put the raw_reference executable.";
 
@@ -44,6 +45,8 @@ pub struct Options {
     pub cudarc: Option<PathBuf>,
     /// A second run of the C++ program, for the noise floor.
     pub raw_rerun: Option<PathBuf>,
+    /// The `paired` benchmark's output.
+    pub paired: Option<PathBuf>,
     /// Where to write.
     pub out: PathBuf,
     /// Report date; today (UTC) when absent.
@@ -53,7 +56,8 @@ pub struct Options {
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut args = args.into_iter();
-    let (mut raw, mut criterion, mut cudarc, mut out, mut date, mut rerun) = (None, None, None, None, None, None);
+    let (mut raw, mut criterion, mut cudarc, mut out, mut date, mut rerun, mut paired) =
+        (None, None, None, None, None, None, None);
     while let Some(flag) = args.next() {
         let slot = match flag.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
@@ -62,6 +66,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
             "--criterion" => &mut criterion,
             "--cudarc" => &mut cudarc,
             "--raw-rerun" => &mut rerun,
+            "--paired" => &mut paired,
             "--out" => &mut out,
             "--date" => &mut date,
             other => return Err(format!("unknown argument {other:?}")),
@@ -74,6 +79,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
         criterion: criterion.ok_or_else(|| missing("--criterion"))?.into(),
         cudarc: cudarc.map(PathBuf::from),
         raw_rerun: rerun.map(PathBuf::from),
+        paired: paired.map(PathBuf::from),
         out: out.ok_or_else(|| missing("--out"))?.into(),
         date,
     }))
@@ -118,6 +124,14 @@ pub fn run(options: &Options) -> Result<PathBuf, String> {
     if let Some(rerun) = &options.raw_rerun {
         join::add_rerun(&mut rows, &read_raw(rerun)?);
     }
+    let paired = match &options.paired {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+            paired::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => BTreeMap::new(),
+    };
+    join::add_paired(&mut rows, &paired);
     let claims = claims::check(&raw);
     std::fs::create_dir_all(&options.out).map_err(|e| format!("creating {}: {e}", options.out.display()))?;
     let mut plot_files = Vec::new();
@@ -138,11 +152,15 @@ pub fn run(options: &Options) -> Result<PathBuf, String> {
     let feature_results = crate::features::evaluate(&raw, &crate::features::load(&options.criterion)?);
     let mut json = render::json(&report);
     json["features"] = crate::features::json(&feature_results);
+    json["paired"] = paired::json(&paired);
     let json = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
     write(&options.out.join("results.json"), &json)?;
     let md_path = options.out.join("report.md");
     let mut markdown = render::markdown(&report);
-    let features_md = crate::features::markdown(&feature_results);
+    let mut features_md = crate::features::markdown(&feature_results);
+    if !paired.is_empty() {
+        features_md.push_str(&paired::markdown(&paired));
+    }
     match markdown.find("## Claims checked") {
         Some(at) => markdown.insert_str(at, &features_md),
         None => markdown.push_str(&features_md),
@@ -195,21 +213,30 @@ mod tests {
              {\"key\":\"malloc_host_4k\",\"value\":780,\"unit\":\"us\",\"detail\":\"d\",\"k\":50,\"samples\":20}\n",
         )
         .unwrap();
+        // In the same process malloc_4k was within 1.5% of raw C++.
+        std::fs::write(
+            dir.join("paired.jsonl"),
+            "{\"key\":\"malloc_4k\",\"baseline\":\"raw C++\",\"base_us\":60,\"ours_us\":60.9,\"k\":200,\"samples\":30}\n",
+        )
+        .unwrap();
         let options = Options {
             raw,
             criterion: criterion.clone(),
             cudarc: Some(criterion),
             raw_rerun: Some(dir.join("raw.jsonl")),
+            paired: Some(dir.join("paired.jsonl")),
             out: dir.join("out"),
             date: Some("2026-11-29".into()),
         };
         let md_path = run(&options).unwrap();
         let md = std::fs::read_to_string(md_path).unwrap();
-        assert!(md.contains("| `malloc_4k` | 60.0 | 60.0 | 1.000 | — | — | 1.000 |"), "{md}");
-        assert!(md.contains("| `malloc_host_4k` | 780 | — | — | 800 | 1.026 | 1.000 |"), "{md}");
+        assert!(md.contains("| `malloc_4k` | 60.0 | 60.0 | 1.000 | — | — | 1.000 | 1.015 |"), "{md}");
+        assert!(md.contains("## Same process, interleaved"));
+        assert!(md.contains("| `malloc_host_4k` | 780 | — | — | 800 | 1.026 | 1.000 | — |"), "{md}");
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("out/results.json")).unwrap()).unwrap();
         assert_eq!(json["date"], "2026-11-29");
+        assert_eq!(json["paired"][0]["key"], "malloc_4k");
         assert!(std::fs::read_to_string(dir.join("out/latency.svg")).unwrap().contains("<svg"));
         assert!(dir.join("out/bandwidth.svg").is_file());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -80,11 +80,16 @@ pub fn markdown(report: &Report<'_>) -> String {
     out.push('\n');
 
     let flagged: Vec<&str> = report.rows.iter().filter(|r| r.flagged()).map(|r| r.row.key).collect();
-    let compared = report.rows.iter().filter(|r| r.ratio.is_some()).count();
+    let compared = report.rows.iter().filter(|r| r.judged_ratio().is_some()).count();
     let _ = writeln!(
         out,
-        "**Summary:** {compared} rows compared, {} within {TARGET_RATIO}× of raw CUDA{}.\n",
+        "**Summary:** {compared} rows compared, {} within {TARGET_RATIO}× of raw CUDA{}{}.\n",
         compared - flagged.len(),
+        if report.rows.iter().any(|r| r.paired_ratio.is_some()) {
+            " (judged by the same-process interleaved ratio where it was measured, else by the two-process ratio)"
+        } else {
+            ""
+        },
         if flagged.is_empty() { String::new() } else { format!("; over: {}", flagged.join(", ")) }
     );
 
@@ -105,6 +110,11 @@ pub fn markdown(report: &Report<'_>) -> String {
             header += " raw rerun/raw (noise) |";
             rule += "---:|";
         }
+        let with_paired = in_section(report.rows, section).any(|r| r.paired_ratio.is_some());
+        if with_paired {
+            header += " same process, interleaved |";
+            rule += "---:|";
+        }
         let _ = writeln!(out, "{header}\n{rule}");
         for row in in_section(report.rows, section) {
             let mut line = format!(
@@ -112,7 +122,7 @@ pub fn markdown(report: &Report<'_>) -> String {
                 row.row.key,
                 cell(row.raw),
                 cell(row.cuda_mem),
-                ratio_cell(row.ratio, true)
+                ratio_cell(row.ratio, row.paired_ratio.is_none())
             );
             if report.with_cudarc {
                 let _ = write!(line, " {} | {} |", cell(row.cudarc), ratio_cell(row.cudarc_ratio, false));
@@ -122,6 +132,9 @@ pub fn markdown(report: &Report<'_>) -> String {
             }
             if report.with_rerun {
                 let _ = write!(line, " {} |", ratio_cell(row.rerun_ratio, false));
+            }
+            if with_paired {
+                let _ = write!(line, " {} |", ratio_cell(row.paired_ratio, true));
             }
             let _ = writeln!(out, "{line}");
         }
@@ -193,6 +206,7 @@ pub fn json(report: &Report<'_>) -> Value {
                 "raw_rerun_ratio": r.rerun_ratio,
                 "ffi": r.ffi,
                 "ffi_ratio": r.ffi_ratio,
+                "paired_ratio": r.paired_ratio,
                 "flagged": r.flagged(),
                 "raw_detail": r.raw_detail,
                 "notes": r.notes,

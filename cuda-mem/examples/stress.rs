@@ -3,7 +3,11 @@
 //! trimmed and their reserved memory must be back at the starting figure, and the tracking
 //! adaptor must report no leak. Bounded in operations and time.
 //!
-//! `stress [--threads 8] [--streams 4] [--ops 100000] [--seconds 600]`
+//! `stress [--threads 8] [--streams 4] [--ops 100000] [--seconds 600] [--log PATH]`
+//!
+//! `--log PATH` records the pool family's allocations and frees (`LoggingResource`, JSON lines)
+//! for the `replay` example; with `--threads 1` the log's order is the order the statistics saw,
+//! so replaying it gives the same peak as the "pool" line printed here.
 
 use cuda_mem::resource::*;
 use cuda_mem::*;
@@ -16,14 +20,19 @@ struct Args {
     streams: usize,
     ops: u64,
     seconds: u64,
+    log: Option<std::path::PathBuf>,
 }
 
 fn parse_args() -> Args {
-    let mut args = Args { threads: 8, streams: 4, ops: 100_000, seconds: 600 };
+    let mut args = Args { threads: 8, streams: 4, ops: 100_000, seconds: 600, log: None };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--log" {
+            args.log = it.next().map(Into::into);
+            continue;
+        }
         let value = it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or_else(|| {
-            eprintln!("usage: stress [--threads N] [--streams N] [--ops N] [--seconds N]");
+            eprintln!("usage: stress [--threads N] [--streams N] [--ops N] [--seconds N] [--log PATH]");
             std::process::exit(2)
         });
         match flag.as_str() {
@@ -76,7 +85,13 @@ fn main() -> Result<()> {
     let baseline = device_pool.stats()?.reserved_current;
     let pinned_pool = PinnedPool::with_max_cached_bytes(HostAllocFlags::empty(), 256 << 20);
     // One tracking + statistics stack per family.
-    let tracked: Vec<Arc<Tracked>> = families(device, &device_pool, &pinned_pool)
+    let log = match &args.log {
+        Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| {
+            CudaError::new(ErrorKind::InvalidArgument("cannot create the log file"), format!("{}: {e}", path.display()))
+        })?)),
+        None => None,
+    };
+    let tracked: Vec<Arc<Tracked>> = families(device, &device_pool, &pinned_pool, log)
         .into_iter()
         .map(|family| Arc::new(TrackingResource::new(StatisticsResource::new(family), false)))
         .collect();
@@ -180,8 +195,8 @@ fn main() -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     println!("pool reserved: baseline {baseline} bytes, after trim {after} bytes");
-    for (family, t) in ["device", "managed", "pool", "pinned", "pinned-pool"].iter().zip(&tracked) {
-        println!("{family}: {}", t.leak_report());
+    for ((family, t), s) in ["device", "managed", "pool", "pinned", "pinned-pool"].iter().zip(&tracked).zip(&stats) {
+        println!("{family}: peak {} bytes in {} allocations; {}", s.peak_bytes, s.total_count, t.leak_report());
     }
     let no_leaks = tracked.iter().all(|t| t.outstanding().is_empty()) && stats.iter().all(|s| s.current_bytes == 0);
     let ok = after == baseline && no_leaks;
@@ -196,11 +211,21 @@ fn main() -> Result<()> {
 type Tracked = TrackingResource<StatisticsResource<Arc<dyn MemoryResource>>>;
 
 /// Every resource family, in the order the report names them.
-fn families(device: Device, pool: &MemPool, pinned: &PinnedPool) -> Vec<Arc<dyn MemoryResource>> {
+fn families(
+    device: Device,
+    pool: &MemPool,
+    pinned: &PinnedPool,
+    log: Option<impl std::io::Write + Send + 'static>,
+) -> Vec<Arc<dyn MemoryResource>> {
+    let pool_resource = PoolResource::new(pool.clone());
+    let pool_family: Arc<dyn MemoryResource> = match log {
+        Some(sink) => Arc::new(LoggingResource::new(pool_resource, sink, LogFormat::JsonLines)),
+        None => Arc::new(pool_resource),
+    };
     vec![
         Arc::new(DeviceResource::new(device)),
         Arc::new(ManagedResource::new(device)),
-        Arc::new(PoolResource::new(pool.clone())),
+        pool_family,
         Arc::new(PinnedResource::new(HostAllocFlags::empty())),
         Arc::new(PinnedPoolResource::new(pinned.clone())),
     ]

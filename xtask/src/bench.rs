@@ -1,8 +1,13 @@
-//! `cargo xtask bench`: on a GPU host, the raw CUDA C++ reference, the criterion benchmarks and
-//! the report in `target/cuda-mem-report/` (the same sequence as the bundle's `run --bench`).
+//! `cargo xtask bench`: on a GPU host, the raw CUDA C++ reference, the criterion benchmarks, the
+//! same-process comparison and the report in `target/cuda-mem-report/`, with a progress bar per
+//! step. The steps and files are those of the bundle's `run --bench`, which GPU hosts without
+//! Rust use.
 
 use crate::util::{self, Result};
-use std::process::Command;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 pub fn run() -> Result {
     if !util::gpu_present() {
@@ -11,9 +16,167 @@ pub fn run() -> Result {
                     `target/bundle/run --bench OUT` there"
             .into());
     }
-    let bundle = crate::bundle::run()?;
+    let bench = crate::bundle::run()?.join("bench");
     let out = util::target_dir().join("cuda-mem-report");
-    util::run(Command::new(bundle.join("run")).arg("--bench").arg(&out))?;
-    println!("report written to {}", out.join("report").join("report.md").display());
+    std::fs::create_dir_all(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
+    let families = find(&bench, "families-")?;
+    let paired = find(&bench, "paired-")?;
+    let raw = bench.join("raw_reference");
+
+    step("1/5 raw C++ reference", None, Command::new(&raw), Progress::JsonLines, &out.join("raw.jsonl"))?;
+    let mut criterion = Command::new(&families);
+    criterion.arg("--bench").env("CRITERION_HOME", out.join("criterion"));
+    let rows = listed(&families)?;
+    step(
+        "2/5 criterion (cuda-mem, FFI, cudarc)",
+        Some(rows),
+        criterion,
+        Progress::Criterion,
+        &out.join("criterion.log"),
+    )?;
+    let mut same_process = Command::new(&paired);
+    same_process.arg("--bench");
+    step(
+        "3/5 same process, interleaved",
+        Some(listed(&paired)?),
+        same_process,
+        Progress::JsonLines,
+        &out.join("paired.jsonl"),
+    )?;
+    let mut rerun = Command::new(&raw);
+    rerun.arg("alloc");
+    step("4/5 raw C++ again (noise floor)", None, rerun, Progress::JsonLines, &out.join("raw-rerun.jsonl"))?;
+    let report = out.join("report");
+    util::run(
+        Command::new(bench.join("report")).args(
+            ["--raw", "--raw-rerun", "--paired", "--criterion", "--cudarc", "--out"]
+                .iter()
+                .zip([
+                    out.join("raw.jsonl"),
+                    out.join("raw-rerun.jsonl"),
+                    out.join("paired.jsonl"),
+                    out.join("criterion"),
+                    out.join("criterion"),
+                    report.clone(),
+                ])
+                .flat_map(|(flag, path)| [PathBuf::from(flag), path]),
+        ),
+    )
+    .map_err(|e| format!("5/5 report: {e}"))?;
+    println!("report written to {}", report.join("report.md").display());
     Ok(())
+}
+
+/// How a step's progress shows in its output.
+#[derive(Clone, Copy)]
+enum Progress {
+    /// One JSON object per finished row on stdout.
+    JsonLines,
+    /// Criterion's "Benchmarking ID: Analyzing" line on stderr per finished row.
+    Criterion,
+}
+
+/// Runs one step, saving its stdout to `save` and advancing a bar per finished row.
+fn step(name: &str, rows: Option<u64>, mut cmd: Command, progress: Progress, save: &Path) -> Result {
+    let bar = match rows {
+        Some(n) => ProgressBar::new(n).with_style(style("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})")),
+        None => ProgressBar::new_spinner().with_style(style("{prefix} {spinner} {pos} rows {msg} ({elapsed})")),
+    };
+    bar.set_prefix(name.to_string());
+    let mut file = std::fs::File::create(save).map_err(|e| format!("create {}: {e}", save.display()))?;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{name}: could not start {}: {e}", cmd.get_program().to_string_lossy()))?;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let errors = std::thread::scope(|scope| {
+        let bar = &bar;
+        let reader = scope.spawn(move || {
+            let mut tail = Vec::new();
+            for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
+                if let (Progress::Criterion, Some(id)) = (progress, line.strip_suffix(": Analyzing")) {
+                    bar.inc(1);
+                    bar.set_message(id.trim_start_matches("Benchmarking ").to_string());
+                } else if !line.trim().is_empty() && !line.contains("Unable to complete") {
+                    tail.push(line);
+                }
+            }
+            tail
+        });
+        for line in BufReader::new(stdout).lines().map_while(std::result::Result::ok) {
+            let _ = writeln!(file, "{line}");
+            if let Progress::JsonLines = progress
+                && let Some(key) = json_key(&line)
+            {
+                bar.inc(1);
+                bar.set_message(key);
+            }
+        }
+        reader.join().unwrap_or_default()
+    });
+    let status = child.wait().map_err(|e| e.to_string())?;
+    bar.finish();
+    if status.success() {
+        return Ok(());
+    }
+    let last: Vec<_> = errors.iter().rev().take(10).rev().cloned().collect();
+    Err(format!("{name} failed ({status}); its last messages:\n{}", last.join("\n")))
+}
+
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).expect("a valid template").progress_chars("=> ")
+}
+
+/// The `"key"` of a JSON line, if it is one.
+fn json_key(line: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    value.get("key")?.as_str().map(str::to_string)
+}
+
+/// How many benchmarks `exe --list` lists.
+fn listed(exe: &Path) -> Result<u64> {
+    let output = Command::new(exe).arg("--list").output().map_err(|e| format!("{}: {e}", exe.display()))?;
+    let count = String::from_utf8_lossy(&output.stdout).lines().filter(|l| l.ends_with(": benchmark")).count();
+    Ok(count as u64)
+}
+
+/// The bundle's executable whose name starts with `prefix` (cargo appends a hash).
+fn find(dir: &Path, prefix: &str) -> Result<PathBuf> {
+    std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(std::result::Result::ok)
+        .map(|entry| entry.path())
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix)))
+        .ok_or_else(|| format!("{} has no {prefix}* executable: rebuild the bundle", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_keys_are_read_from_row_lines_only() {
+        assert_eq!(json_key(r#"{"key":"malloc_4k","value":1}"#).as_deref(), Some("malloc_4k"));
+        assert_eq!(json_key("Benchmarking alloc/malloc_4k"), None);
+        assert_eq!(json_key(r#"{"value":1}"#), None);
+    }
+
+    #[test]
+    fn steps_save_stdout_and_report_failures_with_stderr() {
+        let dir = std::env::temp_dir().join(format!("xtask-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let save = dir.join("out.jsonl");
+        let mut ok = Command::new("sh");
+        ok.args(["-c", r#"echo '{"key":"a"}'; echo '{"key":"b"}'"#]);
+        step("ok", Some(2), ok, Progress::JsonLines, &save).unwrap();
+        assert_eq!(std::fs::read_to_string(&save).unwrap(), "{\"key\":\"a\"}\n{\"key\":\"b\"}\n");
+        let mut bad = Command::new("sh");
+        bad.args(["-c", "echo 'Benchmarking x: Analyzing' >&2; echo 'row x failed: boom' >&2; exit 3"]);
+        let err = step("bad", Some(1), bad, Progress::Criterion, &save).unwrap_err();
+        assert!(err.contains("bad failed") && err.contains("row x failed: boom"), "{err}");
+        assert!(!err.contains("Analyzing"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

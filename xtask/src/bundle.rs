@@ -73,8 +73,9 @@ const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #   ./run                     every test executable (GPU tests included), then the examples
 #   ./run --sanitize [TOOL]   the tests under compute-sanitizer TOOL (memcheck, racecheck,
 #                             synccheck) or all three
-#   ./run --bench OUT         raw C++ reference, criterion benchmarks, a second reference run of
-#                             the allocation rows (noise floor), and the report in OUT/report
+#   ./run --bench OUT         raw C++ reference, criterion benchmarks, the same-process
+#                             interleaved comparison (paired), a second reference run of the
+#                             allocation rows (noise floor), and the report in OUT/report
 # STRESS_SECONDS bounds the stress example (default 300); BENCH_RERUN=0 skips the second
 # reference run.
 set -u
@@ -113,13 +114,14 @@ case "${1:-}" in
     mkdir -p "$out"
     bench/raw_reference > "$out/raw.jsonl" || fail=1
     CRITERION_HOME="$out/criterion" bench/families-* --bench || fail=1
+    bench/paired-* --bench > "$out/paired.jsonl" || fail=1
     rerun=()
     if [ "${BENCH_RERUN:-1}" = 1 ]; then
       bench/raw_reference alloc > "$out/raw-rerun.jsonl" || fail=1
       rerun=(--raw-rerun "$out/raw-rerun.jsonl")
     fi
-    bench/report --raw "$out/raw.jsonl" "${rerun[@]}" --criterion "$out/criterion" \
-      --cudarc "$out/criterion" --out "$out/report" || fail=1
+    bench/report --raw "$out/raw.jsonl" "${rerun[@]}" --paired "$out/paired.jsonl" \
+      --criterion "$out/criterion" --cudarc "$out/criterion" --out "$out/report" || fail=1
     ;;
   *)
     run_tests
@@ -128,6 +130,13 @@ case "${1:-}" in
       example "$e"
     done
     example stress --threads 8 --streams 4 --ops 100000 --seconds "${STRESS_SECONDS:-300}"
+    # A log recorded from a workload (one thread: the log's order is the statistics' order),
+    # replayed against other resources: the peak must equal the stress run's "pool" peak.
+    log=$(mktemp)
+    example stress --threads 1 --streams 4 --ops 20000 --seconds 120 --log "$log"
+    for r in device pool pinned-pool; do example replay "$log" "$r"; done
+    rm -f "$log"
+    example staged_tuning
     [ "$gpus" -ge 2 ] && example peer_bandwidth
     ;;
 esac

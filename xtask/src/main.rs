@@ -3,6 +3,7 @@
 mod bench;
 mod bundle;
 mod codegen;
+mod package;
 mod provision;
 mod test;
 mod util;
@@ -11,7 +12,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(about = "cuda-mem automation: provisioning, codegen, tests, benchmarks, bundles")]
+#[command(about = "cuda-mem automation: provisioning, codegen, tests, benchmarks, bundles, packaging")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -46,6 +47,13 @@ enum Command {
     Bench,
     /// Build GPU test executables into target/bundle for a GPU host without Rust.
     Bundle,
+    /// `cargo publish --dry-run` of cuda-mem-sys, cuda-mem and cuda-mem-kernels (each package
+    /// built from its packaged files), and a check that the sys package carries its bindings.
+    Package {
+        /// Package uncommitted changes too.
+        #[arg(long)]
+        allow_dirty: bool,
+    },
     /// Replay an allocation log (from LoggingResource) against a resource; prints time and peak.
     Replay {
         /// The log, CSV or JSON lines.
@@ -66,6 +74,7 @@ fn main() -> ExitCode {
         Command::Miri => test::miri(),
         Command::Bench => bench::run(),
         Command::Bundle => bundle::run().map(|dir| println!("bundle written to {}", dir.display())),
+        Command::Package { allow_dirty } => package::run(allow_dirty),
         Command::Replay { log, resource } => provision::toolkit().and_then(|_| {
             util::run(
                 util::cargo()

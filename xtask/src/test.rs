@@ -30,6 +30,9 @@ pub fn run() -> Result {
     util::run(with_env(util::cargo()).args(["test", "--workspace", "--doc"]))?;
 
     check_other_configurations(&libclang)?;
+    // Packaging is part of every test run, so a change that breaks `cargo publish` fails CI. The
+    // tree is a fresh clone on CI; locally, uncommitted edits are what is being tested.
+    crate::package::run(true)?;
 
     let gpu_note = if gpu { "GPU tests included" } else { "no GPU: GPU tests reported as ignored" };
     eprintln!("cargo xtask test: all passed in {:.0} s ({gpu_note})", started.elapsed().as_secs_f64());

@@ -20,6 +20,15 @@ pub fn run(cmd: &mut Command) -> Result {
     if status.success() { Ok(()) } else { Err(format!("`{}` failed ({status})", describe(cmd))) }
 }
 
+/// Runs a command and returns its stdout; an error names the command and carries its stderr.
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().map_err(|e| format!("could not start `{}`: {e}", describe(cmd)))?;
+    if !out.status.success() {
+        return Err(format!("`{}` failed ({}): {}", describe(cmd), out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 pub fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(workspace_root());

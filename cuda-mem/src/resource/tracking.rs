@@ -2,8 +2,8 @@
 
 use super::{MemoryResource, StreamRef};
 use crate::error::Result;
+use rustc_hash::FxHashMap;
 use std::backtrace::Backtrace;
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,8 +19,8 @@ pub struct AllocationRecord {
     pub bytes: usize,
     /// Order of allocation (0 for the first one through this resource).
     pub sequence: u64,
-    /// The allocating thread's name or id.
-    pub thread: String,
+    /// The allocating thread (its name, or its id when unnamed, appears in the leak report).
+    pub thread: std::thread::Thread,
     /// When it was allocated, since the resource was created.
     pub at: std::time::Duration,
     /// Where it was allocated, when backtraces are enabled.
@@ -46,7 +46,7 @@ pub struct AllocationRecord {
 pub struct TrackingResource<R> {
     inner: R,
     capture_backtraces: bool,
-    outstanding: Mutex<HashMap<usize, AllocationRecord>>,
+    outstanding: Mutex<FxHashMap<usize, AllocationRecord>>,
     sequence: AtomicU64,
     unknown_frees: AtomicU64,
     created: Instant,
@@ -58,7 +58,7 @@ impl<R: MemoryResource> TrackingResource<R> {
         Self {
             inner,
             capture_backtraces,
-            outstanding: Mutex::new(HashMap::new()),
+            outstanding: Mutex::new(FxHashMap::default()),
             sequence: AtomicU64::new(0),
             unknown_frees: AtomicU64::new(0),
             created: Instant::now(),
@@ -91,13 +91,13 @@ impl<R: MemoryResource> TrackingResource<R> {
         let total: usize = records.iter().map(|r| r.bytes).sum();
         let mut report = format!("{} allocation(s) not freed, {total} bytes:\n", records.len());
         for r in &records {
+            let thread = r.thread.name().map_or_else(|| format!("{:?}", r.thread.id()), str::to_owned);
             let _ = writeln!(
                 report,
-                "  #{} {} bytes at {:#x}, thread {}, {:.3} s after start",
+                "  #{} {} bytes at {:#x}, thread {thread}, {:.3} s after start",
                 r.sequence,
                 r.bytes,
                 r.ptr,
-                r.thread,
                 r.at.as_secs_f64()
             );
             if let Some(backtrace) = &r.backtrace {
@@ -107,7 +107,7 @@ impl<R: MemoryResource> TrackingResource<R> {
         report
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<usize, AllocationRecord>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, FxHashMap<usize, AllocationRecord>> {
         // The table stays consistent even if a thread panicked while holding the lock.
         self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -121,12 +121,12 @@ impl<R: MemoryResource> TrackingResource<R> {
 impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         let ptr = self.inner.allocate(bytes, stream)?;
-        let thread = std::thread::current();
+        // A handle (one reference count), not a formatted name: this runs on every allocation.
         let record = AllocationRecord {
             ptr: ptr.as_ptr() as usize,
             bytes,
             sequence: self.sequence.fetch_add(1, Ordering::Relaxed),
-            thread: thread.name().map_or_else(|| format!("{:?}", thread.id()), str::to_owned),
+            thread: std::thread::current(),
             at: self.created.elapsed(),
             backtrace: self.capture_backtraces.then(|| Arc::new(Backtrace::force_capture())),
         };
@@ -203,7 +203,11 @@ mod tests {
         let kept: Vec<usize> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
         let outstanding = r.outstanding();
         assert_eq!(outstanding.len(), 6 * N.div_ceil(100));
-        assert!(outstanding.iter().all(|rec| kept.contains(&rec.ptr) && rec.thread.starts_with("worker-")));
+        assert!(
+            outstanding
+                .iter()
+                .all(|rec| kept.contains(&rec.ptr) && rec.thread.name().is_some_and(|n| n.starts_with("worker-")))
+        );
         assert!(outstanding.iter().all(|rec| rec.backtrace.is_none()));
         for rec in outstanding {
             // SAFETY: outstanding allocations of this resource, each freed once.

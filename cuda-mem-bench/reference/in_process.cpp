@@ -1,0 +1,31 @@
+// in_process.cpp: the raw C++ allocation batches of alloc_batches.h behind a C ABI, linked into
+// the `paired` benchmark so that raw CUDA and cuda-mem run interleaved in one process. Compiled by
+// the host C++ compiler against cuda_runtime_api.h (host code only: nvcc would hand it to the same
+// compiler); cudart comes from cuda-mem-sys.
+
+#include "alloc_batches.h"
+
+extern "C" {
+
+int cm_raw_device(size_t bytes, int k) {
+    return alloc_batches::device(bytes, k);
+}
+
+int cm_raw_malloc_host(size_t bytes, int k) {
+    return alloc_batches::malloc_host(bytes, k);
+}
+
+int cm_raw_host_alloc(size_t bytes, unsigned flags, int k) {
+    return alloc_batches::host_alloc(bytes, flags, k);
+}
+
+int cm_raw_managed(size_t bytes, int k) {
+    return alloc_batches::managed(bytes, k);
+}
+
+int cm_raw_stream_ordered(size_t bytes, void* pool, void* stream, int sync_each, int k) {
+    return alloc_batches::stream_ordered(bytes, static_cast<cudaMemPool_t>(pool), static_cast<cudaStream_t>(stream),
+                                         sync_each != 0, k);
+}
+
+}  // extern "C"
