@@ -463,11 +463,12 @@ fn features_section(c: &mut Criterion) {
                 let pool = MemPool::device_default(Device::current()?)?; // retaining, like the raw row
                 Ok((stack(PoolResource::new(pool)), Stream::non_blocking()?))
             },
-            |(resource, stream), k| {
+            |(resource, stream): &mut (Arc<dyn MemoryResource>, Stream), k| {
+                let (resource, stream) = (&*resource, &*stream);
                 let start = Instant::now();
                 for _ in 0..k {
                     // SAFETY: never read; this measures allocation and free only.
-                    drop(unsafe { ResourceBuffer::<u8>::uninit(Arc::clone(resource), stream, bytes)? });
+                    drop(unsafe { ResourceBuffer::<u8>::uninit(resource, stream, bytes)? });
                 }
                 stream.synchronize()?;
                 Ok(start.elapsed())

@@ -116,7 +116,7 @@ fn resource_batch(
     let start = Instant::now();
     for _ in 0..k {
         // SAFETY: never read; this measures allocation and free only.
-        drop(unsafe { ResourceBuffer::<u8>::uninit(Arc::clone(resource), stream, bytes) }.map_err(to_text)?);
+        drop(unsafe { ResourceBuffer::<u8>::uninit(resource, stream, bytes) }.map_err(to_text)?);
     }
     stream.synchronize().map_err(to_text)?;
     Ok(start.elapsed())

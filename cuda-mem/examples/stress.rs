@@ -69,8 +69,8 @@ fn fill(seed: u64, len: usize) -> Vec<u32> {
 }
 
 /// A live buffer and the data it must hold.
-struct Live {
-    buffer: ResourceBuffer<u32>,
+struct Live<'a> {
+    buffer: ResourceBuffer<'a, u32>,
     want: Vec<u32>,
 }
 
@@ -138,7 +138,7 @@ fn main() -> Result<()> {
                                 let source = &live[i];
                                 let mut fresh = ResourceBuffer::<u32>::zeroed(
                                     source.buffer.resource().clone(),
-                                    source.buffer.stream(),
+                                    source.buffer.stream().clone(),
                                     source.want.len(),
                                 )?;
                                 if fresh.resource().kind() == MemoryKind::PinnedHost {

@@ -208,12 +208,28 @@ macro_rules! device_views {
 device_views!(ImportedSlice<'pool>);
 device_views!(IpcMapping);
 
+impl<T: Pod> ImportedSlice<'_, T> {
+    /// Releases the import now (`cudaFree`) and reports the runtime's verdict (drop ignores it).
+    /// The exporter may free the memory once every importer has done this.
+    pub fn close(mut self) -> Result<()> {
+        let result = self.release();
+        self.len = 0; // nothing left for drop to release
+        result
+    }
+
+    fn release(&mut self) -> Result<()> {
+        let bytes = self.len * size_of::<T>();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: imported with cudaMemPoolImportPointer; imports are released with cudaFree, once.
+        check(unsafe { sys::cudaFree(self.ptr.as_ptr().cast()) }, || format!("cudaFree of an import of {bytes} bytes"))
+    }
+}
+
 impl<T: Pod> Drop for ImportedSlice<'_, T> {
     fn drop(&mut self) {
-        if self.len * size_of::<T>() != 0 {
-            // SAFETY: imported with cudaMemPoolImportPointer; imports are released with cudaFree.
-            let _ = unsafe { sys::cudaFree(self.ptr.as_ptr().cast()) };
-        }
+        let _ = self.release();
     }
 }
 
@@ -229,21 +245,21 @@ impl<T: Pod> Drop for IpcMapping<T> {
 /// A stream-ordered buffer whose memory other processes may be using. Dropping it leaks the
 /// memory (safe, but kept until the pool is destroyed); freeing it is the `unsafe`
 /// [`ExportedStreamBuffer::free_after_importers`].
-pub struct ExportedStreamBuffer<T: Pod> {
-    inner: ManuallyDrop<StreamBuffer<T>>,
+pub struct ExportedStreamBuffer<'a, T: Pod> {
+    inner: ManuallyDrop<StreamBuffer<'a, T>>,
 }
 
-impl<T: Pod> fmt::Debug for ExportedStreamBuffer<T> {
+impl<T: Pod> fmt::Debug for ExportedStreamBuffer<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExportedStreamBuffer").field("inner", &*self.inner).finish()
     }
 }
 
-impl<T: Pod> StreamBuffer<T> {
+impl<'a, T: Pod> StreamBuffer<'a, T> {
     /// Exports the buffer's memory for another process that imported its pool
     /// (`cudaMemPoolExportPointer`). The buffer must come from a pool created with
     /// [`ShareableHandle::PosixFileDescriptor`] and already exported with [`MemPool::export_fd`].
-    pub fn export(self) -> Result<(ExportedStreamBuffer<T>, PoolPointerExport)> {
+    pub fn export(self) -> Result<(ExportedStreamBuffer<'a, T>, PoolPointerExport)> {
         let bytes = byte_len::<T>(self.len(), "cudaMemPoolExportPointer")?;
         let mut data = sys::cudaMemPoolPtrExportData::default();
         // SAFETY: `data` is valid for writes; the pointer is a live pool allocation.
@@ -255,7 +271,7 @@ impl<T: Pod> StreamBuffer<T> {
     }
 }
 
-impl<T: Pod> ExportedStreamBuffer<T> {
+impl<T: Pod> ExportedStreamBuffer<'_, T> {
     /// A shared view.
     pub fn as_slice(&self) -> DeviceSlice<'_, T> {
         self.inner.as_slice()

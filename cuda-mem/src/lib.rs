@@ -52,6 +52,7 @@ mod event;
 mod host_flags;
 mod ipc;
 mod managed;
+mod maybe_owned;
 mod peer;
 mod pinned;
 mod pinned_pool;
@@ -77,6 +78,7 @@ pub use ipc::{
     PoolPointerExport,
 };
 pub use managed::{Advice, Attach, Location, ManagedBuffer};
+pub use maybe_owned::MaybeOwned;
 pub use peer::PoolAccess;
 pub use pinned::PinnedBuffer;
 pub use pinned_pool::{PinnedPool, PinnedPoolStats, PooledPinned};

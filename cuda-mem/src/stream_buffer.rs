@@ -3,6 +3,7 @@
 
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
+use crate::maybe_owned::MaybeOwned;
 use crate::pool::MemPool;
 use crate::raw::{byte_len, check, check_alloc};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
@@ -16,6 +17,11 @@ use std::ptr::NonNull;
 /// `len` elements of device memory allocated in stream order on a stream, from the device's
 /// current pool or from a given [`MemPool`]. Dropping it queues `cudaFreeAsync` on that stream:
 /// the memory returns to its pool after the work queued so far, without blocking the host.
+///
+/// The buffer borrows its stream and pool (`&stream`: no cost beyond the runtime calls) or owns
+/// handles to them (`stream.clone()`: a `StreamBuffer<'static, T>`), see [`MaybeOwned`]. A
+/// created pool may even be dropped first: the driver releases a destroyed pool's memory only
+/// after its last allocation is freed (`cudaMemPoolDestroy`).
 ///
 /// Use on other streams is ordered with events: [`StreamBuffer::use_on`] makes the other stream
 /// wait for the allocation and records it, so the free later waits for that stream's work too.
@@ -33,23 +39,34 @@ use std::ptr::NonNull;
 /// drop(temp); // cudaFreeAsync on `a`, after `b`'s work
 /// # Ok(()) }
 /// ```
-pub struct StreamBuffer<T: Pod> {
+///
+/// A buffer cannot outlive a stream or pool it borrows:
+///
+/// ```compile_fail,E0597
+/// use cuda_mem::{Stream, StreamBuffer};
+/// let buffer = {
+///     let stream = Stream::non_blocking().unwrap();
+///     StreamBuffer::<u32>::zeroed(&stream, 16).unwrap()
+/// }; // `stream` dropped here while still borrowed
+/// # drop(buffer);
+/// ```
+pub struct StreamBuffer<'a, T: Pod> {
     ptr: NonNull<T>,
     len: usize,
-    stream: Stream,
-    /// Keeps a created pool alive while this allocation is.
-    pool: Option<MemPool>,
+    stream: MaybeOwned<'a, Stream>,
+    /// The pool given to `*_from`, for [`StreamBuffer::pool`].
+    pool: Option<MaybeOwned<'a, MemPool>>,
     /// Other streams that used the memory: the free waits for each of them.
     used_on: Vec<Stream>,
 }
 
 // SAFETY: device memory reached only through thread-safe runtime calls; the stream and pool
-// handles are Send + Sync.
-unsafe impl<T: Pod> Send for StreamBuffer<T> {}
+// handles (borrowed or owned) are Send + Sync.
+unsafe impl<T: Pod> Send for StreamBuffer<'_, T> {}
 // SAFETY: `&StreamBuffer` only hands out shared views.
-unsafe impl<T: Pod> Sync for StreamBuffer<T> {}
+unsafe impl<T: Pod> Sync for StreamBuffer<'_, T> {}
 
-impl<T: Pod> fmt::Debug for StreamBuffer<T> {
+impl<T: Pod> fmt::Debug for StreamBuffer<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StreamBuffer")
             .field("ptr", &self.ptr)
@@ -60,13 +77,15 @@ impl<T: Pod> fmt::Debug for StreamBuffer<T> {
     }
 }
 
-impl<T: Pod> StreamBuffer<T> {
-    /// Allocates on `stream` from the device's current pool (`cudaMallocAsync`), uninitialised.
+impl<'a, T: Pod> StreamBuffer<'a, T> {
+    /// Allocates on `stream` (borrowed `&Stream` or owned `Stream`) from the device's current
+    /// pool (`cudaMallocAsync`), uninitialised.
     ///
     /// # Safety
     /// The contents are unspecified until written; the caller must write every element (in stream
     /// order) before reading it.
-    pub unsafe fn uninit(stream: &Stream, len: usize) -> Result<Self> {
+    pub unsafe fn uninit(stream: impl Into<MaybeOwned<'a, Stream>>, len: usize) -> Result<Self> {
+        let stream = stream.into();
         let bytes = byte_len::<T>(len, "cudaMallocAsync")?;
         let mut raw: *mut c_void = std::ptr::null_mut();
         if bytes != 0 {
@@ -83,7 +102,12 @@ impl<T: Pod> StreamBuffer<T> {
     ///
     /// # Safety
     /// As for [`StreamBuffer::uninit`].
-    pub unsafe fn uninit_from(pool: &MemPool, stream: &Stream, len: usize) -> Result<Self> {
+    pub unsafe fn uninit_from(
+        pool: impl Into<MaybeOwned<'a, MemPool>>,
+        stream: impl Into<MaybeOwned<'a, Stream>>,
+        len: usize,
+    ) -> Result<Self> {
+        let (pool, stream) = (pool.into(), stream.into());
         let bytes = byte_len::<T>(len, "cudaMallocFromPoolAsync")?;
         let mut raw: *mut c_void = std::ptr::null_mut();
         if bytes != 0 {
@@ -92,11 +116,11 @@ impl<T: Pod> StreamBuffer<T> {
             alloc_result(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", pool.device()))
                 .map_err(|e| e.with_pool_stats(|| pool.stats().ok()))?;
         }
-        Ok(Self::from_raw(raw, len, stream, Some(pool.clone())))
+        Ok(Self::from_raw(raw, len, stream, Some(pool)))
     }
 
     /// Allocates from the current pool and zeroes in stream order (`cudaMemsetAsync`).
-    pub fn zeroed(stream: &Stream, len: usize) -> Result<Self> {
+    pub fn zeroed(stream: impl Into<MaybeOwned<'a, Stream>>, len: usize) -> Result<Self> {
         // SAFETY: the memset below, queued before any other use on this stream, writes every byte.
         let buffer = unsafe { Self::uninit(stream, len)? };
         buffer.zero_in_stream_order()?;
@@ -104,16 +128,25 @@ impl<T: Pod> StreamBuffer<T> {
     }
 
     /// Allocates from `pool` and zeroes in stream order.
-    pub fn zeroed_from(pool: &MemPool, stream: &Stream, len: usize) -> Result<Self> {
+    pub fn zeroed_from(
+        pool: impl Into<MaybeOwned<'a, MemPool>>,
+        stream: impl Into<MaybeOwned<'a, Stream>>,
+        len: usize,
+    ) -> Result<Self> {
         // SAFETY: as in `zeroed`.
         let buffer = unsafe { Self::uninit_from(pool, stream, len)? };
         buffer.zero_in_stream_order()?;
         Ok(buffer)
     }
 
-    fn from_raw(raw: *mut c_void, len: usize, stream: &Stream, pool: Option<MemPool>) -> Self {
+    fn from_raw(
+        raw: *mut c_void,
+        len: usize,
+        stream: MaybeOwned<'a, Stream>,
+        pool: Option<MaybeOwned<'a, MemPool>>,
+    ) -> Self {
         let ptr = NonNull::new(raw.cast()).unwrap_or(NonNull::dangling());
-        Self { ptr, len, stream: stream.clone(), pool, used_on: Vec::new() }
+        Self { ptr, len, stream, pool, used_on: Vec::new() }
     }
 
     fn zero_in_stream_order(&self) -> Result<()> {
@@ -147,7 +180,7 @@ impl<T: Pod> StreamBuffer<T> {
 
     /// The pool it came from, when allocated with `*_from`.
     pub fn pool(&self) -> Option<&MemPool> {
-        self.pool.as_ref()
+        self.pool.as_deref()
     }
 
     /// A shared view (for scopes on the owning stream, or on streams prepared with `use_on`).
@@ -182,9 +215,9 @@ impl<T: Pod> StreamBuffer<T> {
     /// stream's work and every stream passed to `use_on`. Reports the runtime's verdict.
     pub fn free_on(mut self, stream: &Stream) -> Result<()> {
         if stream.as_raw() != self.stream.as_raw() {
-            let owner = self.stream.clone();
+            let owner = (*self.stream).clone();
             self.used_on.push(owner);
-            self.stream = stream.clone();
+            self.stream = MaybeOwned::Owned(stream.clone());
         }
         self.free()
     }
@@ -217,7 +250,7 @@ impl<T: Pod> StreamBuffer<T> {
     }
 }
 
-impl<T: Pod> Drop for StreamBuffer<T> {
+impl<T: Pod> Drop for StreamBuffer<'_, T> {
     fn drop(&mut self) {
         let _ = self.release();
     }

@@ -112,7 +112,7 @@ fn child(role: &str) {
             let mut import = pool.import_pointer::<u32>(&PoolPointerExport::from_bytes(data)).unwrap();
             assert_eq!(import.len(), LEN);
             import.as_mut_slice().copy_from_host(&pattern(LEN, SEED)).unwrap();
-            drop(import);
+            import.close().unwrap();
         }
         "legacy" => {
             let mut mapping = IpcMemHandle::from_bytes(data).open::<u32>().unwrap();

@@ -165,7 +165,7 @@ fn gpu_stream_buffers_work_wherever_device_slices_do() {
     staged.free().unwrap();
 }
 
-/// Dropping every handle of a pool while an allocation is alive: the buffer keeps the pool.
+/// Dropping every handle of a pool while an allocation is alive: the buffer owns the pool.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_dropping_a_pool_with_live_allocations_keeps_them_valid() {
@@ -173,7 +173,7 @@ fn gpu_dropping_a_pool_with_live_allocations_keeps_them_valid() {
     let want = pattern(MIB, 61);
     let mut buffer = {
         let pool = MemPool::new(PoolProps::new(device())).unwrap();
-        StreamBuffer::<u32>::zeroed_from(&pool, &stream, want.len()).unwrap()
+        StreamBuffer::<u32>::zeroed_from(pool, &stream, want.len()).unwrap() // moved in: owned
     }; // the last handle the caller had is gone
     let view = buffer.as_mut_slice();
     stream.scope(|s| s.copy_from_host(&view, &want)).unwrap().unwrap();

@@ -44,7 +44,7 @@ pub fn run() -> Result {
         &out.join("paired.jsonl"),
     )?;
     let mut rerun = Command::new(&raw);
-    rerun.arg("alloc");
+    rerun.args(["alloc", "managed"]);
     step("4/5 raw C++ again (noise floor)", None, rerun, Progress::JsonLines, &out.join("raw-rerun.jsonl"))?;
     let report = out.join("report");
     util::run(

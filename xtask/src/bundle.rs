@@ -75,7 +75,8 @@ const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #                             synccheck) or all three
 #   ./run --bench OUT         raw C++ reference, criterion benchmarks, the same-process
 #                             interleaved comparison (paired), a second reference run of the
-#                             allocation rows (noise floor), and the report in OUT/report
+#                             allocation and managed rows (noise floor), and the report in
+#                             OUT/report
 # STRESS_SECONDS bounds the stress example (default 300); BENCH_RERUN=0 skips the second
 # reference run.
 set -u
@@ -117,7 +118,7 @@ case "${1:-}" in
     bench/paired-* --bench > "$out/paired.jsonl" || fail=1
     rerun=()
     if [ "${BENCH_RERUN:-1}" = 1 ]; then
-      bench/raw_reference alloc > "$out/raw-rerun.jsonl" || fail=1
+      bench/raw_reference alloc managed > "$out/raw-rerun.jsonl" || fail=1
       rerun=(--raw-rerun "$out/raw-rerun.jsonl")
     fi
     bench/report --raw "$out/raw.jsonl" "${rerun[@]}" --paired "$out/paired.jsonl" \

@@ -2,6 +2,7 @@
 
 use super::{MemoryKind, MemoryResource};
 use crate::error::{CudaError, ErrorKind, Result};
+use crate::maybe_owned::MaybeOwned;
 use crate::raw::{byte_len, check};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
@@ -14,6 +15,10 @@ use std::sync::Arc;
 /// `len` elements from a [`MemoryResource`], ordered on a stream, freed through the same resource
 /// on that stream when dropped.
 ///
+/// Resource and stream are borrowed (`&resource, &stream`: no reference counting per buffer) or
+/// owned (`resource.clone(), stream.clone()`: a `ResourceBuffer<'static, T>`); see
+/// [`MaybeOwned`].
+///
 /// Device and managed memory give device views ([`ResourceBuffer::device_slice`]); pinned host
 /// and managed memory give host slices ([`ResourceBuffer::host`]).
 ///
@@ -23,24 +28,25 @@ use std::sync::Arc;
 /// use cuda_mem::{Device, Stream};
 /// let stream = Stream::non_blocking()?;
 /// let resource = default_resource(Device::current()?)?; // the device's retaining pool
-/// let mut scratch = ResourceBuffer::<f32>::zeroed(resource, &stream, 1 << 20)?;
+/// let mut scratch = ResourceBuffer::<f32>::zeroed(&resource, &stream, 1 << 20)?;
 /// let view = scratch.device_slice_mut()?;
 /// stream.scope(|s| s.set_bytes(&view, 0))??;
 /// # Ok(()) }
 /// ```
-pub struct ResourceBuffer<T: Pod> {
+pub struct ResourceBuffer<'a, T: Pod> {
     ptr: NonNull<T>,
     len: usize,
-    resource: Arc<dyn MemoryResource>,
-    stream: Stream,
+    resource: MaybeOwned<'a, Arc<dyn MemoryResource>>,
+    stream: MaybeOwned<'a, Stream>,
 }
 
-// SAFETY: owns its allocation exclusively; the resource and stream handles are Send + Sync.
-unsafe impl<T: Pod> Send for ResourceBuffer<T> {}
+// SAFETY: owns its allocation exclusively; the resource and stream handles (borrowed or owned)
+// are Send + Sync.
+unsafe impl<T: Pod> Send for ResourceBuffer<'_, T> {}
 // SAFETY: shared access only gives shared views and slices.
-unsafe impl<T: Pod> Sync for ResourceBuffer<T> {}
+unsafe impl<T: Pod> Sync for ResourceBuffer<'_, T> {}
 
-impl<T: Pod> fmt::Debug for ResourceBuffer<T> {
+impl<T: Pod> fmt::Debug for ResourceBuffer<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResourceBuffer")
             .field("ptr", &self.ptr)
@@ -50,13 +56,18 @@ impl<T: Pod> fmt::Debug for ResourceBuffer<T> {
     }
 }
 
-impl<T: Pod> ResourceBuffer<T> {
+impl<'a, T: Pod> ResourceBuffer<'a, T> {
     /// Allocates `len` elements from `resource`, ordered on `stream`, uninitialised.
     ///
     /// # Safety
     /// The contents are unspecified until written; the caller must write every element (in
     /// stream order) before reading it.
-    pub unsafe fn uninit(resource: Arc<dyn MemoryResource>, stream: &Stream, len: usize) -> Result<Self> {
+    pub unsafe fn uninit(
+        resource: impl Into<MaybeOwned<'a, Arc<dyn MemoryResource>>>,
+        stream: impl Into<MaybeOwned<'a, Stream>>,
+        len: usize,
+    ) -> Result<Self> {
+        let (resource, stream) = (resource.into(), stream.into());
         let bytes = byte_len::<T>(len, "ResourceBuffer")?;
         let ptr: NonNull<T> =
             if bytes == 0 { NonNull::dangling() } else { resource.allocate(bytes, stream.as_stream_ref())?.cast() };
@@ -66,13 +77,17 @@ impl<T: Pod> ResourceBuffer<T> {
             let kind = ErrorKind::InvalidArgument("the resource returned memory misaligned for the element type");
             return Err(CudaError::new(kind, "ResourceBuffer"));
         }
-        Ok(Self { ptr, len, resource, stream: stream.clone() })
+        Ok(Self { ptr, len, resource, stream })
     }
 
     /// Allocates and zeroes: in stream order on `stream` for device and managed memory (so work
     /// on other streams, and blocking copies, must be ordered after `stream`), on the host for
     /// pinned memory.
-    pub fn zeroed(resource: Arc<dyn MemoryResource>, stream: &Stream, len: usize) -> Result<Self> {
+    pub fn zeroed(
+        resource: impl Into<MaybeOwned<'a, Arc<dyn MemoryResource>>>,
+        stream: impl Into<MaybeOwned<'a, Stream>>,
+        len: usize,
+    ) -> Result<Self> {
         // SAFETY: every byte is written below before anything can read it.
         let buffer = unsafe { Self::uninit(resource, stream, len)? };
         let bytes = buffer.size_bytes();
@@ -86,7 +101,8 @@ impl<T: Pod> ResourceBuffer<T> {
             }
             MemoryKind::Device | MemoryKind::Managed => {
                 // SAFETY: `bytes` of device-accessible memory owned by this buffer, in stream order.
-                let code = unsafe { sys::cudaMemsetAsync(buffer.ptr.as_ptr().cast(), 0, bytes, stream.as_raw()) };
+                let code =
+                    unsafe { sys::cudaMemsetAsync(buffer.ptr.as_ptr().cast(), 0, bytes, buffer.stream.as_raw()) };
                 check(code, || format!("cudaMemsetAsync of {bytes} bytes"))?;
             }
         }
@@ -166,7 +182,7 @@ impl<T: Pod> ResourceBuffer<T> {
     }
 }
 
-impl<T: Pod> Drop for ResourceBuffer<T> {
+impl<T: Pod> Drop for ResourceBuffer<'_, T> {
     fn drop(&mut self) {
         let bytes = self.size_bytes();
         if bytes != 0 {

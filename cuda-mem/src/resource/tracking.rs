@@ -7,8 +7,23 @@ use std::backtrace::Backtrace;
 use std::fmt::Write as _;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::thread::ThreadId;
 use std::time::Instant;
+
+/// Names of threads that allocated through any tracking resource, for leak reports. Filled once
+/// per thread (its first tracked allocation), so the allocation path only reads a thread-local.
+static THREAD_NAMES: LazyLock<Mutex<rustc_hash::FxHashMap<ThreadId, String>>> = LazyLock::new(Default::default);
+
+thread_local! {
+    static THIS_THREAD: ThreadId = {
+        let thread = std::thread::current();
+        if let Some(name) = thread.name() {
+            THREAD_NAMES.lock().unwrap_or_else(PoisonError::into_inner).insert(thread.id(), name.to_owned());
+        }
+        thread.id()
+    };
+}
 
 /// One outstanding allocation.
 #[derive(Debug, Clone)]
@@ -19,16 +34,31 @@ pub struct AllocationRecord {
     pub bytes: usize,
     /// Order of allocation (0 for the first one through this resource).
     pub sequence: u64,
-    /// The allocating thread (its name, or its id when unnamed, appears in the leak report).
-    pub thread: std::thread::Thread,
-    /// When it was allocated, since the resource was created.
-    pub at: std::time::Duration,
+    /// The allocating thread; [`AllocationRecord::thread_name`] gives its name.
+    pub thread: ThreadId,
+    /// When it was allocated, since the resource was created (recorded with backtraces).
+    pub at: Option<std::time::Duration>,
     /// Where it was allocated, when backtraces are enabled.
     pub backtrace: Option<Arc<Backtrace>>,
 }
 
-/// Records every allocation until it is freed. Backtraces cost microseconds per allocation, so
-/// they are opt-in.
+impl AllocationRecord {
+    /// The allocating thread's name, if it had one.
+    pub fn thread_name(&self) -> Option<String> {
+        THREAD_NAMES.lock().unwrap_or_else(PoisonError::into_inner).get(&self.thread).cloned()
+    }
+}
+
+/// The table of outstanding allocations and the next sequence number, under one lock.
+#[derive(Debug, Default)]
+struct Table {
+    records: FxHashMap<usize, AllocationRecord>,
+    next_sequence: u64,
+}
+
+/// Records every allocation until it is freed: address, size, order and thread, under one
+/// uncontended lock per allocation and per free. Backtraces (and timestamps) cost microseconds
+/// per allocation, so they are opt-in.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {
@@ -46,8 +76,7 @@ pub struct AllocationRecord {
 pub struct TrackingResource<R> {
     inner: R,
     capture_backtraces: bool,
-    outstanding: Mutex<FxHashMap<usize, AllocationRecord>>,
-    sequence: AtomicU64,
+    table: Mutex<Table>,
     unknown_frees: AtomicU64,
     created: Instant,
 }
@@ -58,8 +87,7 @@ impl<R: MemoryResource> TrackingResource<R> {
         Self {
             inner,
             capture_backtraces,
-            outstanding: Mutex::new(FxHashMap::default()),
-            sequence: AtomicU64::new(0),
+            table: Mutex::new(Table::default()),
             unknown_frees: AtomicU64::new(0),
             created: Instant::now(),
         }
@@ -67,14 +95,14 @@ impl<R: MemoryResource> TrackingResource<R> {
 
     /// Outstanding allocations, oldest first.
     pub fn outstanding(&self) -> Vec<AllocationRecord> {
-        let mut records: Vec<_> = self.table().values().cloned().collect();
+        let mut records: Vec<_> = self.table().records.values().cloned().collect();
         records.sort_by_key(|r| r.sequence);
         records
     }
 
     /// Bytes in outstanding allocations.
     pub fn outstanding_bytes(&self) -> usize {
-        self.table().values().map(|r| r.bytes).sum()
+        self.table().records.values().map(|r| r.bytes).sum()
     }
 
     /// Frees of addresses this resource did not hand out (a bug in the caller).
@@ -91,15 +119,9 @@ impl<R: MemoryResource> TrackingResource<R> {
         let total: usize = records.iter().map(|r| r.bytes).sum();
         let mut report = format!("{} allocation(s) not freed, {total} bytes:\n", records.len());
         for r in &records {
-            let thread = r.thread.name().map_or_else(|| format!("{:?}", r.thread.id()), str::to_owned);
-            let _ = writeln!(
-                report,
-                "  #{} {} bytes at {:#x}, thread {thread}, {:.3} s after start",
-                r.sequence,
-                r.bytes,
-                r.ptr,
-                r.at.as_secs_f64()
-            );
+            let thread = r.thread_name().unwrap_or_else(|| format!("{:?}", r.thread));
+            let at = r.at.map(|at| format!(", {:.3} s after start", at.as_secs_f64())).unwrap_or_default();
+            let _ = writeln!(report, "  #{} {} bytes at {:#x}, thread {thread}{at}", r.sequence, r.bytes, r.ptr);
             if let Some(backtrace) = &r.backtrace {
                 let _ = writeln!(report, "{backtrace}");
             }
@@ -107,9 +129,9 @@ impl<R: MemoryResource> TrackingResource<R> {
         report
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, FxHashMap<usize, AllocationRecord>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         // The table stays consistent even if a thread panicked while holding the lock.
-        self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The wrapped resource.
@@ -121,21 +143,24 @@ impl<R: MemoryResource> TrackingResource<R> {
 impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         let ptr = self.inner.allocate(bytes, stream)?;
-        // A handle (one reference count), not a formatted name: this runs on every allocation.
-        let record = AllocationRecord {
-            ptr: ptr.as_ptr() as usize,
-            bytes,
-            sequence: self.sequence.fetch_add(1, Ordering::Relaxed),
-            thread: std::thread::current(),
-            at: self.created.elapsed(),
-            backtrace: self.capture_backtraces.then(|| Arc::new(Backtrace::force_capture())),
+        // Thread id from a thread-local and the sequence under the table's lock: the plain path
+        // costs the lock and one hash insert, no reference counts and no clock read.
+        let thread = THIS_THREAD.with(|id| *id);
+        let (at, backtrace) = if self.capture_backtraces {
+            (Some(self.created.elapsed()), Some(Arc::new(Backtrace::force_capture())))
+        } else {
+            (None, None)
         };
-        self.table().insert(record.ptr, record);
+        let mut table = self.table();
+        let sequence = table.next_sequence;
+        table.next_sequence += 1;
+        let address = ptr.as_ptr() as usize;
+        table.records.insert(address, AllocationRecord { ptr: address, bytes, sequence, thread, at, backtrace });
         Ok(ptr)
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
-        if self.table().remove(&(ptr.as_ptr() as usize)).is_none() {
+        if self.table().records.remove(&(ptr.as_ptr() as usize)).is_none() {
             self.unknown_frees.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: forwarded under the caller's contract.
@@ -206,7 +231,7 @@ mod tests {
         assert!(
             outstanding
                 .iter()
-                .all(|rec| kept.contains(&rec.ptr) && rec.thread.name().is_some_and(|n| n.starts_with("worker-")))
+                .all(|rec| kept.contains(&rec.ptr) && rec.thread_name().is_some_and(|n| n.starts_with("worker-")))
         );
         assert!(outstanding.iter().all(|rec| rec.backtrace.is_none()));
         for rec in outstanding {

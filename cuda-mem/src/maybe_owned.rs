@@ -1,0 +1,78 @@
+//! `MaybeOwned`: how a buffer holds the stream (or pool, or resource) it frees through.
+
+use std::fmt;
+use std::ops::Deref;
+
+/// A handle a buffer keeps until it frees: borrowed (`&stream`: free of cost, the buffer cannot
+/// outlive it) or owned (`stream.clone()`: one reference count, the buffer is `'static`).
+///
+/// Constructors take `impl Into<MaybeOwned<'a, _>>`, so passing `&stream` borrows and passing a
+/// `Stream` value owns. Per-step temporaries borrow and cost nothing beyond the raw runtime calls;
+/// buffers kept in long-lived structures own their handles.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Stream, StreamBuffer};
+/// let stream = Stream::non_blocking()?;
+/// let temp = StreamBuffer::<f32>::zeroed(&stream, 1024)?; // borrows `stream`
+/// let kept: StreamBuffer<'static, f32> = StreamBuffer::zeroed(stream.clone(), 1024)?; // owns a handle
+/// # drop((temp, kept)); Ok(()) }
+/// ```
+pub enum MaybeOwned<'a, T> {
+    /// Borrowed for the buffer's lifetime.
+    Borrowed(&'a T),
+    /// Owned by the buffer.
+    Owned(T),
+}
+
+impl<T> Deref for MaybeOwned<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        match self {
+            Self::Borrowed(value) => value,
+            Self::Owned(value) => value,
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for MaybeOwned<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl<'a, T> From<&'a T> for MaybeOwned<'a, T> {
+    fn from(value: &'a T) -> Self {
+        Self::Borrowed(value)
+    }
+}
+
+impl<'a, T> From<&'a mut T> for MaybeOwned<'a, T> {
+    fn from(value: &'a mut T) -> Self {
+        Self::Borrowed(value)
+    }
+}
+
+/// Owned forms: one per handle type, so that `&T` and `T` never overlap.
+macro_rules! owned_from {
+    ($($type:ty),*) => {$(
+        impl<'a> From<$type> for MaybeOwned<'a, $type> {
+            fn from(value: $type) -> Self {
+                Self::Owned(value)
+            }
+        }
+    )*};
+}
+
+owned_from!(crate::Stream, crate::MemPool, std::sync::Arc<dyn crate::resource::MemoryResource>);
+
+/// An `Arc` of a concrete resource, owned as the `Arc<dyn MemoryResource>` buffers hold (the
+/// unsizing coercion a plain parameter would apply).
+impl<'a, R: crate::resource::MemoryResource + 'static> From<std::sync::Arc<R>>
+    for MaybeOwned<'a, std::sync::Arc<dyn crate::resource::MemoryResource>>
+{
+    fn from(value: std::sync::Arc<R>) -> Self {
+        Self::Owned(value)
+    }
+}
