@@ -102,12 +102,16 @@ example() {
 case "${1:-}" in
   --sanitize)
     sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+    # Tests shorten their slowest serial kernels under a sanitizer; each binary gets at most
+    # SANITIZE_TIMEOUT seconds (default 600) per tool.
+    export CUDA_MEM_UNDER_SANITIZER=1
     for tool in ${2:-memcheck racecheck synccheck}; do
       extra=()
       [ "$tool" = memcheck ] && extra=(--leak-check full)
       # The bad-input tests provoke API errors on purpose (out of memory, invalid values):
       # those are the tests' subject, not findings, so only memory and hazard errors count.
-      run_tests "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 "${extra[@]}"
+      run_tests timeout "${SANITIZE_TIMEOUT:-600}" "$sanitizer" --tool "$tool" --report-api-errors no \
+        --error-exitcode 99 "${extra[@]}"
     done
     ;;
   --bench)
