@@ -3,8 +3,8 @@
 //! `<target-dir>/<profile>/raw_reference` (next to the `report` binary) when that folder can be
 //! recognised from `OUT_DIR`.
 //!
-//! Also compiles `reference/in_process.cpp` (the same C++ allocation batches, `alloc_batches.h`,
-//! behind a C ABI) into a static library for the `paired` benchmark, with the host C++ compiler and
+//! Also compiles `reference/in_process.cpp` (the same C++ allocation and copy batches,
+//! `alloc_batches.h` and `copy_batches.h`, behind a C ABI) into a static library for the `paired` benchmark, with the host C++ compiler and
 //! the toolkit's headers (`DEP_CUDART_INCLUDE`); cudart itself comes from cuda-mem-sys.
 //!
 //! nvcc is taken from, in order: `$DEP_CUDART_BIN/nvcc` (exported by cuda-mem-sys, the toolkit the
@@ -17,13 +17,15 @@ use std::process::Command;
 
 const SOURCE: &str = "reference/raw_reference.cu";
 const EXE: &str = "raw_reference";
-const SHARED_HEADER: &str = "reference/alloc_batches.h";
+const SHARED_HEADERS: [&str; 2] = ["reference/alloc_batches.h", "reference/copy_batches.h"];
 const IN_PROCESS: &str = "reference/in_process.cpp";
 
 fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed={SHARED_HEADER}");
+    for header in SHARED_HEADERS {
+        println!("cargo:rerun-if-changed={header}");
+    }
     println!("cargo:rerun-if-changed={IN_PROCESS}");
     if env_var("DOCS_RS").is_some() {
         println!("cargo:rustc-env=RAW_REFERENCE_PATH=");
@@ -113,7 +115,7 @@ fn compile(nvcc: &Path, exe: &Path) {
     }
 }
 
-/// The C ABI over `alloc_batches.h` (library `cm_in_process`, linked into this crate).
+/// The C ABI over `alloc_batches.h` and `copy_batches.h` (library `cm_in_process`, linked into this crate).
 fn compile_in_process() {
     let mut build = cc::Build::new();
     build.cpp(true).std("c++17").opt_level(2).warnings(true).file(IN_PROCESS).include("reference");

@@ -33,6 +33,12 @@ mod peer_cudarc;
 #[path = "shared/alloc_rows.rs"]
 mod alloc_rows;
 use alloc_rows::AllocRow;
+#[path = "shared/copy_rows.rs"]
+mod copy_rows;
+use copy_rows::CopyRow;
+#[path = "shared/resource_stacks.rs"]
+mod resource_stacks;
+use resource_stacks::{ADAPTOR_STACKS, Stack};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -130,78 +136,16 @@ fn alloc_section(c: &mut Criterion) {
     group.finish();
 }
 
-/// Host memory of one copy row: what the C++ program copies from or into.
-enum Host<'a> {
-    Pageable(Vec<u8>),
-    Pinned(PinnedBuffer<u8>),
-    Registered(RegisteredHost<'a, u8>),
-}
-
-impl Host<'_> {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Host::Pageable(v) => v,
-            Host::Pinned(p) => p,
-            Host::Registered(r) => r,
-        }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        match self {
-            Host::Pageable(v) => v,
-            Host::Pinned(p) => p,
-            Host::Registered(r) => r,
-        }
-    }
-}
-
 /// Synchronous 256 MiB copies (GB/s). The blocking copies are `cudaMemcpy` underneath, like the
 /// C++ rows; `copy_from_device` also waits for the legacy stream after the device-to-device
 /// `cudaMemcpy`, and the C++ d2d row does the same (`cudaStreamSynchronize(0)`).
 fn bandwidth_section(c: &mut Criterion) {
-    let bytes = rows::COPY_BYTES as usize;
     // Host buffers of the registered rows live here so that RegisteredHost can borrow them; they
     // are allocated only when their row runs.
-    let mut registered_up = Vec::new();
-    let mut registered_down = Vec::new();
+    let mut registered: Vec<Vec<u8>> = rows::section_rows(Section::Bandwidth).map(|_| Vec::new()).collect();
     let mut group = group(c, Section::Bandwidth, Peer::CudaMem);
-    for row in rows::section_rows(Section::Bandwidth) {
-        if row.key == "d2d" {
-            let setup = || -> Result<(DeviceBuffer<u8>, DeviceBuffer<u8>), CudaError> {
-                let src = DeviceBuffer::<u8>::from_slice(&vec![1u8; bytes])?;
-                let dst = DeviceBuffer::<u8>::zeroed(bytes)?;
-                Ok((src, dst))
-            };
-            bench_row(&mut group, row, setup, |(src, dst), k| {
-                timed(k, || dst.as_mut_slice().copy_from_device(src.as_slice()))
-            });
-            continue;
-        }
-        let (direction, kind) = row.key.split_once('_').expect("copy keys are <direction>_<kind>");
-        let upload = direction == "h2d";
-        let registered_buffer = if upload { &mut registered_up } else { &mut registered_down };
-        let setup = move || -> Result<(Host<'_>, DeviceBuffer<u8>), CudaError> {
-            let host = match kind {
-                "pageable" => Host::Pageable(vec![1u8; bytes]), // every page written, like the C++ memset
-                "pinned" => Host::Pinned(PinnedBuffer::from_slice(&vec![1u8; bytes], HostAllocFlags::empty())?),
-                "wc" => Host::Pinned(PinnedBuffer::from_slice(&vec![1u8; bytes], HostAllocFlags::WRITE_COMBINED)?),
-                "registered" => {
-                    let registered_buffer = registered_buffer; // moved (not reborrowed): the borrow outlives the call
-                    registered_buffer.resize(bytes, 1);
-                    // Registered once, outside the timing, like the C++ row.
-                    Host::Registered(RegisteredHost::new(registered_buffer.as_mut_slice(), HostRegisterFlags::empty())?)
-                }
-                other => unreachable!("copy row kind {other} has no benchmark"),
-            };
-            Ok((host, DeviceBuffer::<u8>::from_slice(&vec![1u8; bytes])?))
-        };
-        bench_row(&mut group, row, setup, move |(host, device), k| {
-            if upload {
-                timed(k, || device.as_mut_slice().copy_from_host(host.bytes()))
-            } else {
-                timed(k, || device.as_slice().copy_to_host(host.bytes_mut()))
-            }
-        });
+    for (row, registered) in rows::section_rows(Section::Bandwidth).zip(registered.iter_mut()) {
+        bench_row(&mut group, row, move || CopyRow::setup(row, registered), |copy, k| copy.cuda_mem(k));
     }
     group.finish();
 }
@@ -374,9 +318,7 @@ fn ffi_alloc_section(c: &mut Criterion) {
 /// What cuda-mem adds beyond the families (criterion group `features`): the pinned caching pool,
 /// staged pageable copies, and resource adaptors. The report sets each against its baseline.
 fn features_section(c: &mut Criterion) {
-    use cuda_mem::resource::{
-        LimitingResource, MemoryResource, PoolResource, ResourceBuffer, StatisticsResource, TrackingResource,
-    };
+    use cuda_mem::resource::{MemoryResource, PoolResource, ResourceBuffer};
     use cuda_mem::{PinnedPool, StagedConfig, StagedCopier};
     use cuda_mem_bench::features::{FEATURE_ROWS, GROUP};
     use std::sync::Arc;
@@ -444,15 +386,8 @@ fn features_section(c: &mut Criterion) {
         },
     );
 
-    type Stack = fn(PoolResource) -> Arc<dyn MemoryResource>;
-    let stacks: [(&str, Stack); 4] = [
-        ("resource_pool_1m", |pool| Arc::new(pool)),
-        ("resource_stats_pool_1m", |pool| Arc::new(StatisticsResource::new(pool))),
-        ("resource_limit_stats_pool_1m", |pool| {
-            Arc::new(LimitingResource::new(StatisticsResource::new(pool), usize::MAX))
-        }),
-        ("resource_tracking_pool_1m", |pool| Arc::new(TrackingResource::new(pool, false))),
-    ];
+    let plain: Stack = |pool| Arc::new(pool);
+    let stacks = std::iter::once(("resource_pool_1m", plain)).chain(ADAPTOR_STACKS);
     for (key, stack) in stacks {
         let row = row(key);
         let bytes = row.bytes as usize;

@@ -3,20 +3,23 @@
 //! * Every allocation row of the catalogue against the raw C++ batch of `reference/alloc_batches.h`
 //!   (the code `raw_reference` runs), on the same stream and pool, with the row's K and twice its
 //!   samples.
+//! * Every copy row against the raw C++ batch of `reference/copy_batches.h`, copying between the
+//!   very same buffers.
 //! * The resource rows: a `ResourceBuffer` from a `PoolResource` against the raw C++
 //!   `cudaMallocFromPoolAsync` batch on the same pool, and each adaptor stack against the plain
 //!   `PoolResource`.
 //!
 //! Prints one JSON line per row to stdout (progress to stderr). Arguments that are not flags
-//! filter rows by substring. Without a usable GPU: exit 2 with one sentence in benchmark mode,
+//! filter rows by substring. `--api-time` also records each side's time inside CUDA calls through
+//! CUPTI (`cuda_mem_bench::api_time`; exit 3 when CUPTI cannot be loaded): a profile, not a
+//! judged run. Without a usable GPU: exit 2 with one sentence in benchmark mode,
 //! "skipped" and exit 0 in test mode (`cargo test --all-targets`).
 
-use cuda_mem::resource::{
-    LimitingResource, MemoryResource, PoolResource, ResourceBuffer, StatisticsResource, TrackingResource,
-};
+use cuda_mem::resource::{MemoryResource, PoolResource, ResourceBuffer};
 use cuda_mem::{CudaError, Device, MemPool, Stream};
+use cuda_mem_bench::api_time::{self, ApiTotals};
 use cuda_mem_bench::in_process::{RawBatch, time_batch};
-use cuda_mem_bench::paired::{self, PairedRow, interleave};
+use cuda_mem_bench::paired::{self, Interleaved, PairedRow};
 use cuda_mem_bench::rows::{self, Section};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +27,12 @@ use std::time::{Duration, Instant};
 #[path = "shared/alloc_rows.rs"]
 mod alloc_rows;
 use alloc_rows::{AllocRow, host_flags};
+#[path = "shared/copy_rows.rs"]
+mod copy_rows;
+use copy_rows::CopyRow;
+#[path = "shared/resource_stacks.rs"]
+mod resource_stacks;
+use resource_stacks::ADAPTOR_STACKS;
 
 /// Samples per side, relative to the catalogue's: the interleaved figure is judged against a
 /// 2% target, so it gets more samples than a one-sided row.
@@ -36,12 +45,29 @@ fn main() {
     let wanted = |key: &str| filters.is_empty() || filters.iter().any(|f| key.contains(f.as_str()));
     if args.iter().any(|a| a == "--list") {
         // The same shape as criterion's listing: one "key: benchmark" line per row.
-        let alloc = rows::section_rows(Section::Alloc).map(|r| r.key);
-        for key in alloc.chain(RESOURCE_KEYS.iter().copied()).filter(|k| wanted(k)) {
+        let catalogue = [Section::Alloc, Section::Bandwidth].into_iter().flat_map(rows::section_rows).map(|r| r.key);
+        for key in catalogue.chain(RESOURCE_KEYS.iter().copied()).filter(|k| wanted(k)) {
             println!("{key}: benchmark");
         }
         return;
     }
+    let profiled = args.iter().any(|a| a == "--api-time");
+    if profiled {
+        // Before the first CUDA call, so every call is seen.
+        match api_time::start() {
+            Ok(path) => eprintln!("paired: timing CUDA calls through {path}"),
+            Err(reason) => {
+                eprintln!("paired: --api-time needs CUPTI: {reason}.");
+                std::process::exit(3);
+            }
+        }
+    }
+    let probe: Option<&dyn Fn() -> ApiTotals> = if profiled { Some(&api_time::totals) } else { None };
+    let interleave = |samples,
+                      base: &mut dyn FnMut() -> Result<Duration, String>,
+                      ours: &mut dyn FnMut() -> Result<Duration, String>| {
+        paired::interleave_probed(samples, probe, base, ours)
+    };
     if let Err(reason) = gpu_present() {
         if benchmarking {
             eprintln!("paired: no usable CUDA GPU ({reason}), so there is nothing to benchmark: run it on a GPU host.");
@@ -53,12 +79,31 @@ fn main() {
     for row in rows::section_rows(Section::Alloc).filter(|r| wanted(r.key)) {
         let result = AllocRow::setup(row).map_err(|e| e.to_string()).and_then(|alloc| {
             let samples = row.samples * SAMPLE_FACTOR;
-            let times = interleave(samples, || raw_batch(&alloc, row.k), || alloc.cuda_mem(row.k).map_err(to_text))?;
+            let times =
+                interleave(samples, &mut || raw_batch(&alloc, row.k), &mut || alloc.cuda_mem(row.k).map_err(to_text))?;
             PairedRow::from_times(row.key, paired::RAW, row.k, &times).ok_or_else(|| "no samples".into())
         });
         emit(row.key, result);
     }
-    for (key, result) in resource_rows(&wanted) {
+    for row in rows::section_rows(Section::Bandwidth).filter(|r| wanted(r.key)) {
+        let mut registered = Vec::new();
+        let result = CopyRow::setup(row, &mut registered).map_err(to_text).and_then(|mut copy| {
+            let (dst, src, kind, sync_legacy) = copy.raw_copy();
+            let batch = RawBatch::Copy { dst, src, kind, sync_legacy };
+            let bytes = rows::COPY_BYTES as usize;
+            let times = interleave(
+                row.samples * SAMPLE_FACTOR,
+                &mut || {
+                    // SAFETY: both buffers belong to `copy`, alive and unused elsewhere during the run.
+                    unsafe { time_batch(batch, bytes, row.k) }.map_err(|c| format!("raw C++ batch: CUDA error {c}"))
+                },
+                &mut || copy.cuda_mem(row.k).map_err(to_text),
+            )?;
+            PairedRow::from_times(row.key, paired::RAW, row.k, &times).ok_or_else(|| "no samples".into())
+        });
+        emit(row.key, result);
+    }
+    for (key, result) in resource_rows(&wanted, &interleave) {
         emit(key, result);
     }
 }
@@ -123,19 +168,27 @@ fn resource_batch(
 }
 
 /// The resource rows, in the order they run.
-const RESOURCE_KEYS: [&str; 4] =
-    ["resource_pool_1m", "resource_stats_pool_1m", "resource_limit_stats_pool_1m", "resource_tracking_pool_1m"];
+const RESOURCE_KEYS: [&str; 5] = [
+    "resource_pool_1m",
+    "resource_stats_pool_1m",
+    "resource_limit_pool_1m",
+    "resource_limit_stats_pool_1m",
+    "resource_tracking_pool_1m",
+];
 
 /// The resource rows of the feature catalogue, interleaved with their baselines.
-fn resource_rows(wanted: &dyn Fn(&str) -> bool) -> Vec<(&'static str, Result<PairedRow, String>)> {
-    type Stack = fn(PoolResource) -> Arc<dyn MemoryResource>;
-    let stacks: [(&str, Stack); 3] = [
-        ("resource_stats_pool_1m", |pool| Arc::new(StatisticsResource::new(pool))),
-        ("resource_limit_stats_pool_1m", |pool| {
-            Arc::new(LimitingResource::new(StatisticsResource::new(pool), usize::MAX))
-        }),
-        ("resource_tracking_pool_1m", |pool| Arc::new(TrackingResource::new(pool, false))),
-    ];
+/// [`paired::interleave_probed`] with the run's probe.
+type Interleave<'a> = dyn Fn(
+        u32,
+        &mut dyn FnMut() -> Result<Duration, String>,
+        &mut dyn FnMut() -> Result<Duration, String>,
+    ) -> Result<Interleaved, String>
+    + 'a;
+
+fn resource_rows(
+    wanted: &dyn Fn(&str) -> bool,
+    interleave: &Interleave<'_>,
+) -> Vec<(&'static str, Result<PairedRow, String>)> {
     let feature = |key: &str| cuda_mem_bench::features::FEATURE_ROWS.iter().find(|r| r.key == key).copied();
     let setup = || -> Result<(MemPool, Stream), String> {
         let pool = MemPool::device_default(Device::current().map_err(to_text)?).map_err(to_text)?; // retaining
@@ -153,15 +206,17 @@ fn resource_rows(wanted: &dyn Fn(&str) -> bool) -> Vec<(&'static str, Result<Pai
             let bytes = row.bytes as usize;
             let times = interleave(
                 row.samples * SAMPLE_FACTOR,
-                // SAFETY: `pool` and `stream` live until the end of this closure's caller.
-                || unsafe { time_batch(batch, bytes, row.k) }.map_err(|c| format!("raw C++ batch: CUDA error {c}")),
-                || resource_batch(&resource, &stream, bytes, row.k),
+                &mut || {
+                    // SAFETY: `pool` and `stream` live until the end of this closure's caller.
+                    unsafe { time_batch(batch, bytes, row.k) }.map_err(|c| format!("raw C++ batch: CUDA error {c}"))
+                },
+                &mut || resource_batch(&resource, &stream, bytes, row.k),
             )?;
             PairedRow::from_times(row.key, paired::RAW, row.k, &times).ok_or_else(|| "no samples".into())
         });
         out.push((row.key, result));
     }
-    for (key, stack) in stacks {
+    for (key, stack) in ADAPTOR_STACKS {
         let Some(row) = feature(key).filter(|r| wanted(r.key)) else { continue };
         let result = setup().and_then(|(pool, stream)| {
             let plain: Arc<dyn MemoryResource> = Arc::new(PoolResource::new(pool.clone()));
@@ -169,8 +224,8 @@ fn resource_rows(wanted: &dyn Fn(&str) -> bool) -> Vec<(&'static str, Result<Pai
             let bytes = row.bytes as usize;
             let times = interleave(
                 row.samples * SAMPLE_FACTOR,
-                || resource_batch(&plain, &stream, bytes, row.k),
-                || resource_batch(&wrapped, &stream, bytes, row.k),
+                &mut || resource_batch(&plain, &stream, bytes, row.k),
+                &mut || resource_batch(&wrapped, &stream, bytes, row.k),
             )?;
             PairedRow::from_times(row.key, "resource_pool_1m", row.k, &times).ok_or_else(|| "no samples".into())
         });

@@ -1,9 +1,10 @@
-// in_process.cpp: the raw C++ allocation batches of alloc_batches.h behind a C ABI, linked into
+// in_process.cpp: the raw C++ batches of alloc_batches.h and copy_batches.h behind a C ABI, linked into
 // the `paired` benchmark so that raw CUDA and cuda-mem run interleaved in one process. Compiled by
 // the host C++ compiler against cuda_runtime_api.h (host code only: nvcc would hand it to the same
 // compiler); cudart comes from cuda-mem-sys.
 
 #include "alloc_batches.h"
+#include "copy_batches.h"
 
 extern "C" {
 
@@ -26,6 +27,10 @@ int cm_raw_managed(size_t bytes, int k) {
 int cm_raw_stream_ordered(size_t bytes, void* pool, void* stream, int sync_each, int k) {
     return alloc_batches::stream_ordered(bytes, static_cast<cudaMemPool_t>(pool), static_cast<cudaStream_t>(stream),
                                          sync_each != 0, k);
+}
+
+int cm_raw_copy(void* dst, const void* src, size_t bytes, int kind, int sync_legacy, int k) {
+    return copy_batches::copies(dst, src, bytes, static_cast<cudaMemcpyKind>(kind), sync_legacy != 0, k);
 }
 
 }  // extern "C"

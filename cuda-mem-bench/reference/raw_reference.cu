@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "alloc_batches.h"
+#include "copy_batches.h"
 
 #include <algorithm>
 #include <chrono>
@@ -427,16 +428,12 @@ void alloc_section(int device) {
 void copy_pair(const char* h2d_key, const char* d2h_key, void* host, void* device_buf, const std::string& what) {
     const Plan& up = plan(h2d_key);
     double t_up = measure(up, no_setup, [&](int k) {
-        for (int i = 0; i < k; ++i) {
-            CHECK(cudaMemcpy(device_buf, host, COPY_BYTES, cudaMemcpyHostToDevice));
-        }
+        CHECK(copy_batches::copies(device_buf, host, COPY_BYTES, cudaMemcpyHostToDevice, false, k));
     });
     emit_gbs(up, COPY_BYTES, t_up, "cudaMemcpy host to device, 256 MiB, from " + what);
     const Plan& down = plan(d2h_key);
     double t_down = measure(down, no_setup, [&](int k) {
-        for (int i = 0; i < k; ++i) {
-            CHECK(cudaMemcpy(host, device_buf, COPY_BYTES, cudaMemcpyDeviceToHost));
-        }
+        CHECK(copy_batches::copies(host, device_buf, COPY_BYTES, cudaMemcpyDeviceToHost, false, k));
     });
     emit_gbs(down, COPY_BYTES, t_down, "cudaMemcpy device to host, 256 MiB, into " + what);
 }
@@ -491,12 +488,9 @@ void bandwidth_section() {
         CHECK(cudaDeviceSynchronize());
         const Plan& p = plan("d2d");
         double t = measure(p, no_setup, [&](int k) {
-            for (int i = 0; i < k; ++i) {
-                CHECK(cudaMemcpy(other, device_buf, COPY_BYTES, cudaMemcpyDeviceToDevice));
-                // cuda-mem's copy_from_device waits for the legacy stream (a device-to-device
-                // cudaMemcpy may return before the copy ends); do the same.
-                CHECK(cudaStreamSynchronize(0));
-            }
+            // cuda-mem's copy_from_device waits for the legacy stream (a device-to-device
+            // cudaMemcpy may return before the copy ends); so does this batch.
+            CHECK(copy_batches::copies(other, device_buf, COPY_BYTES, cudaMemcpyDeviceToDevice, true, k));
         });
         emit_gbs(p, COPY_BYTES, t,
                  "cudaMemcpy device to device, 256 MiB (counted once) + cudaStreamSynchronize(0) after each copy");

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// Usage text of `report`.
 pub const USAGE: &str = "\
 usage: report --raw RAW.jsonl --criterion DIR [--cudarc DIR] [--raw-rerun RAW2.jsonl]
-              [--paired PAIRED.jsonl] --out DIR [--date YYYY-MM-DD]
+              [--paired PAIRED.jsonl] [--paired-api PROFILED.jsonl] --out DIR [--date YYYY-MM-DD]
        report --raw-reference-path
 
 Joins the raw CUDA C++ rows (raw_reference's output) with criterion's samples (DIR is criterion's
@@ -20,6 +20,8 @@ writes DIR/report.md, DIR/results.json, DIR/latency.svg and DIR/bandwidth.svg. -
 a second run of raw_reference (e.g. after the benchmark): its ratio to the first is shown as each
 row's noise floor. --paired names the output of the `paired` benchmark (cuda-mem and raw C++
 interleaved in one process): its ratios are the ones the targets are judged by where present.
+--paired-api names the output of `paired --api-time` (the same, profiled through CUPTI): it adds
+a section that splits each side's time into inside and outside CUDA calls.
 
 --raw-reference-path prints where the build put the raw_reference executable.";
 
@@ -47,6 +49,8 @@ pub struct Options {
     pub raw_rerun: Option<PathBuf>,
     /// The `paired` benchmark's output.
     pub paired: Option<PathBuf>,
+    /// The output of `paired --api-time`.
+    pub paired_api: Option<PathBuf>,
     /// Where to write.
     pub out: PathBuf,
     /// Report date; today (UTC) when absent.
@@ -56,8 +60,8 @@ pub struct Options {
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut args = args.into_iter();
-    let (mut raw, mut criterion, mut cudarc, mut out, mut date, mut rerun, mut paired) =
-        (None, None, None, None, None, None, None);
+    let (mut raw, mut criterion, mut cudarc, mut out, mut date, mut rerun, mut paired, mut paired_api) =
+        (None, None, None, None, None, None, None, None);
     while let Some(flag) = args.next() {
         let slot = match flag.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
@@ -67,6 +71,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
             "--cudarc" => &mut cudarc,
             "--raw-rerun" => &mut rerun,
             "--paired" => &mut paired,
+            "--paired-api" => &mut paired_api,
             "--out" => &mut out,
             "--date" => &mut date,
             other => return Err(format!("unknown argument {other:?}")),
@@ -80,6 +85,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
         cudarc: cudarc.map(PathBuf::from),
         raw_rerun: rerun.map(PathBuf::from),
         paired: paired.map(PathBuf::from),
+        paired_api: paired_api.map(PathBuf::from),
         out: out.ok_or_else(|| missing("--out"))?.into(),
         date,
     }))
@@ -124,13 +130,15 @@ pub fn run(options: &Options) -> Result<PathBuf, String> {
     if let Some(rerun) = &options.raw_rerun {
         join::add_rerun(&mut rows, &read_raw(rerun)?);
     }
-    let paired = match &options.paired {
+    let read_paired = |file: &Option<PathBuf>| match file {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-            paired::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?
+            paired::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
         }
-        None => BTreeMap::new(),
+        None => Ok(BTreeMap::new()),
     };
+    let paired = read_paired(&options.paired)?;
+    let profiled = read_paired(&options.paired_api)?;
     join::add_paired(&mut rows, &paired);
     let claims = claims::check(&raw);
     std::fs::create_dir_all(&options.out).map_err(|e| format!("creating {}: {e}", options.out.display()))?;
@@ -153,6 +161,7 @@ pub fn run(options: &Options) -> Result<PathBuf, String> {
     let mut json = render::json(&report);
     json["features"] = crate::features::json(&feature_results);
     json["paired"] = paired::json(&paired);
+    json["paired_api"] = paired::json(&profiled);
     let json = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
     write(&options.out.join("results.json"), &json)?;
     let md_path = options.out.join("report.md");
@@ -160,6 +169,9 @@ pub fn run(options: &Options) -> Result<PathBuf, String> {
     let mut features_md = crate::features::markdown(&feature_results);
     if !paired.is_empty() {
         features_md.push_str(&paired::markdown(&paired));
+    }
+    if profiled.values().any(|r| r.api.is_some()) {
+        features_md.push_str(&paired::api_markdown(&profiled));
     }
     match markdown.find("## Claims checked") {
         Some(at) => markdown.insert_str(at, &features_md),
@@ -219,12 +231,19 @@ mod tests {
             "{\"key\":\"malloc_4k\",\"baseline\":\"raw C++\",\"base_us\":60,\"ours_us\":60.9,\"k\":200,\"samples\":30}\n",
         )
         .unwrap();
+        std::fs::write(
+            dir.join("paired-api.jsonl"),
+            "{\"key\":\"malloc_4k\",\"baseline\":\"raw C++\",\"base_us\":61,\"ours_us\":62,\"k\":200,\"samples\":30,\
+             \"base_api_us\":59,\"ours_api_us\":59.9,\"base_api_calls\":2,\"ours_api_calls\":2}\n",
+        )
+        .unwrap();
         let options = Options {
             raw,
             criterion: criterion.clone(),
             cudarc: Some(criterion),
             raw_rerun: Some(dir.join("raw.jsonl")),
             paired: Some(dir.join("paired.jsonl")),
+            paired_api: Some(dir.join("paired-api.jsonl")),
             out: dir.join("out"),
             date: Some("2026-11-29".into()),
         };
@@ -232,11 +251,17 @@ mod tests {
         let md = std::fs::read_to_string(md_path).unwrap();
         assert!(md.contains("| `malloc_4k` | 60.0 | 60.0 | 1.000 | — | — | 1.000 | 1.015 |"), "{md}");
         assert!(md.contains("## Same process, interleaved"));
+        // 2 µs outside the calls on the raw side, 2.1 on ours: +100 ns.
+        assert!(
+            md.contains("| `malloc_4k` | raw C++ | 2.00 / 2.00 | 59.000 / 59.900 | 2.000 / 2.100 | +100 | 1.016 |"),
+            "{md}"
+        );
         assert!(md.contains("| `malloc_host_4k` | 780 | — | — | 800 | 1.026 | 1.000 | — |"), "{md}");
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("out/results.json")).unwrap()).unwrap();
         assert_eq!(json["date"], "2026-11-29");
         assert_eq!(json["paired"][0]["key"], "malloc_4k");
+        assert_eq!(json["paired_api"][0]["api"]["ours_calls"], 2.0);
         assert!(std::fs::read_to_string(dir.join("out/latency.svg")).unwrap().contains("<svg"));
         assert!(dir.join("out/bandwidth.svg").is_file());
         std::fs::remove_dir_all(&dir).unwrap();

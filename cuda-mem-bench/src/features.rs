@@ -99,6 +99,15 @@ pub const FEATURE_ROWS: &[FeatureRow] = &[
         what: "the same through StatisticsResource",
     },
     FeatureRow {
+        key: "resource_limit_pool_1m",
+        k: 200,
+        samples: 50,
+        bytes: MIB,
+        unit: Unit::Micros,
+        baseline: Baseline::Feature("resource_pool_1m"),
+        what: "the same through LimitingResource",
+    },
+    FeatureRow {
         key: "resource_limit_stats_pool_1m",
         k: 200,
         samples: 50,

@@ -1,6 +1,6 @@
-//! The raw C++ allocation batches (`reference/alloc_batches.h`, the code `raw_reference` runs),
-//! compiled by `build.rs` into this crate so that the `paired` benchmark can interleave raw CUDA
-//! and cuda-mem in one process. Timing is done here, with the same clock as every other row.
+//! The raw C++ allocation and copy batches (`reference/alloc_batches.h`, `copy_batches.h`: the
+//! code `raw_reference` runs), compiled by `build.rs` into this crate so that the `paired`
+//! benchmark can interleave raw CUDA and cuda-mem in one process. Timing is done here, with the same clock as every other row.
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::time::{Duration, Instant};
@@ -14,6 +14,14 @@ unsafe extern "C" {
     fn cm_raw_managed(bytes: usize, k: c_int) -> c_int;
     fn cm_raw_stream_ordered(bytes: usize, pool: *mut c_void, stream: *mut c_void, sync_each: c_int, k: c_int)
     -> c_int;
+    fn cm_raw_copy(
+        dst: *mut c_void,
+        src: *const c_void,
+        bytes: usize,
+        kind: c_int,
+        sync_legacy: c_int,
+        k: c_int,
+    ) -> c_int;
 }
 
 /// Which raw C++ batch to run.
@@ -37,6 +45,18 @@ pub enum RawBatch {
         /// Synchronize after every pair (else once at the end of the batch).
         sync_each: bool,
     },
+    /// `cudaMemcpy(dst, src, bytes, kind)` (`copy_batches.h`), then `cudaStreamSynchronize(0)`
+    /// after each copy when `sync_legacy`.
+    Copy {
+        /// Destination: `bytes` writable (host or device).
+        dst: *mut c_void,
+        /// Source: `bytes` readable (host or device).
+        src: *const c_void,
+        /// A `cudaMemcpyKind` value.
+        kind: u32,
+        /// Wait for the legacy stream after each copy.
+        sync_legacy: bool,
+    },
 }
 
 /// Runs one batch of `k` raw C++ pairs of `bytes` and returns how long it took; `Err` holds the
@@ -44,7 +64,8 @@ pub enum RawBatch {
 ///
 /// # Safety
 /// For [`RawBatch::StreamOrdered`], `pool` (when not null) and `stream` must be live handles of
-/// the current device for the whole call.
+/// the current device for the whole call. For [`RawBatch::Copy`], `dst` and `src` must be valid
+/// for `bytes` of the memory `kind` names, not in use by anything else during the call.
 pub unsafe fn time_batch(batch: RawBatch, bytes: usize, k: u32) -> Result<Duration, i32> {
     let k = c_int::try_from(k).map_err(|_| -1)?;
     let start = Instant::now();
@@ -57,6 +78,9 @@ pub unsafe fn time_batch(batch: RawBatch, bytes: usize, k: u32) -> Result<Durati
             RawBatch::Managed => cm_raw_managed(bytes, k),
             RawBatch::StreamOrdered { pool, stream, sync_each } => {
                 cm_raw_stream_ordered(bytes, pool, stream, c_int::from(sync_each), k)
+            }
+            RawBatch::Copy { dst, src, kind, sync_legacy } => {
+                cm_raw_copy(dst, src, bytes, kind as c_int, c_int::from(sync_legacy), k)
             }
         }
     };

@@ -49,6 +49,7 @@
 //! the same C++ program differ by up to 1.8× on sub-µs and pinned rows, interleaving in one process
 //! does not.
 
+pub mod api_time;
 pub mod claims;
 pub mod cli;
 pub mod date;

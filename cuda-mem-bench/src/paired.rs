@@ -6,6 +6,7 @@
 //!
 //! Output: one JSON object per line, `{"key","baseline","base_us","ours_us","k","samples"}`.
 
+use crate::api_time::ApiTotals;
 use crate::stats;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -24,28 +25,67 @@ pub struct Interleaved {
     pub base: Vec<Duration>,
     /// cuda-mem batches.
     pub ours: Vec<Duration>,
+    /// Time inside CUDA calls during each baseline batch (profiled runs only).
+    pub base_api: Vec<ApiTotals>,
+    /// Time inside CUDA calls during each cuda-mem batch (profiled runs only).
+    pub ours_api: Vec<ApiTotals>,
 }
 
 /// Runs one untimed warm-up batch of each side, then `samples` batches of each, alternating
 /// which side goes first (base-ours, ours-base, ...) so neither always runs after the other.
 pub fn interleave<E>(
     samples: u32,
+    base: impl FnMut() -> Result<Duration, E>,
+    ours: impl FnMut() -> Result<Duration, E>,
+) -> Result<Interleaved, E> {
+    interleave_probed(samples, None, base, ours)
+}
+
+/// [`interleave`], and with `probe` (cumulative time inside CUDA calls, see
+/// [`crate::api_time`]) also the part of each batch spent inside CUDA.
+pub fn interleave_probed<E>(
+    samples: u32,
+    probe: Option<&dyn Fn() -> ApiTotals>,
     mut base: impl FnMut() -> Result<Duration, E>,
     mut ours: impl FnMut() -> Result<Duration, E>,
 ) -> Result<Interleaved, E> {
     base()?;
     ours()?;
     let mut out = Interleaved::default();
+    let mut run = |side: &mut dyn FnMut() -> Result<Duration, E>, is_base: bool| -> Result<(), E> {
+        let before = probe.map(|p| p());
+        let time = side()?;
+        let (times, api) =
+            if is_base { (&mut out.base, &mut out.base_api) } else { (&mut out.ours, &mut out.ours_api) };
+        times.push(time);
+        if let (Some(p), Some(before)) = (probe, before) {
+            api.push(p() - before);
+        }
+        Ok(())
+    };
     for s in 0..samples {
         if s % 2 == 0 {
-            out.base.push(base()?);
-            out.ours.push(ours()?);
+            run(&mut base, true)?;
+            run(&mut ours, false)?;
         } else {
-            out.ours.push(ours()?);
-            out.base.push(base()?);
+            run(&mut ours, false)?;
+            run(&mut base, true)?;
         }
     }
     Ok(out)
+}
+
+/// Where one operation's time goes on each side of a profiled row (medians over the samples).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApiSplit {
+    /// Baseline µs per operation inside CUDA calls.
+    pub base_inside_us: f64,
+    /// cuda-mem µs per operation inside CUDA calls.
+    pub ours_inside_us: f64,
+    /// Baseline CUDA calls per operation.
+    pub base_calls: f64,
+    /// cuda-mem CUDA calls per operation.
+    pub ours_calls: f64,
 }
 
 /// One compared row.
@@ -63,6 +103,8 @@ pub struct PairedRow {
     pub k: u32,
     /// Samples per side.
     pub samples: u32,
+    /// Time inside CUDA calls, for profiled runs.
+    pub api: Option<ApiSplit>,
 }
 
 impl PairedRow {
@@ -72,6 +114,17 @@ impl PairedRow {
             let us: Vec<f64> = d.iter().map(|t| t.as_secs_f64() * 1e6 / f64::from(k)).collect();
             stats::median(&us)
         };
+        let api = |t: &[ApiTotals]| -> Option<(f64, f64)> {
+            let inside: Vec<Duration> = t.iter().map(|a| a.inside).collect();
+            let calls: Vec<f64> = t.iter().map(|a| a.calls as f64 / f64::from(k)).collect();
+            Some((per_op(&inside)?, stats::median(&calls)?))
+        };
+        let split = match (api(&times.base_api), api(&times.ours_api)) {
+            (Some((base_inside_us, base_calls)), Some((ours_inside_us, ours_calls))) => {
+                Some(ApiSplit { base_inside_us, ours_inside_us, base_calls, ours_calls })
+            }
+            _ => None,
+        };
         Some(Self {
             key: key.into(),
             baseline: baseline.into(),
@@ -79,6 +132,7 @@ impl PairedRow {
             ours_us: per_op(&times.ours)?,
             k,
             samples: u32::try_from(times.ours.len()).ok()?,
+            api: split,
         })
     }
 
@@ -99,11 +153,17 @@ impl PairedRow {
 
     /// The JSON line the benchmark prints.
     pub fn to_line(&self) -> String {
-        json!({
+        let mut line = json!({
             "key": self.key, "baseline": self.baseline, "base_us": self.base_us,
             "ours_us": self.ours_us, "k": self.k, "samples": self.samples,
-        })
-        .to_string()
+        });
+        if let Some(a) = &self.api {
+            line["base_api_us"] = json!(a.base_inside_us);
+            line["ours_api_us"] = json!(a.ours_inside_us);
+            line["base_api_calls"] = json!(a.base_calls);
+            line["ours_api_calls"] = json!(a.ours_calls);
+        }
+        line.to_string()
     }
 }
 
@@ -126,6 +186,12 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, PairedRow>, String> {
             ours_us: num("ours_us")?,
             k: count("k")?,
             samples: count("samples")?,
+            api: match (num("base_api_us"), num("ours_api_us"), num("base_api_calls"), num("ours_api_calls")) {
+                (Ok(base_inside_us), Ok(ours_inside_us), Ok(base_calls), Ok(ours_calls)) => {
+                    Some(ApiSplit { base_inside_us, ours_inside_us, base_calls, ours_calls })
+                }
+                _ => None,
+            },
         };
         if !(row.base_us > 0.0 && row.ours_us > 0.0) {
             return Err(format!("line {}: row {key} has a non-positive time", index + 1));
@@ -174,6 +240,40 @@ pub fn markdown(rows: &BTreeMap<String, PairedRow>) -> String {
     out
 }
 
+/// The profile section: each side's time per operation split into inside CUDA calls and
+/// outside (the wrapper's or the C++ loop's own code), from a `paired --api-time` run.
+pub fn api_markdown(rows: &BTreeMap<String, PairedRow>) -> String {
+    let mut out = String::from(
+        "## Where the time goes (CUPTI, a separate profiled run)\n\n\
+         `paired --api-time` repeats the interleaved comparison with CUPTI callbacks on every driver and \
+         runtime call, and splits each side's time per operation into time inside CUDA calls and time \
+         outside them. The wrapper's own work (argument checks, error mapping, drop glue) can only be \
+         outside; the driver's work is inside. Callbacks add their own cost to both sides alike, so these \
+         times are longer than the judged ones above.\n\n\
+         | row | baseline | calls/op (base / cuda-mem) | inside µs (base / cuda-mem) | outside µs (base / cuda-mem) | outside difference ns | ratio |\n\
+         |---|---|---|---|---|---:|---:|\n",
+    );
+    for r in rows.values() {
+        let Some(a) = &r.api else { continue };
+        let (base_out, ours_out) = (r.base_us - a.base_inside_us, r.ours_us - a.ours_inside_us);
+        let baseline = if r.baseline == RAW { RAW.to_string() } else { format!("`{}`", r.baseline) };
+        let _ = writeln!(
+            out,
+            "| `{}` | {baseline} | {:.2} / {:.2} | {:.3} / {:.3} | {:.3} / {:.3} | {:+.0} | {:.3} |",
+            r.key,
+            a.base_calls,
+            a.ours_calls,
+            a.base_inside_us,
+            a.ours_inside_us,
+            base_out,
+            ours_out,
+            (ours_out - base_out) * 1e3,
+            r.ratio()
+        );
+    }
+    out
+}
+
 /// The section for results.json.
 pub fn json(rows: &BTreeMap<String, PairedRow>) -> Value {
     Value::Array(
@@ -182,6 +282,10 @@ pub fn json(rows: &BTreeMap<String, PairedRow>) -> Value {
                 json!({
                     "key": r.key, "baseline": r.baseline, "base_us": r.base_us, "ours_us": r.ours_us,
                     "ratio": r.ratio(), "target": r.target(), "met": r.met(), "k": r.k, "samples": r.samples,
+                    "api": r.api.map(|a| json!({
+                        "base_inside_us": a.base_inside_us, "ours_inside_us": a.ours_inside_us,
+                        "base_calls": a.base_calls, "ours_calls": a.ours_calls,
+                    })),
                 })
             })
             .collect(),
@@ -230,6 +334,7 @@ mod tests {
         let times = Interleaved {
             base: [100, 120, 110].map(Duration::from_micros).to_vec(),
             ours: [111, 150, 112].map(Duration::from_micros).to_vec(),
+            ..Interleaved::default()
         };
         let row = PairedRow::from_times("async_retain_nosync_1m", RAW, 100, &times).unwrap();
         assert!((row.base_us - 1.10).abs() < 1e-9 && (row.ours_us - 1.12).abs() < 1e-9);
@@ -250,6 +355,7 @@ mod tests {
             ours_us: 63.0,
             k: 200,
             samples: 30,
+            api: None,
         };
         let text = format!("Running benches/paired.rs\n\n{}\n", row.to_line());
         let rows = parse(&text).unwrap();
@@ -260,5 +366,39 @@ mod tests {
         assert_eq!(json(&rows)[0]["met"], false);
         assert!(parse("{\"key\":\"a\",\"base_us\":0,\"ours_us\":1,\"k\":1,\"samples\":1}").is_err());
         assert!(parse("{\"key\":\"a\",\"ours_us\":1,\"k\":1,\"samples\":1}").unwrap_err().contains("no base_us"));
+    }
+
+    #[test]
+    fn profiled_runs_split_each_side_and_round_trip() {
+        let mut inside = 0u64;
+        let probe = || {
+            // 3 calls and 40 µs inside per batch on either side.
+            inside += 1;
+            ApiTotals { inside: Duration::from_micros(40 * inside), calls: 3 * inside }
+        };
+        let probe = std::cell::RefCell::new(probe);
+        let read = || (probe.borrow_mut())();
+        let times = interleave_probed(
+            4,
+            Some(&read),
+            || Ok::<_, ()>(Duration::from_micros(100)),
+            || Ok(Duration::from_micros(110)),
+        )
+        .unwrap();
+        assert_eq!(times.base_api.len(), 4, "warm-ups are not probed");
+        let row = PairedRow::from_times("pool_odd_16441", RAW, 2, &times).unwrap();
+        let api = row.api.unwrap();
+        assert_eq!((api.base_calls, api.ours_calls), (1.5, 1.5));
+        assert!((api.base_inside_us - 20.0).abs() < 1e-9 && (api.ours_inside_us - 20.0).abs() < 1e-9);
+        let rows = parse(&row.to_line()).unwrap();
+        assert_eq!(rows["pool_odd_16441"], row);
+        let md = api_markdown(&rows);
+        // Base 50 µs per op, 20 inside: 30 outside; ours 55, 20 inside: 35 outside, +5000 ns.
+        assert!(
+            md.contains(
+                "| `pool_odd_16441` | raw C++ | 1.50 / 1.50 | 20.000 / 20.000 | 30.000 / 35.000 | +5000 | 1.100 |"
+            ),
+            "{md}"
+        );
     }
 }

@@ -13,10 +13,12 @@ enum Op {
     Free(u8),
 }
 
-fuzz_target!(|input: (u32, Vec<Op>)| {
-    let (limit, ops) = input;
+fuzz_target!(|input: (u32, u8, Vec<Op>)| {
+    let (limit, slots, ops) = input;
     let limit = limit as usize % (1 << 20);
-    let stack = LimitingResource::new(StatisticsResource::new(TrackingResource::new(HostResource::default(), false)), limit);
+    // Tables of 1 to 64 slots, so allocations spill into the overflow map and come back.
+    let tracking = TrackingResource::with_slots(HostResource::default(), false, usize::from(slots % 64) + 1);
+    let stack = LimitingResource::new(StatisticsResource::new(tracking), limit);
     let s = StreamRef::LEGACY;
     let mut live: Vec<(std::ptr::NonNull<u8>, usize)> = Vec::new();
     let (mut current, mut peak, mut total) = (0usize, 0usize, 0u64);
@@ -50,7 +52,11 @@ fuzz_target!(|input: (u32, Vec<Op>)| {
         let stats = stack.inner().stats();
         assert_eq!((stats.current_bytes, stats.peak_bytes, stats.total_count), (current, peak, total));
     }
-    assert_eq!(stack.inner().inner().outstanding().len(), live.len());
+    let mut outstanding: Vec<(usize, usize)> = stack.inner().inner().outstanding().iter().map(|r| (r.ptr, r.bytes)).collect();
+    let mut expected: Vec<(usize, usize)> = live.iter().map(|&(p, b)| (p.as_ptr() as usize, b)).collect();
+    outstanding.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(outstanding, expected);
     for (ptr, bytes) in live {
         // SAFETY: as above.
         unsafe { stack.deallocate(ptr, bytes, s) };

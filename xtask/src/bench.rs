@@ -23,12 +23,12 @@ pub fn run() -> Result {
     let paired = find(&bench, "paired-")?;
     let raw = bench.join("raw_reference");
 
-    step("1/5 raw C++ reference", None, Command::new(&raw), Progress::JsonLines, &out.join("raw.jsonl"))?;
+    step("1/6 raw C++ reference", None, Command::new(&raw), Progress::JsonLines, &out.join("raw.jsonl"))?;
     let mut criterion = Command::new(&families);
     criterion.arg("--bench").env("CRITERION_HOME", out.join("criterion"));
     let rows = listed(&families)?;
     step(
-        "2/5 criterion (cuda-mem, FFI, cudarc)",
+        "2/6 criterion (cuda-mem, FFI, cudarc)",
         Some(rows),
         criterion,
         Progress::Criterion,
@@ -37,18 +37,40 @@ pub fn run() -> Result {
     let mut same_process = Command::new(&paired);
     same_process.arg("--bench");
     step(
-        "3/5 same process, interleaved",
+        "3/6 same process, interleaved",
         Some(listed(&paired)?),
         same_process,
         Progress::JsonLines,
         &out.join("paired.jsonl"),
     )?;
+    // The profile (time inside CUDA calls, through CUPTI) explains rows over their target; a
+    // host without CUPTI gets the report without it.
+    let mut profiled = Command::new(&paired);
+    profiled.args(["--bench", "--api-time"]);
+    let profile = out.join("paired-api.jsonl");
+    let with_profile = match step(
+        "4/6 same process, profiled (CUPTI)",
+        Some(listed(&paired)?),
+        profiled,
+        Progress::JsonLines,
+        &profile,
+    ) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("warning: no CUDA-call profile in the report: {e}");
+            false
+        }
+    };
     let mut rerun = Command::new(&raw);
     rerun.args(["alloc", "managed"]);
-    step("4/5 raw C++ again (noise floor)", None, rerun, Progress::JsonLines, &out.join("raw-rerun.jsonl"))?;
+    step("5/6 raw C++ again (noise floor)", None, rerun, Progress::JsonLines, &out.join("raw-rerun.jsonl"))?;
     let report = out.join("report");
+    let mut report_command = Command::new(bench.join("report"));
+    if with_profile {
+        report_command.arg("--paired-api").arg(&profile);
+    }
     util::run(
-        Command::new(bench.join("report")).args(
+        report_command.args(
             ["--raw", "--raw-rerun", "--paired", "--criterion", "--cudarc", "--out"]
                 .iter()
                 .zip([
@@ -62,7 +84,7 @@ pub fn run() -> Result {
                 .flat_map(|(flag, path)| [PathBuf::from(flag), path]),
         ),
     )
-    .map_err(|e| format!("5/5 report: {e}"))?;
+    .map_err(|e| format!("6/6 report: {e}"))?;
     println!("report written to {}", report.join("report.md").display());
     Ok(())
 }

@@ -74,9 +74,10 @@ const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #   ./run --sanitize [TOOL]   the tests under compute-sanitizer TOOL (memcheck, racecheck,
 #                             synccheck) or all three
 #   ./run --bench OUT         raw C++ reference, criterion benchmarks, the same-process
-#                             interleaved comparison (paired), a second reference run of the
-#                             allocation and managed rows (noise floor), and the report in
-#                             OUT/report
+#                             interleaved comparison (paired), the same profiled through CUPTI
+#                             (time inside CUDA calls; skipped without CUPTI), a second
+#                             reference run of the allocation and managed rows (noise floor),
+#                             and the report in OUT/report
 # STRESS_SECONDS bounds the stress example (default 300); BENCH_RERUN=0 skips the second
 # reference run.
 set -u
@@ -90,9 +91,11 @@ run_tests() {
     # The fat-binary check reads the static library in the build tree: a build-machine test.
     case "$t" in tests/embedded_fatbin-*) continue ;; esac
     echo "== $* $t"
+    local started=$SECONDS
     # GPU tests are ignored by default; the no-driver tests assert the absence of a GPU;
     # gpu2_ tests need two GPUs.
     "$@" "$t" --include-ignored "${skip[@]}" --test-threads=4 || fail=1
+    echo "== $t took $((SECONDS - started)) s"
   done
 }
 example() {
@@ -120,12 +123,17 @@ case "${1:-}" in
     bench/raw_reference > "$out/raw.jsonl" || fail=1
     CRITERION_HOME="$out/criterion" bench/families-* --bench || fail=1
     bench/paired-* --bench > "$out/paired.jsonl" || fail=1
+    # The same, profiled through CUPTI (time inside CUDA calls); skipped where CUPTI is missing.
+    profile=()
+    if bench/paired-* --bench --api-time > "$out/paired-api.jsonl"; then
+      profile=(--paired-api "$out/paired-api.jsonl")
+    fi
     rerun=()
     if [ "${BENCH_RERUN:-1}" = 1 ]; then
       bench/raw_reference alloc managed > "$out/raw-rerun.jsonl" || fail=1
       rerun=(--raw-rerun "$out/raw-rerun.jsonl")
     fi
-    bench/report --raw "$out/raw.jsonl" "${rerun[@]}" --paired "$out/paired.jsonl" \
+    bench/report --raw "$out/raw.jsonl" "${rerun[@]}" "${profile[@]}" --paired "$out/paired.jsonl" \
       --criterion "$out/criterion" --cudarc "$out/criterion" --out "$out/report" || fail=1
     ;;
   *)

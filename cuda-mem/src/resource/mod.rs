@@ -26,6 +26,7 @@ mod buffer;
 mod defaults;
 mod limiting;
 mod logging;
+mod outstanding;
 mod replay;
 mod sources;
 mod statistics;
@@ -40,7 +41,7 @@ pub use logging::{LogFormat, LoggingResource};
 pub use replay::{ReplayEvent, ReplayReport, parse_log, replay};
 pub use sources::{DeviceResource, ManagedResource, PinnedPoolResource, PinnedResource, PoolResource};
 pub use statistics::{ResourceStats, StatisticsResource};
-pub use tracking::{AllocationRecord, TrackingResource};
+pub use tracking::{AllocationRecord, DEFAULT_TRACKING_SLOTS, TrackingResource};
 
 use crate::device::Device;
 use crate::error::Result;
