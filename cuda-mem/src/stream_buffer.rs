@@ -84,6 +84,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     /// # Safety
     /// The contents are unspecified until written; the caller must write every element (in stream
     /// order) before reading it.
+    #[inline]
     pub unsafe fn uninit(stream: impl Into<MaybeOwned<'a, Stream>>, len: usize) -> Result<Self> {
         let stream = stream.into();
         let bytes = byte_len::<T>(len, "cudaMallocAsync")?;
@@ -91,8 +92,9 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         if bytes != 0 {
             // SAFETY: `raw` is valid for writes; the stream handle is valid.
             let code = unsafe { sys::cudaMallocAsync(&mut raw, bytes, stream.as_raw()) };
-            alloc_result(code, bytes, || format!("cudaMallocAsync of {bytes} bytes on {}", stream.device()))
-                .map_err(|e| e.with_pool_stats(|| MemPool::current(stream.device()).and_then(|p| p.stats()).ok()))?;
+            if code != sys::cudaError::cudaSuccess {
+                return Err(current_pool_alloc_error(code, bytes, &stream));
+            }
         }
         Ok(Self::from_raw(raw, len, stream, None))
     }
@@ -102,6 +104,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     ///
     /// # Safety
     /// As for [`StreamBuffer::uninit`].
+    #[inline]
     pub unsafe fn uninit_from(
         pool: impl Into<MaybeOwned<'a, MemPool>>,
         stream: impl Into<MaybeOwned<'a, Stream>>,
@@ -113,8 +116,9 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         if bytes != 0 {
             // SAFETY: `raw` is valid for writes; pool and stream handles are valid.
             let code = unsafe { sys::cudaMallocFromPoolAsync(&mut raw, bytes, pool.as_raw(), stream.as_raw()) };
-            alloc_result(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", pool.device()))
-                .map_err(|e| e.with_pool_stats(|| pool.stats().ok()))?;
+            if code != sys::cudaError::cudaSuccess {
+                return Err(pool_alloc_error(code, bytes, &pool));
+            }
         }
         Ok(Self::from_raw(raw, len, stream, Some(pool)))
     }
@@ -139,6 +143,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         Ok(buffer)
     }
 
+    #[inline]
     fn from_raw(
         raw: *mut c_void,
         len: usize,
@@ -229,13 +234,32 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         result
     }
 
+    /// The free, in stream order. The common case (no other stream used the buffer, the free
+    /// succeeds) is a length test and one `cudaFreeAsync`: inlined, with the rest out of line.
+    #[inline]
     fn release(&mut self) -> Result<()> {
         if self.size_bytes() == 0 {
             return Ok(());
         }
+        if !self.used_on.is_empty() {
+            self.order_after_users()?;
+        }
+        // SAFETY: the pointer came from cudaMallocAsync/cudaMallocFromPoolAsync and is freed once,
+        // in stream order after every known use.
+        let code = unsafe { sys::cudaFreeAsync(self.ptr.as_ptr().cast(), self.stream.as_raw()) };
+        if code == sys::cudaError::cudaSuccess {
+            return Ok(());
+        }
+        self.free_error(code)
+    }
+
+    /// Makes the owning stream wait for every stream that used the buffer, so the free cannot
+    /// overtake their work.
+    #[cold]
+    #[inline(never)]
+    fn order_after_users(&mut self) -> Result<()> {
         let mut ordering = Ok(());
         for user in self.used_on.drain(..) {
-            // The free must not overtake work queued on other streams that used the memory.
             ordering = ordering.and(user.record_event().and_then(|done| self.stream.wait_event(&done)));
         }
         if let Err(err) = ordering {
@@ -243,17 +267,39 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
             // host instead (correct, slower); if even that fails the context is broken.
             self.stream.synchronize().map_err(|_| err)?;
         }
-        // SAFETY: the pointer came from cudaMallocAsync/cudaMallocFromPoolAsync and is freed once,
-        // in stream order after every known use.
-        let code = unsafe { sys::cudaFreeAsync(self.ptr.as_ptr().cast(), self.stream.as_raw()) };
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn free_error(&self, code: sys::cudaError_t) -> Result<()> {
         check(code, || format!("cudaFreeAsync of {} bytes", self.size_bytes()))
     }
 }
 
 impl<T: Pod> Drop for StreamBuffer<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         let _ = self.release();
     }
+}
+
+/// The error of a failed `cudaMallocAsync` on `stream`, with the current pool's figures.
+#[cold]
+#[inline(never)]
+fn current_pool_alloc_error(code: sys::cudaError_t, bytes: usize, stream: &Stream) -> CudaError {
+    let device = stream.device();
+    let err = alloc_result(code, bytes, || format!("cudaMallocAsync of {bytes} bytes on {device}"));
+    let err = err.expect_err("called for failures only");
+    err.with_pool_stats(|| MemPool::current(device).and_then(|p| p.stats()).ok())
+}
+
+/// The error of a failed `cudaMallocFromPoolAsync` from `pool`, with its figures.
+#[cold]
+#[inline(never)]
+fn pool_alloc_error(code: sys::cudaError_t, bytes: usize, pool: &MemPool) -> CudaError {
+    let err = alloc_result(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", pool.device()));
+    err.expect_err("called for failures only").with_pool_stats(|| pool.stats().ok())
 }
 
 /// Allocation errors: out-of-memory carries the device's figures; a device without pools gets
