@@ -17,8 +17,10 @@ use std::process::Command;
 
 const SOURCE: &str = "reference/raw_reference.cu";
 const EXE: &str = "raw_reference";
-const SHARED_HEADERS: [&str; 2] = ["reference/alloc_batches.h", "reference/copy_batches.h"];
+const SHARED_HEADERS: [&str; 3] =
+    ["reference/alloc_batches.h", "reference/copy_batches.h", "reference/read_batches.cuh"];
 const IN_PROCESS: &str = "reference/in_process.cpp";
+const IN_PROCESS_KERNELS: &str = "reference/in_process_kernels.cu";
 
 fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");
@@ -27,6 +29,7 @@ fn main() {
         println!("cargo:rerun-if-changed={header}");
     }
     println!("cargo:rerun-if-changed={IN_PROCESS}");
+    println!("cargo:rerun-if-changed={IN_PROCESS_KERNELS}");
     if env_var("DOCS_RS").is_some() {
         println!("cargo:rustc-env=RAW_REFERENCE_PATH=");
         return;
@@ -43,6 +46,7 @@ fn main() {
     let exe = out_dir.join(EXE);
     compile(&nvcc, &exe);
     compile_in_process();
+    compile_in_process_kernels(&nvcc);
 
     let published = profile_dir(&out_dir)
         .map(|dir| dir.join(EXE))
@@ -126,6 +130,30 @@ fn compile_in_process() {
     }
     // Host-only code with no C++ runtime use: nothing to link beyond cudart (from cuda-mem-sys).
     build.cpp_link_stdlib(None).compile("cm_in_process");
+}
+
+/// The C ABI over `read_batches.cuh` (library `cm_in_process_kernels`): device code, so nvcc
+/// compiles it, for the same targets as `raw_reference`.
+fn compile_in_process_kernels(nvcc: &Path) {
+    let target = env::var("TARGET").expect("cargo sets TARGET");
+    // SAFETY: build scripts are single-threaded here; cc reads NVCC_<target> to find nvcc.
+    unsafe { env::set_var(format!("NVCC_{target}"), nvcc) };
+    let mut build = cc::Build::new();
+    build
+        .cuda(true)
+        .cudart("none")
+        .flag("-std=c++17")
+        .flag("-O2")
+        .flag("-gencode=arch=compute_90,code=[sm_90,compute_90]")
+        .flag("-gencode=arch=compute_80,code=sm_80")
+        .file(IN_PROCESS_KERNELS)
+        .include("reference");
+    if let Some(includes) = env_var("DEP_CUDART_INCLUDE") {
+        for dir in env::split_paths(&includes) {
+            build.include(dir);
+        }
+    }
+    build.compile("cm_in_process_kernels");
 }
 
 /// `<target-dir>/<profile>` (or `<target-dir>/<triple>/<profile>`) from

@@ -18,11 +18,9 @@
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
 use cuda_mem::{
-    Advice, CudaError, Device, DeviceBuffer, HostAllocFlags, HostRegisterFlags, Location, ManagedBuffer, MemPool,
-    PinnedBuffer, PoolProps, RegisteredHost, Stream,
+    CudaError, Device, DeviceBuffer, HostAllocFlags, HostRegisterFlags, MemPool, PoolProps, RegisteredHost, Stream,
 };
 use cuda_mem_bench::rows::{self, Peer, Row, Section, Unit, group_id};
-use cuda_mem_kernels::stream_read_u32;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -36,6 +34,9 @@ use alloc_rows::AllocRow;
 #[path = "shared/copy_rows.rs"]
 mod copy_rows;
 use copy_rows::CopyRow;
+#[path = "shared/read_rows.rs"]
+mod read_rows;
+use read_rows::ReadRow;
 #[path = "shared/resource_stacks.rs"]
 mod resource_stacks;
 use resource_stacks::{ADAPTOR_STACKS, Stack};
@@ -150,100 +151,21 @@ fn bandwidth_section(c: &mut Criterion) {
     group.finish();
 }
 
-/// The 4-byte pattern the C++ program writes with `memset(.., 1, ..)`.
-const ONES: u32 = 0x0101_0101;
-
-/// One streaming read of `data` on `stream`, waited for: what the C++ program times per operation
-/// (cudaMemsetAsync of the sink + launch + cudaStreamSynchronize).
-fn read_once(
-    stream: &Stream,
-    data: cuda_mem::DeviceSlice<'_, u32>,
-    sink: &mut DeviceBuffer<u32>,
-) -> Result<(), CudaError> {
-    let sink = sink.as_mut_slice();
-    stream.scope(|s| stream_read_u32(s, data, &sink))?
-}
-
 /// The streaming-read kernel over device memory and mapped pinned host memory (GB/s).
 fn kernel_section(c: &mut Criterion) {
-    let mut group = group(c, Section::Kernel, Peer::CudaMem);
-    for row in rows::section_rows(Section::Kernel) {
-        let elems = (row.bytes / 4) as usize;
-        match row.key {
-            "read_device_1g" => {
-                let setup = || -> Result<_, CudaError> {
-                    let mut data = DeviceBuffer::<u32>::zeroed(elems)?;
-                    data.as_mut_slice().set_bytes(1)?;
-                    Ok((Stream::non_blocking()?, data, DeviceBuffer::<u32>::zeroed(1)?))
-                };
-                bench_row(&mut group, row, setup, |(stream, data, sink), k| {
-                    timed(k, || read_once(stream, data.as_slice(), sink))
-                });
-            }
-            "read_mapped_256m" => {
-                let setup = || -> Result<_, CudaError> {
-                    let mut host = PinnedBuffer::<u32>::zeroed_with_flags(elems, HostAllocFlags::MAPPED)?;
-                    host.fill(ONES);
-                    Ok((Stream::non_blocking()?, host, DeviceBuffer::<u32>::zeroed(1)?))
-                };
-                bench_row(&mut group, row, setup, |(stream, host, sink), k| {
-                    let view = host.device_view()?;
-                    timed(k, || read_once(stream, view, sink))
-                });
-            }
-            other => unreachable!("kernel row {other} has no benchmark"),
-        }
-    }
-    group.finish();
+    read_section(c, Section::Kernel);
 }
 
 /// Managed memory read by the GPU (GB/s). The first-read rows rewrite the buffer on the CPU before
 /// each sample (untimed), then time [prefetch if any + streaming read + sync].
 fn managed_section(c: &mut Criterion) {
-    let mut group = group(c, Section::Managed, Peer::CudaMem);
-    for row in rows::section_rows(Section::Managed) {
-        let elems = (row.bytes / 4) as usize;
-        let (advise, prefetch) = match row.key {
-            "managed_first_read_fault_1g" => (false, false),
-            "managed_first_read_prefetch_1g" => (false, true),
-            "managed_first_read_advise_prefetch_1g" => (true, true),
-            "managed_resident_read_1g" => {
-                let setup = || -> Result<_, CudaError> {
-                    let device = Device::current()?;
-                    let stream = Stream::non_blocking()?;
-                    let mut data = ManagedBuffer::<u32>::zeroed(elems)?;
-                    data.host_mut()?.fill(ONES);
-                    data.prefetch(Location::Device(device), &stream)?;
-                    let mut sink = DeviceBuffer::<u32>::zeroed(1)?;
-                    read_once(&stream, data.as_device_slice(), &mut sink)?; // resident from here on
-                    Ok((stream, data, sink))
-                };
-                bench_row(&mut group, row, setup, |(stream, data, sink), k| {
-                    timed(k, || read_once(stream, data.as_device_slice(), sink))
-                });
-                continue;
-            }
-            other => unreachable!("managed row {other} has no benchmark"),
-        };
-        let setup = move || -> Result<_, CudaError> {
-            let device = Device::current()?;
-            let data = ManagedBuffer::<u32>::zeroed(elems)?;
-            if advise {
-                data.advise(Advice::SetPreferredLocation(Location::Device(device)))?;
-            }
-            Ok((device, Stream::non_blocking()?, data, DeviceBuffer::<u32>::zeroed(1)?))
-        };
-        bench_row(&mut group, row, setup, move |(device, stream, data, sink), k| {
-            data.host_mut()?.fill(ONES); // the CPU writes the buffer: untimed, like the C++ memset
-            let start = Instant::now();
-            for _ in 0..k {
-                if prefetch {
-                    data.prefetch(Location::Device(*device), stream)?;
-                }
-                read_once(stream, data.as_device_slice(), sink)?;
-            }
-            Ok(start.elapsed())
-        });
+    read_section(c, Section::Managed);
+}
+
+fn read_section(c: &mut Criterion, section: Section) {
+    let mut group = group(c, section, Peer::CudaMem);
+    for row in rows::section_rows(section) {
+        bench_row(&mut group, row, || ReadRow::setup(row), |read, k| read.cuda_mem(k));
     }
     group.finish();
 }

@@ -5,6 +5,9 @@
 //!   samples.
 //! * Every copy row against the raw C++ batch of `reference/copy_batches.h`, copying between the
 //!   very same buffers.
+//! * Every kernel and managed row against the raw C++ batch of `reference/read_batches.cuh` (the
+//!   reference's own kernel and launch code), reading the same memory with the same sink and
+//!   stream; first-read rows rewrite the buffer on the CPU before each batch of either side.
 //! * The resource rows: a `ResourceBuffer` from a `PoolResource` against the raw C++
 //!   `cudaMallocFromPoolAsync` batch on the same pool, and each adaptor stack against the plain
 //!   `PoolResource`.
@@ -18,7 +21,7 @@
 use cuda_mem::resource::{MemoryResource, PoolResource, ResourceBuffer};
 use cuda_mem::{CudaError, Device, MemPool, Stream};
 use cuda_mem_bench::api_time::{self, ApiTotals};
-use cuda_mem_bench::in_process::{RawBatch, time_batch};
+use cuda_mem_bench::in_process::{RawBatch, resident_blocks, time_batch};
 use cuda_mem_bench::paired::{self, Interleaved, PairedRow};
 use cuda_mem_bench::rows::{self, Section};
 use std::sync::Arc;
@@ -30,6 +33,9 @@ use alloc_rows::{AllocRow, host_flags};
 #[path = "shared/copy_rows.rs"]
 mod copy_rows;
 use copy_rows::CopyRow;
+#[path = "shared/read_rows.rs"]
+mod read_rows;
+use read_rows::ReadRow;
 #[path = "shared/resource_stacks.rs"]
 mod resource_stacks;
 use resource_stacks::ADAPTOR_STACKS;
@@ -45,7 +51,7 @@ fn main() {
     let wanted = |key: &str| filters.is_empty() || filters.iter().any(|f| key.contains(f.as_str()));
     if args.iter().any(|a| a == "--list") {
         // The same shape as criterion's listing: one "key: benchmark" line per row.
-        let catalogue = [Section::Alloc, Section::Bandwidth].into_iter().flat_map(rows::section_rows).map(|r| r.key);
+        let catalogue = Section::ALL.into_iter().flat_map(rows::section_rows).map(|r| r.key);
         for key in catalogue.chain(RESOURCE_KEYS.iter().copied()).filter(|k| wanted(k)) {
             println!("{key}: benchmark");
         }
@@ -98,6 +104,25 @@ fn main() {
                     unsafe { time_batch(batch, bytes, row.k) }.map_err(|c| format!("raw C++ batch: CUDA error {c}"))
                 },
                 &mut || copy.cuda_mem(row.k).map_err(to_text),
+            )?;
+            PairedRow::from_times(row.key, paired::RAW, row.k, &times).ok_or_else(|| "no samples".into())
+        });
+        emit(row.key, result);
+    }
+    let blocks = resident_blocks().map_err(|code| format!("CUDA error {code} reading the device's limits"));
+    for row in [Section::Kernel, Section::Managed].into_iter().flat_map(rows::section_rows).filter(|r| wanted(r.key)) {
+        let result = blocks.clone().and_then(|blocks| {
+            let read = std::cell::RefCell::new(ReadRow::setup(row).map_err(to_text)?);
+            let times = interleave(
+                row.samples * SAMPLE_FACTOR,
+                &mut || {
+                    let batch = read.borrow_mut().raw_batch(blocks).map_err(to_text)?;
+                    // SAFETY: memory, sink and stream belong to `read`, alive and unused
+                    // elsewhere during the batch.
+                    unsafe { time_batch(batch, row.bytes as usize, row.k) }
+                        .map_err(|c| format!("raw C++ batch: CUDA error {c}"))
+                },
+                &mut || read.borrow_mut().cuda_mem(row.k).map_err(to_text),
             )?;
             PairedRow::from_times(row.key, paired::RAW, row.k, &times).ok_or_else(|| "no samples".into())
         });

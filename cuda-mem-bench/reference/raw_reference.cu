@@ -28,6 +28,7 @@
 
 #include "alloc_batches.h"
 #include "copy_batches.h"
+#include "read_batches.cuh"
 
 #include <algorithm>
 #include <chrono>
@@ -216,77 +217,26 @@ const char* size_suffix(size_t bytes) {
 const size_t ALLOC_SIZES[] = {4 * KIB, MIB, 64 * MIB};
 
 // ---------------------------------------------------------------------------------------------
-// The streaming-read kernel: 16-byte loads, grid-stride, grid = SMs x resident blocks of 256
-// threads. It does the same work per launch as cuda-mem-kernels' stream_read_u32, which the Rust
-// side launches (loop unrolled four times, XOR of every element reduced per block, one atomicXor
-// per block, the 4-byte sink zeroed with cudaMemsetAsync before each launch), so that the kernel
-// rows compare the launch path, not two different kernels.
-
-constexpr unsigned READ_BLOCK = 256;
-
-__device__ __forceinline__ uint32_t fold(uint4 v) {
-    return v.x ^ v.y ^ v.z ^ v.w;
-}
-
-__device__ __forceinline__ uint32_t warp_xor(uint32_t v) {
-    for (unsigned offset = 16; offset > 0; offset /= 2) {
-        v ^= __shfl_xor_sync(0xffffffffu, v, offset);
-    }
-    return v;
-}
-
-__global__ void stream_read(const uint4* __restrict__ data, size_t count, uint32_t* sink) {
-    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    uint32_t acc = 0;
-    for (; i + 3 * stride < count; i += 4 * stride) {
-        const uint4 a = data[i];
-        const uint4 b = data[i + stride];
-        const uint4 c = data[i + 2 * stride];
-        const uint4 d = data[i + 3 * stride];
-        acc ^= fold(a) ^ fold(b) ^ fold(c) ^ fold(d);
-    }
-    for (; i < count; i += stride) {
-        acc ^= fold(data[i]);
-    }
-    __shared__ uint32_t per_warp[32];
-    const unsigned lane = threadIdx.x % 32;
-    const unsigned warp = threadIdx.x / 32;
-    acc = warp_xor(acc);
-    if (lane == 0) {
-        per_warp[warp] = acc;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        acc = warp_xor(lane < blockDim.x / 32 ? per_warp[lane] : 0u);
-        if (lane == 0 && acc != 0) {
-            atomicXor(sink, acc);
-        }
-    }
-}
+// The streaming-read kernel and its batches: read_batches.cuh (shared with the `paired` benchmark).
 
 struct Reader {
     unsigned resident_blocks = 0;
     uint32_t* sink = nullptr;
 
     Reader() {
-        int device = 0, sms = 0, threads = 0;
-        CHECK(cudaGetDevice(&device));
-        CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        CHECK(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, device));
-        resident_blocks = static_cast<unsigned>(sms) * (static_cast<unsigned>(threads) / READ_BLOCK);
+        CHECK(read_batches::resident_blocks(&resident_blocks));
         CHECK(cudaMalloc(&sink, sizeof *sink));
     }
     ~Reader() { cudaFree(sink); }
 
     // Queues one read of `bytes` (a multiple of 16) at `data` on `stream`.
     void launch(const void* data, size_t bytes, cudaStream_t stream) const {
-        const size_t count = bytes / sizeof(uint4);
-        const size_t needed = (count + READ_BLOCK - 1) / READ_BLOCK;
-        const unsigned grid = static_cast<unsigned>(needed < resident_blocks ? needed : resident_blocks);
-        CHECK(cudaMemsetAsync(sink, 0, sizeof *sink, stream));
-        stream_read<<<grid, READ_BLOCK, 0, stream>>>(static_cast<const uint4*>(data), count, sink);
-        CHECK(cudaGetLastError());
+        CHECK(read_batches::launch(data, bytes, sink, resident_blocks, stream));
+    }
+
+    // K times: (prefetch to `prefetch_device` if >= 0) + read + sync.
+    void reads(const void* data, size_t bytes, int prefetch_device, cudaStream_t stream, int k) const {
+        CHECK(read_batches::reads(data, bytes, sink, resident_blocks, prefetch_device, stream, k));
     }
 };
 
@@ -298,11 +248,7 @@ cudaMemLocation device_location(int device) {
 }
 
 void prefetch_to_device(const void* ptr, size_t bytes, int device, cudaStream_t stream) {
-#if CUDART_VERSION >= 13000
-    CHECK(cudaMemPrefetchAsync(ptr, bytes, device_location(device), 0, stream));
-#else
-    CHECK(cudaMemPrefetchAsync(ptr, bytes, device, stream));
-#endif
+    CHECK(read_batches::prefetch(ptr, bytes, device, stream));
 }
 
 void advise_preferred_device(const void* ptr, size_t bytes, int device) {
@@ -507,12 +453,7 @@ void kernel_section(const Reader& reader) {
     cudaStream_t stream;
     CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     auto read_batch = [&](const void* data, size_t bytes) {
-        return [&reader, data, bytes, stream](int k) {
-            for (int i = 0; i < k; ++i) {
-                reader.launch(data, bytes, stream);
-                CHECK(cudaStreamSynchronize(stream));
-            }
-        };
+        return [&reader, data, bytes, stream](int k) { reader.reads(data, bytes, -1, stream, k); };
     };
     {
         void* data = nullptr;
@@ -569,15 +510,7 @@ void managed_section(const Reader& reader, int device) {
         const Plan& p = plan(v.key);
         double t = measure(
             p, [&] { std::memset(data, 1, GIB); },
-            [&](int k) {
-                for (int i = 0; i < k; ++i) {
-                    if (v.prefetch) {
-                        prefetch_to_device(data, GIB, device, stream);
-                    }
-                    reader.launch(data, GIB, stream);
-                    CHECK(cudaStreamSynchronize(stream));
-                }
-            });
+            [&](int k) { reader.reads(data, GIB, v.prefetch ? device : -1, stream, k); });
         emit_gbs(p, GIB, t, v.detail);
         CHECK(cudaFree(data));
     }
@@ -589,12 +522,7 @@ void managed_section(const Reader& reader, int device) {
         reader.launch(data, GIB, stream);
         CHECK(cudaStreamSynchronize(stream));
         const Plan& p = plan("managed_resident_read_1g");
-        double t = measure(p, no_setup, [&](int k) {
-            for (int i = 0; i < k; ++i) {
-                reader.launch(data, GIB, stream);
-                CHECK(cudaStreamSynchronize(stream));
-            }
-        });
+        double t = measure(p, no_setup, [&](int k) { reader.reads(data, GIB, -1, stream, k); });
         emit_gbs(p, GIB, t,
                  "1 GiB managed, already resident on the device (prefetched and read once, untimed): streaming read + "
                  "sync");

@@ -1,12 +1,14 @@
-//! The raw C++ allocation and copy batches (`reference/alloc_batches.h`, `copy_batches.h`: the
-//! code `raw_reference` runs), compiled by `build.rs` into this crate so that the `paired`
-//! benchmark can interleave raw CUDA and cuda-mem in one process. Timing is done here, with the same clock as every other row.
+//! The raw C++ allocation, copy and kernel-read batches (`reference/alloc_batches.h`,
+//! `copy_batches.h`, `read_batches.cuh`: the code `raw_reference` runs), compiled by `build.rs`
+//! into this crate so that the `paired` benchmark can interleave raw CUDA and cuda-mem in one
+//! process. Timing is done here, with the same clock as every other row.
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::time::{Duration, Instant};
 
-// SAFETY (for every function): plain C functions of reference/in_process.cpp; each takes its
-// arguments by value and only calls the CUDA runtime.
+// SAFETY (for every function): plain C functions of reference/in_process.cpp and
+// in_process_kernels.cu; each takes its arguments by value (or an out-pointer) and only calls the
+// CUDA runtime.
 unsafe extern "C" {
     fn cm_raw_device(bytes: usize, k: c_int) -> c_int;
     fn cm_raw_malloc_host(bytes: usize, k: c_int) -> c_int;
@@ -20,6 +22,16 @@ unsafe extern "C" {
         bytes: usize,
         kind: c_int,
         sync_legacy: c_int,
+        k: c_int,
+    ) -> c_int;
+    fn cm_raw_resident_blocks(blocks: *mut c_uint) -> c_int;
+    fn cm_raw_reads(
+        data: *const c_void,
+        bytes: usize,
+        sink: *mut c_void,
+        blocks: c_uint,
+        prefetch_device: c_int,
+        stream: *mut c_void,
         k: c_int,
     ) -> c_int;
 }
@@ -57,6 +69,29 @@ pub enum RawBatch {
         /// Wait for the legacy stream after each copy.
         sync_legacy: bool,
     },
+    /// The streaming-read kernel over `bytes` at `data` (`read_batches.cuh`): zero `sink`, launch
+    /// on `stream`, synchronize; with `prefetch_device`, a `cudaMemPrefetchAsync` to it first.
+    Reads {
+        /// Device-accessible memory of `bytes` (a multiple of 16).
+        data: *const c_void,
+        /// 4 bytes of device memory the kernel XORs into.
+        sink: *mut c_void,
+        /// Grid limit: [`resident_blocks`].
+        blocks: u32,
+        /// Prefetch managed `data` to this device before each read.
+        prefetch_device: Option<i32>,
+        /// A `cudaStream_t`.
+        stream: *mut c_void,
+    },
+}
+
+/// Blocks of 256 threads the current device holds at once (the reads' grid limit); `Err` holds
+/// the CUDA error code.
+pub fn resident_blocks() -> Result<u32, i32> {
+    let mut blocks: c_uint = 0;
+    // SAFETY: a valid out-pointer; the function only queries device attributes.
+    let code = unsafe { cm_raw_resident_blocks(&mut blocks) };
+    if code == 0 { Ok(blocks) } else { Err(code) }
 }
 
 /// Runs one batch of `k` raw C++ pairs of `bytes` and returns how long it took; `Err` holds the
@@ -65,7 +100,9 @@ pub enum RawBatch {
 /// # Safety
 /// For [`RawBatch::StreamOrdered`], `pool` (when not null) and `stream` must be live handles of
 /// the current device for the whole call. For [`RawBatch::Copy`], `dst` and `src` must be valid
-/// for `bytes` of the memory `kind` names, not in use by anything else during the call.
+/// for `bytes` of the memory `kind` names, not in use by anything else during the call. For
+/// [`RawBatch::Reads`], `data` must be device-accessible for `bytes`, `sink` 4 bytes of device
+/// memory and `stream` a live stream, none freed during the call.
 pub unsafe fn time_batch(batch: RawBatch, bytes: usize, k: u32) -> Result<Duration, i32> {
     let k = c_int::try_from(k).map_err(|_| -1)?;
     let start = Instant::now();
@@ -81,6 +118,9 @@ pub unsafe fn time_batch(batch: RawBatch, bytes: usize, k: u32) -> Result<Durati
             }
             RawBatch::Copy { dst, src, kind, sync_legacy } => {
                 cm_raw_copy(dst, src, bytes, kind as c_int, c_int::from(sync_legacy), k)
+            }
+            RawBatch::Reads { data, sink, blocks, prefetch_device, stream } => {
+                cm_raw_reads(data, bytes, sink, blocks, prefetch_device.unwrap_or(-1), stream, k)
             }
         }
     };

@@ -1,10 +1,11 @@
 //! The cuda-mem side of each allocation row, shared by `families` (criterion, against the raw
-//! C++ program) and `paired` (interleaved with the same C++ batches in one process).
+//! C++ program) and `paired` (interleaved with the same C++ batches in one process). Like the C++
+//! loops, each pair is an allocation and its free with nothing in between: the runtime calls
+//! cannot be optimised away, so no `black_box` is needed (it would store the buffer to memory).
 
 use cuda_mem::{CudaError, Device, DeviceBuffer, HostAllocFlags, ManagedBuffer, MemPool, PinnedBuffer, PoolProps};
 use cuda_mem::{Stream, StreamBuffer};
 use cuda_mem_bench::rows::Row;
-use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 /// The stream and pool of a stream-ordered row, configured as the row says.
@@ -76,7 +77,7 @@ impl AllocRow {
                         StreamBuffer::<u8>::uninit(&o.stream, bytes)?
                     }
                 };
-                drop(black_box(buffer));
+                drop(buffer);
                 if o.sync_each {
                     o.stream.synchronize()?;
                 }
@@ -91,21 +92,21 @@ impl AllocRow {
             "malloc" => {
                 for _ in 0..k {
                     // SAFETY: dropped (cudaFree) without being read.
-                    drop(black_box(unsafe { DeviceBuffer::<u8>::uninit(bytes)? }));
+                    drop(unsafe { DeviceBuffer::<u8>::uninit(bytes)? });
                 }
             }
             // ManagedBuffer only has zeroed constructors: the CPU writes every byte, and the C++
             // batch does the same (cudaMallocManaged + memset + cudaFree).
             "managed" => {
                 for _ in 0..k {
-                    drop(black_box(ManagedBuffer::<u8>::zeroed(bytes)?));
+                    drop(ManagedBuffer::<u8>::zeroed(bytes)?);
                 }
             }
             family => {
                 let flags = host_flags(family).unwrap_or_else(|| unreachable!("alloc row family {family}"));
                 for _ in 0..k {
                     // SAFETY: dropped (cudaFreeHost) without being read.
-                    drop(black_box(unsafe { PinnedBuffer::<u8>::uninit(bytes, flags)? }));
+                    drop(unsafe { PinnedBuffer::<u8>::uninit(bytes, flags)? });
                 }
             }
         }

@@ -32,6 +32,7 @@ mod sources;
 mod statistics;
 #[cfg(any(test, fuzzing))]
 pub(crate) mod testing;
+mod threads;
 mod tracking;
 
 pub use buffer::ResourceBuffer;

@@ -1,6 +1,7 @@
 //! `TrackingResource`: every outstanding allocation, with an optional backtrace, and a leak report.
 
 use super::outstanding::{Entry, OutstandingTable};
+use super::threads::{registered_thread, this_thread};
 use super::{MemoryResource, StreamRef};
 use crate::error::Result;
 use rustc_hash::FxHashMap;
@@ -11,26 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
-
-/// Every thread that allocated through any tracking resource, by registry index, with its name:
-/// the allocation path stores the index (a thread-local read), leak reports look it up.
-static THREADS: Mutex<Vec<(ThreadId, Option<String>)>> = Mutex::new(Vec::new());
-
-thread_local! {
-    static THIS_THREAD: u64 = {
-        let thread = std::thread::current();
-        let mut threads = THREADS.lock().unwrap_or_else(PoisonError::into_inner);
-        threads.push((thread.id(), thread.name().map(str::to_owned)));
-        threads.len() as u64 - 1
-    };
-}
-
-/// The thread id and name behind a registry index.
-fn registered_thread(index: u64) -> (ThreadId, Option<String>) {
-    let threads = THREADS.lock().unwrap_or_else(PoisonError::into_inner);
-    // Indices only come from `THIS_THREAD`, which pushed the entry first.
-    threads[index as usize].clone()
-}
 
 /// When (since the resource was created) and where an allocation was made.
 type Origin = (Duration, Arc<Backtrace>);
@@ -178,7 +159,7 @@ impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
             origins.lock().unwrap_or_else(PoisonError::into_inner).insert(address, origin);
         }
         let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
-        let thread = THIS_THREAD.with(|index| *index);
+        let thread = this_thread();
         self.table.insert(address, Entry { bytes, sequence, thread });
         Ok(ptr)
     }
