@@ -207,8 +207,8 @@ pub fn markdown(rows: &BTreeMap<String, PairedRow>) -> String {
         "## Same process, interleaved\n\n\
          The `paired` benchmark runs each cuda-mem batch and its baseline batch alternately in one process \
          (one warm-up batch each, then base-ours, ours-base, ...; same K, median µs per operation). The raw \
-         C++ baseline is the reference program's own allocation code (`reference/alloc_batches.h`), linked \
-         into the benchmark. This removes the difference between two processes, which on the H200 hosts is \
+         C++ baseline is the reference program's own code (`reference/alloc_batches.h`, `copy_batches.h`, \
+         `read_batches.cuh`), linked into the benchmark and run on the same buffers and streams. This removes the difference between two processes, which on the H200 hosts is \
          larger than any wrapper's cost, so it is the ratio the targets are judged by: ≤ 1.02 against raw \
          C++, ≤ 1.05 for adaptors against the resource they wrap.\n\n\
          | row | baseline | baseline µs | cuda-mem µs | ratio | target |\n|---|---|---:|---:|---:|---|\n",
