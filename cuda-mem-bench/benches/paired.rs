@@ -13,7 +13,8 @@
 //!   `PoolResource`.
 //!
 //! Prints one JSON line per row to stdout (progress to stderr). Arguments that are not flags
-//! filter rows by substring. `--api-time` also records each side's time inside CUDA calls through
+//! filter rows by substring; `--missed PAIRED.jsonl` keeps only the rows that missed their target
+//! in that earlier output. `--api-time` also records each side's time inside CUDA calls through
 //! CUPTI (`cuda_mem_bench::api_time`; exit 3 when CUPTI cannot be loaded): a profile, not a
 //! judged run. Without a usable GPU: exit 2 with one sentence in benchmark mode,
 //! "skipped" and exit 0 in test mode (`cargo test --all-targets`).
@@ -47,8 +48,28 @@ const SAMPLE_FACTOR: u32 = 2;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let benchmarking = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
-    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let wanted = |key: &str| filters.is_empty() || filters.iter().any(|f| key.contains(f.as_str()));
+    // `--missed PAIRED.jsonl`: only the rows that missed their target in that earlier run.
+    let missed_file = args.iter().position(|a| a == "--missed").map(|at| args.get(at + 1).cloned());
+    let only: Option<Vec<String>> = match missed_file {
+        None => None,
+        Some(None) => fail("--missed needs the path of an earlier run's output"),
+        Some(Some(path)) => Some(
+            std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| paired::missed_keys(&text))
+                .unwrap_or_else(|e| fail(&format!("--missed {path}: {e}"))),
+        ),
+    };
+    let filters: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|&(i, a)| !a.starts_with('-') && (i == 0 || args[i - 1] != "--missed"))
+        .map(|(_, a)| a)
+        .collect();
+    let wanted = |key: &str| {
+        only.as_ref().is_none_or(|keys| keys.iter().any(|k| k == key))
+            && (filters.is_empty() || filters.iter().any(|f| key.contains(f.as_str())))
+    };
     if args.iter().any(|a| a == "--list") {
         // The same shape as criterion's listing: one "key: benchmark" line per row.
         let catalogue = Section::ALL.into_iter().flat_map(rows::section_rows).map(|r| r.key);
@@ -131,6 +152,11 @@ fn main() {
     for (key, result) in resource_rows(&wanted, &interleave) {
         emit(key, result);
     }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("paired: {message}");
+    std::process::exit(2);
 }
 
 fn to_text(e: CudaError) -> String {

@@ -201,6 +201,11 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, PairedRow>, String> {
     Ok(rows)
 }
 
+/// Keys of the rows of `text` (the benchmark's output) that missed their target, in key order.
+pub fn missed_keys(text: &str) -> Result<Vec<String>, String> {
+    Ok(parse(text)?.into_values().filter(|r| !r.met()).map(|r| r.key).collect())
+}
+
 /// The report section.
 pub fn markdown(rows: &BTreeMap<String, PairedRow>) -> String {
     let mut out = String::from(
@@ -365,6 +370,11 @@ mod tests {
         assert!(md.contains("1 rows, 0 within target; missed: malloc_4k"));
         assert_eq!(json(&rows)[0]["met"], false);
         assert!(parse("{\"key\":\"a\",\"base_us\":0,\"ours_us\":1,\"k\":1,\"samples\":1}").is_err());
+        let within = PairedRow { key: "malloc_1m".into(), ours_us: 60.6, ..row.clone() };
+        let adaptor =
+            PairedRow { key: "resource_stats_pool_1m".into(), baseline: "resource_pool_1m".into(), ..within.clone() };
+        let text = [&row, &within, &adaptor].map(PairedRow::to_line).join("\n");
+        assert_eq!(missed_keys(&text).unwrap(), ["malloc_4k"], "1.05 misses 1.02; 1.01 meets both targets");
         assert!(parse("{\"key\":\"a\",\"ours_us\":1,\"k\":1,\"samples\":1}").unwrap_err().contains("no base_us"));
     }
 

@@ -43,14 +43,16 @@ pub fn run() -> Result {
         Progress::JsonLines,
         &out.join("paired.jsonl"),
     )?;
-    // The profile (time inside CUDA calls, through CUPTI) explains rows over their target; a
-    // host without CUPTI gets the report without it.
+    // The profile (time inside CUDA calls, through CUPTI) explains rows over their target, so it
+    // runs on those rows only; a host without CUPTI gets the report without it.
+    let judged = out.join("paired.jsonl");
+    let select = [std::ffi::OsStr::new("--missed"), judged.as_os_str()];
     let mut profiled = Command::new(&paired);
-    profiled.args(["--bench", "--api-time"]);
+    profiled.args(["--bench", "--api-time"]).args(select);
     let profile = out.join("paired-api.jsonl");
     let with_profile = match step(
-        "4/6 same process, profiled (CUPTI)",
-        Some(listed(&paired)?),
+        "4/6 rows over target, profiled (CUPTI)",
+        Some(listed_with(&paired, &select)?),
         profiled,
         Progress::JsonLines,
         &profile,
@@ -159,7 +161,12 @@ fn json_key(line: &str) -> Option<String> {
 
 /// How many benchmarks `exe --list` lists.
 fn listed(exe: &Path) -> Result<u64> {
-    let output = Command::new(exe).arg("--list").output().map_err(|e| format!("{}: {e}", exe.display()))?;
+    listed_with(exe, &[])
+}
+
+/// As [`listed`], with the row-selecting arguments of the run (e.g. `--missed FILE`).
+fn listed_with(exe: &Path, args: &[&std::ffi::OsStr]) -> Result<u64> {
+    let output = Command::new(exe).arg("--list").args(args).output().map_err(|e| format!("{}: {e}", exe.display()))?;
     let count = String::from_utf8_lossy(&output.stdout).lines().filter(|l| l.ends_with(": benchmark")).count();
     Ok(count as u64)
 }

@@ -74,8 +74,8 @@ const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #   ./run --sanitize [TOOL]   the tests under compute-sanitizer TOOL (memcheck, racecheck,
 #                             synccheck) or all three
 #   ./run --bench OUT         raw C++ reference, criterion benchmarks, the same-process
-#                             interleaved comparison (paired), the same profiled through CUPTI
-#                             (time inside CUDA calls; skipped without CUPTI), a second
+#                             interleaved comparison (paired), its rows over target profiled
+#                             through CUPTI (time inside CUDA calls; skipped without CUPTI), a second
 #                             reference run of the allocation and managed rows (noise floor),
 #                             and the report in OUT/report
 # STRESS_SECONDS bounds the stress example (default 300); BENCH_RERUN=0 skips the second
@@ -135,9 +135,10 @@ case "${1:-}" in
     bench/raw_reference > "$out/raw.jsonl" || fail=1
     CRITERION_HOME="$out/criterion" bench/families-* --bench || fail=1
     bench/paired-* --bench > "$out/paired.jsonl" || fail=1
-    # The same, profiled through CUPTI (time inside CUDA calls); skipped where CUPTI is missing.
+    # The rows that missed their target, profiled through CUPTI (time inside CUDA calls);
+    # skipped where CUPTI is missing.
     profile=()
-    if bench/paired-* --bench --api-time > "$out/paired-api.jsonl"; then
+    if bench/paired-* --bench --api-time --missed "$out/paired.jsonl" > "$out/paired-api.jsonl"; then
       profile=(--paired-api "$out/paired-api.jsonl")
     fi
     rerun=()
