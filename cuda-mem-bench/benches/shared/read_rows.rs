@@ -20,6 +20,17 @@ enum Memory {
     Managed(ManagedBuffer<u32>),
 }
 
+impl Memory {
+    /// The device view the kernel reads.
+    fn view(&self) -> Result<DeviceSlice<'_, u32>, CudaError> {
+        match self {
+            Memory::Device(data) => Ok(data.as_slice()),
+            Memory::Mapped(host) => host.device_view(),
+            Memory::Managed(data) => Ok(data.as_device_slice()),
+        }
+    }
+}
+
 /// One kernel or managed row, ready to run batches: per operation, (a prefetch to the device,)
 /// one streaming read and a stream synchronize, as the C++ program times it.
 pub(crate) struct ReadRow {
@@ -76,22 +87,10 @@ impl ReadRow {
         Ok(read)
     }
 
-    fn data(&self) -> Result<DeviceSlice<'_, u32>, CudaError> {
-        match &self.memory {
-            Memory::Device(data) => Ok(data.as_slice()),
-            Memory::Mapped(host) => host.device_view(),
-            Memory::Managed(data) => Ok(data.as_device_slice()),
-        }
-    }
-
     /// One streaming read, waited for: cudaMemsetAsync of the sink + launch + synchronize.
     fn read_once(&mut self) -> Result<(), CudaError> {
         let sink = self.sink.as_mut_slice();
-        let data = match &self.memory {
-            Memory::Device(data) => data.as_slice(),
-            Memory::Mapped(host) => host.device_view()?,
-            Memory::Managed(data) => data.as_device_slice(),
-        };
+        let data = self.memory.view()?;
         self.stream.scope(|s| stream_read_u32(s, data, &sink))?
     }
 
@@ -121,7 +120,7 @@ impl ReadRow {
     #[allow(dead_code, reason = "used by paired; families compares with the C++ program instead")]
     pub(crate) fn raw_batch(&mut self, blocks: u32) -> Result<RawBatch, CudaError> {
         self.rewrite_on_host()?;
-        let data = self.data()?.as_device_ptr().cast();
+        let data = self.memory.view()?.as_device_ptr().cast();
         let prefetch_device = self.prefetch.map(|d| d.ordinal() as i32);
         let sink = self.sink.as_mut_slice().as_device_ptr().cast();
         Ok(RawBatch::Reads { data, sink, blocks, prefetch_device, stream: self.stream.as_raw().cast() })
