@@ -49,6 +49,11 @@
 //! the same C++ program differ by up to 1.8× on sub-µs and pinned rows, interleaving in one process
 //! does not.
 
+// The in-process C++ and CUDA batches (`in_process`) call the CUDA runtime, so every binary that
+// links this crate must link cudart: naming cuda-mem-sys makes rustc link it (and its cudart)
+// even into binaries that never call CUDA, such as `report`.
+use cuda_mem_sys as _;
+
 pub mod api_time;
 pub mod claims;
 pub mod cli;
