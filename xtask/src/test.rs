@@ -1,6 +1,6 @@
 //! `cargo xtask test`: provision CUDA if missing, fmt check, clippy `-D warnings`, and the whole
-//! test suite (unit, integration, doc tests, the codegen check). On a host with a GPU the GPU tests
-//! (ignored elsewhere) run too.
+//! test suite (unit, integration, doc tests, the codegen check), the package dry-run and the GPU
+//! bundle's release builds. On a host with a GPU the GPU tests (ignored elsewhere) run too.
 
 use crate::provision;
 use crate::util::{self, Result};
@@ -33,6 +33,10 @@ pub fn run() -> Result {
     // Packaging is part of every test run, so a change that breaks `cargo publish` fails CI. The
     // tree is a fresh clone on CI; locally, uncommitted edits are what is being tested.
     crate::package::run(true)?;
+    // The bundle is what GPU hosts run: its optimised builds (tests, examples, benchmarks, the
+    // report) must link too, which the debug builds above do not prove.
+    let bundle = crate::bundle::run()?;
+    eprintln!("bundle built: {}", bundle.display());
 
     let gpu_note = if gpu { "GPU tests included" } else { "no GPU: GPU tests reported as ignored" };
     eprintln!("cargo xtask test: all passed in {:.0} s ({gpu_note})", started.elapsed().as_secs_f64());
