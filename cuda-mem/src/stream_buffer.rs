@@ -1,7 +1,7 @@
 //! `StreamBuffer<T>`: stream-ordered device memory (`cudaMallocAsync` / `cudaMallocFromPoolAsync`),
 //! freed with `cudaFreeAsync` on its stream.
 
-use crate::error::{CudaError, ErrorKind, Result};
+use crate::error::{CudaError, ErrorCode, ErrorKind, Result};
 use crate::event::Event;
 use crate::maybe_owned::MaybeOwned;
 use crate::pool::MemPool;
@@ -289,28 +289,31 @@ impl<T: Pod> Drop for StreamBuffer<'_, T> {
 #[inline(never)]
 fn current_pool_alloc_error(code: sys::cudaError_t, bytes: usize, stream: &Stream) -> CudaError {
     let device = stream.device();
-    let err = alloc_result(code, bytes, || format!("cudaMallocAsync of {bytes} bytes on {device}"));
-    let err = err.expect_err("called for failures only");
-    err.with_pool_stats(|| MemPool::current(device).and_then(|p| p.stats()).ok())
+    alloc_error(code, bytes, || format!("cudaMallocAsync of {bytes} bytes on {device}"))
+        .with_pool_stats(|| MemPool::current(device).and_then(|p| p.stats()).ok())
 }
 
 /// The error of a failed `cudaMallocFromPoolAsync` from `pool`, with its figures.
 #[cold]
 #[inline(never)]
 fn pool_alloc_error(code: sys::cudaError_t, bytes: usize, pool: &MemPool) -> CudaError {
-    let err = alloc_result(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", pool.device()));
-    err.expect_err("called for failures only").with_pool_stats(|| pool.stats().ok())
+    alloc_error(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", pool.device()))
+        .with_pool_stats(|| pool.stats().ok())
 }
 
-/// Allocation errors: out-of-memory carries the device's figures; a device without pools gets
-/// [`ErrorKind::Unsupported`].
-fn alloc_result(code: sys::cudaError_t, bytes: usize, operation: impl FnOnce() -> String) -> Result<()> {
+/// The error of a failed stream-ordered allocation (`code` is not success): out-of-memory
+/// carries the device's figures; a device without pools gets [`ErrorKind::Unsupported`].
+fn alloc_error(code: sys::cudaError_t, bytes: usize, operation: impl Fn() -> String) -> CudaError {
     if code == sys::cudaError::cudaErrorNotSupported {
         let _ = check(code, String::new); // clears the runtime's last-error slot
-        return Err(CudaError::new(
+        return CudaError::new(
             ErrorKind::Unsupported("stream-ordered allocation (memoryPoolsSupported = 0)"),
             operation(),
-        ));
+        );
     }
-    check_alloc(code, bytes, operation)
+    match check_alloc(code, bytes, &operation) {
+        Err(err) => err,
+        // Not reached: `check_alloc` errs for every code but success, which callers rule out.
+        Ok(()) => CudaError::new(ErrorKind::Runtime(ErrorCode(code.0)), operation()),
+    }
 }

@@ -39,7 +39,6 @@ struct Slot {
     thread: AtomicU64,
 }
 
-#[derive(Debug)]
 pub(crate) struct OutstandingTable {
     slots: Box<[Slot]>,
     /// `slots.len() - 1` (a power of two minus one).
@@ -47,6 +46,16 @@ pub(crate) struct OutstandingTable {
     overflow: Mutex<FxHashMap<usize, Entry>>,
     /// Entries in `overflow`, read without the lock.
     overflow_len: AtomicUsize,
+}
+
+impl std::fmt::Debug for OutstandingTable {
+    // A summary: the slots themselves are thousands of atomics.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutstandingTable")
+            .field("slots", &self.slots.len())
+            .field("outstanding", &self.snapshot().len())
+            .finish()
+    }
 }
 
 impl OutstandingTable {

@@ -70,7 +70,6 @@ pub struct ResourceStats {
 /// assert_eq!((stats.current_bytes, stats.peak_bytes, stats.total_count), (0, 1000, 1));
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
 pub struct StatisticsResource<R> {
     inner: R,
     /// Live bytes and count, packed.
@@ -83,7 +82,14 @@ pub struct StatisticsResource<R> {
     peak_count: AtomicUsize,
 }
 
-impl<R: MemoryResource> StatisticsResource<R> {
+impl<R: std::fmt::Debug> std::fmt::Debug for StatisticsResource<R> {
+    // The figures, not the 64 per-thread counter pairs behind them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatisticsResource").field("inner", &self.inner).field("stats", &self.stats()).finish()
+    }
+}
+
+impl<R> StatisticsResource<R> {
     /// Wraps `inner` with zeroed counters.
     pub fn new(inner: R) -> Self {
         Self {
@@ -194,6 +200,8 @@ mod tests {
         );
         r.reset_peaks();
         assert_eq!((r.stats().peak_bytes, r.stats().peak_count), (350, 2));
+        let debug = format!("{r:?}");
+        assert!(debug.contains("current_bytes: 350") && debug.len() < 400, "Debug shows the figures: {debug}");
         // SAFETY: as above.
         unsafe {
             r.deallocate(b, 300, s);
