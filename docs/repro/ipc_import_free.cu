@@ -4,10 +4,12 @@
 // re-executes itself; the child imports the pool and the pointer, writes, releases the import
 // with cudaFree (as the runtime documentation says) and exits. (cuda-mem's child also destroys
 // the imported pool when its MemPool drops; memcheck reports the same 16 MiB with and without
-// that destroy, so it is left out here.)
+// that destroy, so it is left out here.) IMPORT_RELEASE=async releases the import with
+// cudaFreeAsync on a stream and synchronizes instead, to see whether memcheck counts that path.
 //
 //   nvcc -arch=sm_90 -o ipc_import_free ipc_import_free.cu
 //   compute-sanitizer --tool memcheck --leak-check full ./ipc_import_free
+//   IMPORT_RELEASE=async compute-sanitizer --tool memcheck --leak-check full ./ipc_import_free
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -44,8 +46,18 @@ static int child(int fd, const char* hex) {
     CHECK(cudaMemPoolImportPointer(&ptr, pool, &data));
     CHECK(cudaMemset(ptr, 7, BYTES));
     CHECK(cudaDeviceSynchronize());
-    CHECK(cudaFree(ptr));  // releases the import
-    std::printf("child: imported %zu bytes at %p, wrote them, cudaFree returned cudaSuccess\n", BYTES, ptr);
+    const char* release = std::getenv("IMPORT_RELEASE");
+    if (release != nullptr && std::strcmp(release, "async") == 0) {
+        cudaStream_t stream;
+        CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        CHECK(cudaFreeAsync(ptr, stream));  // releases the import in stream order
+        CHECK(cudaStreamSynchronize(stream));
+        CHECK(cudaStreamDestroy(stream));
+        std::printf("child: imported %zu bytes at %p, wrote them, cudaFreeAsync returned cudaSuccess\n", BYTES, ptr);
+    } else {
+        CHECK(cudaFree(ptr));  // releases the import
+        std::printf("child: imported %zu bytes at %p, wrote them, cudaFree returned cudaSuccess\n", BYTES, ptr);
+    }
     return 0;
 }
 
