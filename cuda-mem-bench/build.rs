@@ -142,6 +142,10 @@ fn compile_in_process_kernels(nvcc: &Path) {
     build
         .cuda(true)
         .cudart("none")
+        // cc passes `-G` (device code unoptimised) whenever the profile has debug info, release
+        // included (`debug = "line-tables-only"`): the reference kernel must be optimised like
+        // raw_reference's.
+        .debug(false)
         .flag("-std=c++17")
         .flag("-O2")
         .flag("-gencode=arch=compute_90,code=[sm_90,compute_90]")
