@@ -1,7 +1,7 @@
 //! Devices: enumeration, selection, properties and attributes, memory figures, synchronization.
 
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::raw::{self, check};
+use crate::raw::{self, check, discard};
 use cuda_mem_sys as sys;
 use std::ffi::{CStr, c_int};
 use std::fmt;
@@ -255,7 +255,7 @@ impl Drop for CurrentDevice {
         if let Some(previous) = self.previous {
             // SAFETY: restores an ordinal the runtime reported; a failure leaves the newer device
             // current, which the next operation that needs a device sets again.
-            let _ = unsafe { sys::cudaSetDevice(previous) };
+            discard(unsafe { sys::cudaSetDevice(previous) });
         }
     }
 }

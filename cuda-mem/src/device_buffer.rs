@@ -2,7 +2,7 @@
 
 use crate::device::{CurrentDevice, Device};
 use crate::error::Result;
-use crate::raw::{byte_len, check, check_alloc};
+use crate::raw::{byte_len, check, check_alloc, discard, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;
 use cuda_mem_sys as sys;
@@ -30,8 +30,10 @@ pub struct DeviceBuffer<T: Pod> {
     device: Device,
 }
 
-// SAFETY: the buffer owns device memory that the host never dereferences; it is reached only
-// through thread-safe runtime calls, so ownership may move across threads.
+// SAFETY: the buffer owns device memory of `device` that the host never dereferences. The thread
+// it moves to may copy into and out of it, lend it to scopes on any stream (which end before their
+// borrows), and free it: `release` makes `device` current for `cudaFree`, whatever that thread's
+// current device is.
 unsafe impl<T: Pod> Send for DeviceBuffer<T> {}
 // SAFETY: `&DeviceBuffer` only gives shared views (reads), like `&Vec<T>`.
 unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
@@ -62,7 +64,11 @@ impl<T: Pod> DeviceBuffer<T> {
         // SAFETY: `raw` is valid for writes.
         let code = unsafe { sys::cudaMalloc(&mut raw, bytes) };
         check_alloc(code, bytes, || format!("cudaMalloc of {bytes} bytes on {device}"))?;
-        let ptr = NonNull::new(raw.cast()).expect("cudaMalloc succeeded with a null pointer");
+        let Some(ptr) = NonNull::new(raw.cast::<T>()).filter(|p| p.as_ptr().is_aligned()) else {
+            // SAFETY: allocated just now, never used.
+            discard(unsafe { sys::cudaFree(raw) });
+            return Err(misaligned_error::<T>(raw as usize, "cudaMalloc"));
+        };
         Ok(Self { ptr, len, device })
     }
 

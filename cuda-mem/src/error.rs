@@ -180,7 +180,7 @@ impl OomReport {
     }
 
     /// Reserved but unused pool memory, when the pool is known.
-    pub fn pool_slack(&self) -> Option<u64> {
+    pub fn pool_slack(&self) -> Option<usize> {
         self.pool.map(|p| p.reserved_current.saturating_sub(p.used_current))
     }
 }

@@ -1,7 +1,7 @@
 //! Events: markers in a stream, for waiting, cross-stream ordering and timing.
 
 use crate::error::Result;
-use crate::raw::check;
+use crate::raw::{check, discard};
 use crate::stream::Stream;
 use cuda_mem_sys as sys;
 use std::time::Duration;
@@ -25,9 +25,12 @@ pub struct Event {
     raw: sys::cudaEvent_t,
 }
 
-// SAFETY: an event handle may be used from any thread; the runtime API is thread-safe.
+// SAFETY: an event handle names one event from any thread (it is not relative to the current
+// device or thread), and the runtime API is thread-safe: another thread may record it on a stream
+// of any device, wait for it, query it, or destroy it by dropping the last owner.
 unsafe impl Send for Event {}
-// SAFETY: all methods take &self and pass the handle to thread-safe runtime calls.
+// SAFETY: every method takes &self and passes the handle to thread-safe runtime calls; recording
+// from two threads at once is ordered by the runtime (the later record wins).
 unsafe impl Sync for Event {}
 
 impl Event {
@@ -55,7 +58,8 @@ impl Event {
 
     /// Captures the work queued on `stream` so far (`cudaEventRecord`).
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        self.record_raw(stream.as_raw())
+        let call = stream.call()?;
+        self.record_raw(call.raw())
     }
 
     /// Records on a raw stream handle that the caller keeps valid for the call.
@@ -93,6 +97,6 @@ impl Drop for Event {
     fn drop(&mut self) {
         // SAFETY: we own the handle; destroying a recorded, pending event is allowed (the runtime
         // releases it once complete).
-        let _ = unsafe { sys::cudaEventDestroy(self.raw) };
+        discard(unsafe { sys::cudaEventDestroy(self.raw) });
     }
 }

@@ -11,7 +11,8 @@ use crate::device::Device;
 use crate::device_buffer::DeviceBuffer;
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::pool::{MemPool, ShareableHandle};
-use crate::raw::{byte_len, check};
+use crate::address_range;
+use crate::raw::{byte_len, check, discard};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream_buffer::StreamBuffer;
 use bytemuck::Pod;
@@ -102,7 +103,10 @@ impl IpcMemHandle {
         // SAFETY: `raw` is valid for writes; the handle is plain data (the runtime validates it).
         let code = unsafe { sys::cudaIpcOpenMemHandle(&mut raw, handle, sys::cudaIpcMemLazyEnablePeerAccess) };
         check(code, || format!("cudaIpcOpenMemHandle of {bytes} bytes"))?;
-        Ok(IpcMapping { ptr: NonNull::new(raw.cast()).unwrap_or(NonNull::dangling()), len })
+        // From here the mapping is closed on drop, also when the length below is refused.
+        let mapping = IpcMapping { ptr: mapped_ptr(raw), len, mapped: true };
+        address_range::require_mapped(raw, bytes, "cudaIpcOpenMemHandle")?;
+        Ok(mapping)
     }
 }
 
@@ -148,7 +152,10 @@ impl MemPool {
         check(unsafe { sys::cudaMemPoolImportPointer(&mut raw, self.as_raw(), &mut data) }, || {
             format!("cudaMemPoolImportPointer of {bytes} bytes")
         })?;
-        Ok(ImportedSlice { ptr: NonNull::new(raw.cast()).unwrap_or(NonNull::dangling()), len, _pool: PhantomData })
+        // From here the import is released on drop, also when the length below is refused.
+        let import = ImportedSlice { ptr: mapped_ptr(raw), len, mapped: true, _pool: PhantomData };
+        address_range::require_mapped(raw, bytes, "cudaMemPoolImportPointer")?;
+        Ok(import)
     }
 }
 
@@ -157,6 +164,8 @@ impl MemPool {
 pub struct ImportedSlice<'pool, T: Pod> {
     ptr: NonNull<T>,
     len: usize,
+    /// True until released: a zero-length import is a mapping too.
+    mapped: bool,
     _pool: PhantomData<&'pool MemPool>,
 }
 
@@ -164,13 +173,24 @@ pub struct ImportedSlice<'pool, T: Pod> {
 pub struct IpcMapping<T: Pod> {
     ptr: NonNull<T>,
     len: usize,
+    /// True until closed.
+    mapped: bool,
+}
+
+/// The runtime's address as the typed pointer views use (dangling only for the null address,
+/// which the runtime does not return on success).
+fn mapped_ptr<T>(raw: *mut std::ffi::c_void) -> NonNull<T> {
+    NonNull::new(raw.cast()).unwrap_or(NonNull::dangling())
 }
 
 macro_rules! device_views {
     ($type:ident $(<$lt:lifetime>)?) => {
-        // SAFETY: device memory reached only through thread-safe runtime calls.
+        // SAFETY: a mapping of another process's device memory, which the host never
+        // dereferences. The thread it moves to may use it through views (scopes end before their
+        // borrows) and release it; the mapping is process-wide, not tied to a thread or to the
+        // current device.
         unsafe impl<$($lt,)? T: Pod> Send for $type<$($lt,)? T> {}
-        // SAFETY: shared access only gives shared views.
+        // SAFETY: shared access only gives shared (read-only) views.
         unsafe impl<$($lt,)? T: Pod> Sync for $type<$($lt,)? T> {}
 
         impl<$($lt,)? T: Pod> fmt::Debug for $type<$($lt,)? T> {
@@ -214,16 +234,14 @@ impl<T: Pod> ImportedSlice<'_, T> {
     /// (drop ignores it).
     /// The exporter may free the memory once every importer has done this.
     pub fn close(mut self) -> Result<()> {
-        let result = self.release();
-        self.len = 0; // nothing left for drop to release
-        result
+        self.release()
     }
 
     fn release(&mut self) -> Result<()> {
-        let bytes = self.len * size_of::<T>();
-        if bytes == 0 {
+        if !std::mem::replace(&mut self.mapped, false) {
             return Ok(());
         }
+        let bytes = self.len * size_of::<T>();
         // Released in stream order on the legacy stream and waited for, rather than with
         // `cudaFree`: the same release, but compute-sanitizer's leak check only counts this form
         // (docs/repro/ipc_import_free.cu). No work can still use the memory here: views borrow
@@ -248,9 +266,9 @@ impl<T: Pod> Drop for ImportedSlice<'_, T> {
 
 impl<T: Pod> Drop for IpcMapping<T> {
     fn drop(&mut self) {
-        if self.len * size_of::<T>() != 0 {
+        if self.mapped {
             // SAFETY: opened with cudaIpcOpenMemHandle, closed once.
-            let _ = unsafe { sys::cudaIpcCloseMemHandle(self.ptr.as_ptr().cast()) };
+            discard(unsafe { sys::cudaIpcCloseMemHandle(self.ptr.as_ptr().cast()) });
         }
     }
 }

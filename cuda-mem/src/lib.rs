@@ -45,6 +45,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod address_range;
 mod device;
 mod device_buffer;
 mod error;
@@ -83,10 +84,10 @@ pub use peer::PoolAccess;
 pub use pinned::PinnedBuffer;
 pub use pinned_pool::{PinnedPool, PinnedPoolStats, PooledPinned};
 pub use pool::{MemPool, PoolProps, PoolStats, ReusePolicy, ShareableHandle};
-pub use registered::RegisteredHost;
+pub use registered::{RegisteredHost, UnregisterError};
 pub use scope::StreamScope;
 pub use slice::{DeviceSlice, DeviceSliceMut, DeviceSource};
-pub use staged::{StagedConfig, StagedCopier};
+pub use staged::{MAX_LANES, StagedConfig, StagedCopier};
 pub use stream::Stream;
 pub use stream_buffer::StreamBuffer;
 

@@ -4,12 +4,14 @@
 //! only through a [`StreamScope`](crate::StreamScope), which waits for its stream before its
 //! borrows end. So whenever safe code can reach `host()`/`host_mut()`, no GPU work that uses this
 //! buffer is in flight. On devices without `concurrentManagedAccess` the CPU may not touch any
-//! managed memory while *any* kernel runs, so there `host()`/`host_mut()` first synchronize the
-//! device (documented cost). Prefetch and advice never change the data, so they need no scope.
+//! managed memory while *any* kernel runs, which no borrow can rule out, so there
+//! `host()`/`host_mut()` refuse with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported):
+//! use the blocking copies of the device views instead. Prefetch and advice never change the
+//! data, so they need no scope.
 
 use crate::device::{CurrentDevice, Device};
-use crate::error::Result;
-use crate::raw::{byte_len, check, check_alloc};
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::raw::{byte_len, check, check_alloc, discard, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
@@ -93,7 +95,7 @@ pub enum Attach {
 /// data.host_mut()?.fill(1.0); // written by the CPU
 /// data.advise(Advice::SetPreferredLocation(Location::Device(device)))?;
 /// data.prefetch(Location::Device(device), &stream)?; // the documented fix for first-touch faults
-/// stream.scope(|s| s.set_bytes(&data.as_device_slice_mut(), 0))??;
+/// stream.scope(|s| s.set_bytes(&mut data.as_device_slice_mut(), 0))??;
 /// assert!(data.host()?.iter().all(|&x| x == 0.0));
 /// # Ok(()) }
 /// ```
@@ -104,10 +106,11 @@ pub struct ManagedBuffer<T: Pod> {
     concurrent_access: bool,
 }
 
-// SAFETY: the buffer owns its memory like `Vec<T>`; device access goes through scopes that end
-// before the borrows they took.
+// SAFETY: the buffer owns its memory like `Vec<T>` (T: Pod is Send). The thread it moves to may
+// read and write it on the host (only where the device has concurrentManagedAccess), through views
+// on any stream (scopes end before their borrows), and free it with its device made current.
 unsafe impl<T: Pod> Send for ManagedBuffer<T> {}
-// SAFETY: shared access gives `&[T]` or read-only device views only.
+// SAFETY: shared access gives `&[T]` or read-only device views only, which other threads may read.
 unsafe impl<T: Pod> Sync for ManagedBuffer<T> {}
 
 impl<T: Pod> fmt::Debug for ManagedBuffer<T> {
@@ -121,14 +124,48 @@ impl<T: Pod> fmt::Debug for ManagedBuffer<T> {
 }
 
 impl<T: Pod> ManagedBuffer<T> {
-    /// Allocates `len` zeroed elements attached globally (`cudaMallocManaged`). No pages are
-    /// populated until first touch, so this is cheap; zeroing touches them on the host.
+    /// Allocates `len` zeroed elements attached globally (`cudaMallocManaged`). Zeroing writes
+    /// every page (on the host where the device allows concurrent access, else with a blocking
+    /// `cudaMemset`), so each page is populated before this returns. For data larger than the GPU
+    /// that you fill yourself, [`ManagedBuffer::uninit`] leaves the pages untouched.
     pub fn zeroed(len: usize) -> Result<Self> {
         Self::zeroed_attached(len, Attach::Global)
     }
 
-    /// Allocates `len` zeroed elements with the given attachment.
+    /// Allocates `len` zeroed elements with the given attachment (see [`ManagedBuffer::zeroed`]).
     pub fn zeroed_attached(len: usize, attach: Attach) -> Result<Self> {
+        // SAFETY: every byte is zeroed below before the buffer is handed out.
+        let mut buffer = unsafe { Self::uninit_attached(len, attach)? };
+        let bytes = buffer.len * size_of::<T>();
+        if bytes != 0 {
+            if buffer.concurrent_access {
+                // SAFETY: fresh allocation of `len` elements; nothing on the GPU uses it yet, and
+                // the device lets the host touch managed memory while kernels run.
+                unsafe { std::ptr::write_bytes(buffer.ptr.as_ptr(), 0, buffer.len) };
+            } else {
+                let _device = CurrentDevice::set(buffer.device)?;
+                buffer.as_device_slice_mut().set_bytes(0)?;
+            }
+        }
+        Ok(buffer)
+    }
+
+    /// Allocates `len` elements attached globally without touching a page: nothing is populated
+    /// until first use, on the host or a GPU.
+    ///
+    /// # Safety
+    /// The contents are unspecified until written; the caller must write every element before
+    /// reading it.
+    pub unsafe fn uninit(len: usize) -> Result<Self> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::uninit_attached(len, Attach::Global) }
+    }
+
+    /// [`ManagedBuffer::uninit`] with the given attachment.
+    ///
+    /// # Safety
+    /// As for [`ManagedBuffer::uninit`].
+    pub unsafe fn uninit_attached(len: usize, attach: Attach) -> Result<Self> {
         let device = Device::current()?;
         let bytes = byte_len::<T>(len, "cudaMallocManaged")?;
         let concurrent_access = device.concurrent_managed_access()?;
@@ -143,16 +180,24 @@ impl<T: Pod> ManagedBuffer<T> {
         // SAFETY: `raw` is valid for writes; flags are the documented constants.
         let code = unsafe { sys::cudaMallocManaged(&mut raw, bytes, flags) };
         check_alloc(code, bytes, || format!("cudaMallocManaged of {bytes} bytes on {device}"))?;
-        let ptr = NonNull::new(raw.cast::<T>()).expect("cudaMallocManaged succeeded with a null pointer");
-        // SAFETY: fresh allocation of `len` elements; nothing on the GPU uses it yet.
-        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+        let Some(ptr) = NonNull::new(raw.cast::<T>()).filter(|p| p.as_ptr().is_aligned()) else {
+            // SAFETY: allocated just now, never used.
+            discard(unsafe { sys::cudaFree(raw) });
+            return Err(misaligned_error::<T>(raw as usize, "cudaMallocManaged"));
+        };
         Ok(Self { ptr, len, device, concurrent_access })
     }
 
-    /// Allocates a copy of `src`, written by the CPU.
+    /// Allocates a copy of `src` (written by the CPU where the device allows concurrent access,
+    /// else copied with a blocking `cudaMemcpy`).
     pub fn from_slice(src: &[T]) -> Result<Self> {
-        let mut buffer = Self::zeroed(src.len())?;
-        buffer.host_mut()?.copy_from_slice(src);
+        // SAFETY: every element is written below before the buffer is handed out.
+        let mut buffer = unsafe { Self::uninit(src.len())? };
+        if buffer.concurrent_access {
+            buffer.host_mut()?.copy_from_slice(src);
+        } else {
+            buffer.as_device_slice_mut().copy_from_host(src)?;
+        }
         Ok(buffer)
     }
 
@@ -166,8 +211,8 @@ impl<T: Pod> ManagedBuffer<T> {
         self.len == 0
     }
 
-    /// The host's view. On devices without `concurrentManagedAccess` this synchronizes the device
-    /// first (the CPU may not touch managed memory while kernels run there).
+    /// The host's view. On devices without `concurrentManagedAccess` this fails with
+    /// `ErrorKind::Unsupported` (the CPU may not touch managed memory while any kernel runs there).
     pub fn host(&self) -> Result<&[T]> {
         self.before_host_access()?;
         // SAFETY: initialised at allocation; no GPU work uses the buffer (see the module rule);
@@ -183,10 +228,10 @@ impl<T: Pod> ManagedBuffer<T> {
     }
 
     fn before_host_access(&self) -> Result<()> {
-        if self.concurrent_access || self.len * size_of::<T>() == 0 {
+        if self.len * size_of::<T>() == 0 {
             return Ok(());
         }
-        self.device.synchronize()
+        require_concurrent_access(self.concurrent_access)
     }
 
     /// A device view, for scopes and kernels.
@@ -221,8 +266,9 @@ impl<T: Pod> ManagedBuffer<T> {
         if bytes == 0 {
             return Ok(());
         }
-        // SAFETY: the range is this live managed allocation; the stream handle is valid.
-        let code = unsafe { prefetch_raw(self.ptr.as_ptr().cast(), bytes, to, stream.as_raw()) };
+        let call = stream.call()?;
+        // SAFETY: the range is this live managed allocation; `call` checked the stream handle.
+        let code = unsafe { prefetch_raw(self.ptr.as_ptr().cast(), bytes, to, call.raw()) };
         check(code, || format!("cudaMemPrefetchAsync of {bytes} bytes to {to:?}"))
     }
 
@@ -245,6 +291,18 @@ impl<T: Pod> Drop for ManagedBuffer<T> {
     fn drop(&mut self) {
         let _ = self.release();
     }
+}
+
+/// Host access to managed memory needs `concurrentManagedAccess`: without it the CPU faults on
+/// managed memory while any kernel of the device runs, which no borrow can rule out.
+pub(crate) fn require_concurrent_access(concurrent_managed_access: bool) -> Result<()> {
+    if concurrent_managed_access {
+        return Ok(());
+    }
+    Err(CudaError::new(
+        ErrorKind::Unsupported("host access to managed memory without concurrentManagedAccess"),
+        "ManagedBuffer host access (use the device views' blocking copies instead)",
+    ))
 }
 
 fn advice_parts(advice: Advice, own_device: Device) -> (sys::cudaMemoryAdvise, Location) {
@@ -315,6 +373,13 @@ unsafe fn prefetch_raw(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_access_needs_concurrent_managed_access() {
+        assert!(require_concurrent_access(true).is_ok());
+        let err = require_concurrent_access(false).unwrap_err();
+        assert_eq!(err.kind(), &ErrorKind::Unsupported("host access to managed memory without concurrentManagedAccess"));
+    }
 
     #[test]
     #[cfg(cuda_major = "13")]

@@ -121,14 +121,15 @@ impl MemPool {
 impl<'scope> StreamScope<'scope, '_> {
     /// Queues a copy between memory on two devices (`cudaMemcpyPeerAsync`); with peer access
     /// enabled it goes over NVLink/PCIe directly, else through the host.
-    pub fn copy_peer<T: Pod>(
+    pub fn copy_peer<'v: 'scope, T: Pod>(
         &self,
-        dst: &DeviceSliceMut<'scope, T>,
+        dst: &mut DeviceSliceMut<'v, T>,
         dst_device: Device,
         src: impl DeviceSource<'scope, T>,
         src_device: Device,
     ) -> Result<()> {
-        let (src_ptr, src_len) = self.device_ptr(src);
+        let (src_ptr, src_len) = self.device_ptr(src)?;
+        let dst_ptr = self.device_ptr_mut(dst)?;
         if src_len != dst.len() {
             return Err(length_mismatch(src_len, dst.len(), "cudaMemcpyPeerAsync"));
         }
@@ -136,16 +137,17 @@ impl<'scope> StreamScope<'scope, '_> {
         if bytes == 0 {
             return Ok(());
         }
+        let call = self.stream().call()?;
         // SAFETY: both ranges cover `bytes` and are borrowed for 'scope, which ends only after
-        // the stream has been synchronized.
+        // the stream has been synchronized; `call` checked the stream handle.
         let code = unsafe {
             sys::cudaMemcpyPeerAsync(
-                dst.as_device_ptr().cast(),
+                dst_ptr.cast(),
                 dst_device.raw(),
                 src_ptr.cast(),
                 src_device.raw(),
                 bytes,
-                self.stream().as_raw(),
+                call.raw(),
             )
         };
         check(code, || format!("cudaMemcpyPeerAsync of {bytes} bytes from {src_device} to {dst_device}"))

@@ -3,7 +3,7 @@
 
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::host_flags::HostAllocFlags;
-use crate::raw::{byte_len, check, check_alloc};
+use crate::raw::{byte_len, check, check_alloc, discard, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;
 use cuda_mem_sys as sys;
@@ -41,9 +41,11 @@ pub struct PinnedBuffer<T: Pod> {
     flags: HostAllocFlags,
 }
 
-// SAFETY: the buffer owns its memory exclusively, like `Vec<T>`; Pod types are Send.
+// SAFETY: the buffer owns its memory exclusively, like `Vec<T>` (T: Pod is Send). The thread it
+// moves to may read and write it on the host, lend it to scopes (which end before their borrows),
+// and free it: `cudaFreeHost` works from any thread, whatever device is current.
 unsafe impl<T: Pod> Send for PinnedBuffer<T> {}
-// SAFETY: shared access only gives `&[T]`, like `&Vec<T>`; Pod types are Sync.
+// SAFETY: shared access only gives `&[T]` and read-only device views, like `&Vec<T>`.
 unsafe impl<T: Pod> Sync for PinnedBuffer<T> {}
 
 impl<T: Pod> fmt::Debug for PinnedBuffer<T> {
@@ -83,7 +85,11 @@ impl<T: Pod> PinnedBuffer<T> {
                 format!("cudaHostAlloc of {bytes} bytes with {flags:?}")
             }
         })?;
-        let ptr = NonNull::new(raw.cast()).expect("cudaHostAlloc succeeded with a null pointer");
+        let Some(ptr) = NonNull::new(raw.cast::<T>()).filter(|p| p.as_ptr().is_aligned()) else {
+            // SAFETY: allocated just now, never used.
+            discard(unsafe { sys::cudaFreeHost(raw) });
+            return Err(misaligned_error::<T>(raw as usize, "cudaHostAlloc"));
+        };
         Ok(Self { ptr, len, flags })
     }
 

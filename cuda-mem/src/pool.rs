@@ -2,11 +2,14 @@
 //!
 //! **Retention by default.** With the driver's default release threshold (0), every synchronize
 //! hands a pool's free memory back to the driver, and the next `cudaMallocAsync` pays for a fresh
-//! mapping: 85–152 µs per alloc+free pair on the H200 instead of ~1.7 µs (see the project's
-//! REFERENCE.md). So pools that cuda-mem creates ([`MemPool::new`]) or hands out as the device
-//! default ([`MemPool::device_default`]) keep their memory (`release threshold = u64::MAX`).
-//! Call [`MemPool::trim_to`] to return memory, or [`MemPool::set_release_threshold`] to choose
-//! another trade-off. [`MemPool::current`] returns the device's current pool untouched.
+//! mapping (the benchmark report in docs/bench/ measures both). So pools that cuda-mem creates
+//! ([`MemPool::new`]) keep their memory (`release threshold = usize::MAX`), and the default
+//! stream-ordered path ([`StreamBuffer::zeroed`](crate::StreamBuffer::zeroed),
+//! [`default_resource`](crate::resource::default_resource)) allocates from one such pool per
+//! device, [`MemPool::retaining`], created on first use. Call [`MemPool::trim_to`] to return
+//! memory, or [`MemPool::set_release_threshold`] to choose another trade-off. cuda-mem never
+//! reconfigures the driver's pools: [`MemPool::driver_default`] and [`MemPool::current`] return
+//! them as they are.
 //!
 //! Pools need no particular size or alignment (the source document's "32 MB aligned" rule is
 //! false: 32 MiB is only the pools' internal growth step), and memory allocated on one stream
@@ -14,11 +17,12 @@
 
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::raw::check;
+use crate::raw::{check, discard};
 use cuda_mem_sys as sys;
-use std::ffi::c_void;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// A memory pool. Cloning shares it. Buffers allocated from it with
 /// [`StreamBuffer::uninit_from`](crate::StreamBuffer::uninit_from) hold a clone, so a pool
@@ -51,10 +55,12 @@ struct PoolInner {
     owned: bool,
 }
 
-// SAFETY: a pool handle may be used from any thread (the runtime API is thread-safe) and the
-// inner fields never change after creation.
+// SAFETY: a pool handle names one pool of one device from any thread, whatever device is current
+// there, and the runtime API is thread-safe: another thread may allocate from it, read and set its
+// attributes, trim it, or destroy it with the last clone (an owned pool outlives every handle, and
+// the driver's pools are never destroyed). The fields never change after creation.
 unsafe impl Send for PoolInner {}
-// SAFETY: as above; every method passes the handle to thread-safe runtime calls.
+// SAFETY: as above; every method takes &self and passes the handle to thread-safe runtime calls.
 unsafe impl Sync for PoolInner {}
 
 impl fmt::Debug for MemPool {
@@ -111,13 +117,13 @@ pub struct PoolProps {
     device: Device,
     max_size: usize,
     handle: ShareableHandle,
-    release_threshold: u64,
+    release_threshold: usize,
 }
 
 impl PoolProps {
     /// A pool of device memory on `device`, unbounded, not shareable, retaining its memory.
     pub fn new(device: Device) -> Self {
-        Self { device, max_size: 0, handle: ShareableHandle::None, release_threshold: u64::MAX }
+        Self { device, max_size: 0, handle: ShareableHandle::None, release_threshold: usize::MAX }
     }
 
     /// Caps the pool's reserved memory (`maxSize`); allocations beyond it fail with an
@@ -133,8 +139,9 @@ impl PoolProps {
         self
     }
 
-    /// Sets the release threshold applied after creation (default `u64::MAX`: retain everything).
-    pub fn release_threshold(mut self, bytes: u64) -> Self {
+    /// Sets the release threshold applied after creation (default `usize::MAX`: retain
+    /// everything).
+    pub fn release_threshold(mut self, bytes: usize) -> Self {
         self.release_threshold = bytes;
         self
     }
@@ -189,20 +196,20 @@ impl ReusePolicy {
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {
 /// use cuda_mem::{Device, MemPool};
-/// let stats = MemPool::device_default(Device::current()?)?.stats()?;
+/// let stats = MemPool::retaining(Device::current()?)?.stats()?;
 /// println!("reserved {} used {} (peak {})", stats.reserved_current, stats.used_current, stats.used_high);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolStats {
     /// Memory the pool holds from the driver now.
-    pub reserved_current: u64,
+    pub reserved_current: usize,
     /// Highest `reserved_current` since creation or the last [`MemPool::reset_highs`].
-    pub reserved_high: u64,
+    pub reserved_high: usize,
     /// Memory in live allocations now.
-    pub used_current: u64,
+    pub used_current: usize,
     /// Highest `used_current` since creation or the last reset.
-    pub used_high: u64,
+    pub used_high: usize,
 }
 
 impl MemPool {
@@ -221,21 +228,25 @@ impl MemPool {
         Ok(pool)
     }
 
-    /// The device's default pool, configured by cuda-mem to retain memory (release threshold
-    /// `u64::MAX`; see the module docs). This changes the pool for the whole process.
-    pub fn device_default(device: Device) -> Result<Self> {
-        require_pools(device)?;
-        let mut raw: sys::cudaMemPool_t = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes.
-        check(unsafe { sys::cudaDeviceGetDefaultMemPool(&mut raw, device.raw()) }, || {
-            format!("cudaDeviceGetDefaultMemPool on {device}")
-        })?;
-        let pool = Self::borrowed(raw, device);
-        pool.set_release_threshold(u64::MAX)?;
-        Ok(pool)
+    /// cuda-mem's pool for `device`: created on first use with [`PoolProps::new`] (retaining its
+    /// memory, no cap), shared by the whole process and never destroyed. The default
+    /// stream-ordered path allocates from it ([`StreamBuffer::zeroed`](crate::StreamBuffer::zeroed),
+    /// [`default_resource`](crate::resource::default_resource)); the driver's pools are untouched.
+    pub fn retaining(device: Device) -> Result<Self> {
+        retaining_pool(device).cloned()
     }
 
-    /// The device's current pool (what `cudaMallocAsync` uses), left as it is.
+    /// The driver's default pool of `device` (`cudaDeviceGetDefaultMemPool`), as it is: release
+    /// threshold 0 unless someone changed it, so each synchronize returns its free memory.
+    pub fn driver_default(device: Device) -> Result<Self> {
+        require_pools(device)?;
+        Ok(Self::borrowed(driver_default_raw(device)?, device))
+    }
+
+    /// The device's current pool (what `cudaMallocAsync` uses, `cudaDeviceGetMemPool`), as it is:
+    /// the driver's default pool, or the pool made current with [`MemPool::set_current`] (a clone
+    /// of it: the pool lives at least as long as the handle). A pool made current by code outside
+    /// cuda-mem is refused with [`ErrorKind::Unsupported`]: nothing tells how long it lives.
     pub fn current(device: Device) -> Result<Self> {
         require_pools(device)?;
         let mut raw: sys::cudaMemPool_t = std::ptr::null_mut();
@@ -243,7 +254,16 @@ impl MemPool {
         check(unsafe { sys::cudaDeviceGetMemPool(&mut raw, device.raw()) }, || {
             format!("cudaDeviceGetMemPool on {device}")
         })?;
-        Ok(Self::borrowed(raw, device))
+        if let Some(pool) = lock(current_pools()).get(&device.raw()).filter(|pool| pool.as_raw() == raw) {
+            return Ok(pool.clone());
+        }
+        if raw == driver_default_raw(device)? {
+            return Ok(Self::borrowed(raw, device));
+        }
+        Err(CudaError::new(
+            ErrorKind::Unsupported("a current pool set outside cuda-mem (its lifetime is unknown)"),
+            format!("MemPool::current on {device}"),
+        ))
     }
 
     /// A pool imported from another process: ours to destroy.
@@ -256,14 +276,18 @@ impl MemPool {
     }
 
     /// Makes this the device's current pool, used by `cudaMallocAsync` (`cudaDeviceSetMemPool`).
-    /// Dropping the last clone of a created pool destroys it, which makes the device's default
-    /// pool current again (the runtime's rule); allocations still alive keep working, because the
-    /// runtime releases a destroyed pool only once they are freed.
+    /// cuda-mem keeps a clone while the pool is current, so it is destroyed only after another
+    /// pool has been made current with this method and its last clone is gone.
     pub fn set_current(&self) -> Result<()> {
+        let device = self.inner.device;
+        let mut current = lock(current_pools());
         // SAFETY: the handle is valid while `self` lives.
-        check(unsafe { sys::cudaDeviceSetMemPool(self.inner.device.raw(), self.inner.raw) }, || {
-            format!("cudaDeviceSetMemPool on {}", self.inner.device)
-        })
+        check(unsafe { sys::cudaDeviceSetMemPool(device.raw(), self.inner.raw) }, || {
+            format!("cudaDeviceSetMemPool on {device}")
+        })?;
+        // The pool this replaces may be destroyed here, now that it is no longer current.
+        current.insert(device.raw(), self.clone());
+        Ok(())
     }
 
     /// The raw handle, valid while `self` lives.
@@ -277,13 +301,13 @@ impl MemPool {
     }
 
     /// Bytes of free memory the pool keeps across a synchronize.
-    pub fn release_threshold(&self) -> Result<u64> {
+    pub fn release_threshold(&self) -> Result<usize> {
         self.get_u64(sys::cudaMemPoolAttr::cudaMemPoolAttrReleaseThreshold)
     }
 
-    /// Sets the release threshold (`u64::MAX`: keep everything; 0: the driver default, which
+    /// Sets the release threshold (`usize::MAX`: keep everything; 0: the driver default, which
     /// returns free memory at each synchronize).
-    pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
+    pub fn set_release_threshold(&self, bytes: usize) -> Result<()> {
         self.set_u64(sys::cudaMemPoolAttr::cudaMemPoolAttrReleaseThreshold, bytes)
     }
 
@@ -332,15 +356,17 @@ impl MemPool {
         })
     }
 
-    fn get_u64(&self, attr: sys::cudaMemPoolAttr) -> Result<u64> {
+    /// A `cuuint64_t` attribute, as a byte count (saturating where `usize` is narrower).
+    fn get_u64(&self, attr: sys::cudaMemPoolAttr) -> Result<usize> {
         let mut value = 0u64;
         // SAFETY: these attributes are `cuuint64_t`; `value` is valid for writes.
         let code = unsafe { sys::cudaMemPoolGetAttribute(self.inner.raw, attr, (&raw mut value).cast::<c_void>()) };
         check(code, || format!("cudaMemPoolGetAttribute({})", attr.0))?;
-        Ok(value)
+        Ok(usize::try_from(value).unwrap_or(usize::MAX))
     }
 
-    fn set_u64(&self, attr: sys::cudaMemPoolAttr, mut value: u64) -> Result<()> {
+    fn set_u64(&self, attr: sys::cudaMemPoolAttr, value: usize) -> Result<()> {
+        let mut value = value as u64;
         // SAFETY: these attributes are `cuuint64_t`; `value` is valid for reads.
         let code = unsafe { sys::cudaMemPoolSetAttribute(self.inner.raw, attr, (&raw mut value).cast::<c_void>()) };
         check(code, || format!("cudaMemPoolSetAttribute({}, {value})", attr.0))
@@ -353,9 +379,62 @@ impl Drop for PoolInner {
             // SAFETY: created by cudaMemPoolCreate, destroyed once. Every buffer from this pool
             // held a clone, so none is alive; frees still pending in stream order are fine (the
             // runtime releases the pool once they complete).
-            let _ = unsafe { sys::cudaMemPoolDestroy(self.raw) };
+            discard(unsafe { sys::cudaMemPoolDestroy(self.raw) });
         }
     }
+}
+
+/// The pools made current through [`MemPool::set_current`], by device ordinal: kept alive while
+/// current, so [`MemPool::current`] can hand out owning clones.
+fn current_pools() -> &'static Mutex<HashMap<c_int, MemPool>> {
+    static CURRENT: OnceLock<Mutex<HashMap<c_int, MemPool>>> = OnceLock::new();
+    CURRENT.get_or_init(Default::default)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// cuda-mem's retaining pool of `device`, created on first use (see [`MemPool::retaining`]).
+/// After the first call for a device this is two atomic loads: it sits on the allocation path.
+#[inline]
+pub(crate) fn retaining_pool(device: Device) -> Result<&'static MemPool> {
+    static POOLS: OnceLock<Box<[OnceLock<MemPool>]>> = OnceLock::new();
+    let slots = match POOLS.get() {
+        Some(slots) => slots,
+        None => {
+            let count = Device::count()?;
+            POOLS.get_or_init(|| (0..count).map(|_| OnceLock::new()).collect())
+        }
+    };
+    let Some(slot) = slots.get(device.ordinal()) else {
+        let kind = ErrorKind::InvalidDevice { ordinal: device.raw(), count: slots.len() as c_int };
+        return Err(CudaError::new(kind, "MemPool::retaining"));
+    };
+    if let Some(pool) = slot.get() {
+        return Ok(pool);
+    }
+    create_retaining(slot, device)
+}
+
+#[cold]
+fn create_retaining(slot: &'static OnceLock<MemPool>, device: Device) -> Result<&'static MemPool> {
+    static CREATING: Mutex<()> = Mutex::new(());
+    let _creating = lock(&CREATING);
+    if let Some(pool) = slot.get() {
+        return Ok(pool);
+    }
+    let pool = MemPool::new(PoolProps::new(device))?;
+    Ok(slot.get_or_init(|| pool))
+}
+
+fn driver_default_raw(device: Device) -> Result<sys::cudaMemPool_t> {
+    let mut raw: sys::cudaMemPool_t = std::ptr::null_mut();
+    // SAFETY: `raw` is valid for writes.
+    check(unsafe { sys::cudaDeviceGetDefaultMemPool(&mut raw, device.raw()) }, || {
+        format!("cudaDeviceGetDefaultMemPool on {device}")
+    })?;
+    Ok(raw)
 }
 
 /// Errors with [`ErrorKind::Unsupported`] when the device has no memory pools.
@@ -384,7 +463,7 @@ mod tests {
         assert_eq!((raw.location.type_, raw.location.id), (sys::cudaMemLocationType::cudaMemLocationTypeDevice, 2));
         assert_eq!(raw.maxSize, 1 << 30);
         assert!(raw.win32SecurityAttributes.is_null());
-        assert_eq!(PoolProps::new(Device::new_unchecked_for_tests(0)).release_threshold, u64::MAX);
+        assert_eq!(PoolProps::new(Device::new_unchecked_for_tests(0)).release_threshold, usize::MAX);
     }
 
     #[test]

@@ -31,6 +31,18 @@ pub(crate) fn check_alloc(code: sys::cudaError_t, requested: usize, operation: i
     Err(CudaError::new(kind, operation()))
 }
 
+/// For drop paths, which cannot return an error: a failure is consumed here, so it does not stay
+/// in the thread's last-error slot and surface later as the failure of an unrelated launch.
+/// Returns whether the call succeeded.
+#[inline]
+pub(crate) fn discard(code: sys::cudaError_t) -> bool {
+    if code == sys::cudaError::cudaSuccess {
+        return true;
+    }
+    take_error(code);
+    false
+}
+
 /// Resets the thread's last-error slot (non-sticky errors only), so a later launch check with
 /// `cudaGetLastError` does not report an error the caller already received.
 fn take_error(code: sys::cudaError_t) -> ErrorCode {
@@ -52,6 +64,14 @@ pub(crate) fn mem_info() -> Result<(usize, usize)> {
 pub(crate) fn byte_len<T>(len: usize, operation: &'static str) -> Result<usize> {
     len.checked_mul(size_of::<T>())
         .ok_or_else(|| CudaError::new(ErrorKind::SizeOverflow { len, elem_size: size_of::<T>() }, operation))
+}
+
+/// The error for memory whose address does not suit the element type `T` (only element types
+/// aligned beyond what the allocator guarantees can get it).
+#[cold]
+pub(crate) fn misaligned_error<T>(address: usize, operation: &'static str) -> CudaError {
+    let kind = ErrorKind::InvalidArgument("the allocation is not aligned for the element type");
+    CudaError::new(kind, format!("{operation} returned {address:#x} for an element type aligned to {}", align_of::<T>()))
 }
 
 /// The error for copies between slices of different lengths.

@@ -84,12 +84,18 @@ impl<'a, T: Pod> RegisteredHost<'a, T> {
         mapped_device_ptr(self.slice.as_ptr().cast_mut(), self.slice.len())
     }
 
-    /// Unregisters now, reporting the runtime's verdict, and gives the slice back.
-    pub fn unregister(self) -> Result<&'a mut [T]> {
-        let mut this = std::mem::ManuallyDrop::new(self);
-        let result = this.release();
-        let slice = std::mem::take(&mut this.slice);
-        result.map(|()| slice)
+    /// Unregisters now, reporting the runtime's verdict, and gives the slice back. On failure the
+    /// registration comes back inside the error, still owned (`?` turns it into a [`CudaError`],
+    /// and dropping it tries to unregister once more), so a failed attempt never frees the slice
+    /// for reuse while it is still registered without saying so.
+    pub fn unregister(mut self) -> std::result::Result<&'a mut [T], UnregisterError<'a, T>> {
+        match self.release() {
+            Ok(()) => {
+                let mut this = std::mem::ManuallyDrop::new(self);
+                Ok(std::mem::take(&mut this.slice))
+            }
+            Err(error) => Err(UnregisterError { host: self, error }),
+        }
     }
 
     fn release(&mut self) -> Result<()> {
@@ -98,6 +104,35 @@ impl<'a, T: Pod> RegisteredHost<'a, T> {
         }
         // SAFETY: the pointer is the one registered in `new`.
         check(unsafe { sys::cudaHostUnregister(self.slice.as_mut_ptr().cast()) }, || "cudaHostUnregister".into())
+    }
+}
+
+/// A failed [`RegisteredHost::unregister`]: the error, and the registration, still in place.
+pub struct UnregisterError<'a, T: Pod> {
+    /// The registration, to retry or drop.
+    pub host: RegisteredHost<'a, T>,
+    /// What `cudaHostUnregister` returned.
+    pub error: CudaError,
+}
+
+impl<T: Pod> std::fmt::Debug for UnregisterError<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnregisterError").field("host", &self.host).field("error", &self.error).finish()
+    }
+}
+
+impl<T: Pod> std::fmt::Display for UnregisterError<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<T: Pod> std::error::Error for UnregisterError<'_, T> {}
+
+impl<T: Pod> From<UnregisterError<'_, T>> for CudaError {
+    /// Keeps the error; the registration is dropped, which tries to unregister once more.
+    fn from(failed: UnregisterError<'_, T>) -> Self {
+        failed.error
     }
 }
 

@@ -2,6 +2,7 @@
 //! before the borrows end (the `std::thread::scope` pattern applied to a CUDA stream).
 
 use crate::error::Result;
+use crate::event::Event;
 use crate::raw::{check, length_mismatch};
 use crate::slice::{DeviceSliceMut, DeviceSource};
 use crate::stream::Stream;
@@ -16,9 +17,9 @@ const D2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
 /// Queues work on a stream; created by [`Stream::scope`]. Everything passed in is borrowed for
 /// `'scope`, which ends only after the stream has been synchronized.
 ///
-/// Device memory is lent as a view created before (or inside) the scope; one
-/// `&DeviceSliceMut` may be written and read by several operations of the same scope, which the
-/// stream runs in order:
+/// Device memory is lent as a view created before the scope; destinations are `&mut` views, and one
+/// view may be written and read by several operations of the same scope, which the stream runs in
+/// order:
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {
@@ -27,9 +28,9 @@ const D2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
 /// let host = vec![7u32; 1024];
 /// let mut back = vec![0u32; 1024];
 /// let mut device = DeviceBuffer::<u32>::zeroed(1024)?;
-/// let dev = device.as_mut_slice();
+/// let mut dev = device.as_mut_slice();
 /// stream.scope(|s| -> cuda_mem::Result<()> {
-///     s.copy_from_host(&dev, &host)?;
+///     s.copy_from_host(&mut dev, &host)?;
 ///     s.copy_to_host(&mut back, &dev)?;
 ///     Ok(())
 /// })??;
@@ -45,7 +46,7 @@ const D2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
 /// let mut host = vec![1u32; 16];
 /// let mut device = DeviceBuffer::<u32>::zeroed(16).unwrap();
 /// stream.scope(|s| {
-///     s.copy_from_host(&device.as_mut_slice(), &host).unwrap();
+///     s.copy_from_host(&mut device.as_mut_slice(), &host).unwrap();
 ///     host[0] = 2; // error: `host` is borrowed by the pending copy
 /// }).unwrap();
 /// ```
@@ -56,7 +57,7 @@ const D2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
 /// let mut device = DeviceBuffer::<u32>::zeroed(16).unwrap();
 /// stream.scope(|s| {
 ///     let host = vec![1u32; 16];
-///     s.copy_from_host(&device.as_mut_slice(), &host).unwrap();
+///     s.copy_from_host(&mut device.as_mut_slice(), &host).unwrap();
 ///     drop(host); // error: `host` must outlive the scope
 /// }).unwrap();
 /// ```
@@ -73,6 +74,7 @@ struct SyncOnUnwind<'a>(&'a Stream);
 
 impl Drop for SyncOnUnwind<'_> {
     fn drop(&mut self) {
+        // An error here is consumed by `synchronize` (it goes through `check`); unwinding goes on.
         let _ = self.0.synchronize();
     }
 }
@@ -96,11 +98,12 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
 
     /// Queues a host-to-device copy (`cudaMemcpyAsync`). From pinned memory it overlaps with other
     /// work; from pageable memory the runtime stages it.
-    pub fn copy_from_host<T: Pod>(&self, dst: &DeviceSliceMut<'scope, T>, src: &'scope [T]) -> Result<()> {
+    pub fn copy_from_host<'v: 'scope, T: Pod>(&self, dst: &mut DeviceSliceMut<'v, T>, src: &'scope [T]) -> Result<()> {
         const OP: &str = "cudaMemcpyAsync host to device";
         if dst.len() != src.len() {
             return Err(length_mismatch(src.len(), dst.len(), OP));
         }
+        self.order_after(dst.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope.
         unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_ptr().cast(), dst.size_bytes(), H2D, OP) }
     }
@@ -112,14 +115,15 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         if dst.len() != src.len() {
             return Err(length_mismatch(src.len(), dst.len(), OP));
         }
+        self.order_after(src.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope (`dst` exclusively).
         unsafe { self.enqueue_copy(dst.as_mut_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2H, OP) }
     }
 
     /// Queues a device-to-device copy (`cudaMemcpyAsync`).
-    pub fn copy_device<T: Pod>(
+    pub fn copy_from_device<'v: 'scope, T: Pod>(
         &self,
-        dst: &DeviceSliceMut<'scope, T>,
+        dst: &mut DeviceSliceMut<'v, T>,
         src: impl DeviceSource<'scope, T>,
     ) -> Result<()> {
         const OP: &str = "cudaMemcpyAsync device to device";
@@ -127,33 +131,58 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         if dst.len() != src.len() {
             return Err(length_mismatch(src.len(), dst.len(), OP));
         }
+        self.order_after(dst.owner())?;
+        self.order_after(src.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope.
         unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2D, OP) }
     }
 
     /// Queues a memset of every byte (`cudaMemsetAsync`).
-    pub fn set_bytes<T: Pod>(&self, dst: &DeviceSliceMut<'scope, T>, byte: u8) -> Result<()> {
+    pub fn set_bytes<'v: 'scope, T: Pod>(&self, dst: &mut DeviceSliceMut<'v, T>, byte: u8) -> Result<()> {
         let bytes = dst.size_bytes();
         if bytes == 0 {
             return Ok(());
         }
+        self.order_after(dst.owner())?;
+        let call = self.stream.call()?;
         // SAFETY: `dst` addresses `bytes` of device memory, borrowed for 'scope.
-        let code =
-            unsafe { sys::cudaMemsetAsync(dst.as_device_ptr().cast(), i32::from(byte), bytes, self.stream.as_raw()) };
+        let code = unsafe { sys::cudaMemsetAsync(dst.as_device_ptr().cast(), i32::from(byte), bytes, call.raw()) };
         check(code, || format!("cudaMemsetAsync of {bytes} bytes"))
     }
 
     /// The device address of memory lent to this scope for writing, for kernel launchers: valid
-    /// for work queued on [`StreamScope::stream`] until the scope ends.
-    pub fn device_ptr_mut<T: Pod>(&self, dst: &DeviceSliceMut<'scope, T>) -> *mut T {
-        dst.as_device_ptr()
+    /// for work queued on [`StreamScope::stream`] until the scope ends. The scope's stream is
+    /// first ordered after the stream the memory is ordered on, if that is another one.
+    pub fn device_ptr_mut<'v: 'scope, T: Pod>(&self, dst: &mut DeviceSliceMut<'v, T>) -> Result<*mut T> {
+        self.order_after(dst.owner())?;
+        Ok(dst.as_device_ptr())
     }
 
     /// The device address and length of memory lent to this scope for reading (see
     /// [`StreamScope::device_ptr_mut`]).
-    pub fn device_ptr<T: Pod>(&self, src: impl DeviceSource<'scope, T>) -> (*const T, usize) {
+    pub fn device_ptr<T: Pod>(&self, src: impl DeviceSource<'scope, T>) -> Result<(*const T, usize)> {
         let src = src.source();
-        (src.as_device_ptr(), src.len())
+        self.order_after(src.owner())?;
+        Ok((src.as_device_ptr(), src.len()))
+    }
+
+    /// Makes this scope's stream wait (on the device) for the work queued so far on `owner`, the
+    /// stream stream-ordered memory was allocated and zeroed on, unless it is this stream. The
+    /// free of that memory comes after the scope, which has synchronized its stream by then.
+    #[inline]
+    fn order_after(&self, owner: Option<&Stream>) -> Result<()> {
+        match owner {
+            Some(owner) if !owner.is_same_stream(self.stream) => self.wait_for(owner),
+            _ => Ok(()),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wait_for(&self, owner: &Stream) -> Result<()> {
+        let ready = Event::without_timing()?;
+        ready.record(owner)?;
+        self.stream.wait_event(&ready)
     }
 
     /// # Safety
@@ -170,9 +199,10 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         if bytes == 0 {
             return Ok(());
         }
+        let call = self.stream.call()?;
         // SAFETY: the caller guarantees both ranges live, untouched, until the stream has been
-        // synchronized at the end of the scope.
-        let code = unsafe { sys::cudaMemcpyAsync(dst, src, bytes, kind, self.stream.as_raw()) };
+        // synchronized at the end of the scope; `call` checked that the handle means this stream.
+        let code = unsafe { sys::cudaMemcpyAsync(dst, src, bytes, kind, call.raw()) };
         check(code, || format!("{operation} of {bytes} bytes"))
     }
 }

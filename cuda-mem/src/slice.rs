@@ -1,9 +1,14 @@
 //! Borrowed views of device-accessible memory: `DeviceSlice` (shared) and `DeviceSliceMut`
 //! (exclusive). Every owner (device, managed, stream-ordered buffers; mapped host memory) hands
 //! them out with its own lifetime, so a view cannot outlive its memory.
+//!
+//! A view of stream-ordered memory also names the stream its memory is ordered on (allocation,
+//! zeroing, the free). Blocking operations wait for that stream first, and a scope on another
+//! stream makes its stream wait for it, so no use can overtake the allocation or its zeroing.
 
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::raw::{check, length_mismatch};
+use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_mem_sys as sys;
 use std::fmt;
@@ -40,6 +45,7 @@ use std::ops::{Bound, RangeBounds};
 pub struct DeviceSlice<'a, T> {
     ptr: *const T,
     len: usize,
+    owner: Option<&'a Stream>,
     _borrow: PhantomData<&'a [T]>,
 }
 
@@ -57,17 +63,24 @@ pub struct DeviceSlice<'a, T> {
 pub struct DeviceSliceMut<'a, T> {
     ptr: *mut T,
     len: usize,
+    owner: Option<&'a Stream>,
     _borrow: PhantomData<&'a mut [T]>,
 }
 
-// SAFETY: a view is a device address plus a length, used only through thread-safe runtime calls;
-// it follows the rules of `&[T]` (Send/Sync when T is Sync).
+// SAFETY: a view is a device address, a length and a borrowed `Stream` (Sync). Another thread
+// holding it may only read the memory through runtime calls (blocking copies, or work queued in a
+// scope, which waits for its stream before the view's borrow ends), on any device that can
+// address it; the host never dereferences the address. Like `&[T]`, it requires T: Sync.
 unsafe impl<T: Sync> Send for DeviceSlice<'_, T> {}
-// SAFETY: as above; shared views only read.
+// SAFETY: as above; a shared view only reads.
 unsafe impl<T: Sync> Sync for DeviceSlice<'_, T> {}
-// SAFETY: follows `&mut [T]`: exclusive access may move to another thread when T is Send.
+// SAFETY: like `&mut [T]`: the view is the only way to write its memory while it lives (its owner
+// is borrowed exclusively), and the thread it moves to may write it through runtime calls.
 unsafe impl<T: Send> Send for DeviceSliceMut<'_, T> {}
-// SAFETY: a shared reference to the view only allows reading its address and length.
+// SAFETY: `&DeviceSliceMut` lets other threads read the address and length, and queue reads of the
+// memory in scopes (as a `DeviceSource`); writes need `&mut`. Device work of several streams on
+// one view is ordered by the caller (docs/soundness.md); with Pod elements a misordered write
+// leaves unspecified values, never host UB: the host reads device memory only by copies.
 unsafe impl<T: Sync> Sync for DeviceSliceMut<'_, T> {}
 
 impl<T> Clone for DeviceSlice<'_, T> {
@@ -112,9 +125,24 @@ impl<'a, T: Pod> DeviceSlice<'a, T> {
     ///
     /// # Safety
     /// `ptr` must address `len` elements of device-accessible memory that stays allocated, and is
-    /// not written through any other path, for `'a`.
+    /// not written through any other path, for `'a`; work that initialised it must be complete or
+    /// ordered before any work on the streams the view is used on.
     pub unsafe fn from_raw_parts(ptr: *const T, len: usize) -> Self {
-        Self { ptr, len, _borrow: PhantomData }
+        Self { ptr, len, owner: None, _borrow: PhantomData }
+    }
+
+    /// A view of memory ordered on `owner` (see the module docs).
+    ///
+    /// # Safety
+    /// As for [`DeviceSlice::from_raw_parts`], except that the memory's initialising work may be
+    /// pending on `owner`.
+    pub(crate) unsafe fn ordered_on(ptr: *const T, len: usize, owner: &'a Stream) -> Self {
+        Self { ptr, len, owner: Some(owner), _borrow: PhantomData }
+    }
+
+    /// The stream the memory is ordered on, for stream-ordered memory.
+    pub(crate) fn owner(&self) -> Option<&'a Stream> {
+        self.owner
     }
 
     /// Number of elements.
@@ -140,8 +168,7 @@ impl<'a, T: Pod> DeviceSlice<'a, T> {
     /// A sub-range, or an error if it is out of bounds.
     pub fn slice(self, range: impl RangeBounds<usize>) -> Result<Self> {
         let (start, end) = bounds(range, self.len)?;
-        // SAFETY: start <= end <= len, so the sub-range lies inside this view's memory.
-        Ok(unsafe { Self::from_raw_parts(self.ptr.wrapping_add(start), end - start) })
+        Ok(Self { ptr: self.ptr.wrapping_add(start), len: end - start, ..self })
     }
 
     /// Two views split at `mid`.
@@ -158,6 +185,7 @@ impl<'a, T: Pod> DeviceSlice<'a, T> {
         if bytes == 0 {
             return Ok(());
         }
+        wait_for_owner(self.owner)?;
         // SAFETY: `dst` is valid for `bytes` writes; the view addresses `bytes` of device memory.
         let code = unsafe {
             sys::cudaMemcpy(
@@ -183,9 +211,24 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
     ///
     /// # Safety
     /// `ptr` must address `len` elements of device-accessible memory that stays allocated, and is
-    /// not accessed through any other path, for `'a`.
+    /// not accessed through any other path, for `'a`; work that initialised it must be complete
+    /// or ordered before any work on the streams the view is used on.
     pub unsafe fn from_raw_parts(ptr: *mut T, len: usize) -> Self {
-        Self { ptr, len, _borrow: PhantomData }
+        Self { ptr, len, owner: None, _borrow: PhantomData }
+    }
+
+    /// An exclusive view of memory ordered on `owner` (see the module docs).
+    ///
+    /// # Safety
+    /// As for [`DeviceSliceMut::from_raw_parts`], except that the memory's initialising work may
+    /// be pending on `owner`.
+    pub(crate) unsafe fn ordered_on(ptr: *mut T, len: usize, owner: &'a Stream) -> Self {
+        Self { ptr, len, owner: Some(owner), _borrow: PhantomData }
+    }
+
+    /// The stream the memory is ordered on, for stream-ordered memory.
+    pub(crate) fn owner(&self) -> Option<&'a Stream> {
+        self.owner
     }
 
     /// Number of elements.
@@ -210,30 +253,29 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
 
     /// A shared view of the same memory, for as long as this one is borrowed.
     pub fn as_slice(&self) -> DeviceSlice<'_, T> {
-        // SAFETY: the shared view borrows `self`, so nothing writes through `self` meanwhile.
-        unsafe { DeviceSlice::from_raw_parts(self.ptr, self.len) }
+        // The shared view borrows `self`, so nothing writes through `self` meanwhile.
+        DeviceSlice { ptr: self.ptr, len: self.len, owner: self.owner, _borrow: PhantomData }
     }
 
     /// A shorter-lived exclusive view, so `self` can be used again afterwards.
     pub fn reborrow(&mut self) -> DeviceSliceMut<'_, T> {
-        // SAFETY: the new view borrows `self` exclusively.
-        unsafe { DeviceSliceMut::from_raw_parts(self.ptr, self.len) }
+        // The new view borrows `self` exclusively.
+        DeviceSliceMut { ptr: self.ptr, len: self.len, owner: self.owner, _borrow: PhantomData }
     }
 
     /// A sub-range, or an error if it is out of bounds.
     pub fn slice_mut(self, range: impl RangeBounds<usize>) -> Result<Self> {
         let (start, end) = bounds(range, self.len)?;
-        // SAFETY: the sub-range lies inside this view, which is consumed.
-        Ok(unsafe { Self::from_raw_parts(self.ptr.wrapping_add(start), end - start) })
+        // The sub-range lies inside this view, which is consumed.
+        Ok(Self { ptr: self.ptr.wrapping_add(start), len: end - start, ..self })
     }
 
     /// Two disjoint exclusive views split at `mid`.
     pub fn split_at_mut(self, mid: usize) -> Result<(Self, Self)> {
         let (_, _) = bounds(..mid, self.len)?;
-        // SAFETY: [0, mid) and [mid, len) are disjoint and inside this consumed view.
-        Ok(unsafe {
-            (Self::from_raw_parts(self.ptr, mid), Self::from_raw_parts(self.ptr.wrapping_add(mid), self.len - mid))
-        })
+        // [0, mid) and [mid, len) are disjoint and inside this consumed view.
+        let high = Self { ptr: self.ptr.wrapping_add(mid), len: self.len - mid, owner: self.owner, _borrow: PhantomData };
+        Ok((Self { len: mid, ..self }, high))
     }
 
     /// Copies from a host slice of the same length (`cudaMemcpy`, blocking).
@@ -245,6 +287,7 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
         if bytes == 0 {
             return Ok(());
         }
+        wait_for_owner(self.owner)?;
         // SAFETY: `src` is valid for `bytes` reads; the view addresses `bytes` of device memory
         // that only this view may write.
         let code = unsafe {
@@ -258,7 +301,8 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
 
     /// Copies from another device slice of the same length (`cudaMemcpy` device to device; the
     /// host waits for it).
-    pub fn copy_from_device(&mut self, src: DeviceSlice<'_, T>) -> Result<()> {
+    pub fn copy_from_device<'s>(&mut self, src: impl DeviceSource<'s, T>) -> Result<()> {
+        let src = src.source();
         if src.len() != self.len {
             return Err(length_mismatch(src.len(), self.len, "cudaMemcpy device to device"));
         }
@@ -266,6 +310,8 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
         if bytes == 0 {
             return Ok(());
         }
+        wait_for_owner(self.owner)?;
+        wait_for_owner(src.owner)?;
         // SAFETY: both views address `bytes` of live device memory; `self` is exclusive, so the
         // ranges can only overlap if `src` was made unsafely.
         let code = unsafe {
@@ -282,6 +328,7 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
         if bytes == 0 {
             return Ok(());
         }
+        wait_for_owner(self.owner)?;
         // SAFETY: the view addresses `bytes` of device memory only it may write.
         check(unsafe { sys::cudaMemset(self.ptr.cast(), i32::from(byte), bytes) }, || {
             format!("cudaMemset of {bytes} bytes")
@@ -311,8 +358,8 @@ pub(crate) mod sealed {
     }
 }
 
-/// Device memory a [`StreamScope`](crate::StreamScope) may read: a [`DeviceSlice`], or a
-/// `&DeviceSliceMut` that the same scope also writes (the stream orders the two).
+/// Device memory that may be read: a [`DeviceSlice`], or a `&DeviceSliceMut` (in a scope, one
+/// that the same scope also writes: the stream orders the two).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {
@@ -336,10 +383,19 @@ impl<'a, T> DeviceSource<'a, T> for DeviceSlice<'a, T> {}
 
 impl<'a, T> sealed::Source<'a, T> for &DeviceSliceMut<'a, T> {
     fn source(&self) -> DeviceSlice<'a, T> {
-        DeviceSlice { ptr: self.ptr, len: self.len, _borrow: PhantomData }
+        DeviceSlice { ptr: self.ptr, len: self.len, owner: self.owner, _borrow: PhantomData }
     }
 }
 impl<'a, T> DeviceSource<'a, T> for &DeviceSliceMut<'a, T> {}
+
+/// Waits for the stream that stream-ordered memory is ordered on, so a blocking operation cannot
+/// overtake its allocation or zeroing (the legacy stream does not wait for non-blocking streams).
+fn wait_for_owner(owner: Option<&Stream>) -> Result<()> {
+    match owner {
+        Some(stream) => stream.synchronize(),
+        None => Ok(()),
+    }
+}
 
 /// Waits for the legacy default stream, where the blocking `cudaMemcpy`/`cudaMemset` run.
 fn sync_legacy_stream(after: &'static str) -> Result<()> {

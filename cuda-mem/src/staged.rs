@@ -13,7 +13,7 @@ use crate::event::Event;
 use crate::host_flags::HostAllocFlags;
 use crate::pinned_pool::{PinnedPool, PooledPinned};
 use crate::raw::check;
-use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::slice::{DeviceSliceMut, DeviceSource};
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cuda_mem_sys as sys;
@@ -29,6 +29,10 @@ pub struct StagedConfig {
     /// Copies smaller than this take the plain `cudaMemcpy` path.
     pub small_copy_bytes: usize,
 }
+
+/// The most lanes a copier takes: each lane is a thread and a stream, and lanes beyond the host's
+/// cores and the device's copy engines only add contention.
+pub const MAX_LANES: usize = 64;
 
 impl Default for StagedConfig {
     /// Chosen by measurement on the H200 host (16 cores, PCIe Gen5; `examples/staged_tuning.rs`,
@@ -56,7 +60,8 @@ const CHUNKS_PER_LANE: usize = 4;
 /// let copier = StagedCopier::new(Default::default())?;
 /// let host = vec![1.5f32; 256 << 20]; // ordinary pageable memory, 1 GiB
 /// let mut device = DeviceBuffer::<f32>::zeroed(host.len())?;
-/// copier.copy_to_device(&mut device.as_mut_slice(), &host)?;
+/// let mut view = device.as_mut_slice();
+/// copier.copy_from_host(&mut view, &host)?;
 /// let mut back = vec![0f32; host.len()];
 /// copier.copy_to_host(&mut back, device.as_slice())?;
 /// # Ok(()) }
@@ -106,6 +111,10 @@ impl StagedCopier {
             let kind = ErrorKind::InvalidArgument("lanes and chunk_bytes must be positive");
             return Err(CudaError::new(kind, format!("StagedCopier::new({config:?})")));
         }
+        if config.lanes > MAX_LANES {
+            let kind = ErrorKind::InvalidArgument("more lanes than StagedConfig::MAX_LANES");
+            return Err(CudaError::new(kind, format!("StagedCopier::new({config:?}): at most {MAX_LANES} lanes")));
+        }
         let device = Device::current()?;
         let lanes = (0..config.lanes)
             .map(|_| {
@@ -126,7 +135,7 @@ impl StagedCopier {
     }
 
     /// Copies `src` (pageable host memory) into `dst`; returns when the data is on the device.
-    pub fn copy_to_device<T: Pod>(&self, dst: &mut DeviceSliceMut<'_, T>, src: &[T]) -> Result<()> {
+    pub fn copy_from_host<T: Pod>(&self, dst: &mut DeviceSliceMut<'_, T>, src: &[T]) -> Result<()> {
         if src.len() != dst.len() {
             return Err(crate::raw::length_mismatch(src.len(), dst.len(), "staged copy host to device"));
         }
@@ -134,19 +143,27 @@ impl StagedCopier {
         if bytes < self.config.small_copy_bytes {
             return dst.copy_from_host(src);
         }
+        // The lanes' streams must not overtake the allocation or zeroing of stream-ordered memory.
+        if let Some(owner) = dst.owner() {
+            owner.synchronize()?;
+        }
         let host = Addr(src.as_ptr().cast::<u8>().cast_mut());
         let device = Addr(dst.as_device_ptr().cast());
         self.run(bytes, |lane, chunks| lane.upload(chunks, host, device))
     }
 
     /// Copies `src` (device memory) into `dst` (pageable host memory); returns when done.
-    pub fn copy_to_host<T: Pod>(&self, dst: &mut [T], src: DeviceSlice<'_, T>) -> Result<()> {
+    pub fn copy_to_host<'s, T: Pod>(&self, dst: &mut [T], src: impl DeviceSource<'s, T>) -> Result<()> {
+        let src = src.source();
         if src.len() != dst.len() {
             return Err(crate::raw::length_mismatch(src.len(), dst.len(), "staged copy device to host"));
         }
         let bytes = size_of_val(dst);
         if bytes < self.config.small_copy_bytes {
             return src.copy_to_host(dst);
+        }
+        if let Some(owner) = src.owner() {
+            owner.synchronize()?;
         }
         let host = Addr(dst.as_mut_ptr().cast());
         let device = Addr(src.as_device_ptr().cast::<u8>().cast_mut());

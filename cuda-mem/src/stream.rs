@@ -1,13 +1,14 @@
 //! Streams: ordered queues of device work.
 
 use crate::device::{CurrentDevice, Device};
-use crate::error::Result;
+use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
-use crate::raw::check;
+use crate::raw::{check, discard};
 use crate::scope::StreamScope;
 use cuda_mem_sys as sys;
 use std::fmt;
 use std::sync::Arc;
+use std::thread::ThreadId;
 
 /// A CUDA stream. Cloning shares the stream; it is destroyed when the last clone drops (work
 /// already queued still completes: `cudaStreamDestroy` does not wait and does not cancel).
@@ -39,15 +40,46 @@ pub struct Stream {
 struct StreamInner {
     raw: sys::cudaStream_t,
     device: Device,
-    /// False for the built-in default streams, which are never destroyed.
-    owned: bool,
+    kind: StreamKind,
 }
 
-// SAFETY: a cudaStream_t is a handle the runtime lets any thread use (the runtime API is
-// thread-safe); the inner state is immutable after creation.
+/// What a handle means. The built-in handles are not streams but names the runtime resolves at
+/// each call, against the calling thread's current device and, for the per-thread stream, the
+/// calling thread itself; cuda-mem resolves them only where that gives the stream they were
+/// created for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamKind {
+    /// Created by `cudaStreamCreateWithPriority` and destroyed with the last clone.
+    Created,
+    /// The legacy default stream (handle 0) of `device`.
+    Legacy,
+    /// `cudaStreamPerThread` of the creating thread on `device`.
+    PerThread(ThreadId),
+}
+
+// SAFETY: a created stream's handle names one stream of one device from any thread, and the
+// runtime API is thread-safe: another thread may queue work on it, wait for it, or destroy it with
+// the last clone. A built-in handle means the calling thread's stream on the current device, so
+// every use goes through `Stream::call`, which makes `device` current for the call and refuses a
+// per-thread handle on any thread but its creator. The fields never change after creation.
 unsafe impl Send for StreamInner {}
-// SAFETY: as above: every method takes &self and only passes the handle to thread-safe runtime calls.
+// SAFETY: as above: every method takes &self and reaches the runtime through `Stream::call`.
 unsafe impl Sync for StreamInner {}
+
+/// A stream handle checked for use on the calling thread, with the stream's device current
+/// while a built-in handle is in use (restored on drop).
+pub(crate) struct StreamCall {
+    raw: sys::cudaStream_t,
+    _device: Option<CurrentDevice>,
+}
+
+impl StreamCall {
+    /// The handle, meaning the stream it was checked for until `self` drops.
+    #[inline]
+    pub(crate) fn raw(&self) -> sys::cudaStream_t {
+        self.raw
+    }
+}
 
 impl fmt::Debug for Stream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -66,6 +98,10 @@ enum Blocking {
 
 impl Stream {
     /// A new stream on the current device that synchronizes with the legacy default stream.
+    ///
+    /// The current device is the runtime's per-thread setting: a new thread starts on device 0
+    /// until it calls [`Device::set_current`]. To create a stream for a device from any thread
+    /// without changing that setting, use [`Stream::on_device`].
     pub fn new() -> Result<Self> {
         Self::create(Device::current()?, Blocking::Blocking, None)
     }
@@ -107,28 +143,94 @@ impl Stream {
         // SAFETY: `raw` is valid for writes; flags are the documented constants.
         let code = unsafe { sys::cudaStreamCreateWithPriority(&mut raw, flags, priority.unwrap_or(0)) };
         check(code, || format!("cudaStreamCreateWithPriority on {device}"))?;
-        Ok(Self { inner: Arc::new(StreamInner { raw, device, owned: true }) })
+        Ok(Self { inner: Arc::new(StreamInner { raw, device, kind: StreamKind::Created }) })
     }
 
     /// The legacy default stream (handle 0) of the current device: it synchronizes with every
-    /// blocking stream.
+    /// blocking stream. cuda-mem makes this device current around each use, so the value keeps
+    /// meaning this device's legacy stream on any thread.
     pub fn legacy_default() -> Result<Self> {
-        Self::builtin(std::ptr::null_mut())
+        Self::builtin(std::ptr::null_mut(), StreamKind::Legacy)
     }
 
-    /// The calling thread's per-thread default stream (`cudaStreamPerThread`).
+    /// The calling thread's per-thread default stream (`cudaStreamPerThread`) on the current
+    /// device. It means a different stream on every thread, so every operation on it from another
+    /// thread fails with [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument), and
+    /// buffers that may outlive the thread ([`StreamBuffer`](crate::StreamBuffer),
+    /// [`ResourceBuffer`](crate::resource::ResourceBuffer)) refuse it.
     pub fn per_thread() -> Result<Self> {
         // `cudaStreamPerThread` is `((cudaStream_t)0x2)` in the headers.
-        Self::builtin(0x2 as sys::cudaStream_t)
+        Self::builtin(0x2 as sys::cudaStream_t, StreamKind::PerThread(std::thread::current().id()))
     }
 
-    fn builtin(raw: sys::cudaStream_t) -> Result<Self> {
-        Ok(Self { inner: Arc::new(StreamInner { raw, device: Device::current()?, owned: false }) })
+    fn builtin(raw: sys::cudaStream_t, kind: StreamKind) -> Result<Self> {
+        Ok(Self { inner: Arc::new(StreamInner { raw, device: Device::current()?, kind }) })
     }
 
     /// The raw handle, for interoperation with other CUDA code. It stays valid while `self` lives.
+    /// For the built-in streams it is the runtime's name (0 or `cudaStreamPerThread`), which means
+    /// the calling thread's stream on its current device: see [`Stream::checked_raw`].
     pub fn as_raw(&self) -> sys::cudaStream_t {
         self.inner.raw
+    }
+
+    /// The raw handle after checking that, here, it means this stream: for a built-in stream the
+    /// current device must be the stream's, and for the per-thread stream the calling thread must
+    /// be the one that created it. What launchers of other crates pass to the runtime.
+    pub fn checked_raw(&self) -> Result<sys::cudaStream_t> {
+        self.check_thread()?;
+        if self.inner.kind != StreamKind::Created {
+            let current = Device::current()?;
+            if current != self.inner.device {
+                let kind = ErrorKind::InvalidArgument("a built-in stream used while another device is current");
+                return Err(CudaError::new(kind, format!("{self:?} used with {current} current")));
+            }
+        }
+        Ok(self.inner.raw)
+    }
+
+    /// True when both values name the same stream (clones, or the same built-in stream of the same
+    /// device and thread).
+    pub(crate) fn is_same_stream(&self, other: &Stream) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+            || (self.inner.raw == other.inner.raw
+                && self.inner.device == other.inner.device
+                && self.inner.kind == other.inner.kind)
+    }
+
+    /// True for the thread-relative per-thread default stream.
+    pub(crate) fn is_per_thread(&self) -> bool {
+        matches!(self.inner.kind, StreamKind::PerThread(_))
+    }
+
+    fn check_thread(&self) -> Result<()> {
+        if let StreamKind::PerThread(creator) = self.inner.kind {
+            if creator != std::thread::current().id() {
+                let kind = ErrorKind::InvalidArgument(
+                    "the per-thread default stream used from a thread other than the one that created it",
+                );
+                return Err(CudaError::new(kind, format!("{self:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The handle for a runtime call on this thread: a created stream as it is; a built-in one
+    /// with its device current until the returned value drops, and the per-thread stream only on
+    /// its creating thread. Every runtime call cuda-mem makes with a stream goes through here.
+    #[inline]
+    pub(crate) fn call(&self) -> Result<StreamCall> {
+        if self.inner.kind == StreamKind::Created {
+            return Ok(StreamCall { raw: self.inner.raw, _device: None });
+        }
+        self.builtin_call()
+    }
+
+    #[cold]
+    fn builtin_call(&self) -> Result<StreamCall> {
+        self.check_thread()?;
+        let device = CurrentDevice::set(self.inner.device)?;
+        Ok(StreamCall { raw: self.inner.raw, _device: Some(device) })
     }
 
     /// The device the stream belongs to.
@@ -138,14 +240,16 @@ impl Stream {
 
     /// Blocks until all work queued so far has completed (`cudaStreamSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: the handle is valid while `self` lives.
-        check(unsafe { sys::cudaStreamSynchronize(self.inner.raw) }, || "cudaStreamSynchronize".into())
+        let call = self.call()?;
+        // SAFETY: the handle is valid while `self` lives and means this stream here (`call`).
+        check(unsafe { sys::cudaStreamSynchronize(call.raw()) }, || "cudaStreamSynchronize".into())
     }
 
     /// True when all queued work has completed (`cudaStreamQuery`); never blocks.
     pub fn is_idle(&self) -> Result<bool> {
-        // SAFETY: the handle is valid while `self` lives.
-        let code = unsafe { sys::cudaStreamQuery(self.inner.raw) };
+        let call = self.call()?;
+        // SAFETY: the handle is valid while `self` lives and means this stream here (`call`).
+        let code = unsafe { sys::cudaStreamQuery(call.raw()) };
         if code == sys::cudaError::cudaErrorNotReady {
             return Ok(false);
         }
@@ -155,8 +259,9 @@ impl Stream {
     /// Makes later work on this stream wait until `event` has completed (`cudaStreamWaitEvent`);
     /// the host does not block.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        // SAFETY: both handles are valid while their owners live.
-        check(unsafe { sys::cudaStreamWaitEvent(self.inner.raw, event.as_raw(), 0) }, || "cudaStreamWaitEvent".into())
+        let call = self.call()?;
+        // SAFETY: both handles are valid while their owners live; `call` checked the stream's.
+        check(unsafe { sys::cudaStreamWaitEvent(call.raw(), event.as_raw(), 0) }, || "cudaStreamWaitEvent".into())
     }
 
     /// Records a new event at the current end of this stream.
@@ -183,10 +288,10 @@ impl Stream {
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        if self.owned {
+        if self.kind == StreamKind::Created {
             // SAFETY: we created the handle and this is its last user. Queued work completes
             // after destruction; scopes have already waited for any work that borrowed memory.
-            let _ = unsafe { sys::cudaStreamDestroy(self.raw) };
+            discard(unsafe { sys::cudaStreamDestroy(self.raw) });
         }
     }
 }

@@ -4,8 +4,8 @@
 use crate::error::{CudaError, ErrorCode, ErrorKind, Result};
 use crate::event::Event;
 use crate::maybe_owned::MaybeOwned;
-use crate::pool::MemPool;
-use crate::raw::{byte_len, check, check_alloc};
+use crate::pool::{MemPool, retaining_pool};
+use crate::raw::{byte_len, check, check_alloc, discard, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
@@ -14,9 +14,16 @@ use std::ffi::c_void;
 use std::fmt;
 use std::ptr::NonNull;
 
-/// `len` elements of device memory allocated in stream order on a stream, from the device's
-/// current pool or from a given [`MemPool`]. Dropping it queues `cudaFreeAsync` on that stream:
-/// the memory returns to its pool after the work queued so far, without blocking the host.
+/// `len` elements of device memory allocated in stream order on a stream, from cuda-mem's
+/// retaining pool of the stream's device ([`MemPool::retaining`]) or from a given [`MemPool`].
+/// Dropping it queues `cudaFreeAsync` on that stream: the memory returns to its pool after the
+/// work queued so far, without blocking the host. The default pool keeps freed memory for reuse,
+/// so a synchronize between steps does not hand it back to the driver (the release-threshold trap
+/// of the driver's own pools); pass [`MemPool::driver_default`] to `*_from` to use the driver's
+/// pool as it is.
+///
+/// Views carry the buffer's stream: blocking copies wait for it, and scopes on other streams
+/// make their stream wait for it, so nothing reads the memory before its zeroing.
 ///
 /// The buffer borrows its stream and pool (`&stream`: no cost beyond the runtime calls) or owns
 /// handles to them (`stream.clone()`: a `StreamBuffer<'static, T>`), see [`MaybeOwned`]. A
@@ -54,16 +61,19 @@ pub struct StreamBuffer<'a, T: Pod> {
     ptr: NonNull<T>,
     len: usize,
     stream: MaybeOwned<'a, Stream>,
-    /// The pool given to `*_from`, for [`StreamBuffer::pool`].
-    pool: Option<MaybeOwned<'a, MemPool>>,
+    /// The pool the memory came from, for [`StreamBuffer::pool`] and error reports.
+    pool: MaybeOwned<'a, MemPool>,
     /// Other streams that used the memory: the free waits for each of them.
     used_on: Vec<Stream>,
 }
 
-// SAFETY: device memory reached only through thread-safe runtime calls; the stream and pool
-// handles (borrowed or owned) are Send + Sync.
+// SAFETY: the buffer owns its allocation; the host never dereferences it. The thread it moves to
+// may write it through views and free it, on the buffer's own stream, which is never the
+// thread-relative per-thread stream (refused at construction): `Stream::call` resolves the legacy
+// stream against the stream's device on any thread. Stream and pool handles are Send + Sync.
 unsafe impl<T: Pod> Send for StreamBuffer<'_, T> {}
-// SAFETY: `&StreamBuffer` only hands out shared views.
+// SAFETY: `&StreamBuffer` only hands out shared views, which other threads may read through
+// runtime calls ordered after the buffer's stream.
 unsafe impl<T: Pod> Sync for StreamBuffer<'_, T> {}
 
 impl<T: Pod> fmt::Debug for StreamBuffer<'_, T> {
@@ -78,8 +88,9 @@ impl<T: Pod> fmt::Debug for StreamBuffer<'_, T> {
 }
 
 impl<'a, T: Pod> StreamBuffer<'a, T> {
-    /// Allocates on `stream` (borrowed `&Stream` or owned `Stream`) from the device's current
-    /// pool (`cudaMallocAsync`), uninitialised.
+    /// Allocates on `stream` (borrowed `&Stream` or owned `Stream`) from cuda-mem's retaining
+    /// pool of the stream's device ([`MemPool::retaining`], `cudaMallocFromPoolAsync`),
+    /// uninitialised.
     ///
     /// # Safety
     /// The contents are unspecified until written; the caller must write every element (in stream
@@ -87,16 +98,9 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     #[inline]
     pub unsafe fn uninit(stream: impl Into<MaybeOwned<'a, Stream>>, len: usize) -> Result<Self> {
         let stream = stream.into();
-        let bytes = byte_len::<T>(len, "cudaMallocAsync")?;
-        let mut raw: *mut c_void = std::ptr::null_mut();
-        if bytes != 0 {
-            // SAFETY: `raw` is valid for writes; the stream handle is valid.
-            let code = unsafe { sys::cudaMallocAsync(&mut raw, bytes, stream.as_raw()) };
-            if code != sys::cudaError::cudaSuccess {
-                return Err(current_pool_alloc_error(code, bytes, &stream));
-            }
-        }
-        Ok(Self::from_raw(raw, len, stream, None))
+        let pool = retaining_pool(stream.device())?;
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::uninit_from(pool, stream, len) }
     }
 
     /// Allocates on `stream` from `pool` (`cudaMallocFromPoolAsync`), uninitialised. Any size is
@@ -112,15 +116,20 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     ) -> Result<Self> {
         let (pool, stream) = (pool.into(), stream.into());
         let bytes = byte_len::<T>(len, "cudaMallocFromPoolAsync")?;
+        refuse_per_thread(&stream, "StreamBuffer")?;
         let mut raw: *mut c_void = std::ptr::null_mut();
         if bytes != 0 {
-            // SAFETY: `raw` is valid for writes; pool and stream handles are valid.
-            let code = unsafe { sys::cudaMallocFromPoolAsync(&mut raw, bytes, pool.as_raw(), stream.as_raw()) };
+            let call = stream.call()?;
+            // SAFETY: `raw` is valid for writes; pool and stream handles are valid (`call`).
+            let code = unsafe { sys::cudaMallocFromPoolAsync(&mut raw, bytes, pool.as_raw(), call.raw()) };
             if code != sys::cudaError::cudaSuccess {
                 return Err(pool_alloc_error(code, bytes, &pool));
             }
+            if !raw.cast::<T>().is_aligned() {
+                return Err(misaligned::<T>(raw, call.raw()));
+            }
         }
-        Ok(Self::from_raw(raw, len, stream, Some(pool)))
+        Ok(Self::from_raw(raw, len, stream, pool))
     }
 
     /// Allocates from the current pool and zeroes in stream order (`cudaMemsetAsync`).
@@ -144,12 +153,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     }
 
     #[inline]
-    fn from_raw(
-        raw: *mut c_void,
-        len: usize,
-        stream: MaybeOwned<'a, Stream>,
-        pool: Option<MaybeOwned<'a, MemPool>>,
-    ) -> Self {
+    fn from_raw(raw: *mut c_void, len: usize, stream: MaybeOwned<'a, Stream>, pool: MaybeOwned<'a, MemPool>) -> Self {
         let ptr = NonNull::new(raw.cast()).unwrap_or(NonNull::dangling());
         Self { ptr, len, stream, pool, used_on: Vec::new() }
     }
@@ -159,8 +163,9 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         if bytes == 0 {
             return Ok(());
         }
+        let call = self.stream.call()?;
         // SAFETY: the allocation holds `bytes`; the memset is ordered after it on its stream.
-        let code = unsafe { sys::cudaMemsetAsync(self.ptr.as_ptr().cast(), 0, bytes, self.stream.as_raw()) };
+        let code = unsafe { sys::cudaMemsetAsync(self.ptr.as_ptr().cast(), 0, bytes, call.raw()) };
         check(code, || format!("cudaMemsetAsync of {bytes} bytes"))
     }
 
@@ -183,34 +188,36 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         &self.stream
     }
 
-    /// The pool it came from, when allocated with `*_from`.
-    pub fn pool(&self) -> Option<&MemPool> {
-        self.pool.as_deref()
+    /// The pool it came from.
+    pub fn pool(&self) -> &MemPool {
+        &self.pool
     }
 
-    /// A shared view (for scopes on the owning stream, or on streams prepared with `use_on`).
+    /// A shared view, ordered on the buffer's stream.
     pub fn as_slice(&self) -> DeviceSlice<'_, T> {
-        // SAFETY: borrowed from `self`, which keeps the allocation alive.
-        unsafe { DeviceSlice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        // SAFETY: borrowed from `self`, which keeps the allocation alive; its zeroing is pending
+        // on the stream the view names.
+        unsafe { DeviceSlice::ordered_on(self.ptr.as_ptr(), self.len, &self.stream) }
     }
 
-    /// An exclusive view.
+    /// An exclusive view, ordered on the buffer's stream.
     pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
-        // SAFETY: borrowed exclusively from `self`.
-        unsafe { DeviceSliceMut::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        // SAFETY: borrowed exclusively from `self`; ordered as in `as_slice`.
+        unsafe { DeviceSliceMut::ordered_on(self.ptr.as_ptr(), self.len, &self.stream) }
     }
 
     /// Prepares use on `other`: `other` waits (on the device, not the host) for the work queued
     /// on the owning stream so far, including the allocation, and the eventual free will wait for
     /// the work queued on `other` up to the free.
     pub fn use_on(&mut self, other: &Stream) -> Result<()> {
-        if other.as_raw() == self.stream.as_raw() {
+        if other.is_same_stream(&self.stream) {
             return Ok(());
         }
+        refuse_per_thread(other, "StreamBuffer::use_on")?;
         let ready = Event::without_timing()?;
         ready.record(&self.stream)?;
         other.wait_event(&ready)?;
-        if !self.used_on.iter().any(|s| s.as_raw() == other.as_raw()) {
+        if !self.used_on.iter().any(|s| s.is_same_stream(other)) {
             self.used_on.push(other.clone());
         }
         Ok(())
@@ -219,7 +226,8 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     /// Frees on `stream` instead of the owning one (`cudaFreeAsync`), ordered after the owning
     /// stream's work and every stream passed to `use_on`. Reports the runtime's verdict.
     pub fn free_on(mut self, stream: &Stream) -> Result<()> {
-        if stream.as_raw() != self.stream.as_raw() {
+        refuse_per_thread(stream, "StreamBuffer::free_on")?;
+        if !stream.is_same_stream(&self.stream) {
             let owner = (*self.stream).clone();
             self.used_on.push(owner);
             self.stream = MaybeOwned::Owned(stream.clone());
@@ -244,9 +252,10 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         if !self.used_on.is_empty() {
             self.order_after_users()?;
         }
-        // SAFETY: the pointer came from cudaMallocAsync/cudaMallocFromPoolAsync and is freed once,
-        // in stream order after every known use.
-        let code = unsafe { sys::cudaFreeAsync(self.ptr.as_ptr().cast(), self.stream.as_raw()) };
+        let call = self.stream.call()?;
+        // SAFETY: the pointer came from cudaMallocFromPoolAsync and is freed once, in stream order
+        // after every known use.
+        let code = unsafe { sys::cudaFreeAsync(self.ptr.as_ptr().cast(), call.raw()) };
         if code == sys::cudaError::cudaSuccess {
             return Ok(());
         }
@@ -254,18 +263,17 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     }
 
     /// Makes the owning stream wait for every stream that used the buffer, so the free cannot
-    /// overtake their work.
+    /// overtake their work. Where an event cannot order a user, the host waits for that user
+    /// instead (correct, slower); only when even that fails is the error returned, and the memory
+    /// is then left allocated rather than freed under pending work.
     #[cold]
     #[inline(never)]
     fn order_after_users(&mut self) -> Result<()> {
-        let mut ordering = Ok(());
-        for user in self.used_on.drain(..) {
-            ordering = ordering.and(user.record_event().and_then(|done| self.stream.wait_event(&done)));
-        }
-        if let Err(err) = ordering {
-            // Without the ordering the free could race with other streams: wait for them on the
-            // host instead (correct, slower); if even that fails the context is broken.
-            self.stream.synchronize().map_err(|_| err)?;
+        for user in std::mem::take(&mut self.used_on) {
+            let ordered = user.record_event().and_then(|done| self.stream.wait_event(&done));
+            if ordered.is_err() {
+                user.synchronize()?;
+            }
         }
         Ok(())
     }
@@ -284,13 +292,25 @@ impl<T: Pod> Drop for StreamBuffer<'_, T> {
     }
 }
 
-/// The error of a failed `cudaMallocAsync` on `stream`, with the current pool's figures.
+/// Buffers may move to and drop on other threads, where the per-thread stream means another
+/// stream: they refuse it.
+fn refuse_per_thread(stream: &Stream, operation: &'static str) -> Result<()> {
+    if !stream.is_per_thread() {
+        return Ok(());
+    }
+    let kind = ErrorKind::InvalidArgument(
+        "the per-thread default stream cannot order a buffer that may be freed on another thread",
+    );
+    Err(CudaError::new(kind, operation))
+}
+
+/// Frees a fresh allocation whose address does not suit `T` and says so (pools align to at
+/// least 256 bytes; only element types aligned beyond that can get here).
 #[cold]
-#[inline(never)]
-fn current_pool_alloc_error(code: sys::cudaError_t, bytes: usize, stream: &Stream) -> CudaError {
-    let device = stream.device();
-    alloc_error(code, bytes, || format!("cudaMallocAsync of {bytes} bytes on {device}"))
-        .with_pool_stats(|| MemPool::current(device).and_then(|p| p.stats()).ok())
+fn misaligned<T>(raw: *mut c_void, stream: sys::cudaStream_t) -> CudaError {
+    // SAFETY: allocated just now on `stream` and never used.
+    discard(unsafe { sys::cudaFreeAsync(raw, stream) });
+    misaligned_error::<T>(raw as usize, "cudaMallocFromPoolAsync")
 }
 
 /// The error of a failed `cudaMallocFromPoolAsync` from `pool`, with its figures.

@@ -16,7 +16,7 @@ use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
 use crate::host_flags::HostAllocFlags;
 use crate::pinned::mapped_device_ptr;
-use crate::raw::{byte_len, check_alloc};
+use crate::raw::{byte_len, check_alloc, discard};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
@@ -46,7 +46,7 @@ impl Backend for CudaBackend {
     unsafe fn release(&self, ptr: NonNull<u8>, _bytes: usize) {
         // SAFETY: the caller guarantees `ptr` came from cudaHostAlloc/cudaMallocHost and has no
         // pending work.
-        let _ = unsafe { sys::cudaFreeHost(ptr.as_ptr().cast()) };
+        discard(unsafe { sys::cudaFreeHost(ptr.as_ptr().cast()) });
     }
 }
 

@@ -3,7 +3,7 @@
 use super::{MemoryKind, MemoryResource};
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::maybe_owned::MaybeOwned;
-use crate::raw::{byte_len, check};
+use crate::raw::{byte_len, check, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
@@ -29,8 +29,8 @@ use std::sync::Arc;
 /// let stream = Stream::non_blocking()?;
 /// let resource = default_resource(Device::current()?)?; // the device's retaining pool
 /// let mut scratch = ResourceBuffer::<f32>::zeroed(&resource, &stream, 1 << 20)?;
-/// let view = scratch.device_slice_mut()?;
-/// stream.scope(|s| s.set_bytes(&view, 0))??;
+/// let mut view = scratch.device_slice_mut()?;
+/// stream.scope(|s| s.set_bytes(&mut view, 0))??;
 /// # Ok(()) }
 /// ```
 pub struct ResourceBuffer<'a, T: Pod> {
@@ -40,10 +40,12 @@ pub struct ResourceBuffer<'a, T: Pod> {
     stream: MaybeOwned<'a, Stream>,
 }
 
-// SAFETY: owns its allocation exclusively; the resource and stream handles (borrowed or owned)
-// are Send + Sync.
+// SAFETY: owns its allocation exclusively, like `Vec<T>` (T: Pod is Send + Sync). The thread it
+// moves to may read and write it through host slices and views and free it, through the resource
+// on the buffer's stream, which is never the per-thread stream (refused at construction); the
+// legacy stream is resolved against its device on any thread. Resources and streams are Sync.
 unsafe impl<T: Pod> Send for ResourceBuffer<'_, T> {}
-// SAFETY: shared access only gives shared views and slices.
+// SAFETY: shared access only gives shared views and `&[T]`, which other threads may read.
 unsafe impl<T: Pod> Sync for ResourceBuffer<'_, T> {}
 
 impl<T: Pod> fmt::Debug for ResourceBuffer<'_, T> {
@@ -69,14 +71,23 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
     ) -> Result<Self> {
         let (resource, stream) = (resource.into(), stream.into());
         let bytes = byte_len::<T>(len, "ResourceBuffer")?;
-        let ptr: NonNull<T> =
-            if bytes == 0 { NonNull::dangling() } else { resource.allocate(bytes, stream.as_stream_ref())?.cast() };
-        if !ptr.as_ptr().is_aligned() {
-            // SAFETY: just allocated from `resource` with `bytes`, never used.
-            unsafe { resource.deallocate(ptr.cast(), bytes, stream.as_stream_ref()) };
-            let kind = ErrorKind::InvalidArgument("the resource returned memory misaligned for the element type");
+        if stream.is_per_thread() {
+            let kind = ErrorKind::InvalidArgument(
+                "the per-thread default stream cannot order a buffer that may be freed on another thread",
+            );
             return Err(CudaError::new(kind, "ResourceBuffer"));
         }
+        if bytes == 0 {
+            return Ok(Self { ptr: NonNull::dangling(), len, resource, stream });
+        }
+        let call = stream.call()?;
+        let ptr: NonNull<T> = resource.allocate(bytes, call.stream_ref())?.cast();
+        if !ptr.as_ptr().is_aligned() {
+            // SAFETY: just allocated from `resource` with `bytes`, never used.
+            unsafe { resource.deallocate(ptr.cast(), bytes, call.stream_ref()) };
+            return Err(misaligned_error::<T>(ptr.as_ptr() as usize, "ResourceBuffer"));
+        }
+        drop(call);
         Ok(Self { ptr, len, resource, stream })
     }
 
@@ -100,9 +111,9 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
                 unsafe { std::ptr::write_bytes(buffer.ptr.as_ptr().cast::<u8>(), 0, bytes) };
             }
             MemoryKind::Device | MemoryKind::Managed => {
+                let call = buffer.stream.call()?;
                 // SAFETY: `bytes` of device-accessible memory owned by this buffer, in stream order.
-                let code =
-                    unsafe { sys::cudaMemsetAsync(buffer.ptr.as_ptr().cast(), 0, bytes, buffer.stream.as_raw()) };
+                let code = unsafe { sys::cudaMemsetAsync(buffer.ptr.as_ptr().cast(), 0, bytes, call.raw()) };
                 check(code, || format!("cudaMemsetAsync of {bytes} bytes"))?;
             }
         }
@@ -141,24 +152,37 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
         }
     }
 
-    /// A device view (device and managed memory).
+    /// A device view (device and managed memory), ordered on the buffer's stream.
     pub fn device_slice(&self) -> Result<DeviceSlice<'_, T>> {
         self.require(self.resource.kind() != MemoryKind::PinnedHost, "pinned host memory has no device view here")?;
-        // SAFETY: borrowed from `self`, which keeps the allocation alive.
-        Ok(unsafe { DeviceSlice::from_raw_parts(self.ptr.as_ptr(), self.len) })
+        // SAFETY: borrowed from `self`, which keeps the allocation alive; its zeroing is pending on
+        // the stream the view names.
+        Ok(unsafe { DeviceSlice::ordered_on(self.ptr.as_ptr(), self.len, &self.stream) })
     }
 
-    /// An exclusive device view (device and managed memory).
+    /// An exclusive device view (device and managed memory), ordered on the buffer's stream.
     pub fn device_slice_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
         self.require(self.resource.kind() != MemoryKind::PinnedHost, "pinned host memory has no device view here")?;
-        // SAFETY: borrowed exclusively from `self`.
-        Ok(unsafe { DeviceSliceMut::from_raw_parts(self.ptr.as_ptr(), self.len) })
+        // SAFETY: borrowed exclusively from `self`; ordered as in `device_slice`.
+        Ok(unsafe { DeviceSliceMut::ordered_on(self.ptr.as_ptr(), self.len, &self.stream) })
+    }
+
+    /// Waits for the buffer's stream, and refuses managed memory on a device where the host may
+    /// not touch it while any kernel runs (no `concurrentManagedAccess`).
+    fn before_host_access(&self) -> Result<()> {
+        let kind = self.resource.kind();
+        self.require(kind != MemoryKind::Device, "device memory has no host view")?;
+        if kind == MemoryKind::Managed {
+            if let Some(device) = self.resource.device() {
+                crate::managed::require_concurrent_access(device.concurrent_managed_access()?)?;
+            }
+        }
+        self.stream.synchronize()
     }
 
     /// The host's view (pinned host and managed memory), after waiting for this buffer's stream.
     pub fn host(&self) -> Result<&[T]> {
-        self.require(self.resource.kind() != MemoryKind::Device, "device memory has no host view")?;
-        self.stream.synchronize()?;
+        self.before_host_access()?;
         // SAFETY: initialised (zeroed or written through views), host-accessible, no queued work
         // on its stream, and work on other streams goes through scopes that have ended.
         Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
@@ -166,15 +190,13 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
 
     /// The host's exclusive view; see [`ResourceBuffer::host`].
     pub fn host_mut(&mut self) -> Result<&mut [T]> {
-        self.require(self.resource.kind() != MemoryKind::Device, "device memory has no host view")?;
-        self.stream.synchronize()?;
+        self.before_host_access()?;
         // SAFETY: as in `host`, and `&mut self` is exclusive.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
     }
 
     /// Copies the contents into a `Vec`, after waiting for this buffer's stream.
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        self.stream.synchronize()?;
         match self.resource.kind() {
             MemoryKind::PinnedHost => self.host().map(<[T]>::to_vec),
             MemoryKind::Device | MemoryKind::Managed => self.device_slice()?.to_vec(),
@@ -185,10 +207,15 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
 impl<T: Pod> Drop for ResourceBuffer<'_, T> {
     fn drop(&mut self) {
         let bytes = self.size_bytes();
-        if bytes != 0 {
+        if bytes == 0 {
+            return;
+        }
+        // Only a broken context fails this (the per-thread stream was refused); the memory is
+        // then left allocated rather than freed out of order.
+        if let Ok(call) = self.stream.call() {
             // SAFETY: allocated from this resource with `bytes`, freed once, ordered on the
             // stream it was allocated on; scopes that used it have ended.
-            unsafe { self.resource.deallocate(self.ptr.cast(), bytes, self.stream.as_stream_ref()) };
+            unsafe { self.resource.deallocate(self.ptr.cast(), bytes, call.stream_ref()) };
         }
     }
 }

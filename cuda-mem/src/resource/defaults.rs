@@ -15,15 +15,16 @@ fn defaults() -> &'static Defaults {
 }
 
 /// The device's default resource: the one set with [`set_default_resource`], else (created on
-/// first use) the device's default memory pool configured to retain memory
-/// ([`MemPool::device_default`]), or plain `cudaMalloc` on devices without pools.
+/// first use) cuda-mem's retaining pool of the device ([`MemPool::retaining`], the pool
+/// [`StreamBuffer::zeroed`](crate::StreamBuffer::zeroed) uses too), or plain `cudaMalloc` on
+/// devices without pools. The driver's pools are left as they are.
 pub fn default_resource(device: Device) -> Result<Arc<dyn MemoryResource>> {
     let mut map = defaults().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(resource) = map.get(&device.ordinal()) {
         return Ok(Arc::clone(resource));
     }
     let resource: Arc<dyn MemoryResource> = if device.memory_pools_supported()? {
-        Arc::new(PoolResource::new(MemPool::device_default(device)?))
+        Arc::new(PoolResource::new(MemPool::retaining(device)?))
     } else {
         Arc::new(DeviceResource::new(device))
     };

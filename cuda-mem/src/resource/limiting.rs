@@ -48,7 +48,9 @@ impl<R: MemoryResource> LimitingResource<R> {
     }
 }
 
-impl<R: MemoryResource> MemoryResource for LimitingResource<R> {
+
+// SAFETY: see the contract on `MemoryResource`: forwards to `inner`, which upholds it.
+unsafe impl<R: MemoryResource> MemoryResource for LimitingResource<R> {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         // Reserve first, so concurrent allocations can never overshoot the cap together.
         let reserved = self.in_use.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {

@@ -42,7 +42,7 @@ pub use logging::{LogFormat, LoggingResource};
 pub use replay::{ReplayEvent, ReplayReport, parse_log, replay};
 pub use sources::{DeviceResource, ManagedResource, PinnedPoolResource, PinnedResource, PoolResource};
 pub use statistics::{ResourceStats, StatisticsResource};
-pub use tracking::{AllocationRecord, DEFAULT_TRACKING_SLOTS, TrackingResource};
+pub use tracking::{AllocationRecord, DEFAULT_TRACKING_SLOTS, MAX_TRACKING_SLOTS, TrackingResource};
 
 use crate::device::Device;
 use crate::error::Result;
@@ -66,14 +66,18 @@ pub enum MemoryKind {
 }
 
 /// A borrowed stream handle for resources: the stream an allocation is ordered on. The legacy
-/// default stream needs no CUDA call to name, so adaptors can be tested without a GPU.
+/// default stream needs no CUDA call to name, so adaptors can be tested without a GPU. A handle
+/// of a built-in stream means the calling thread's stream on its current device, so
+/// [`ResourceBuffer`] passes resources one only while it holds the stream's device current.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct StreamRef<'a> {
     raw: sys::cudaStream_t,
     _stream: PhantomData<&'a Stream>,
 }
 
-// SAFETY: a stream handle may be used from any thread; the runtime API is thread-safe.
+// SAFETY: the handle is a name passed to thread-safe runtime calls; another thread may pass it on.
+// For a created stream it names that stream everywhere; for a built-in handle it names the using
+// thread's stream on its current device, which is what a resource called there orders on.
 unsafe impl Send for StreamRef<'_> {}
 // SAFETY: as above; the handle is only read.
 unsafe impl Sync for StreamRef<'_> {}
@@ -97,13 +101,54 @@ impl fmt::Debug for StreamRef<'_> {
 }
 
 impl Stream {
-    /// This stream as a [`StreamRef`] for memory resources.
+    /// This stream as a [`StreamRef`] for memory resources (see [`Stream::as_raw`] for what the
+    /// handle of a built-in stream means).
     pub fn as_stream_ref(&self) -> StreamRef<'_> {
         StreamRef { raw: self.as_raw(), _stream: PhantomData }
     }
 }
 
+impl crate::stream::StreamCall {
+    /// The checked handle as a [`StreamRef`], valid while the call guard lives.
+    pub(crate) fn stream_ref(&self) -> StreamRef<'_> {
+        StreamRef { raw: self.raw(), _stream: PhantomData }
+    }
+}
+
 /// An allocator of raw bytes, stream-ordered where its backing API is.
+///
+/// # Safety
+/// [`ResourceBuffer`] writes and hands out host slices and device views over what `allocate`
+/// returns, trusting it. An implementation must guarantee:
+/// - `allocate(bytes, stream)` returns, on success, memory of at least `bytes` bytes, aligned to
+///   at least 256 bytes, that no one else uses until it is passed to `deallocate`; it is usable
+///   by work queued on `stream` (and by the host after `stream` is synchronized);
+/// - the memory is what [`kind`](MemoryResource::kind) says, and `kind` returns the same value
+///   for the resource's whole life: device-accessible (on [`device`](MemoryResource::device)) for
+///   `Device` and `Managed`, host-accessible (readable and writable through ordinary pointers)
+///   for `PinnedHost` and `Managed`;
+/// - `deallocate` frees only what it is given and never touches other memory.
+///
+/// Wrapping another resource and forwarding to it (as the adaptors do) keeps these guarantees.
+///
+/// A resource written without `unsafe impl` does not compile:
+///
+/// ```compile_fail,E0200
+/// use cuda_mem::resource::{MemoryKind, MemoryResource, StreamRef};
+/// use std::ptr::NonNull;
+/// #[derive(Debug)]
+/// struct Forged;
+/// impl MemoryResource for Forged {
+///     fn allocate(&self, _: usize, _: StreamRef<'_>) -> cuda_mem::Result<NonNull<u8>> {
+///         static BYTE: u8 = 0;
+///         Ok(NonNull::from(&BYTE).cast_mut())
+///     }
+///     unsafe fn deallocate(&self, _: NonNull<u8>, _: usize, _: StreamRef<'_>) {}
+///     fn kind(&self) -> MemoryKind {
+///         MemoryKind::PinnedHost
+///     }
+/// }
+/// ```
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {
@@ -117,7 +162,7 @@ impl Stream {
 /// drop(buffer); // freed through the resource, on `stream`
 /// # Ok(()) }
 /// ```
-pub trait MemoryResource: Send + Sync + fmt::Debug {
+pub unsafe trait MemoryResource: Send + Sync + fmt::Debug {
     /// Allocates `bytes` (> 0) ordered on `stream`.
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>>;
 
@@ -146,7 +191,8 @@ pub trait MemoryResource: Send + Sync + fmt::Debug {
 /// Smart pointers to resources are resources, so stacks can hold `Arc<dyn MemoryResource>`.
 macro_rules! forward_resource {
     ($pointer:ident) => {
-        impl<R: MemoryResource + ?Sized> MemoryResource for $pointer<R> {
+        // SAFETY: every method forwards to the pointee, which upholds the contract.
+        unsafe impl<R: MemoryResource + ?Sized> MemoryResource for $pointer<R> {
             fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
                 (**self).allocate(bytes, stream)
             }

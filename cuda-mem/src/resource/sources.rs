@@ -7,7 +7,7 @@ use crate::event::Event;
 use crate::host_flags::HostAllocFlags;
 use crate::pinned_pool::PinnedPool;
 use crate::pool::{MemPool, PoolStats};
-use crate::raw::check_alloc;
+use crate::raw::{check_alloc, discard};
 use cuda_mem_sys as sys;
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -23,7 +23,7 @@ fn non_null(raw: *mut c_void) -> NonNull<u8> {
 /// Waits for `stream`: synchronous frees must not overtake work queued on it.
 fn wait_for(stream: StreamRef<'_>) {
     // SAFETY: the caller of `deallocate` keeps the stream handle valid.
-    let _ = unsafe { sys::cudaStreamSynchronize(stream.as_raw()) };
+    discard(unsafe { sys::cudaStreamSynchronize(stream.as_raw()) });
 }
 
 /// `cudaMalloc` / `cudaFree` on one device. Frees are synchronous (`cudaFree` waits for the
@@ -40,7 +40,9 @@ impl DeviceResource {
     }
 }
 
-impl MemoryResource for DeviceResource {
+
+// SAFETY: the contract on `MemoryResource` holds: `cudaMalloc` memory (256-byte aligned) on `device`, freed only by `deallocate`; kind is always Device.
+unsafe impl MemoryResource for DeviceResource {
     fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         if bytes == 0 {
             return Err(zero_bytes("DeviceResource::allocate"));
@@ -57,7 +59,7 @@ impl MemoryResource for DeviceResource {
         let _guard = CurrentDevice::set(self.device);
         // SAFETY: from cudaMalloc in `allocate` (the caller's contract); cudaFree waits for the
         // device, so queued work that uses it has finished.
-        let _ = unsafe { sys::cudaFree(ptr.as_ptr().cast()) };
+        discard(unsafe { sys::cudaFree(ptr.as_ptr().cast()) });
     }
 
     fn kind(&self) -> MemoryKind {
@@ -82,7 +84,9 @@ impl ManagedResource {
     }
 }
 
-impl MemoryResource for ManagedResource {
+
+// SAFETY: the contract on `MemoryResource` holds: `cudaMallocManaged` memory (256-byte aligned), host- and device-accessible; kind is always Managed.
+unsafe impl MemoryResource for ManagedResource {
     fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         if bytes == 0 {
             return Err(zero_bytes("ManagedResource::allocate"));
@@ -98,7 +102,7 @@ impl MemoryResource for ManagedResource {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, _stream: StreamRef<'_>) {
         let _guard = CurrentDevice::set(self.device);
         // SAFETY: from cudaMallocManaged (the caller's contract); cudaFree waits for the device.
-        let _ = unsafe { sys::cudaFree(ptr.as_ptr().cast()) };
+        discard(unsafe { sys::cudaFree(ptr.as_ptr().cast()) });
     }
 
     fn kind(&self) -> MemoryKind {
@@ -128,7 +132,9 @@ impl PoolResource {
     }
 }
 
-impl MemoryResource for PoolResource {
+
+// SAFETY: the contract on `MemoryResource` holds: pool memory of `pool.device()` (aligned by the pool), freed in stream order; kind is always Device.
+unsafe impl MemoryResource for PoolResource {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         if bytes == 0 {
             return Err(zero_bytes("PoolResource::allocate"));
@@ -143,7 +149,7 @@ impl MemoryResource for PoolResource {
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
         // SAFETY: from this pool (the caller's contract), freed in stream order after its uses.
-        let _ = unsafe { sys::cudaFreeAsync(ptr.as_ptr().cast(), stream.as_raw()) };
+        discard(unsafe { sys::cudaFreeAsync(ptr.as_ptr().cast(), stream.as_raw()) });
     }
 
     fn kind(&self) -> MemoryKind {
@@ -172,7 +178,9 @@ impl PinnedResource {
     }
 }
 
-impl MemoryResource for PinnedResource {
+
+// SAFETY: the contract on `MemoryResource` holds: `cudaHostAlloc` memory (page-aligned, host-accessible); kind is always PinnedHost.
+unsafe impl MemoryResource for PinnedResource {
     fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         if bytes == 0 {
             return Err(zero_bytes("PinnedResource::allocate"));
@@ -187,7 +195,7 @@ impl MemoryResource for PinnedResource {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
         wait_for(stream);
         // SAFETY: from cudaHostAlloc (the caller's contract); the stream's work is done.
-        let _ = unsafe { sys::cudaFreeHost(ptr.as_ptr().cast()) };
+        discard(unsafe { sys::cudaFreeHost(ptr.as_ptr().cast()) });
     }
 
     fn kind(&self) -> MemoryKind {
@@ -214,7 +222,9 @@ impl PinnedPoolResource {
     }
 }
 
-impl MemoryResource for PinnedPoolResource {
+
+// SAFETY: the contract on `MemoryResource` holds: blocks of the pinned pool (page-aligned, host-accessible) reused only after their fence; kind is always PinnedHost.
+unsafe impl MemoryResource for PinnedPoolResource {
     fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         if bytes == 0 {
             return Err(zero_bytes("PinnedPoolResource::allocate"));

@@ -134,7 +134,9 @@ impl<R> StatisticsResource<R> {
     }
 }
 
-impl<R: MemoryResource> MemoryResource for StatisticsResource<R> {
+
+// SAFETY: see the contract on `MemoryResource`: forwards to `inner`, which upholds it.
+unsafe impl<R: MemoryResource> MemoryResource for StatisticsResource<R> {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         let ptr = self.inner.allocate(bytes, stream)?;
         let (now_bytes, now_count) =

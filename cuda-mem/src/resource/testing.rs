@@ -18,7 +18,9 @@ fn layout(bytes: usize) -> Option<Layout> {
     Layout::from_size_align(bytes, 256).ok()
 }
 
-impl MemoryResource for HostResource {
+// SAFETY: the contract on `MemoryResource` holds: host memory from the global allocator, aligned
+// as asked, freed only by `deallocate`; kind is always PinnedHost (host-accessible).
+unsafe impl MemoryResource for HostResource {
     fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         if bytes == 0 {
             return Err(CudaError::new(ErrorKind::InvalidArgument("zero bytes"), "HostResource::allocate"));

@@ -3,7 +3,7 @@
 use super::outstanding::{Entry, OutstandingTable};
 use super::threads::{registered_thread, this_thread};
 use super::{MemoryResource, StreamRef};
-use crate::error::Result;
+use crate::error::{CudaError, ErrorKind, Result};
 use rustc_hash::FxHashMap;
 use std::backtrace::Backtrace;
 use std::fmt::Write as _;
@@ -45,6 +45,9 @@ impl AllocationRecord {
 /// a slower locked map.
 pub const DEFAULT_TRACKING_SLOTS: usize = 8192;
 
+/// The largest table [`TrackingResource::with_slots`] accepts (32 bytes a slot: 512 MiB).
+pub const MAX_TRACKING_SLOTS: usize = 1 << 24;
+
 /// Records every allocation until it is freed: address, size, order and thread. The table takes
 /// no lock on the allocation and free paths (one compare-and-swap and one counter increment per
 /// allocation, one store per free), so tracking stays within a few percent of a 0.75 µs pool
@@ -76,12 +79,24 @@ pub struct TrackingResource<R> {
 impl<R: MemoryResource> TrackingResource<R> {
     /// Wraps `inner`; with `capture_backtraces`, each allocation records where it came from.
     pub fn new(inner: R, capture_backtraces: bool) -> Self {
-        Self::with_slots(inner, capture_backtraces, DEFAULT_TRACKING_SLOTS)
+        Self::build(inner, capture_backtraces, DEFAULT_TRACKING_SLOTS)
     }
 
     /// As [`TrackingResource::new`], with a lock-free table of `slots` entries (rounded up to a
-    /// power of two; 32 bytes each). Size it to the live allocations you expect.
-    pub fn with_slots(inner: R, capture_backtraces: bool, slots: usize) -> Self {
+    /// power of two; 32 bytes each). Size it to the live allocations you expect; more than
+    /// [`MAX_TRACKING_SLOTS`] is refused with [`ErrorKind::InvalidArgument`].
+    pub fn with_slots(inner: R, capture_backtraces: bool, slots: usize) -> Result<Self> {
+        if slots > MAX_TRACKING_SLOTS {
+            let kind = ErrorKind::InvalidArgument("more tracking slots than MAX_TRACKING_SLOTS");
+            return Err(CudaError::new(
+                kind,
+                format!("TrackingResource::with_slots({slots}): at most {MAX_TRACKING_SLOTS} slots"),
+            ));
+        }
+        Ok(Self::build(inner, capture_backtraces, slots))
+    }
+
+    fn build(inner: R, capture_backtraces: bool, slots: usize) -> Self {
         Self {
             inner,
             table: OutstandingTable::new(slots),
@@ -150,7 +165,9 @@ impl<R: MemoryResource> TrackingResource<R> {
     }
 }
 
-impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
+
+// SAFETY: see the contract on `MemoryResource`: forwards to `inner`, which upholds it.
+unsafe impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         let ptr = self.inner.allocate(bytes, stream)?;
         let address = ptr.as_ptr() as usize;

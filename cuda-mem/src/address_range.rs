@@ -1,0 +1,64 @@
+//! The driver's record of which allocation an address belongs to (`cuMemGetAddressRange`),
+//! reached through the runtime's driver entry points, so memory mapped from bytes another process
+//! sent is never viewed beyond what the driver mapped.
+
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::raw::check;
+use cuda_mem_sys as sys;
+use std::ffi::{c_int, c_void};
+use std::sync::OnceLock;
+
+/// `CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)`.
+type GetAddressRange = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> c_int;
+
+/// The CUDA version whose ABI of the entry point we call (the `_v2` form, current since 3.2).
+const ENTRY_POINT_VERSION: u32 = 12000;
+
+fn get_address_range() -> Result<GetAddressRange> {
+    static ENTRY: OnceLock<std::result::Result<usize, CudaError>> = OnceLock::new();
+    let entry = ENTRY.get_or_init(|| {
+        let mut function: *mut c_void = std::ptr::null_mut();
+        let mut status = sys::cudaDriverEntryPointQueryResult::cudaDriverEntryPointSymbolNotFound;
+        // SAFETY: the symbol is a NUL-terminated string; both out-pointers are valid for writes.
+        let code = unsafe {
+            sys::cudaGetDriverEntryPointByVersion(
+                c"cuMemGetAddressRange".as_ptr(),
+                &mut function,
+                ENTRY_POINT_VERSION,
+                sys::cudaGetDriverEntryPointFlags::cudaEnableDefault.0.into(),
+                &mut status,
+            )
+        };
+        check(code, || "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)".into())?;
+        if status != sys::cudaDriverEntryPointQueryResult::cudaDriverEntryPointSuccess || function.is_null() {
+            let kind = ErrorKind::Unsupported("the driver has no cuMemGetAddressRange");
+            return Err(CudaError::new(kind, "looking up cuMemGetAddressRange"));
+        }
+        Ok(function as usize)
+    });
+    match entry {
+        // SAFETY: the driver returned this entry point for the signature of ENTRY_POINT_VERSION,
+        // which `GetAddressRange` spells out.
+        Ok(function) => Ok(unsafe { std::mem::transmute::<usize, GetAddressRange>(*function) }),
+        Err(err) => Err(err.clone()),
+    }
+}
+
+/// Checks that `bytes` from `ptr` lie inside the allocation the driver mapped at `ptr`.
+pub(crate) fn require_mapped(ptr: *const c_void, bytes: usize, operation: &'static str) -> Result<()> {
+    let function = get_address_range()?;
+    let (mut base, mut size) = (0u64, 0usize);
+    // SAFETY: both out-pointers are valid for writes; the address is only looked up.
+    let result = unsafe { function(&mut base, &mut size, ptr as u64) };
+    if result != 0 {
+        let kind = ErrorKind::InvalidArgument("the driver knows no allocation at the mapped address");
+        return Err(CudaError::new(kind, format!("{operation}: cuMemGetAddressRange returned {result}")));
+    }
+    let end = (base as usize).saturating_add(size);
+    if (ptr as usize).saturating_add(bytes) > end {
+        let kind = ErrorKind::InvalidArgument("the length in the received bytes exceeds the mapped allocation");
+        let offset = (ptr as usize).saturating_sub(base as usize);
+        return Err(CudaError::new(kind, format!("{operation} of {bytes} bytes at offset {offset} of a {size}-byte mapping")));
+    }
+    Ok(())
+}
