@@ -19,7 +19,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 struct NoMemory;
 
-impl MemoryResource for NoMemory {
+unsafe impl MemoryResource for NoMemory {
     fn allocate(&self, _bytes: usize, _stream: StreamRef<'_>) -> cuda_mem::Result<NonNull<u8>> {
         // Never dereferenced: the adaptors only record and compare pointers.
         Ok(NonNull::<u64>::dangling().cast())

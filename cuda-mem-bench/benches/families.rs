@@ -197,7 +197,7 @@ fn ffi_alloc_section(c: &mut Criterion) {
             let pool = if from_pool {
                 MemPool::new(PoolProps::new(device)).map_err(|e| e.to_string())?
             } else {
-                MemPool::device_default(device).map_err(|e| e.to_string())?
+                MemPool::retaining(device).map_err(|e| e.to_string())?
             };
             if !retain {
                 pool.set_release_threshold(0).map_err(|e| e.to_string())?;
@@ -232,7 +232,7 @@ fn ffi_alloc_section(c: &mut Criterion) {
         });
     }
     if let Ok(device) = Device::current() {
-        let _ = MemPool::device_default(device);
+        let _ = MemPool::retaining(device);
     }
     group.finish();
 }
@@ -284,7 +284,7 @@ fn features_section(c: &mut Criterion) {
             |(copier, host, device), k| {
                 timed(k, || {
                     if upload {
-                        copier.copy_to_device(&mut device.as_mut_slice(), host)
+                        copier.copy_from_host(&mut device.as_mut_slice(), host)
                     } else {
                         copier.copy_to_host(host, device.as_slice())
                     }
@@ -303,7 +303,7 @@ fn features_section(c: &mut Criterion) {
             timed(k, || {
                 let registered = RegisteredHost::new(host, HostRegisterFlags::empty())?;
                 device.as_mut_slice().copy_from_host(&registered)?;
-                registered.unregister().map(drop)
+                registered.unregister().map(drop).map_err(CudaError::from)
             })
         },
     );
@@ -317,7 +317,7 @@ fn features_section(c: &mut Criterion) {
             &mut group,
             &row,
             || -> Result<_, CudaError> {
-                let pool = MemPool::device_default(Device::current()?)?; // retaining, like the raw row
+                let pool = MemPool::retaining(Device::current()?)?; // retaining, like the raw row
                 Ok((stack(PoolResource::new(pool)), Stream::non_blocking()?))
             },
             |(resource, stream): &mut (Arc<dyn MemoryResource>, Stream), k| {

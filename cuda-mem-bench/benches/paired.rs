@@ -242,7 +242,7 @@ fn resource_rows(
 ) -> Vec<(&'static str, Result<PairedRow, String>)> {
     let feature = |key: &str| cuda_mem_bench::features::FEATURE_ROWS.iter().find(|r| r.key == key).copied();
     let setup = || -> Result<(MemPool, Stream), String> {
-        let pool = MemPool::device_default(Device::current().map_err(to_text)?).map_err(to_text)?; // retaining
+        let pool = MemPool::retaining(Device::current().map_err(to_text)?).map_err(to_text)?; // retaining
         Ok((pool, Stream::non_blocking().map_err(to_text)?))
     };
     let mut out = Vec::new();

@@ -30,10 +30,10 @@ fn main() -> cuda_mem::Result<()> {
                         input.fill((worker * 1000 + step) as f32);
                         let mut output = staging.alloc::<f32>(N)?;
                         let mut activations = StreamBuffer::<f32>::zeroed_from(pool, &stream, N)?;
-                        let act = activations.as_mut_slice();
+                        let mut act = activations.as_mut_slice();
                         stream.scope(|s| -> cuda_mem::Result<()> {
-                            s.copy_from_host(&act, &input)?;
-                            axpy_f32(s, &act, 2.0, weights.as_slice())?; // act = 2 * w + act
+                            s.copy_from_host(&mut act, &input)?;
+                            axpy_f32(s, &mut act, 2.0, weights.as_slice())?; // act = 2 * w + act
                             s.copy_to_host(&mut output, &act)
                         })??;
                         let expected = 2.0 * 0.5 + (worker * 1000 + step) as f32;

@@ -114,13 +114,13 @@ fn size(bytes: usize) -> String {
 fn bandwidth(stream: &Stream, rows: &mut Vec<Row>) -> Result<(), Box<dyn Error>> {
     let words = |bytes: usize| bytes / size_of::<u32>();
     let mut sink = DeviceBuffer::<u32>::zeroed(1)?;
-    let sink = sink.as_mut_slice();
+    let mut sink = sink.as_mut_slice();
 
     let mut device = DeviceBuffer::<u32>::zeroed(words(GIB))?;
-    let device = device.as_mut_slice();
-    let read = stream.scope(|s| median_time(s.stream(), |_| stream_read_u32(s, &device, &sink)))??;
+    let mut device = device.as_mut_slice();
+    let read = stream.scope(|s| median_time(s.stream(), |_| stream_read_u32(s, &device, &mut sink)))??;
     rows.push(Row { what: "streaming read, device memory", size: size(GIB), value: gb_per_s(GIB, read), unit: "GB/s" });
-    let write = stream.scope(|s| median_time(s.stream(), |run| stream_write_u32(s, &device, run as u32)))??;
+    let write = stream.scope(|s| median_time(s.stream(), |run| stream_write_u32(s, &mut device, run as u32)))??;
     rows.push(Row {
         what: "streaming write, device memory",
         size: size(GIB),
@@ -131,7 +131,7 @@ fn bandwidth(stream: &Stream, rows: &mut Vec<Row>) -> Result<(), Box<dyn Error>>
     let bytes = 256 * MIB;
     let mapped = PinnedBuffer::<u32>::zeroed_with_flags(words(bytes), HostAllocFlags::MAPPED)?;
     let mapped = mapped.device_view()?;
-    let read = stream.scope(|s| median_time(s.stream(), |_| stream_read_u32(s, mapped, &sink)))??;
+    let read = stream.scope(|s| median_time(s.stream(), |_| stream_read_u32(s, mapped, &mut sink)))??;
     rows.push(Row {
         what: "streaming read, mapped pinned host (zero-copy)",
         size: size(bytes),
@@ -141,8 +141,8 @@ fn bandwidth(stream: &Stream, rows: &mut Vec<Row>) -> Result<(), Box<dyn Error>>
 
     let source = DeviceBuffer::<u32>::zeroed(words(bytes))?;
     let mut destination = DeviceBuffer::<u32>::zeroed(words(bytes))?;
-    let destination = destination.as_mut_slice();
-    let copy = stream.scope(|s| median_time(s.stream(), |_| s.copy_device(&destination, source.as_slice())))??;
+    let mut destination = destination.as_mut_slice();
+    let copy = stream.scope(|s| median_time(s.stream(), |_| s.copy_from_device(&mut destination, source.as_slice())))??;
     rows.push(Row {
         what: "cudaMemcpyAsync device to device (one way)",
         size: size(bytes),
@@ -161,8 +161,8 @@ fn latency(stream: &Stream, rows: &mut Vec<Row>) -> Result<(), Box<dyn Error>> {
 
     // Copied on the stream inside a scope: it has landed when the scope returns.
     let mut device_ring = DeviceBuffer::<u32>::zeroed(ring.len())?;
-    let view = device_ring.as_mut_slice();
-    stream.scope(|s| s.copy_from_host(&view, &ring))??;
+    let mut view = device_ring.as_mut_slice();
+    stream.scope(|s| s.copy_from_host(&mut view, &ring))??;
     let time = chase(stream, &mut end, device_ring.as_slice(), DEVICE_HOPS, start_of)?;
     verify(&ring, &end, start_of(WARMUP + REPEATS - 1), DEVICE_HOPS)?;
     rows.push(Row {
@@ -189,11 +189,11 @@ fn latency(stream: &Stream, rows: &mut Vec<Row>) -> Result<(), Box<dyn Error>> {
     let managed_ring = ManagedBuffer::from_slice(&ring)?;
     let cold_start = len as u32 / 2;
     let first_touch = {
-        let out = end.as_mut_slice();
+        let mut out = end.as_mut_slice();
         let (start, stop) = (Event::new()?, Event::new()?);
         stream.scope(|s| -> CudaResult<Duration> {
             start.record(s.stream())?;
-            pointer_chase(s, managed_ring.as_device_slice(), cold_start, HOST_HOPS, &out)?;
+            pointer_chase(s, managed_ring.as_device_slice(), cold_start, HOST_HOPS, &mut out)?;
             stop.record(s.stream())?;
             stop.synchronize()?;
             stop.elapsed_since(&start)
@@ -228,8 +228,8 @@ fn chase(
     hops: u64,
     start_of: impl Fn(usize) -> u32,
 ) -> CudaResult<Duration> {
-    let out = end.as_mut_slice();
-    stream.scope(|s| median_time(s.stream(), |run| pointer_chase(s, ring, start_of(run), hops, &out)))?
+    let mut out = end.as_mut_slice();
+    stream.scope(|s| median_time(s.stream(), |run| pointer_chase(s, ring, start_of(run), hops, &mut out)))?
 }
 
 /// The chase's end index must be the one the CPU computes: the kernel really followed the ring.

@@ -18,25 +18,25 @@ use cuda_mem::{DeviceSliceMut, DeviceSource, Result, StreamScope};
 /// let stream = Stream::non_blocking()?;
 /// let data = DeviceBuffer::<u32>::zeroed(1 << 28)?; // 1 GiB
 /// let mut sink = DeviceBuffer::<u32>::zeroed(1)?;
-/// let sink_view = sink.as_mut_slice();
+/// let mut sink_view = sink.as_mut_slice();
 /// let (start, end) = (Event::new()?, Event::new()?);
 /// stream.scope(|s| -> cuda_mem::Result<()> {
 ///     start.record(s.stream())?;
-///     cuda_mem_kernels::stream_read_u32(s, data.as_slice(), &sink_view)?;
+///     cuda_mem_kernels::stream_read_u32(s, data.as_slice(), &mut sink_view)?;
 ///     end.record(s.stream())
 /// })??;
 /// let seconds = end.elapsed_since(&start)?.as_secs_f64();
 /// println!("{:.0} GB/s", (1u64 << 30) as f64 / seconds / 1e9);
 /// # Ok(()) }
 /// ```
-pub fn stream_read_u32<'scope>(
+pub fn stream_read_u32<'scope, 'v: 'scope>(
     scope: &StreamScope<'scope, '_>,
     data: impl DeviceSource<'scope, u32>,
-    sink: &DeviceSliceMut<'scope, u32>,
+    sink: &mut DeviceSliceMut<'v, u32>,
 ) -> Result<()> {
     one_element("stream_read_u32", sink.len())?;
-    let (data_ptr, n) = scope.device_ptr(data);
-    let sink_ptr = scope.device_ptr_mut(sink);
+    let (data_ptr, n) = scope.device_ptr(data)?;
+    let sink_ptr = scope.device_ptr_mut(sink)?;
     let launch = Launch::grid_stride(scope, n.div_ceil(4))?;
     // SAFETY: `data_ptr` addresses `n` u32 (4-byte aligned, as every u32 view is) and `sink_ptr`
     // one u32 of device-accessible memory lent to the scope; the kernel reads only [0, n) of
@@ -52,20 +52,20 @@ pub fn stream_read_u32<'scope>(
 /// use cuda_mem::{DeviceBuffer, Stream};
 /// let stream = Stream::non_blocking()?;
 /// let mut buffer = DeviceBuffer::<u32>::zeroed(1 << 28)?;
-/// let view = buffer.as_mut_slice();
-/// stream.scope(|s| cuda_mem_kernels::stream_write_u32(s, &view, 0xabcd))??;
+/// let mut view = buffer.as_mut_slice();
+/// stream.scope(|s| cuda_mem_kernels::stream_write_u32(s, &mut view, 0xabcd))??;
 /// # Ok(()) }
 /// ```
-pub fn stream_write_u32<'scope>(
+pub fn stream_write_u32<'scope, 'v: 'scope>(
     scope: &StreamScope<'scope, '_>,
-    dst: &DeviceSliceMut<'scope, u32>,
+    dst: &mut DeviceSliceMut<'v, u32>,
     value: u32,
 ) -> Result<()> {
     let n = dst.len();
     if n == 0 {
         return Ok(());
     }
-    let ptr = scope.device_ptr_mut(dst);
+    let ptr = scope.device_ptr_mut(dst)?;
     let launch = Launch::grid_stride(scope, n.div_ceil(4))?;
     // SAFETY: `ptr` addresses `n` u32 (4-byte aligned) of device-accessible memory lent to the
     // scope; the kernel writes exactly [0, n), with 16-byte stores only inside its aligned part.

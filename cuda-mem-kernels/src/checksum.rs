@@ -15,20 +15,20 @@ use cuda_mem::{DeviceSliceMut, DeviceSource, Result, StreamScope};
 /// let host: Vec<u32> = (0..1_000_000).collect();
 /// let data = DeviceBuffer::from_slice(&host)?;
 /// let mut sum = DeviceBuffer::<u64>::zeroed(1)?;
-/// let out = sum.as_mut_slice();
+/// let mut out = sum.as_mut_slice();
 /// let stream = Stream::non_blocking()?;
-/// stream.scope(|s| checksum_u32(s, data.as_slice(), &out))??;
+/// stream.scope(|s| checksum_u32(s, data.as_slice(), &mut out))??;
 /// assert_eq!(sum.to_vec()?, [checksum_cpu(&host)]);
 /// # Ok(()) }
 /// ```
-pub fn checksum_u32<'scope>(
+pub fn checksum_u32<'scope, 'v: 'scope>(
     scope: &StreamScope<'scope, '_>,
     data: impl DeviceSource<'scope, u32>,
-    out: &DeviceSliceMut<'scope, u64>,
+    out: &mut DeviceSliceMut<'v, u64>,
 ) -> Result<()> {
     one_element("checksum_u32", out.len())?;
-    let (data_ptr, n) = scope.device_ptr(data);
-    let out_ptr = scope.device_ptr_mut(out);
+    let (data_ptr, n) = scope.device_ptr(data)?;
+    let out_ptr = scope.device_ptr_mut(out)?;
     let launch = Launch::grid_stride(scope, n)?;
     // SAFETY: `data_ptr` addresses `n` u32 and `out_ptr` one u64 of device-accessible memory,
     // both lent to the scope; the wrapper zeroes `out` and the kernel only reads `data`.

@@ -23,7 +23,8 @@ impl Launch {
         Ok(Self {
             grid: geometry.grid_for(work_items),
             block: Geometry::BLOCK_THREADS,
-            stream: stream.as_raw(),
+            // Checked with the stream's device current: a per-thread stream only on its thread.
+            stream: stream.checked_raw()?,
             _device: device,
         })
     }
@@ -32,7 +33,7 @@ impl Launch {
     pub(crate) fn single_thread(scope: &StreamScope<'_, '_>) -> Result<Self> {
         let stream = scope.stream();
         let device = CurrentDevice::set(stream.device())?;
-        Ok(Self { grid: 1, block: 1, stream: stream.as_raw(), _device: device })
+        Ok(Self { grid: 1, block: 1, stream: stream.checked_raw()?, _device: device })
     }
 }
 

@@ -26,8 +26,8 @@
 //! let mut mapped = PinnedBuffer::<u64>::zeroed_with_flags(1, HostAllocFlags::MAPPED)?;
 //! let (view, sum) = (data.as_mut_slice(), mapped.device_view_mut()?);
 //! stream.scope(|s| -> cuda_mem::Result<()> {
-//!     fill_u32(s, &view, 3)?;
-//!     checksum_u32(s, &view, &sum) // the result lands in host memory, no copy needed
+//!     fill_u32(s, &mut view, 3)?;
+//!     checksum_u32(s, &view, &mut sum) // the result lands in host memory, no copy needed
 //! })??;
 //! assert_eq!(mapped[0], checksum_cpu(&vec![3; 1 << 20]));
 //! # Ok(()) }
@@ -54,7 +54,7 @@ mod pointer_chase;
 
 pub use bandwidth::{stream_read_u32, stream_write_u32};
 pub use checksum::{checksum_cpu, checksum_u32};
-pub use elementwise::{axpy_f32, fill_f32, fill_u32, scale_f32};
+pub use elementwise::{axpy_f32, fill_f32, fill_u32, scale_f32, scale_in_place_f32};
 pub use geometry::Geometry;
 pub use page_touch::{touch_pages_read, touch_pages_write, touched_indices};
 pub use pointer_chase::{MAX_RING_LEN, chase_cpu, chase_ring, pointer_chase};

@@ -38,19 +38,19 @@ fn stride_elements(stride_bytes: usize) -> Result<usize> {
 /// use cuda_mem::{Event, ManagedBuffer, Stream};
 /// let stream = Stream::non_blocking()?;
 /// let mut managed = ManagedBuffer::<u32>::zeroed(256 << 20)?; // 1 GiB, first touched by the GPU
-/// let view = managed.as_device_slice_mut();
+/// let mut view = managed.as_device_slice_mut();
 /// let (start, end) = (Event::new()?, Event::new()?);
 /// stream.scope(|s| -> cuda_mem::Result<()> {
 ///     start.record(s.stream())?;
-///     cuda_mem_kernels::touch_pages_write(s, &view, 64 << 10, 1)?; // one touch per 64 KiB
+///     cuda_mem_kernels::touch_pages_write(s, &mut view, 64 << 10, 1)?; // one touch per 64 KiB
 ///     end.record(s.stream())
 /// })??;
 /// println!("{:?} per touch", end.elapsed_since(&start)? / (1 << 14));
 /// # Ok(()) }
 /// ```
-pub fn touch_pages_write<'scope>(
+pub fn touch_pages_write<'scope, 'v: 'scope>(
     scope: &StreamScope<'scope, '_>,
-    dst: &DeviceSliceMut<'scope, u32>,
+    dst: &mut DeviceSliceMut<'v, u32>,
     stride_bytes: usize,
     value: u32,
 ) -> Result<()> {
@@ -59,7 +59,7 @@ pub fn touch_pages_write<'scope>(
     if n == 0 {
         return Ok(());
     }
-    let ptr = scope.device_ptr_mut(dst);
+    let ptr = scope.device_ptr_mut(dst)?;
     let launch = Launch::grid_stride(scope, n.div_ceil(stride))?;
     // SAFETY: `ptr` addresses `n` u32 of device-accessible memory lent to the scope; the kernel
     // writes only indices k * stride < n.
@@ -77,20 +77,20 @@ pub fn touch_pages_write<'scope>(
 /// let stream = Stream::non_blocking()?;
 /// let managed = ManagedBuffer::<u32>::from_slice(&vec![3; 1 << 20])?; // pages on the host
 /// let mut sink = DeviceBuffer::<u32>::zeroed(1)?;
-/// let sink_view = sink.as_mut_slice();
-/// stream.scope(|s| cuda_mem_kernels::touch_pages_read(s, managed.as_device_slice(), 4096, &sink_view))??;
+/// let mut sink_view = sink.as_mut_slice();
+/// stream.scope(|s| cuda_mem_kernels::touch_pages_read(s, managed.as_device_slice(), 4096, &mut sink_view))??;
 /// # Ok(()) }
 /// ```
-pub fn touch_pages_read<'scope>(
+pub fn touch_pages_read<'scope, 'v: 'scope>(
     scope: &StreamScope<'scope, '_>,
     src: impl DeviceSource<'scope, u32>,
     stride_bytes: usize,
-    sink: &DeviceSliceMut<'scope, u32>,
+    sink: &mut DeviceSliceMut<'v, u32>,
 ) -> Result<()> {
     let stride = stride_elements(stride_bytes)?;
     one_element("touch_pages_read", sink.len())?;
-    let (src_ptr, n) = scope.device_ptr(src);
-    let sink_ptr = scope.device_ptr_mut(sink);
+    let (src_ptr, n) = scope.device_ptr(src)?;
+    let sink_ptr = scope.device_ptr_mut(sink)?;
     let launch = Launch::grid_stride(scope, n.div_ceil(stride))?;
     // SAFETY: `src_ptr` addresses `n` u32 and `sink_ptr` one u32 of device-accessible memory lent
     // to the scope; the kernel reads only indices k * stride < n and writes only the sink.

@@ -23,13 +23,13 @@ pub const MAX_RING_LEN: usize = u32::MAX as usize;
 /// let ring = chase_ring(64 << 20, 42)?; // 256 MiB: far larger than the L2 cache
 /// let device_ring = DeviceBuffer::from_slice(&ring)?;
 /// let mut end_index = DeviceBuffer::<u32>::zeroed(1)?;
-/// let out = end_index.as_mut_slice();
+/// let mut out = end_index.as_mut_slice();
 /// let stream = Stream::non_blocking()?;
 /// let (start, end) = (Event::new()?, Event::new()?);
 /// let hops = 100_000;
 /// stream.scope(|s| -> cuda_mem::Result<()> {
 ///     start.record(s.stream())?;
-///     pointer_chase(s, device_ring.as_slice(), 0, hops, &out)?;
+///     pointer_chase(s, device_ring.as_slice(), 0, hops, &mut out)?;
 ///     end.record(s.stream())
 /// })??;
 /// let ns_per_hop = end.elapsed_since(&start)?.as_nanos() as f64 / hops as f64;
@@ -37,17 +37,17 @@ pub const MAX_RING_LEN: usize = u32::MAX as usize;
 /// println!("{ns_per_hop:.0} ns per hop");
 /// # Ok(()) }
 /// ```
-pub fn pointer_chase<'scope>(
+pub fn pointer_chase<'scope, 'v: 'scope>(
     scope: &StreamScope<'scope, '_>,
     ring: impl DeviceSource<'scope, u32>,
     start: u32,
     steps: u64,
-    out: &DeviceSliceMut<'scope, u32>,
+    out: &mut DeviceSliceMut<'v, u32>,
 ) -> Result<()> {
     one_element("pointer_chase", out.len())?;
-    let (ring_ptr, len) = scope.device_ptr(ring);
+    let (ring_ptr, len) = scope.device_ptr(ring)?;
     let len = ring_len(len)?;
-    let out_ptr = scope.device_ptr_mut(out);
+    let out_ptr = scope.device_ptr_mut(out)?;
     let launch = Launch::single_thread(scope)?;
     // SAFETY: `ring_ptr` addresses `len` (> 0) u32 and `out_ptr` one u32 of device-accessible
     // memory lent to the scope; every index is reduced modulo `len` before it is loaded.

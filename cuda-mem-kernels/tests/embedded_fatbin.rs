@@ -304,11 +304,11 @@ fn keep_every_kernel_object_linked() {
     type Scope = StreamScope<'static, 'static>;
     type Out<T> = DeviceSliceMut<'static, T>;
     type In<T> = DeviceSlice<'static, T>;
-    let fill: fn(&Scope, &Out<u32>, u32) -> Result<()> = cuda_mem_kernels::fill_u32;
-    let checksum: fn(&Scope, In<u32>, &Out<u64>) -> Result<()> = cuda_mem_kernels::checksum_u32;
-    let read: fn(&Scope, In<u32>, &Out<u32>) -> Result<()> = cuda_mem_kernels::stream_read_u32;
-    let touch: fn(&Scope, &Out<u32>, usize, u32) -> Result<()> = cuda_mem_kernels::touch_pages_write;
-    type Chase = fn(&Scope, In<u32>, u32, u64, &Out<u32>) -> Result<()>;
+    let fill: fn(&Scope, &mut Out<u32>, u32) -> Result<()> = cuda_mem_kernels::fill_u32;
+    let checksum: fn(&Scope, In<u32>, &mut Out<u64>) -> Result<()> = cuda_mem_kernels::checksum_u32;
+    let read: fn(&Scope, In<u32>, &mut Out<u32>) -> Result<()> = cuda_mem_kernels::stream_read_u32;
+    let touch: fn(&Scope, &mut Out<u32>, usize, u32) -> Result<()> = cuda_mem_kernels::touch_pages_write;
+    type Chase = fn(&Scope, In<u32>, u32, u64, &mut Out<u32>) -> Result<()>;
     let chase: Chase = cuda_mem_kernels::pointer_chase;
     std::hint::black_box((fill, checksum, read, touch, chase));
 }

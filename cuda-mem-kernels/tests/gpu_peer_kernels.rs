@@ -18,9 +18,9 @@ fn gpu2_kernel_on_gpu1_uses_pool_memory_of_gpu0_after_set_access() {
     let mut shared = StreamBuffer::<u32>::zeroed_from(&pool, &stream0, len).unwrap();
     shared.use_on(&stream1).unwrap();
     let mut sum = d1.run_on(|| DeviceBuffer::<u64>::zeroed(1)).unwrap().unwrap();
-    let (view, sum_view) = (shared.as_mut_slice(), sum.as_mut_slice());
+    let (mut view, mut sum_view) = (shared.as_mut_slice(), sum.as_mut_slice());
     stream1
-        .scope(|s| fill_u32(s, &view, 0xA5A5_0001).and_then(|()| checksum_u32(s, &view, &sum_view)))
+        .scope(|s| fill_u32(s, &mut view, 0xA5A5_0001).and_then(|()| checksum_u32(s, &view, &mut sum_view)))
         .unwrap()
         .unwrap();
     let expected = checksum_cpu(&vec![0xA5A5_0001u32; len]);

@@ -15,11 +15,11 @@ fn main() -> Result<()> {
     let mut dst = d1.run_on(|| DeviceBuffer::<u8>::zeroed(bytes))??;
     let stream = Stream::on_device(d1)?;
     let mut measure = |label: &str| -> Result<()> {
-        let view = dst.as_mut_slice();
+        let mut view = dst.as_mut_slice();
         let mut samples = Vec::new();
         for i in 0..21 {
             let start = Instant::now();
-            stream.scope(|s| s.copy_peer(&view, d1, src.as_slice(), d0))??;
+            stream.scope(|s| s.copy_peer(&mut view, d1, src.as_slice(), d0))??;
             if i > 0 {
                 samples.push(start.elapsed().as_secs_f64());
             }

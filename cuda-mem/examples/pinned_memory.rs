@@ -11,9 +11,9 @@ fn main() -> cuda_mem::Result<()> {
     input.iter_mut().enumerate().for_each(|(i, x)| *x = i as u32);
     let mut output = PinnedBuffer::<u32>::zeroed(len)?;
     let mut device = DeviceBuffer::<u32>::zeroed(len)?;
-    let dev = device.as_mut_slice();
+    let mut dev = device.as_mut_slice();
     let started = Instant::now();
-    stream.scope(|s| s.copy_from_host(&dev, &input).and_then(|()| s.copy_to_host(&mut output, &dev)))??;
+    stream.scope(|s| s.copy_from_host(&mut dev, &input).and_then(|()| s.copy_to_host(&mut output, &dev)))??;
     let seconds = started.elapsed().as_secs_f64();
     assert_eq!(output[len - 1], (len - 1) as u32);
     let moved = 2.0 * (len * size_of::<u32>()) as f64;

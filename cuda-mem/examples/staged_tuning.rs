@@ -66,18 +66,18 @@ fn main() -> Result<()> {
         let h2d = time(5, || {
             let registered = RegisteredHost::new(&mut scratch, HostRegisterFlags::empty())?;
             device.as_mut_slice().copy_from_host(&registered)?;
-            registered.unregister().map(drop)
+            registered.unregister().map(drop).map_err(Into::into)
         })?;
         let d2h = time(5, || {
             let mut registered = RegisteredHost::new(&mut back, HostRegisterFlags::empty())?;
             device.as_slice().copy_to_host(&mut registered)?;
-            registered.unregister().map(drop)
+            registered.unregister().map(drop).map_err(Into::into)
         })?;
         println!("register+copy+unregister  H2D {:6.1}  D2H {:6.1}", gbps(bytes, h2d), gbps(bytes, d2h));
         for lanes in [4, 6, 8, 12, 16] {
             for chunk in [2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB] {
                 let copier = StagedCopier::new(StagedConfig { lanes, chunk_bytes: chunk, small_copy_bytes: 0 })?;
-                let h2d = time(7, || copier.copy_to_device(&mut device.as_mut_slice(), &host))?;
+                let h2d = time(7, || copier.copy_from_host(&mut device.as_mut_slice(), &host))?;
                 let d2h = time(7, || copier.copy_to_host(&mut back, device.as_slice()))?;
                 println!(
                     "staged lanes {lanes:2} chunk {:2} MiB H2D {:6.1}  D2H {:6.1}",
@@ -95,7 +95,7 @@ fn main() -> Result<()> {
         let mut device = DeviceBuffer::<u8>::zeroed(bytes)?;
         let copier = StagedCopier::new(StagedConfig { small_copy_bytes: 0, ..Default::default() })?;
         let plain = time(21, || device.as_mut_slice().copy_from_host(&host))?;
-        let staged = time(21, || copier.copy_to_device(&mut device.as_mut_slice(), &host))?;
+        let staged = time(21, || copier.copy_from_host(&mut device.as_mut_slice(), &host))?;
         let plain_back = time(21, || device.as_slice().copy_to_host(&mut back))?;
         let staged_back = time(21, || copier.copy_to_host(&mut back, device.as_slice()))?;
         println!(

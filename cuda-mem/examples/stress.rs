@@ -144,9 +144,9 @@ fn main() -> Result<()> {
                                 if fresh.resource().kind() == MemoryKind::PinnedHost {
                                     fresh.host_mut()?.copy_from_slice(source.buffer.host()?);
                                 } else {
-                                    let (from, to) = (source.buffer.device_slice()?, fresh.device_slice_mut()?);
+                                    let (from, mut to) = (source.buffer.device_slice()?, fresh.device_slice_mut()?);
                                     // On the buffer's own stream: ordered after its zeroing.
-                                    source.buffer.stream().scope(|s| s.copy_device(&to, from))??;
+                                    source.buffer.stream().scope(|s| s.copy_from_device(&mut to, from))??;
                                 }
                                 let want = source.want.clone();
                                 live.push(Live { buffer: fresh, want });
@@ -239,6 +239,6 @@ fn write(buffer: &mut ResourceBuffer<u32>, want: &[u32]) -> Result<()> {
         return Ok(());
     }
     let stream = buffer.stream().clone();
-    let view = buffer.device_slice_mut()?;
-    stream.scope(|s| s.copy_from_host(&view, want))?
+    let mut view = buffer.device_slice_mut()?;
+    stream.scope(|s| s.copy_from_host(&mut view, want))?
 }

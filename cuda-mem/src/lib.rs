@@ -34,9 +34,9 @@
 //! input.fill(2.0);
 //! let mut device = DeviceBuffer::<f32>::zeroed(input.len())?;
 //! let mut output = PinnedBuffer::<f32>::zeroed(input.len())?;
-//! let dev = device.as_mut_slice();
+//! let mut dev = device.as_mut_slice();
 //! stream.scope(|s| -> Result<(), cuda_mem::CudaError> {
-//!     s.copy_from_host(&dev, &input)?;
+//!     s.copy_from_host(&mut dev, &input)?;
 //!     s.copy_to_host(&mut output, &dev)?;
 //!     Ok(())
 //! })??;

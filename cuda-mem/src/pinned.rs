@@ -20,7 +20,7 @@ use std::ptr::NonNull;
 /// let mut staging = PinnedBuffer::<u8>::zeroed(1 << 20)?; // cudaMallocHost
 /// staging[..5].copy_from_slice(b"hello");
 /// let mut mapped = PinnedBuffer::<u32>::zeroed_with_flags(256, HostAllocFlags::MAPPED | HostAllocFlags::PORTABLE)?;
-/// let device_view = mapped.device_view_mut()?; // zero-copy: kernels read host memory directly
+/// let mut device_view = mapped.device_view_mut()?; // zero-copy: kernels read host memory directly
 /// # let _ = device_view;
 /// # Ok(()) }
 /// ```

@@ -366,10 +366,10 @@ pub(crate) mod sealed {
 /// use cuda_mem::{DeviceBuffer, Stream};
 /// let source = DeviceBuffer::from_slice(&[1u8; 256])?;
 /// let mut target = DeviceBuffer::<u8>::zeroed(256)?;
-/// let dst = target.as_mut_slice();
+/// let mut dst = target.as_mut_slice();
 /// let stream = Stream::new()?;
 /// // A shared view and a lent `&DeviceSliceMut` are both sources.
-/// stream.scope(|s| s.copy_device(&dst, source.as_slice()))??;
+/// stream.scope(|s| s.copy_from_device(&mut dst, source.as_slice()))??;
 /// # Ok(()) }
 /// ```
 pub trait DeviceSource<'a, T>: sealed::Source<'a, T> {}

@@ -23,9 +23,9 @@ use std::thread::ThreadId;
 /// let host = vec![1.0f32; 1 << 20];
 /// let mut device = DeviceBuffer::<f32>::zeroed(host.len())?;
 /// let mut back = vec![0.0f32; host.len()];
-/// let dev = device.as_mut_slice();
+/// let mut dev = device.as_mut_slice();
 /// stream.scope(|s| -> Result<(), cuda_mem::CudaError> {
-///     s.copy_from_host(&dev, &host)?;
+///     s.copy_from_host(&mut dev, &host)?;
 ///     s.copy_to_host(&mut back, &dev)?;
 ///     Ok(())
 /// })??;

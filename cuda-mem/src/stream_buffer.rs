@@ -41,8 +41,8 @@ use std::ptr::NonNull;
 /// let (a, b) = (Stream::non_blocking()?, Stream::non_blocking()?);
 /// let mut temp = StreamBuffer::<u32>::zeroed(&a, 1 << 20)?; // allocated and zeroed on `a`
 /// temp.use_on(&b)?; // `b` waits for the allocation; the free will wait for `b`
-/// let view = temp.as_mut_slice();
-/// b.scope(|s| s.set_bytes(&view, 0xff))??;
+/// let mut view = temp.as_mut_slice();
+/// b.scope(|s| s.set_bytes(&mut view, 0xff))??;
 /// drop(temp); // cudaFreeAsync on `a`, after `b`'s work
 /// # Ok(()) }
 /// ```

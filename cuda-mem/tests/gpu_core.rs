@@ -67,11 +67,11 @@ fn gpu_async_round_trip_through_pinned_on_a_non_blocking_stream() {
         let mut dst = PinnedBuffer::<u32>::zeroed(src.len()).unwrap();
         let mut a = DeviceBuffer::<u32>::zeroed(src.len()).unwrap();
         let mut b = DeviceBuffer::<u32>::zeroed(src.len()).unwrap();
-        let (a, b) = (a.as_mut_slice(), b.as_mut_slice());
+        let (mut a, mut b) = (a.as_mut_slice(), b.as_mut_slice());
         stream
             .scope(|s| -> Result<()> {
-                s.copy_from_host(&a, &src)?;
-                s.copy_device(&b, &a)?;
+                s.copy_from_host(&mut a, &src)?;
+                s.copy_from_device(&mut b, &a)?;
                 s.copy_to_host(&mut dst, &b)
             })
             .unwrap()
@@ -104,8 +104,8 @@ fn gpu_every_pinned_kind_is_a_copy_source_and_destination() {
         // Asynchronous path.
         dst.fill(0);
         device.as_mut_slice().set_bytes(0).unwrap();
-        let dev = device.as_mut_slice();
-        stream.scope(|s| s.copy_from_host(&dev, &src).and_then(|()| s.copy_to_host(&mut dst, &dev))).unwrap().unwrap();
+        let mut dev = device.as_mut_slice();
+        stream.scope(|s| s.copy_from_host(&mut dev, &src).and_then(|()| s.copy_to_host(&mut dst, &dev))).unwrap().unwrap();
         assert_same(&dst, &want);
         src.free().unwrap();
     }
@@ -121,9 +121,9 @@ fn gpu_registered_memory_is_a_copy_source_and_destination() {
     let src_reg = RegisteredHost::new(&mut src, HostRegisterFlags::PORTABLE).unwrap();
     let mut dst_reg = RegisteredHost::new(&mut dst, HostRegisterFlags::MAPPED).unwrap();
     let mut device = DeviceBuffer::<u32>::zeroed(want.len()).unwrap();
-    let dev = device.as_mut_slice();
+    let mut dev = device.as_mut_slice();
     stream
-        .scope(|s| s.copy_from_host(&dev, &src_reg).and_then(|()| s.copy_to_host(&mut dst_reg, &dev)))
+        .scope(|s| s.copy_from_host(&mut dev, &src_reg).and_then(|()| s.copy_to_host(&mut dst_reg, &dev)))
         .unwrap()
         .unwrap();
     assert_same(&dst_reg, &want);
@@ -190,9 +190,9 @@ fn gpu_managed_buffer_cpu_write_advise_prefetch_gpu_modify_cpu_read() {
     let doubled: Vec<u32> = want[len / 2..].iter().map(|x| x.wrapping_mul(2)).collect();
     let source = DeviceBuffer::from_slice(&doubled).unwrap();
     {
-        let (low, high) = managed.as_device_slice_mut().split_at_mut(len / 2).unwrap();
+        let (mut low, mut high) = managed.as_device_slice_mut().split_at_mut(len / 2).unwrap();
         stream
-            .scope(|s| s.set_bytes(&low, 0xAB).and_then(|()| s.copy_device(&high, source.as_slice())))
+            .scope(|s| s.set_bytes(&mut low, 0xAB).and_then(|()| s.copy_from_device(&mut high, source.as_slice())))
             .unwrap()
             .unwrap();
     }
@@ -238,8 +238,8 @@ fn gpu_streams_and_events_order_and_time_work() {
     let start = Event::new().unwrap();
     start.record(&high).unwrap();
     let mut device = DeviceBuffer::<u32>::zeroed(32 * MIB / 4).unwrap();
-    let dev = device.as_mut_slice();
-    high.scope(|s| s.set_bytes(&dev, 1)).unwrap().unwrap();
+    let mut dev = device.as_mut_slice();
+    high.scope(|s| s.set_bytes(&mut dev, 1)).unwrap().unwrap();
     let end = high.record_event().unwrap();
     other.wait_event(&end).unwrap();
     end.synchronize().unwrap();

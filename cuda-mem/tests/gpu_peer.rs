@@ -24,13 +24,13 @@ fn gpu2_peer_access_and_peer_copy_both_ways() {
     let mut on1 = d1.run_on(|| DeviceBuffer::<u32>::zeroed(want.len())).unwrap().unwrap();
     assert_eq!((on0.device(), on1.device()), (d0, d1));
     let stream1 = Stream::on_device(d1).unwrap();
-    let dst = on1.as_mut_slice();
-    stream1.scope(|s| s.copy_peer(&dst, d1, on0.as_slice(), d0)).unwrap().unwrap();
+    let mut dst = on1.as_mut_slice();
+    stream1.scope(|s| s.copy_peer(&mut dst, d1, on0.as_slice(), d0)).unwrap().unwrap();
     assert_same(&on1.to_vec().unwrap(), &want);
     let mut back0 = d0.run_on(|| DeviceBuffer::<u32>::zeroed(want.len())).unwrap().unwrap();
     let stream0 = Stream::on_device(d0).unwrap();
-    let dst = back0.as_mut_slice();
-    stream0.scope(|s| s.copy_peer(&dst, d0, on1.as_slice(), d1)).unwrap().unwrap();
+    let mut dst = back0.as_mut_slice();
+    stream0.scope(|s| s.copy_peer(&mut dst, d0, on1.as_slice(), d1)).unwrap().unwrap();
     assert_same(&back0.to_vec().unwrap(), &want);
     assert_eq!(Device::current().unwrap(), Device::current().unwrap());
 }
@@ -51,13 +51,13 @@ fn gpu2_pool_memory_of_gpu0_is_used_on_gpu1_after_set_access() {
     let mut shared = StreamBuffer::<u32>::zeroed_from(&pool, &stream0, want.len()).unwrap();
     shared.use_on(&stream1).unwrap();
     let mut on1 = d1.run_on(|| DeviceBuffer::from_slice(&want)).unwrap().unwrap();
-    let (view, local) = (shared.as_mut_slice(), on1.as_mut_slice());
+    let (mut view, mut local) = (shared.as_mut_slice(), on1.as_mut_slice());
     // GPU 1 writes the pool memory of GPU 0 and reads it back (device-to-device on GPU 1's stream).
-    d1.run_on(|| stream1.scope(|s| s.copy_device(&view, &local).and_then(|()| s.set_bytes(&local, 0))))
+    d1.run_on(|| stream1.scope(|s| s.copy_from_device(&mut view, &local).and_then(|()| s.set_bytes(&mut local, 0))))
         .unwrap()
         .unwrap()
         .unwrap();
-    d1.run_on(|| stream1.scope(|s| s.copy_device(&local, &view))).unwrap().unwrap().unwrap();
+    d1.run_on(|| stream1.scope(|s| s.copy_from_device(&mut local, &view))).unwrap().unwrap().unwrap();
     assert_same(&on1.to_vec().unwrap(), &want);
     drop(shared);
     stream0.synchronize().unwrap();

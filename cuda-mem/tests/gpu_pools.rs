@@ -21,8 +21,8 @@ fn gpu_alloc_on_a_fill_on_b_free_on_a_ordered_by_event() {
     for round in 0..4 {
         let mut buffer = StreamBuffer::<u32>::zeroed_from(&pool, &a, want.len()).unwrap();
         buffer.use_on(&b).unwrap(); // B waits for the allocation and memset on A
-        let view = buffer.as_mut_slice();
-        b.scope(|s| s.copy_from_host(&view, &want).and_then(|()| s.copy_to_host(&mut back, &view))).unwrap().unwrap();
+        let mut view = buffer.as_mut_slice();
+        b.scope(|s| s.copy_from_host(&mut view, &want).and_then(|()| s.copy_to_host(&mut back, &view))).unwrap().unwrap();
         assert_same(&back, &want);
         back.fill(round);
         drop(buffer); // cudaFreeAsync on A after an event recorded on B
@@ -41,8 +41,8 @@ fn gpu_free_waits_for_the_other_streams_work() {
     let mut keep = DeviceBuffer::<u32>::zeroed(16 * MIB / 4).unwrap();
     let mut temp = StreamBuffer::<u32>::zeroed_from(&pool, &a, keep.len()).unwrap();
     temp.use_on(&b).unwrap();
-    let (keep_view, temp_view) = (keep.as_mut_slice(), temp.as_mut_slice());
-    b.scope(|s| s.set_bytes(&temp_view, 0x5A).and_then(|()| s.copy_device(&keep_view, &temp_view))).unwrap().unwrap();
+    let (mut keep_view, mut temp_view) = (keep.as_mut_slice(), temp.as_mut_slice());
+    b.scope(|s| s.set_bytes(&mut temp_view, 0x5A).and_then(|()| s.copy_from_device(&mut keep_view, &temp_view))).unwrap().unwrap();
     temp.free_on(&b).unwrap();
     b.synchronize().unwrap();
     assert!(keep.to_vec().unwrap().iter().all(|&x| x == 0x5A5A_5A5A));
@@ -53,23 +53,23 @@ fn gpu_free_waits_for_the_other_streams_work() {
 fn gpu_pool_statistics_follow_allocations_and_trim() {
     let stream = Stream::non_blocking().unwrap();
     let pool = MemPool::new(PoolProps::new(device())).unwrap();
-    assert_eq!(pool.release_threshold().unwrap(), u64::MAX, "created pools retain by default");
+    assert_eq!(pool.release_threshold().unwrap(), usize::MAX, "created pools retain by default");
     let before = pool.stats().unwrap();
     assert_eq!(before.used_current, 0);
     let first = StreamBuffer::<u8>::zeroed_from(&pool, &stream, 64 * MIB).unwrap();
     let used_one = pool.stats().unwrap().used_current;
-    assert!(used_one >= (64 * MIB) as u64);
+    assert!(used_one >= 64 * MIB);
     let second = StreamBuffer::<u8>::zeroed_from(&pool, &stream, 32 * MIB).unwrap();
     let stats = pool.stats().unwrap();
-    assert!(stats.used_current >= used_one + (32 * MIB) as u64);
+    assert!(stats.used_current >= used_one + 32 * MIB);
     assert!(stats.reserved_current >= stats.used_current);
     drop(first);
     drop(second);
     stream.synchronize().unwrap();
     let after = pool.stats().unwrap();
     assert_eq!(after.used_current, 0);
-    assert!(after.used_high >= (96 * MIB) as u64);
-    assert!(after.reserved_current >= (96 * MIB) as u64, "retained after synchronize: {after:?}");
+    assert!(after.used_high >= 96 * MIB);
+    assert!(after.reserved_current >= 96 * MIB, "retained after synchronize: {after:?}");
     pool.trim_to(0).unwrap();
     let trimmed = pool.stats().unwrap();
     assert_eq!(trimmed.reserved_current, 0, "{trimmed:?}");
@@ -88,10 +88,10 @@ fn gpu_release_threshold_zero_returns_memory_at_synchronize() {
     drop(StreamBuffer::<u8>::zeroed_from(&pool, &stream, 64 * MIB).unwrap());
     stream.synchronize().unwrap();
     assert_eq!(pool.stats().unwrap().reserved_current, 0);
-    pool.set_release_threshold(u64::MAX).unwrap();
+    pool.set_release_threshold(usize::MAX).unwrap();
     drop(StreamBuffer::<u8>::zeroed_from(&pool, &stream, 64 * MIB).unwrap());
     stream.synchronize().unwrap();
-    assert!(pool.stats().unwrap().reserved_current >= (64 * MIB) as u64);
+    assert!(pool.stats().unwrap().reserved_current >= 64 * MIB);
 }
 
 #[test]
@@ -126,13 +126,13 @@ fn gpu_odd_sizes_allocate_and_max_size_is_enforced() {
 fn gpu_current_and_default_pools() {
     let device = device();
     let stream = Stream::non_blocking().unwrap();
-    let default = MemPool::device_default(device).unwrap();
-    assert_eq!(default.release_threshold().unwrap(), u64::MAX, "cuda-mem configures the default pool to retain");
+    let default = MemPool::retaining(device).unwrap();
+    assert_eq!(default.release_threshold().unwrap(), usize::MAX, "cuda-mem configures the default pool to retain");
     let created = MemPool::new(PoolProps::new(device)).unwrap();
     created.set_current().unwrap();
     assert_eq!(MemPool::current(device).unwrap().as_raw(), created.as_raw());
     let from_current = StreamBuffer::<u32>::zeroed(&stream, MIB).unwrap();
-    assert!(created.stats().unwrap().used_current >= (4 * MIB) as u64);
+    assert!(created.stats().unwrap().used_current >= 4 * MIB);
     drop(from_current);
     drop(created); // destroying the current pool makes the default current again
     assert_eq!(MemPool::current(device).unwrap().as_raw(), default.as_raw());
@@ -155,8 +155,8 @@ fn gpu_stream_buffers_work_wherever_device_slices_do() {
     let want = pattern(MIB, 17);
     let mut staged = StreamBuffer::<u32>::zeroed(&stream, want.len()).unwrap();
     let mut device_copy = DeviceBuffer::<u32>::zeroed(want.len()).unwrap();
-    let (view, copy_view) = (staged.as_mut_slice(), device_copy.as_mut_slice());
-    stream.scope(|s| s.copy_from_host(&view, &want).and_then(|()| s.copy_device(&copy_view, &view))).unwrap().unwrap();
+    let (mut view, mut copy_view) = (staged.as_mut_slice(), device_copy.as_mut_slice());
+    stream.scope(|s| s.copy_from_host(&mut view, &want).and_then(|()| s.copy_from_device(&mut copy_view, &view))).unwrap().unwrap();
     assert_same(&device_copy.to_vec().unwrap(), &want);
     assert_same(&staged.as_slice().to_vec().unwrap(), &want);
     let empty = StreamBuffer::<u32>::zeroed(&stream, 0).unwrap();
@@ -175,10 +175,10 @@ fn gpu_dropping_a_pool_with_live_allocations_keeps_them_valid() {
         let pool = MemPool::new(PoolProps::new(device())).unwrap();
         StreamBuffer::<u32>::zeroed_from(pool, &stream, want.len()).unwrap() // moved in: owned
     }; // the last handle the caller had is gone
-    let view = buffer.as_mut_slice();
-    stream.scope(|s| s.copy_from_host(&view, &want)).unwrap().unwrap();
+    let mut view = buffer.as_mut_slice();
+    stream.scope(|s| s.copy_from_host(&mut view, &want)).unwrap().unwrap();
     assert_same(&buffer.as_slice().to_vec().unwrap(), &want);
-    assert!(buffer.pool().unwrap().stats().unwrap().used_current >= (4 * MIB) as u64);
+    assert!(buffer.pool().stats().unwrap().used_current >= 4 * MIB);
     buffer.free().unwrap();
     stream.synchronize().unwrap();
 }

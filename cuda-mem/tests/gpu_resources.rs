@@ -36,8 +36,8 @@ fn gpu_every_resource_allocates_round_trips_and_frees() {
         match kind {
             MemoryKind::PinnedHost => buffer.host_mut().unwrap().copy_from_slice(&want),
             _ => {
-                let view = buffer.device_slice_mut().unwrap();
-                stream.scope(|s| s.copy_from_host(&view, &want)).unwrap().unwrap();
+                let mut view = buffer.device_slice_mut().unwrap();
+                stream.scope(|s| s.copy_from_host(&mut view, &want)).unwrap().unwrap();
             }
         }
         assert_same(&buffer.to_vec().unwrap(), &want);

@@ -36,8 +36,8 @@ fn gpu_pinned_pool_blocks_are_copy_sources_and_mapped_views_work() {
     let mut staging = mapped_pool.alloc::<u32>(want.len()).unwrap();
     staging.copy_from_slice(&want);
     let mut device = DeviceBuffer::<u32>::zeroed(want.len()).unwrap();
-    let dev = device.as_mut_slice();
-    stream.scope(|s| s.copy_from_host(&dev, &staging)).unwrap().unwrap();
+    let mut dev = device.as_mut_slice();
+    stream.scope(|s| s.copy_from_host(&mut dev, &staging)).unwrap().unwrap();
     assert_same(&device.to_vec().unwrap(), &want);
     let mut via_mapped = DeviceBuffer::<u32>::zeroed(want.len()).unwrap();
     via_mapped.as_mut_slice().copy_from_device(staging.device_view().unwrap()).unwrap();
@@ -112,7 +112,7 @@ fn gpu_staged_copies_are_exact_for_every_size_from_1_byte_to_1_gib() {
         let mut host: Vec<u8> = bytemuck::cast_slice(&pattern(words, bytes as u32)).to_vec();
         host.truncate(bytes);
         let mut device = DeviceBuffer::<u8>::zeroed(bytes).unwrap();
-        copier.copy_to_device(&mut device.as_mut_slice(), &host).unwrap();
+        copier.copy_from_host(&mut device.as_mut_slice(), &host).unwrap();
         // Checked through the plain path, then back through the staged path.
         let plain = device.to_vec().unwrap();
         assert!(plain == host, "staged upload of {bytes} bytes differs");
@@ -143,7 +143,7 @@ fn gpu_staging_stress_many_threads_and_streams() {
                     let words = [1usize, 1000, 300_000, 3 * MIB + 5][(t + i) as usize % 4];
                     let want = pattern(words, t * 1000 + i);
                     let mut device_buf = DeviceBuffer::<u32>::zeroed(words).unwrap();
-                    copier.copy_to_device(&mut device_buf.as_mut_slice(), &want).unwrap();
+                    copier.copy_from_host(&mut device_buf.as_mut_slice(), &want).unwrap();
                     let mut staging = pool.alloc::<u32>(words).unwrap();
                     let dev = device_buf.as_mut_slice();
                     stream.scope(|s| s.copy_to_host(&mut staging, &dev)).unwrap().unwrap();

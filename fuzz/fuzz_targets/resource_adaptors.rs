@@ -17,7 +17,7 @@ fuzz_target!(|input: (u32, u8, Vec<Op>)| {
     let (limit, slots, ops) = input;
     let limit = limit as usize % (1 << 20);
     // Tables of 1 to 64 slots, so allocations spill into the overflow map and come back.
-    let tracking = TrackingResource::with_slots(HostResource::default(), false, usize::from(slots % 64) + 1);
+    let tracking = TrackingResource::with_slots(HostResource::default(), false, usize::from(slots % 64) + 1).unwrap();
     let stack = LimitingResource::new(StatisticsResource::new(tracking), limit);
     let s = StreamRef::LEGACY;
     let mut live: Vec<(std::ptr::NonNull<u8>, usize)> = Vec::new();

@@ -72,7 +72,7 @@ fn alloc(c: &mut Criterion, ctx: &std::sync::Arc<CudaContext>) {
         let retain = family != "async_default_sync";
         let setup = || -> Result<_, String> {
             let pool =
-                MemPool::device_default(Device::current().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+                MemPool::retaining(Device::current().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
             if !retain {
                 pool.set_release_threshold(0).map_err(|e| e.to_string())?;
             }
@@ -95,7 +95,7 @@ fn alloc(c: &mut Criterion, ctx: &std::sync::Arc<CudaContext>) {
         });
     }
     if let Ok(device) = Device::current() {
-        let _ = MemPool::device_default(device);
+        let _ = MemPool::retaining(device);
     }
     group.finish();
 }

@@ -41,7 +41,7 @@ impl AllocRow {
         let family = row.family();
         let ordered = match family {
             "async_default_sync" | "async_retain_sync" | "async_retain_nosync" => {
-                let pool = MemPool::device_default(Device::current()?)?; // release threshold u64::MAX
+                let pool = MemPool::retaining(Device::current()?)?; // release threshold u64::MAX
                 if family == "async_default_sync" {
                     pool.set_release_threshold(0)?; // the driver's default
                 }
@@ -120,7 +120,7 @@ impl Drop for AllocRow {
         if let Some(o) = &self.ordered
             && !o.from_pool
         {
-            let _ = o.pool.set_release_threshold(u64::MAX);
+            let _ = o.pool.set_release_threshold(usize::MAX);
         }
     }
 }

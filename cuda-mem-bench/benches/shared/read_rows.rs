@@ -89,9 +89,9 @@ impl ReadRow {
 
     /// One streaming read, waited for: cudaMemsetAsync of the sink + launch + synchronize.
     fn read_once(&mut self) -> Result<(), CudaError> {
-        let sink = self.sink.as_mut_slice();
+        let mut sink = self.sink.as_mut_slice();
         let data = self.memory.view()?;
-        self.stream.scope(|s| stream_read_u32(s, data, &sink))?
+        self.stream.scope(|s| stream_read_u32(s, data, &mut sink))?
     }
 
     /// The CPU rewrite of a first-read row (untimed by both sides).

@@ -138,7 +138,7 @@ impl crate::stream::StreamCall {
 /// use std::ptr::NonNull;
 /// #[derive(Debug)]
 /// struct Forged;
-/// impl MemoryResource for Forged {
+/// unsafe impl MemoryResource for Forged {
 ///     fn allocate(&self, _: usize, _: StreamRef<'_>) -> cuda_mem::Result<NonNull<u8>> {
 ///         static BYTE: u8 = 0;
 ///         Ok(NonNull::from(&BYTE).cast_mut())
@@ -155,7 +155,7 @@ impl crate::stream::StreamCall {
 /// use cuda_mem::resource::{MemoryResource, PoolResource, ResourceBuffer, StatisticsResource};
 /// use cuda_mem::{Device, MemPool, Stream};
 /// use std::sync::Arc;
-/// let stats = Arc::new(StatisticsResource::new(PoolResource::new(MemPool::device_default(Device::current()?)?)));
+/// let stats = Arc::new(StatisticsResource::new(PoolResource::new(MemPool::retaining(Device::current()?)?)));
 /// let stream = Stream::non_blocking()?;
 /// let buffer = ResourceBuffer::<f32>::zeroed(stats.clone(), &stream, 1 << 20)?;
 /// assert_eq!(stats.stats().current_bytes, 4 << 20);

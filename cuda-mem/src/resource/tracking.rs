@@ -241,7 +241,7 @@ mod tests {
 
     fn tracking_is_exact_across_threads_with(slots: usize) {
         const N: usize = if cfg!(miri) { 200 } else { 500 };
-        let r = Arc::new(TrackingResource::with_slots(HostResource::default(), false, slots));
+        let r = Arc::new(TrackingResource::with_slots(HostResource::default(), false, slots).unwrap());
         let threads: Vec<_> = (0..6)
             .map(|t| {
                 let r = Arc::clone(&r);
