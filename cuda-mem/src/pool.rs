@@ -2,8 +2,8 @@
 //!
 //! **Retention by default.** With the driver's default release threshold (0), every synchronize
 //! hands a pool's free memory back to the driver, and the next `cudaMallocAsync` pays for a fresh
-//! mapping: 85–152 µs per alloc+free pair on the H200 instead of ~1.7 µs (see the project's
-//! REFERENCE.md). So pools that cuda-mem creates ([`MemPool::new`]) or hands out as the device
+//! mapping, slower than `cudaMalloc` (the figures are in docs/choosing-an-allocator.md in the
+//! repository). So pools that cuda-mem creates ([`MemPool::new`]) or hands out as the device
 //! default ([`MemPool::device_default`]) keep their memory (`release threshold = u64::MAX`).
 //! Call [`MemPool::trim_to`] to return memory, or [`MemPool::set_release_threshold`] to choose
 //! another trade-off. [`MemPool::current`] returns the device's current pool untouched.
@@ -24,7 +24,7 @@ use std::sync::Arc;
 /// [`StreamBuffer::uninit_from`](crate::StreamBuffer::uninit_from) hold a clone, so a pool
 /// cuda-mem created is destroyed only after its last allocation is gone (shared ownership rather
 /// than a lifetime: per-step temporaries are stored in structs and moved across threads, and one
-/// atomic increment costs nanoseconds against a ~1 µs allocation).
+/// atomic increment is a small part of a pool allocation's cost).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {
