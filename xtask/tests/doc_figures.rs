@@ -347,6 +347,37 @@ fn every_figure_in_the_docs_comes_from_a_results_file_the_doc_cites() {
     );
 }
 
+/// Everything the project cites lives in the project: every relative link of the documents (and of
+/// the yardsticks) and every `docs/…` path a code comment names resolves to a file in the repository.
+#[test]
+fn every_citation_resolves_inside_the_repository() {
+    let root = repo_root();
+    let mut broken = Vec::new();
+    let mut pages = documents(&root);
+    pages.push(root.join("docs/reference/yardsticks.md"));
+    for doc in &pages {
+        let text = fs::read_to_string(doc).unwrap();
+        for caps in LINK.captures_iter(&text) {
+            let target = caps[1].split('#').next().unwrap();
+            if target.is_empty() || target.contains("://") {
+                continue;
+            }
+            if !doc.parent().unwrap().join(target).exists() {
+                broken.push(format!("{}: {target}", doc.strip_prefix(&root).unwrap().display()));
+            }
+        }
+    }
+    let doc_path = Regex::new(r"docs/[A-Za-z0-9_./-]*[A-Za-z0-9_/]").unwrap();
+    for (file, n, comment) in comment_lines(&root) {
+        for m in doc_path.find_iter(&comment) {
+            if !root.join(m.as_str()).exists() {
+                broken.push(format!("{file}:{n}: {}", m.as_str()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "citations that do not resolve inside the repository:\n{}", broken.join("\n"));
+}
+
 /// Figures in comments that are settings or API facts, not measurements.
 const NOT_HARDWARE: &[(&str, &str)] = &[
     // criterion's warm-up and measurement times, set to 1 ns so it runs exactly one batch.
