@@ -276,9 +276,7 @@ static PLAIN_CELL: LazyLock<Regex> =
 /// (`| GB/s |`, `## Copies, GB/s`).
 fn document_figures(text: &str) -> Vec<(usize, Figure)> {
     let heading_unit = |t: &str| HEADING_UNIT.captures(t).map(|c| c[1].to_string());
-    let cells = |row: &str| -> Vec<String> {
-        row.trim().trim_matches('|').split('|').map(|c| c.to_string()).collect()
-    };
+    let cells = |row: &str| -> Vec<String> { row.trim().trim_matches('|').split('|').map(|c| c.to_string()).collect() };
     let lines: Vec<&str> = text.lines().collect();
     let mut section: Option<String> = None;
     let mut columns: Option<Vec<Option<String>>> = None;
@@ -325,7 +323,8 @@ fn unsourced(root: &Path, doc: &Path) -> Vec<String> {
         }
     }
     if sources.is_empty() && !missing.is_empty() {
-        missing.push(format!("{name}: cites no results file (docs/bench/<date>/, docs/measurements/, docs/reference/)"));
+        missing
+            .push(format!("{name}: cites no results file (docs/bench/<date>/, docs/measurements/, docs/reference/)"));
     }
     missing
 }
