@@ -3,9 +3,9 @@
 //! `none` row is the adaptor's bookkeeping (atomics, thread index, tables). Runs anywhere:
 //! `cargo bench -p cuda-mem-bench --bench adaptor_cpu`.
 //!
-//! It explains the `resource_*` rows of `paired` on a GPU host, where the same pair costs about
-//! 0.7 µs of pool allocation: each adaptor adds its read-modify-write atomics (about 10–15 ns each
-//! on a Xeon), and a stack of adaptors adds the sum.
+//! It explains the `resource_*` rows of `paired` on a GPU host, where the same pair also pays for a
+//! pool allocation: each adaptor adds its read-modify-write atomics, and a stack of adaptors adds
+//! the sum (figures: docs/bench/2026-11-29-h200/README.md).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use cuda_mem::resource::{

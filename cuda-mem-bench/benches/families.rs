@@ -174,8 +174,8 @@ fn read_section(c: &mut Criterion, section: Section) {
 /// rows with the runtime called directly through `cuda_mem::sys` from this same process, so a gap
 /// between cuda-mem and the C++ program splits into the wrapper's cost (cuda-mem vs these rows)
 /// and the process's (these rows vs C++). On the H200 hosts the sub-µs pairs are bimodal between
-/// processes and rows (about 0.67 or 1.2 µs), which no wrapper comparison across processes can
-/// resolve to 2%.
+/// processes and rows (the report's noise column), which no wrapper comparison across processes
+/// can resolve to 2%.
 fn ffi_alloc_section(c: &mut Criterion) {
     use cuda_mem::sys;
     let check = |code: sys::cudaError_t, what: &str| -> Result<(), String> {

@@ -1,5 +1,6 @@
-//! Verdicts on the claims of the source document (shared/REFERENCE.md, "Claims in the source
-//! document"), from this run's raw CUDA figures: the claims are about CUDA, not about cuda-mem.
+//! Verdicts on the claims of the source document (docs/reference/yardsticks.md, "Claims in the
+//! source document"), from this run's raw CUDA figures: the claims are about CUDA, not about
+//! cuda-mem.
 
 use crate::inputs::RawRun;
 use std::fmt;

@@ -37,17 +37,17 @@
 //! groups `cudarc-alloc`, `cudarc-bandwidth`, ... with the same function ids
 //! ([`rows::group_id`]). The group `ffi-alloc` holds diagnostic rows: the stream-ordered alloc
 //! rows with the runtime called directly through `cuda_mem::sys` in the benchmark process; the
-//! report shows them as a column, because sub-µs rows differ more between two processes (about
-//! 0.67 or 1.2 µs per pair on the H200 hosts, in either program) than cuda-mem differs from a
-//! direct call.
+//! report shows them as a column, because sub-µs rows differ more between two processes (on the
+//! H200 hosts, in either program: the report's noise column) than cuda-mem differs from a direct
+//! call.
 //!
 //! ## Ratios
 //!
 //! µs rows: cuda-mem / raw; GB/s rows: raw / cuda-mem. Above 1 always means slower than raw CUDA;
 //! rows above [`stats::TARGET_RATIO`] (1.02) are flagged. Where the `paired` benchmark measured a
 //! row, its same-process ratio is the one judged ([`join::ReportRow::judged_ratio`]): two runs of
-//! the same C++ program differ by up to 1.8× on sub-µs and pinned rows, interleaving in one process
-//! does not.
+//! the same C++ program differ by more than any wrapper costs on sub-µs and pinned rows (the
+//! report's noise column), interleaving in one process does not.
 
 // The in-process C++ and CUDA batches (`in_process`) call the CUDA runtime, so every binary that
 // links this crate must link cudart: naming cuda-mem-sys makes rustc link it (and its cudart)

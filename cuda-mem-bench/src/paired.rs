@@ -1,7 +1,7 @@
 //! Same-process, interleaved comparisons (the `paired` benchmark): a cuda-mem batch and its
 //! baseline batch alternate within one process, so both see the same process state, CPU placement
-//! and driver state. Sub-µs and pinned-allocation rows move by up to 1.8× between two processes
-//! of the same program on the H200 hosts, far more than any wrapper costs; alternating the two
+//! and driver state. Sub-µs and pinned-allocation rows move between two processes of the same
+//! program on the H200 hosts by far more than any wrapper costs; alternating the two
 //! sides sample by sample cancels that drift, which two separate processes cannot.
 //!
 //! Output: one JSON object per line, `{"key","baseline","base_us","ours_us","k","samples"}`.

@@ -159,7 +159,7 @@ pub fn markdown(report: &Report<'_>) -> String {
 
     let _ = writeln!(out, "## Claims checked\n");
     out.push_str(
-        "Claims of the source document (see shared/REFERENCE.md), with this run's raw CUDA figures.\n\n\
+        "Claims of the source document (see docs/reference/yardsticks.md), with this run's raw CUDA figures.\n\n\
          | claim | verdict | measured in this run |\n|---|---|---|\n",
     );
     for claim in report.claims {

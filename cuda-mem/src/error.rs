@@ -187,9 +187,21 @@ impl OomReport {
 
 /// The error type of every fallible operation in cuda-mem.
 ///
-/// Its message says what was attempted and why it failed, e.g. `cudaMalloc of 2199023255552
-/// bytes on device 0 failed: out of memory (cudaErrorMemoryAllocation); device 0 has 139.1 GiB free
-/// of 139.8 GiB`.
+/// Its message says what was attempted, why it failed and what to try. For a 2 TiB `cudaMalloc` on
+/// a device with 80 GiB, 70 of them free:
+///
+/// ```
+/// # use cuda_mem::{CudaError, ErrorCode, ErrorKind, OomReport};
+/// let report = OomReport { requested: 1 << 41, free: Some(70 << 30), total: Some(80 << 30), ..Default::default() };
+/// let kind = ErrorKind::OutOfMemory { code: Some(ErrorCode::MEMORY_ALLOCATION), report: Box::new(report) };
+/// let err = CudaError::new(kind, "cudaMalloc of 2199023255552 bytes on device 0");
+/// assert_eq!(
+///     err.to_string(),
+///     "cudaMalloc of 2199023255552 bytes on device 0 failed: out of memory (cudaErrorMemoryAllocation); \
+///      2199023255552 bytes requested, device has 70.00 GiB free of 80.00 GiB; free buffers, trim \
+///      memory pools (MemPool::trim_to, PinnedPool::trim), or allocate less"
+/// );
+/// ```
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {

@@ -11,7 +11,7 @@ use cuda_mem_sys as sys;
 use std::ops::{Deref, DerefMut};
 
 /// A borrowed host slice, registered (page-locked) with the driver for as long as this value
-/// lives. Registering is slow (about 11 ms for 256 MiB on the H200): do it once for long-lived
+/// lives. Registering is slow (figures in docs/choosing-an-allocator.md): do it once for long-lived
 /// buffers, not per copy.
 ///
 /// ```no_run

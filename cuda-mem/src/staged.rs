@@ -1,11 +1,11 @@
 //! Staged copies between pageable host memory and the device that beat the driver's own path.
 //!
-//! `cudaMemcpy` from pageable memory runs at 7.5 GB/s (H2D) and 12 GB/s (D2H) on the H200 while
-//! pinned DMA reaches 55 GB/s: the driver stages through a small pinned buffer with one CPU
+//! `cudaMemcpy` from pageable memory runs at a fraction of pinned DMA's bandwidth (figures in the
+//! project's docs/staged-copies.md): the driver stages through a small pinned buffer with one CPU
 //! thread. [`StagedCopier`] does the same with several persistent worker threads ("lanes"), each
 //! owning a stream and two pinned staging slots from a [`PinnedPool`], so CPU copies into (or out
 //! of) one slot overlap with the DMA of the other and the lanes run in parallel. The ceiling is
-//! the host's memcpy bandwidth (~35 GB/s on that machine). Small copies take the plain path.
+//! the host's memcpy bandwidth. Small copies take the plain path.
 
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
@@ -37,7 +37,7 @@ pub const MAX_LANES: usize = 64;
 impl Default for StagedConfig {
     /// Chosen by measurement on the H200 host (16 cores, PCIe Gen5; `examples/staged_tuning.rs`,
     /// figures in `docs/staged-copies.md`): one lane per core up to 16, 2 MiB chunks (the best
-    /// H2D/D2H pair at 256 MiB and 1 GiB: 43/42 and 45/44 GB/s), and the plain path below 4 MiB,
+    /// balanced H2D/D2H pair of the sweep), and the plain path below 4 MiB,
     /// where the driver's own staging was faster.
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map_or(4, std::num::NonZeroUsize::get);

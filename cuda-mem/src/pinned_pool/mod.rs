@@ -1,6 +1,6 @@
 //! `PinnedPool`: a caching allocator for pinned host memory.
 //!
-//! `cudaMallocHost` + `cudaFreeHost` cost 0.7 ms for 4 KiB and ~30 ms for 64 MiB on the H200, so a
+//! `cudaMallocHost` + `cudaFreeHost` are slow (the figures are in docs/staged-copies.md), so a
 //! program that needs pinned staging buffers per batch spends its time in the allocator. The pool
 //! keeps freed blocks in size classes (four per power of two) and hands them out again; a block
 //! that asynchronous work used (see [`PooledPinned::record_use`]) is handed out only after that

@@ -56,7 +56,7 @@ pub struct ResourceStats {
 ///   threads share one atomic pair; reading sums them.
 ///
 /// That is one atomic read-modify-write per allocation and one per free, which keeps the adaptor
-/// within a few percent of a 0.65 µs pool allocation.
+/// within a few percent of a pool allocation (the benchmark report has the ratios).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {

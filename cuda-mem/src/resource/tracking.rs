@@ -50,7 +50,7 @@ pub const MAX_TRACKING_SLOTS: usize = 1 << 24;
 
 /// Records every allocation until it is freed: address, size, order and thread. The table takes
 /// no lock on the allocation and free paths (one compare-and-swap and one counter increment per
-/// allocation, one store per free), so tracking stays within a few percent of a 0.75 µs pool
+/// allocation, one store per free), so tracking stays within a few percent of a pool
 /// allocation. Backtraces (and timestamps) cost microseconds per allocation, so they are opt-in.
 ///
 /// ```no_run
