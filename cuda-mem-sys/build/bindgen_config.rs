@@ -1,10 +1,12 @@
 // The one place where the bindgen invocation is pinned. Included by this crate's build script
 // (feature `bindgen`) and by `cargo xtask codegen`, so both produce the same text.
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::rc::Rc;
 
-use bindgen::callbacks::ParseCallbacks;
+use bindgen::callbacks::{EnumVariantValue, ParseCallbacks};
 
 /// The "generated, do not edit" header of every committed bindings file.
 pub fn preamble(cuda_version: &str) -> String {
@@ -40,24 +42,63 @@ pub fn builder(include_dirs: &[PathBuf]) -> bindgen::Builder {
         .formatter(bindgen::Formatter::Prettyplease)
 }
 
-/// The whole text of a bindings file: the preamble and bindgen's output.
+/// The whole text of a bindings file: the preamble, bindgen's output, and `cuda_error_name` (the
+/// name of every `cudaError` enumerator, collected from the same parse).
 pub fn generate(include_dirs: &[PathBuf], clang_args: &[String], cuda_version: &str) -> Result<String, String> {
+    let callbacks = Callbacks::default();
+    let errors = Rc::clone(&callbacks.errors);
     let bindings = builder(include_dirs)
         .clang_args(clang_args)
         .raw_line(preamble(cuda_version))
-        .parse_callbacks(Box::new(Callbacks))
+        .parse_callbacks(Box::new(callbacks))
         .generate()
         .map_err(|e| e.to_string())?;
-    Ok(bindings.to_string())
+    let errors = errors.borrow();
+    if errors.is_empty() {
+        return Err("bindgen reported no enumerators of `enum cudaError`".into());
+    }
+    Ok(bindings.to_string() + &error_name_fn(&errors))
 }
 
-#[derive(Debug)]
-struct Callbacks;
+#[derive(Debug, Default)]
+struct Callbacks {
+    /// `cudaError` enumerators in header order, one per value.
+    errors: Rc<RefCell<Vec<(String, i128)>>>,
+}
 
 impl ParseCallbacks for Callbacks {
     fn process_comment(&self, comment: &str) -> Option<String> {
         Some(doxygen_to_markdown(comment))
     }
+
+    fn enum_variant_name(&self, enum_name: Option<&str>, name: &str, value: EnumVariantValue) -> Option<String> {
+        if enum_name.map(|n| n.trim_start_matches("enum ")) == Some("cudaError") {
+            let value = match value {
+                EnumVariantValue::Boolean(b) => i128::from(b),
+                EnumVariantValue::Signed(v) => i128::from(v),
+                EnumVariantValue::Unsigned(v) => i128::from(v),
+            };
+            let mut errors = self.errors.borrow_mut();
+            if !errors.iter().any(|(_, v)| *v == value) {
+                errors.push((name.to_string(), value));
+            }
+        }
+        None // keep the name
+    }
+}
+
+fn error_name_fn(errors: &[(String, i128)]) -> String {
+    let mut text = String::from(
+        "/// The header's name of `error` (`\"cudaErrorMemoryAllocation\"`), or `None` for a value these\n\
+         /// headers do not declare. Generated from the enumerators of `enum cudaError`.\n\
+         pub(crate) const fn cuda_error_name(error: cudaError) -> Option<&'static str> {\n    \
+         Some(match error {\n",
+    );
+    for (name, _) in errors {
+        writeln!(text, "        cudaError::{name} => \"{name}\",").expect("write to a String");
+    }
+    text.push_str("        _ => return None,\n    })\n}\n");
+    text
 }
 
 /// Doxygen aliases of NVIDIA's Doxyfile used in `cuda_runtime_api.h`, with the text the CUDA

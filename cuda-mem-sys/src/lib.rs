@@ -21,6 +21,8 @@
     unpredictable_function_pointer_comparisons
 )]
 
+mod error;
+
 #[cfg(cuda_bindgen)]
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
