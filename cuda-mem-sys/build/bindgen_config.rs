@@ -1,7 +1,12 @@
 // The one place where the bindgen invocation is pinned. Included by this crate's build script
 // (feature `bindgen`) and by `cargo xtask codegen`, so both produce the same text.
 
+use std::cell::RefCell;
+use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::rc::Rc;
+
+use bindgen::callbacks::{EnumVariantValue, ParseCallbacks};
 
 /// The "generated, do not edit" header of every committed bindings file.
 pub fn preamble(cuda_version: &str) -> String {
@@ -25,11 +30,542 @@ pub fn builder(include_dirs: &[PathBuf]) -> bindgen::Builder {
         .derive_default(true)
         .derive_eq(true)
         .derive_hash(true)
-        .generate_comments(false)
+        // The headers' doxygen comments, rewritten as Markdown by `Callbacks::process_comment`.
+        // `-fparse-all-comments` also keeps the few plain `/* */` field comments.
+        .generate_comments(true)
+        .clang_arg("-fparse-all-comments")
         .layout_tests(true)
         .use_core()
         .rust_target(bindgen::RustTarget::stable(85, 0).expect("a stable rust target"))
         .rust_edition(bindgen::RustEdition::Edition2024)
         // prettyplease, not rustfmt: the output must not depend on the rustfmt found or its config.
         .formatter(bindgen::Formatter::Prettyplease)
+}
+
+/// The whole text of a bindings file: the preamble, bindgen's output, and `cuda_error_name` (the
+/// name of every `cudaError` enumerator, collected from the same parse).
+pub fn generate(include_dirs: &[PathBuf], clang_args: &[String], cuda_version: &str) -> Result<String, String> {
+    let callbacks = Callbacks::default();
+    let errors = Rc::clone(&callbacks.errors);
+    let bindings = builder(include_dirs)
+        .clang_args(clang_args)
+        .raw_line(preamble(cuda_version))
+        .parse_callbacks(Box::new(callbacks))
+        .generate()
+        .map_err(|e| e.to_string())?;
+    let errors = errors.borrow();
+    if errors.is_empty() {
+        return Err("bindgen reported no enumerators of `enum cudaError`".into());
+    }
+    Ok(bindings.to_string() + &error_name_fn(&errors))
+}
+
+#[derive(Debug, Default)]
+struct Callbacks {
+    /// `cudaError` enumerators in header order, one per value.
+    errors: Rc<RefCell<Vec<(String, i128)>>>,
+}
+
+impl ParseCallbacks for Callbacks {
+    fn process_comment(&self, comment: &str) -> Option<String> {
+        Some(doxygen_to_markdown(comment))
+    }
+
+    fn enum_variant_name(&self, enum_name: Option<&str>, name: &str, value: EnumVariantValue) -> Option<String> {
+        if enum_name.map(|n| n.trim_start_matches("enum ")) == Some("cudaError") {
+            let value = match value {
+                EnumVariantValue::Boolean(b) => i128::from(b),
+                EnumVariantValue::Signed(v) => i128::from(v),
+                EnumVariantValue::Unsigned(v) => i128::from(v),
+            };
+            let mut errors = self.errors.borrow_mut();
+            if !errors.iter().any(|(_, v)| *v == value) {
+                errors.push((name.to_string(), value));
+            }
+        }
+        None // keep the name
+    }
+}
+
+fn error_name_fn(errors: &[(String, i128)]) -> String {
+    let mut text = String::from(
+        "/// The header's name of `error` (`\"cudaErrorMemoryAllocation\"`), or `None` for a value these\n\
+         /// headers do not declare. Generated from the enumerators of `enum cudaError`.\n\
+         pub(crate) const fn cuda_error_name(error: cudaError) -> Option<&'static str> {\n    \
+         Some(match error {\n",
+    );
+    for (name, _) in errors {
+        writeln!(text, "        cudaError::{name} => \"{name}\",").expect("write to a String");
+    }
+    text.push_str("        _ => return None,\n    })\n}\n");
+    text
+}
+
+/// Doxygen aliases of NVIDIA's Doxyfile used in `cuda_runtime_api.h`, with the text the CUDA
+/// Runtime API reference renders for them.
+const ALIASES: &[(&str, &str)] = &[
+    ("notefnerr", "Note that this function may also return error codes from previous, asynchronous launches."),
+    (
+        "note_init_rt",
+        "Note that this function may also return ::cudaErrorInitializationError, ::cudaErrorInsufficientDriver \
+         or ::cudaErrorNoDevice if this call tries to initialize internal CUDA RT state.",
+    ),
+    (
+        "note_callback",
+        "Note that as specified by ::cudaStreamAddCallback no CUDA function may be called from callback. \
+         ::cudaErrorNotPermitted may, but is not guaranteed to, be returned as a diagnostic in such case.",
+    ),
+    ("note_null_stream", "This function uses standard default stream semantics."),
+    ("note_async", "This function exhibits asynchronous behavior for most use cases."),
+    ("note_sync", "This function exhibits synchronous behavior for most use cases."),
+    (
+        "note_memcpy",
+        "Memory regions requested must be either entirely registered with CUDA, or in the case of host \
+         pageable transfers, not registered at all. Memory regions spanning over allocations that are both \
+         registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.",
+    ),
+    (
+        "note_memset",
+        "See also memset synchronization details \
+         (https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html#api-sync-behavior__memset).",
+    ),
+    (
+        "note_graph_thread_safety",
+        "Graph objects are not threadsafe \
+         (https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html).",
+    ),
+    ("note_destroy_ub", "Use of the handle after this call is undefined behavior."),
+    (
+        "note_null_event",
+        "Returns ::cudaErrorInvalidResourceHandle in the event of being passed NULL as the input event.",
+    ),
+    (
+        "note_string_api_deprecation",
+        "Use of a string naming a variable as the \\p symbol parameter was deprecated in CUDA 4.1 and removed \
+         in CUDA 5.0.",
+    ),
+    (
+        "note_string_api_deprecation2",
+        "Use of a string naming a function as the \\p func parameter was deprecated in CUDA 4.1 and removed \
+         in CUDA 5.0.",
+    ),
+    (
+        "note_cudaKernel_t",
+        "The API can also be used with a kernel ::cudaKernel_t by querying the handle using \
+         ::cudaLibraryGetKernel() or ::cudaGetKernel and then passing it to the API by casting to void*. The \
+         symbol \\p entryFuncAddr passed to ::cudaGetKernel should be a symbol that is registered with the same \
+         CUDA Runtime instance.",
+    ),
+    (
+        "note_device_sync_deprecated",
+        "Use of ::cudaDeviceSynchronize in device code was deprecated in CUDA 11.6 and removed for compute_90+ \
+         compilation. For compute capability < 9.0, compile-time opt-in by specifying \
+         -D CUDA_FORCE_CDP1_IF_SUPPORTED is required to continue using ::cudaDeviceSynchronize() in device code \
+         for now. Note that this is different from host-side ::cudaDeviceSynchronize, which is still supported.",
+    ),
+    (
+        "note_version_mixing",
+        "Version mixing among CUDA-defined types and driver API versions is strongly discouraged and doing so \
+         can result in an undefined behavior.",
+    ),
+];
+
+/// Rewrites one doxygen comment of the CUDA headers (as bindgen hands it over: comment markers
+/// stripped, indentation kept) as rustdoc Markdown. Commands become text or code spans
+/// (`\p ptr`, `::cudaFree` → `` `ptr` ``, `` `cudaFree` ``; `\param` → a list item), `\code`
+/// becomes a fenced `c` block (never a doctest), the `\xmlonly` tables become Markdown tables, and
+/// what rustdoc would misread is neutralised: every line loses its indentation (no indented code
+/// blocks), `[`, `<`, `*` and the like are escaped (no broken links or HTML), URLs get `<...>`.
+pub fn doxygen_to_markdown(comment: &str) -> String {
+    // `///<` and `/**<` comments (on the member before them) keep their `<`.
+    let trimmed = comment.trim_start();
+    let mut rest = trimmed.strip_prefix('<').unwrap_or(trimmed);
+    let mut out = String::new();
+    const BLOCKS: [(&str, &str); 3] = [("\\code", "\\endcode"), ("\\xmlonly", "\\endxmlonly"), ("\\cond", "\\endcond")];
+    loop {
+        let next = BLOCKS.iter().filter_map(|&(open, close)| Some((find_command(rest, open)?, open, close))).min();
+        let Some((at, open, close)) = next else {
+            prose(rest, &mut out);
+            break;
+        };
+        prose(&rest[..at], &mut out);
+        let body = &rest[at + open.len()..];
+        let (body, after) = match find_command(body, close) {
+            Some(end) => (&body[..end], &body[end + close.len()..]),
+            None => (body, ""),
+        };
+        match open {
+            "\\code" => code_block(body, &mut out),
+            "\\xmlonly" => xml_table(body, &mut out),
+            _ => {} // `\cond`: kept out of NVIDIA's own documentation
+        }
+        rest = after;
+    }
+    tidy(&out)
+}
+
+/// The byte offset of `command` in `text` where it is a whole command (not `\codex`).
+fn find_command(text: &str, command: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(at) = text[from..].find(command).map(|i| i + from) {
+        let end = at + command.len();
+        if !text[end..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+            return Some(at);
+        }
+        from = end;
+    }
+    None
+}
+
+fn code_block(body: &str, out: &mut String) {
+    let lines: Vec<&str> = body.lines().map(str::trim_end).collect();
+    let first = lines.iter().position(|l| !l.is_empty()).unwrap_or(lines.len());
+    let last = lines.iter().rposition(|l| !l.is_empty()).map_or(first, |i| i + 1);
+    let lines = &lines[first..last];
+    let indent = lines.iter().filter(|l| !l.is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
+    out.push_str("\n\n```c\n");
+    for line in lines {
+        out.push_str(line.get(indent..).unwrap_or(""));
+        out.push('\n');
+    }
+    out.push_str("```\n\n");
+}
+
+/// The DocBook tables (`<row>`s of `<entry>`s, the first row the header) as a Markdown table.
+fn xml_table(body: &str, out: &mut String) {
+    let between = |text: &str, open: &str, close: &str| -> Vec<String> {
+        text.split(open).skip(1).filter_map(|s| s.split(close).next()).map(str::to_string).collect()
+    };
+    let rows: Vec<Vec<String>> = between(body, "<row>", "</row>")
+        .iter()
+        .map(|row| {
+            between(row, "<entry>", "</entry>")
+                .iter()
+                .map(|cell| {
+                    let mut md = String::new();
+                    inline(&cell.split_whitespace().collect::<Vec<_>>().join(" "), &mut md);
+                    md.replace('|', "\\|")
+                })
+                .collect()
+        })
+        .collect();
+    let Some(header) = rows.first() else { return };
+    out.push_str("\n\n");
+    for (i, row) in rows.iter().enumerate() {
+        writeln!(out, "| {} |", row.join(" | ")).expect("write to a String");
+        if i == 0 {
+            writeln!(out, "|{}", "---|".repeat(header.len())).expect("write to a String");
+        }
+    }
+    out.push('\n');
+}
+
+/// Prose: aliases and `\ref`s first (they may span lines), then each line on its own.
+fn prose(text: &str, out: &mut String) {
+    let text = expand(text);
+    // In a `\param` list (whose items may run over several lines) since the last blank line.
+    let (mut in_params, mut blank_before) = (false, false);
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let line = line.trim();
+        // Lines of a `/*****` box, or empty.
+        if line.chars().all(|c| c == '*') {
+            blank_before = true;
+            continue;
+        }
+        let start = out.len();
+        match line.strip_prefix("\\param").filter(|r| !r.starts_with(|c: char| c.is_ascii_alphanumeric())) {
+            Some(param) => {
+                if !in_params {
+                    label("Parameters:", "", out);
+                    out.push('\n');
+                    in_params = true;
+                }
+                let (direction, param) = match param.strip_prefix('[').and_then(|p| p.split_once(']')) {
+                    Some((direction, param)) => (Some(direction.replace(',', ", ")), param),
+                    None => (None, param),
+                };
+                let param = param.trim_start();
+                let name_end = param.find(char::is_whitespace).unwrap_or(param.len());
+                let (name, description) = param.split_at(name_end);
+                let description = description.trim_start();
+                let description = description.strip_prefix('-').unwrap_or(description).trim_start();
+                write!(out, "- `{name}`").expect("write to a String");
+                if let Some(direction) = direction {
+                    write!(out, " ({direction})").expect("write to a String");
+                }
+                out.push_str(": ");
+                inline(description, out);
+            }
+            None => {
+                in_params &= !blank_before;
+                inline(line, out);
+            }
+        }
+        blank_before = false;
+        // What would start a heading, quote or rule at the start of a line.
+        let converted = &out[start..];
+        let only_rule_chars = converted.chars().all(|c| matches!(c, '-' | '=' | '_' | ' '));
+        if converted.starts_with(['#', '>', '+', '=']) || (!converted.is_empty() && only_rule_chars) {
+            out.insert(start, '\\');
+        }
+    }
+}
+
+/// Replaces the aliases with their text and `\ref target "text"` with its text.
+fn expand(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let word_len = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+        let word = &after[..word_len];
+        if let Some((_, text)) = ALIASES.iter().find(|(alias, _)| *alias == word) {
+            write!(out, "\n\n{text}\n\n").expect("write to a String");
+            rest = &after[word_len..];
+        } else if word == "ref" {
+            rest = reference(&after[word_len..], &mut out);
+        } else {
+            // `\\`: keep both characters together so the second one is not read as a command.
+            let len = if after.starts_with('\\') { 2 } else { 1 };
+            out.push_str(&rest[at..at + len]);
+            rest = &rest[at + len..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `\ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)"` → `::cudaMallocHost (C API)`;
+/// `\ref CUDART_DRIVER "Interactions with the CUDA Driver API"` → the quoted text.
+fn reference<'a>(text: &'a str, out: &mut String) -> &'a str {
+    let text = text.trim_start();
+    let mut depth = 0;
+    let target_end = text
+        .char_indices()
+        .find(|&(_, c)| {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            depth == 0 && c.is_whitespace()
+        })
+        .map_or(text.len(), |(i, _)| i);
+    let target = &text[..target_end];
+    let after = text[target_end..].trim_start();
+    let quoted = after.strip_prefix('"').and_then(|q| q.split_once('"'));
+    let Some((label, rest)) = quoted else {
+        out.push_str(target);
+        return &text[target_end..];
+    };
+    let label = label.split_whitespace().collect::<Vec<_>>().join(" ");
+    let name = target.split('(').next().unwrap_or(target).rsplit("::").next().unwrap_or(target);
+    if !name.is_empty() && label.starts_with(name) && target.starts_with("::") {
+        out.push_str("::");
+    }
+    out.push_str(&label);
+    rest
+}
+
+/// One line of prose without its indentation.
+fn inline(line: &str, out: &mut String) {
+    let mut rest = line;
+    let mut prev: Option<char> = None;
+    while let Some(c) = rest.chars().next() {
+        let after = &rest[c.len_utf8()..];
+        if c == '\\' {
+            let word_len = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+            if word_len == 0 {
+                // `\<`, `\\` and the like: the character itself.
+                match after.chars().next() {
+                    Some(escaped) => {
+                        push_escaped(escaped, None, after[escaped.len_utf8()..].chars().next(), out);
+                        rest = &after[escaped.len_utf8()..];
+                    }
+                    None => rest = after,
+                }
+                prev = Some('x');
+                continue;
+            }
+            rest = command(&after[..word_len], &after[word_len..], out);
+            prev = out.chars().next_back();
+            continue;
+        }
+        if c == ':' && after.starts_with(':') && !prev.is_some_and(is_ident_char) {
+            let (path, tail) = split_path(&after[1..]);
+            if !path.is_empty() {
+                write!(out, "`{path}`").expect("write to a String");
+                rest = tail;
+                prev = Some('`');
+                continue;
+            }
+        }
+        // The headers' own Markdown code spans (`` `__launch_bounds__` ``) stay as written.
+        if c == '`' {
+            if let Some(end) = after.find('`') {
+                out.push_str(&rest[..end + 2]);
+                rest = &after[end + 1..];
+                prev = Some('`');
+                continue;
+            }
+        }
+        if (rest.starts_with("https://") || rest.starts_with("http://")) && !prev.is_some_and(is_ident_char) {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            let mut url = &rest[..end];
+            // Trailing punctuation of the sentence, and a `)` the URL did not open.
+            while url.ends_with(['.', ',', ';', ':']) || (url.ends_with(')') && !url.contains('(')) {
+                url = &url[..url.len() - 1];
+            }
+            write!(out, "<{url}>").expect("write to a String");
+            rest = &rest[url.len()..];
+            prev = Some('>');
+            continue;
+        }
+        push_escaped(c, prev, after.chars().next(), out);
+        prev = Some(c);
+        rest = after;
+    }
+}
+
+fn is_ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Escapes what Markdown would read as syntax: `[` (links), `<` (HTML), `*`, `~`, a lone `` ` ``,
+/// and `_` where it could open or close emphasis (`__global__`, not `max_width`). HTML entities
+/// (`&times;`) are meant as such.
+fn push_escaped(c: char, prev: Option<char>, next: Option<char>, out: &mut String) {
+    let escape = match c {
+        '[' | ']' | '<' | '*' | '`' | '~' => true,
+        '_' => !prev.is_some_and(|p| p.is_alphanumeric()) || !next.is_some_and(|n| n.is_alphanumeric()),
+        _ => false,
+    };
+    if escape {
+        out.push('\\');
+    }
+    out.push(c);
+}
+
+/// An identifier path after `::` or `\p`: `cudaMemPoolProps::location`, `*devPtr`, `to[i]`,
+/// `config->attrs`, `cudaFree()`.
+fn split_path(text: &str) -> (&str, &str) {
+    let ident = |s: &str| s.find(|c: char| !is_ident_char(c)).unwrap_or(s.len());
+    let mut end = text.find(|c| c != '*' && c != '&').unwrap_or(text.len());
+    let first = ident(&text[end..]);
+    if first == 0 || text[end..].starts_with(|c: char| c.is_ascii_digit()) {
+        return ("", text);
+    }
+    end += first;
+    loop {
+        let tail = &text[end..];
+        let member = ["::", "->", "."].iter().find_map(|separator| tail.strip_prefix(separator));
+        let step = if let Some(member) = member {
+            let len = ident(member);
+            if len == 0 || member.starts_with(|c: char| c.is_ascii_digit()) {
+                0
+            } else {
+                tail.len() - member.len() + len
+            }
+        } else if tail.starts_with("()") {
+            2
+        } else if tail.starts_with('[') {
+            tail.find(']').filter(|&i| !tail[..i].contains(char::is_whitespace)).map_or(0, |i| i + 1)
+        } else {
+            0
+        };
+        if step == 0 {
+            break;
+        }
+        end += step;
+    }
+    (&text[..end], &text[end..])
+}
+
+/// A doxygen command inside a line; returns what follows it.
+fn command<'a>(name: &str, rest: &'a str, out: &mut String) -> &'a str {
+    let argument = |rest: &'a str| split_path(rest.trim_start());
+    match name {
+        "p" | "c" | "a" | "e" | "em" | "b" => {
+            let (arg, rest) = argument(rest);
+            if !arg.is_empty() {
+                let mark = match name {
+                    "p" | "c" => "`",
+                    "b" => "**",
+                    _ => "*",
+                };
+                write!(out, "{mark}{arg}{mark}").expect("write to a String");
+            }
+            rest
+        }
+        "brief" | "par" => rest.trim_start(),
+        "note" => label("Note:", rest, out),
+        "sa" | "see" => label("See also:", rest, out),
+        "return" | "returns" | "result" => label("Returns:", rest, out),
+        "deprecated" => label("Deprecated:", rest, out),
+        // A line break: a Markdown hard break (a `\` ending the line) where a line follows.
+        "n" => {
+            out.push('\\');
+            match rest.trim_start() {
+                "" => "",
+                more => {
+                    out.push('\n');
+                    more
+                }
+            }
+        }
+        // Shown as written, so that it is seen and added here.
+        _ => {
+            write!(out, "`\\{name}`").expect("write to a String");
+            rest
+        }
+    }
+}
+
+/// A paragraph that starts with `label`.
+fn label<'a>(label: &str, rest: &'a str, out: &mut String) -> &'a str {
+    while !out.is_empty() && !out.ends_with("\n\n") {
+        out.push('\n');
+    }
+    out.push_str(label);
+    // `\note:` is written too.
+    let rest = rest.strip_prefix(':').unwrap_or(rest).trim_start();
+    if !rest.is_empty() {
+        out.push(' ');
+    }
+    rest
+}
+
+/// One space of indentation per line (as `/** text */` reads), trailing spaces and runs of blank
+/// lines removed, and no hard break before a blank line.
+fn tidy(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+    let mut out = String::new();
+    let mut blank = true; // no leading blank lines
+    for (i, line) in lines.iter().enumerate() {
+        if line.is_empty() {
+            if !blank {
+                out.push('\n');
+            }
+            blank = true;
+            continue;
+        }
+        let next_blank = lines[i + 1..].first().is_none_or(|l| l.is_empty());
+        let line = match line.strip_suffix('\\') {
+            Some(stripped) if next_blank && !stripped.ends_with('\\') => stripped.trim_end(),
+            _ => line,
+        };
+        out.push(' ');
+        out.push_str(line);
+        out.push('\n');
+        blank = false;
+    }
+    while out.ends_with("\n\n") {
+        out.pop();
+    }
+    out.pop(); // the last newline
+    out
 }

@@ -63,15 +63,13 @@ fn select_bindings(version: u32) {
 fn regenerate(toolkit: &find::Toolkit) {
     let version = format!("{}.{}", toolkit.version / 1000, toolkit.version % 1000 / 10);
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("bindings.rs");
-    let bindings = bindgen_config::builder(&toolkit.include_dirs)
-        .raw_line(bindgen_config::preamble(&version))
-        .generate()
-        .unwrap_or_else(|e| {
-            eprintln!("error: bindgen failed on {}: {e}", toolkit.root.display());
-            eprintln!("bindgen needs libclang: set LIBCLANG_PATH or install libclang-dev.");
-            std::process::exit(1);
-        });
-    bindings.write_to_file(&out).expect("write bindings to OUT_DIR");
+    // bindgen itself reads LIBCLANG_PATH and BINDGEN_EXTRA_CLANG_ARGS.
+    let bindings = bindgen_config::generate(&toolkit.include_dirs, &[], &version).unwrap_or_else(|e| {
+        eprintln!("error: bindgen failed on {}: {e}", toolkit.root.display());
+        eprintln!("bindgen needs libclang: set LIBCLANG_PATH or install libclang-dev.");
+        std::process::exit(1);
+    });
+    std::fs::write(&out, bindings).expect("write bindings to OUT_DIR");
     println!("cargo:rustc-cfg=cuda_bindgen");
 }
 

@@ -129,7 +129,9 @@ fn system_libclang() -> Option<PathBuf> {
     dirs.into_iter().find(|d| {
         std::fs::read_dir(d).into_iter().flatten().flatten().any(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            name == "libclang.so" || (name.starts_with("libclang-") && name.contains(".so"))
+            // libclang-cpp.so.14 (the C++ library, installed without libclang-dev) is not libclang.
+            let versioned = name.starts_with("libclang-") && !name.starts_with("libclang-cpp");
+            name == "libclang.so" || name.starts_with("libclang.so.") || (versioned && name.contains(".so"))
         })
     })
 }

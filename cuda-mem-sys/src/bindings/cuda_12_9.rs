@@ -100,253 +100,703 @@ const _: () = {
     ["Offset of field: dim3::z"][::core::mem::offset_of!(dim3, z) - 8usize];
 };
 impl cudaError {
+    /** The API call returned with no errors. In the case of query calls, this
+ also means that the operation being queried is complete (see
+ `cudaEventQuery()` and `cudaStreamQuery()`).*/
     pub const cudaSuccess: cudaError = cudaError(0);
+    /** This indicates that one or more of the parameters passed to the API call
+ is not within an acceptable range of values.*/
     pub const cudaErrorInvalidValue: cudaError = cudaError(1);
+    /** The API call failed because it was unable to allocate enough memory or
+ other resources to perform the requested operation.*/
     pub const cudaErrorMemoryAllocation: cudaError = cudaError(2);
+    /** The API call failed because the CUDA driver and runtime could not be
+ initialized.*/
     pub const cudaErrorInitializationError: cudaError = cudaError(3);
+    /** This indicates that a CUDA Runtime API call cannot be executed because
+ it is being called during process shut down, at a point in time after
+ CUDA driver has been unloaded.*/
     pub const cudaErrorCudartUnloading: cudaError = cudaError(4);
+    /** This indicates profiler is not initialized for this run. This can
+ happen when the application is running with external profiling tools
+ like visual profiler.*/
     pub const cudaErrorProfilerDisabled: cudaError = cudaError(5);
+    /** Deprecated:
+ This error return is deprecated as of CUDA 5.0. It is no longer an error
+ to attempt to enable/disable the profiling via `cudaProfilerStart` or
+ `cudaProfilerStop` without initialization.*/
     pub const cudaErrorProfilerNotInitialized: cudaError = cudaError(6);
+    /** Deprecated:
+ This error return is deprecated as of CUDA 5.0. It is no longer an error
+ to call cudaProfilerStart() when profiling is already enabled.*/
     pub const cudaErrorProfilerAlreadyStarted: cudaError = cudaError(7);
+    /** Deprecated:
+ This error return is deprecated as of CUDA 5.0. It is no longer an error
+ to call cudaProfilerStop() when profiling is already disabled.*/
     pub const cudaErrorProfilerAlreadyStopped: cudaError = cudaError(8);
+    /** This indicates that a kernel launch is requesting resources that can
+ never be satisfied by the current device. Requesting more shared memory
+ per block than the device supports will trigger this error, as will
+ requesting too many threads or blocks. See `cudaDeviceProp` for more
+ device limitations.*/
     pub const cudaErrorInvalidConfiguration: cudaError = cudaError(9);
+    /** This indicates that one or more of the pitch-related parameters passed
+ to the API call is not within the acceptable range for pitch.*/
     pub const cudaErrorInvalidPitchValue: cudaError = cudaError(12);
+    /** This indicates that the symbol name/identifier passed to the API call
+ is not a valid name or identifier.*/
     pub const cudaErrorInvalidSymbol: cudaError = cudaError(13);
+    /** This indicates that at least one host pointer passed to the API call is
+ not a valid host pointer.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 10.1.*/
     pub const cudaErrorInvalidHostPointer: cudaError = cudaError(16);
+    /** This indicates that at least one device pointer passed to the API call is
+ not a valid device pointer.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 10.1.*/
     pub const cudaErrorInvalidDevicePointer: cudaError = cudaError(17);
+    /** This indicates that the texture passed to the API call is not a valid
+ texture.*/
     pub const cudaErrorInvalidTexture: cudaError = cudaError(18);
+    /** This indicates that the texture binding is not valid. This occurs if you
+ call `cudaGetTextureAlignmentOffset()` with an unbound texture.*/
     pub const cudaErrorInvalidTextureBinding: cudaError = cudaError(19);
+    /** This indicates that the channel descriptor passed to the API call is not
+ valid. This occurs if the format is not one of the formats specified by
+ `cudaChannelFormatKind`, or if one of the dimensions is invalid.*/
     pub const cudaErrorInvalidChannelDescriptor: cudaError = cudaError(20);
+    /** This indicates that the direction of the memcpy passed to the API call is
+ not one of the types specified by `cudaMemcpyKind`.*/
     pub const cudaErrorInvalidMemcpyDirection: cudaError = cudaError(21);
+    /** This indicated that the user has taken the address of a constant variable,
+ which was forbidden up until the CUDA 3.1 release.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 3.1. Variables in constant
+ memory may now have their address taken by the runtime via
+ `cudaGetSymbolAddress()`.*/
     pub const cudaErrorAddressOfConstant: cudaError = cudaError(22);
+    /** This indicated that a texture fetch was not able to be performed.
+ This was previously used for device emulation of texture operations.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 3.1. Device emulation mode was
+ removed with the CUDA 3.1 release.*/
     pub const cudaErrorTextureFetchFailed: cudaError = cudaError(23);
+    /** This indicated that a texture was not bound for access.
+ This was previously used for device emulation of texture operations.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 3.1. Device emulation mode was
+ removed with the CUDA 3.1 release.*/
     pub const cudaErrorTextureNotBound: cudaError = cudaError(24);
+    /** This indicated that a synchronization operation had failed.
+ This was previously used for some device emulation functions.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 3.1. Device emulation mode was
+ removed with the CUDA 3.1 release.*/
     pub const cudaErrorSynchronizationError: cudaError = cudaError(25);
+    /** This indicates that a non-float texture was being accessed with linear
+ filtering. This is not supported by CUDA.*/
     pub const cudaErrorInvalidFilterSetting: cudaError = cudaError(26);
+    /** This indicates that an attempt was made to read an unsupported data type as a
+ normalized float. This is not supported by CUDA.*/
     pub const cudaErrorInvalidNormSetting: cudaError = cudaError(27);
+    /** Mixing of device and device emulation code was not allowed.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 3.1. Device emulation mode was
+ removed with the CUDA 3.1 release.*/
     pub const cudaErrorMixedDeviceExecution: cudaError = cudaError(28);
+    /** This indicates that the API call is not yet implemented. Production
+ releases of CUDA will never return this error.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 4.1.*/
     pub const cudaErrorNotYetImplemented: cudaError = cudaError(31);
+    /** This indicated that an emulated device pointer exceeded the 32-bit address
+ range.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 3.1. Device emulation mode was
+ removed with the CUDA 3.1 release.*/
     pub const cudaErrorMemoryValueTooLarge: cudaError = cudaError(32);
+    /** This indicates that the CUDA driver that the application has loaded is a
+ stub library. Applications that run with the stub rather than a real
+ driver loaded will result in CUDA API returning this error.*/
     pub const cudaErrorStubLibrary: cudaError = cudaError(34);
+    /** This indicates that the installed NVIDIA CUDA driver is older than the
+ CUDA runtime library. This is not a supported configuration. Users should
+ install an updated NVIDIA display driver to allow the application to run.*/
     pub const cudaErrorInsufficientDriver: cudaError = cudaError(35);
+    /** This indicates that the API call requires a newer CUDA driver than the one
+ currently installed. Users should install an updated NVIDIA CUDA driver
+ to allow the API call to succeed.*/
     pub const cudaErrorCallRequiresNewerDriver: cudaError = cudaError(36);
+    /** This indicates that the surface passed to the API call is not a valid
+ surface.*/
     pub const cudaErrorInvalidSurface: cudaError = cudaError(37);
+    /** This indicates that multiple global or constant variables (across separate
+ CUDA source files in the application) share the same string name.*/
     pub const cudaErrorDuplicateVariableName: cudaError = cudaError(43);
+    /** This indicates that multiple textures (across separate CUDA source
+ files in the application) share the same string name.*/
     pub const cudaErrorDuplicateTextureName: cudaError = cudaError(44);
+    /** This indicates that multiple surfaces (across separate CUDA source
+ files in the application) share the same string name.*/
     pub const cudaErrorDuplicateSurfaceName: cudaError = cudaError(45);
+    /** This indicates that all CUDA devices are busy or unavailable at the current
+ time. Devices are often busy/unavailable due to use of
+ `cudaComputeModeProhibited`, `cudaComputeModeExclusiveProcess`, or when long
+ running CUDA kernels have filled up the GPU and are blocking new work
+ from starting. They can also be unavailable due to memory constraints
+ on a device that already has active CUDA work being performed.*/
     pub const cudaErrorDevicesUnavailable: cudaError = cudaError(46);
+    /** This indicates that the current context is not compatible with this
+ the CUDA Runtime. This can only occur if you are using CUDA
+ Runtime/Driver interoperability and have created an existing Driver
+ context using the driver API. The Driver context may be incompatible
+ either because the Driver context was created using an older version
+ of the API, because the Runtime API call expects a primary driver
+ context and the Driver context is not primary, or because the Driver
+ context has been destroyed. Please see Interactions with the CUDA Driver API for more information.*/
     pub const cudaErrorIncompatibleDriverContext: cudaError = cudaError(49);
+    /** The device function being invoked (usually via `cudaLaunchKernel()`) was not
+ previously configured via the `cudaConfigureCall()` function.*/
     pub const cudaErrorMissingConfiguration: cudaError = cudaError(52);
+    /** This indicated that a previous kernel launch failed. This was previously
+ used for device emulation of kernel launches.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 3.1. Device emulation mode was
+ removed with the CUDA 3.1 release.*/
     pub const cudaErrorPriorLaunchFailure: cudaError = cudaError(53);
+    /** This error indicates that a device runtime grid launch did not occur
+ because the depth of the child grid would exceed the maximum supported
+ number of nested grid launches.*/
     pub const cudaErrorLaunchMaxDepthExceeded: cudaError = cudaError(65);
+    /** This error indicates that a grid launch did not occur because the kernel
+ uses file-scoped textures which are unsupported by the device runtime.
+ Kernels launched via the device runtime only support textures created with
+ the Texture Object API's.*/
     pub const cudaErrorLaunchFileScopedTex: cudaError = cudaError(66);
+    /** This error indicates that a grid launch did not occur because the kernel
+ uses file-scoped surfaces which are unsupported by the device runtime.
+ Kernels launched via the device runtime only support surfaces created with
+ the Surface Object API's.*/
     pub const cudaErrorLaunchFileScopedSurf: cudaError = cudaError(67);
+    /** This error indicates that a call to `cudaDeviceSynchronize` made from
+ the device runtime failed because the call was made at grid depth greater
+ than than either the default (2 levels of grids) or user specified device
+ limit `cudaLimitDevRuntimeSyncDepth`. To be able to synchronize on
+ launched grids at a greater depth successfully, the maximum nested
+ depth at which `cudaDeviceSynchronize` will be called must be specified
+ with the `cudaLimitDevRuntimeSyncDepth` limit to the `cudaDeviceSetLimit`
+ api before the host-side launch of a kernel using the device runtime.
+ Keep in mind that additional levels of sync depth require the runtime
+ to reserve large amounts of device memory that cannot be used for
+ user allocations. Note that `cudaDeviceSynchronize` made from device
+ runtime is only supported on devices of compute capability \< 9.0.*/
     pub const cudaErrorSyncDepthExceeded: cudaError = cudaError(68);
+    /** This error indicates that a device runtime grid launch failed because
+ the launch would exceed the limit `cudaLimitDevRuntimePendingLaunchCount`.
+ For this launch to proceed successfully, `cudaDeviceSetLimit` must be
+ called to set the `cudaLimitDevRuntimePendingLaunchCount` to be higher
+ than the upper bound of outstanding launches that can be issued to the
+ device runtime. Keep in mind that raising the limit of pending device
+ runtime launches will require the runtime to reserve device memory that
+ cannot be used for user allocations.*/
     pub const cudaErrorLaunchPendingCountExceeded: cudaError = cudaError(69);
+    /** The requested device function does not exist or is not compiled for the
+ proper device architecture.*/
     pub const cudaErrorInvalidDeviceFunction: cudaError = cudaError(98);
+    /** This indicates that no CUDA-capable devices were detected by the installed
+ CUDA driver.*/
     pub const cudaErrorNoDevice: cudaError = cudaError(100);
+    /** This indicates that the device ordinal supplied by the user does not
+ correspond to a valid CUDA device or that the action requested is
+ invalid for the specified device.*/
     pub const cudaErrorInvalidDevice: cudaError = cudaError(101);
+    /// This indicates that the device doesn't have a valid Grid License.
     pub const cudaErrorDeviceNotLicensed: cudaError = cudaError(102);
+    /** By default, the CUDA runtime may perform a minimal set of self-tests,
+ as well as CUDA driver tests, to establish the validity of both.
+ Introduced in CUDA 11.2, this error return indicates that at least one
+ of these tests has failed and the validity of either the runtime
+ or the driver could not be established.*/
     pub const cudaErrorSoftwareValidityNotEstablished: cudaError = cudaError(103);
+    /// This indicates an internal startup failure in the CUDA runtime.
     pub const cudaErrorStartupFailure: cudaError = cudaError(127);
+    /// This indicates that the device kernel image is invalid.
     pub const cudaErrorInvalidKernelImage: cudaError = cudaError(200);
+    /** This most frequently indicates that there is no context bound to the
+ current thread. This can also be returned if the context passed to an
+ API call is not a valid handle (such as a context that has had
+ `cuCtxDestroy()` invoked on it). This can also be returned if a user
+ mixes different API versions (i.e. 3010 context with 3020 API calls).
+ See `cuCtxGetApiVersion()` for more details.*/
     pub const cudaErrorDeviceUninitialized: cudaError = cudaError(201);
+    /// This indicates that the buffer object could not be mapped.
     pub const cudaErrorMapBufferObjectFailed: cudaError = cudaError(205);
+    /// This indicates that the buffer object could not be unmapped.
     pub const cudaErrorUnmapBufferObjectFailed: cudaError = cudaError(206);
+    /** This indicates that the specified array is currently mapped and thus
+ cannot be destroyed.*/
     pub const cudaErrorArrayIsMapped: cudaError = cudaError(207);
+    /// This indicates that the resource is already mapped.
     pub const cudaErrorAlreadyMapped: cudaError = cudaError(208);
+    /** This indicates that there is no kernel image available that is suitable
+ for the device. This can occur when a user specifies code generation
+ options for a particular CUDA source file that do not include the
+ corresponding device configuration.*/
     pub const cudaErrorNoKernelImageForDevice: cudaError = cudaError(209);
+    /// This indicates that a resource has already been acquired.
     pub const cudaErrorAlreadyAcquired: cudaError = cudaError(210);
+    /// This indicates that a resource is not mapped.
     pub const cudaErrorNotMapped: cudaError = cudaError(211);
+    /** This indicates that a mapped resource is not available for access as an
+ array.*/
     pub const cudaErrorNotMappedAsArray: cudaError = cudaError(212);
+    /** This indicates that a mapped resource is not available for access as a
+ pointer.*/
     pub const cudaErrorNotMappedAsPointer: cudaError = cudaError(213);
+    /** This indicates that an uncorrectable ECC error was detected during
+ execution.*/
     pub const cudaErrorECCUncorrectable: cudaError = cudaError(214);
+    /** This indicates that the `cudaLimit` passed to the API call is not
+ supported by the active device.*/
     pub const cudaErrorUnsupportedLimit: cudaError = cudaError(215);
+    /** This indicates that a call tried to access an exclusive-thread device that
+ is already in use by a different thread.*/
     pub const cudaErrorDeviceAlreadyInUse: cudaError = cudaError(216);
+    /** This error indicates that P2P access is not supported across the given
+ devices.*/
     pub const cudaErrorPeerAccessUnsupported: cudaError = cudaError(217);
+    /** A PTX compilation failed. The runtime may fall back to compiling PTX if
+ an application does not contain a suitable binary for the current device.*/
     pub const cudaErrorInvalidPtx: cudaError = cudaError(218);
+    /// This indicates an error with the OpenGL or DirectX context.
     pub const cudaErrorInvalidGraphicsContext: cudaError = cudaError(219);
+    /** This indicates that an uncorrectable NVLink error was detected during the
+ execution.*/
     pub const cudaErrorNvlinkUncorrectable: cudaError = cudaError(220);
+    /** This indicates that the PTX JIT compiler library was not found. The JIT Compiler
+ library is used for PTX compilation. The runtime may fall back to compiling PTX
+ if an application does not contain a suitable binary for the current device.*/
     pub const cudaErrorJitCompilerNotFound: cudaError = cudaError(221);
+    /** This indicates that the provided PTX was compiled with an unsupported toolchain.
+ The most common reason for this, is the PTX was generated by a compiler newer
+ than what is supported by the CUDA driver and PTX JIT compiler.*/
     pub const cudaErrorUnsupportedPtxVersion: cudaError = cudaError(222);
+    /** This indicates that the JIT compilation was disabled. The JIT compilation compiles
+ PTX. The runtime may fall back to compiling PTX if an application does not contain
+ a suitable binary for the current device.*/
     pub const cudaErrorJitCompilationDisabled: cudaError = cudaError(223);
+    /// This indicates that the provided execution affinity is not supported by the device.
     pub const cudaErrorUnsupportedExecAffinity: cudaError = cudaError(224);
+    /** This indicates that the code to be compiled by the PTX JIT contains
+ unsupported call to cudaDeviceSynchronize.*/
     pub const cudaErrorUnsupportedDevSideSync: cudaError = cudaError(225);
+    /** This indicates that an exception occurred on the device that is now
+ contained by the GPU's error containment capability. Common causes are -
+ a. Certain types of invalid accesses of peer GPU memory over nvlink
+ b. Certain classes of hardware errors
+ This leaves the process in an inconsistent state and any further CUDA
+ work will return the same error. To continue using CUDA, the process must
+ be terminated and relaunched.*/
     pub const cudaErrorContained: cudaError = cudaError(226);
+    /// This indicates that the device kernel source is invalid.
     pub const cudaErrorInvalidSource: cudaError = cudaError(300);
+    /// This indicates that the file specified was not found.
     pub const cudaErrorFileNotFound: cudaError = cudaError(301);
+    /// This indicates that a link to a shared object failed to resolve.
     pub const cudaErrorSharedObjectSymbolNotFound: cudaError = cudaError(302);
+    /// This indicates that initialization of a shared object failed.
     pub const cudaErrorSharedObjectInitFailed: cudaError = cudaError(303);
+    /// This error indicates that an OS call failed.
     pub const cudaErrorOperatingSystem: cudaError = cudaError(304);
+    /** This indicates that a resource handle passed to the API call was not
+ valid. Resource handles are opaque types like `cudaStream_t` and
+ `cudaEvent_t`.*/
     pub const cudaErrorInvalidResourceHandle: cudaError = cudaError(400);
+    /** This indicates that a resource required by the API call is not in a
+ valid state to perform the requested operation.*/
     pub const cudaErrorIllegalState: cudaError = cudaError(401);
+    /** This indicates an attempt was made to introspect an object in a way that
+ would discard semantically important information. This is either due to
+ the object using funtionality newer than the API version used to
+ introspect it or omission of optional return arguments.*/
     pub const cudaErrorLossyQuery: cudaError = cudaError(402);
+    /** This indicates that a named symbol was not found. Examples of symbols
+ are global/constant variable names, driver function names, texture names,
+ and surface names.*/
     pub const cudaErrorSymbolNotFound: cudaError = cudaError(500);
+    /** This indicates that asynchronous operations issued previously have not
+ completed yet. This result is not actually an error, but must be indicated
+ differently than `cudaSuccess` (which indicates completion). Calls that
+ may return this value include `cudaEventQuery()` and `cudaStreamQuery()`.*/
     pub const cudaErrorNotReady: cudaError = cudaError(600);
+    /** The device encountered a load or store instruction on an invalid memory address.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const cudaErrorIllegalAddress: cudaError = cudaError(700);
+    /** This indicates that a launch did not occur because it did not have
+ appropriate resources. Although this error is similar to
+ `cudaErrorInvalidConfiguration`, this error usually indicates that the
+ user has attempted to pass too many arguments to the device kernel, or the
+ kernel launch specifies too many threads for the kernel's register count.*/
     pub const cudaErrorLaunchOutOfResources: cudaError = cudaError(701);
+    /** This indicates that the device kernel took too long to execute. This can
+ only occur if timeouts are enabled - see the device property
+ `kernelExecTimeoutEnabled`
+ for more information.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const cudaErrorLaunchTimeout: cudaError = cudaError(702);
+    /** This error indicates a kernel launch that uses an incompatible texturing
+ mode.*/
     pub const cudaErrorLaunchIncompatibleTexturing: cudaError = cudaError(703);
+    /** This error indicates that a call to `cudaDeviceEnablePeerAccess()` is
+ trying to re-enable peer addressing on from a context which has already
+ had peer addressing enabled.*/
     pub const cudaErrorPeerAccessAlreadyEnabled: cudaError = cudaError(704);
+    /** This error indicates that `cudaDeviceDisablePeerAccess()` is trying to
+ disable peer addressing which has not been enabled yet via
+ `cudaDeviceEnablePeerAccess()`.*/
     pub const cudaErrorPeerAccessNotEnabled: cudaError = cudaError(705);
+    /** This indicates that the user has called `cudaSetValidDevices()`,
+ `cudaSetDeviceFlags()`, `cudaD3D9SetDirect3DDevice()`,
+ `cudaD3D10SetDirect3DDevice`, `cudaD3D11SetDirect3DDevice()`, or
+ `cudaVDPAUSetVDPAUDevice()` after initializing the CUDA runtime by
+ calling non-device management operations (allocating memory and
+ launching kernels are examples of non-device management operations).
+ This error can also be returned if using runtime/driver
+ interoperability and there is an existing `CUcontext` active on the
+ host thread.*/
     pub const cudaErrorSetOnActiveProcess: cudaError = cudaError(708);
+    /** This error indicates that the context current to the calling thread
+ has been destroyed using `cuCtxDestroy`, or is a primary context which
+ has not yet been initialized.*/
     pub const cudaErrorContextIsDestroyed: cudaError = cudaError(709);
+    /** An assert triggered in device code during kernel execution. The device
+ cannot be used again. All existing allocations are invalid. To continue
+ using CUDA, the process must be terminated and relaunched.*/
     pub const cudaErrorAssert: cudaError = cudaError(710);
+    /** This error indicates that the hardware resources required to enable
+ peer access have been exhausted for one or more of the devices
+ passed to `cudaEnablePeerAccess()`.*/
     pub const cudaErrorTooManyPeers: cudaError = cudaError(711);
+    /** This error indicates that the memory range passed to `cudaHostRegister()`
+ has already been registered.*/
     pub const cudaErrorHostMemoryAlreadyRegistered: cudaError = cudaError(712);
+    /** This error indicates that the pointer passed to `cudaHostUnregister()`
+ does not correspond to any currently registered memory region.*/
     pub const cudaErrorHostMemoryNotRegistered: cudaError = cudaError(713);
+    /** Device encountered an error in the call stack during kernel execution,
+ possibly due to stack corruption or exceeding the stack size limit.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const cudaErrorHardwareStackError: cudaError = cudaError(714);
+    /** The device encountered an illegal instruction during kernel execution
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const cudaErrorIllegalInstruction: cudaError = cudaError(715);
+    /** The device encountered a load or store instruction
+ on a memory address which is not aligned.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const cudaErrorMisalignedAddress: cudaError = cudaError(716);
+    /** While executing a kernel, the device encountered an instruction
+ which can only operate on memory locations in certain address spaces
+ (global, shared, or local), but was supplied a memory address not
+ belonging to an allowed address space.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const cudaErrorInvalidAddressSpace: cudaError = cudaError(717);
+    /** The device encountered an invalid program counter.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const cudaErrorInvalidPc: cudaError = cudaError(718);
+    /** An exception occurred on the device while executing a kernel. Common
+ causes include dereferencing an invalid device pointer and accessing
+ out of bounds shared memory. Less common cases can be system specific - more
+ information about these cases can be found in the system specific user guide.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const cudaErrorLaunchFailure: cudaError = cudaError(719);
+    /** This error indicates that the number of blocks launched per grid for a kernel that was
+ launched via either `cudaLaunchCooperativeKernel` or `cudaLaunchCooperativeKernelMultiDevice`
+ exceeds the maximum number of blocks as allowed by `cudaOccupancyMaxActiveBlocksPerMultiprocessor`
+ or `cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` times the number of multiprocessors
+ as specified by the device attribute `cudaDevAttrMultiProcessorCount`.*/
     pub const cudaErrorCooperativeLaunchTooLarge: cudaError = cudaError(720);
+    /** An exception occurred on the device while exiting a kernel using tensor memory: the
+ tensor memory was not completely deallocated. This leaves the process in an inconsistent
+ state and any further CUDA work will return the same error. To continue using CUDA, the
+ process must be terminated and relaunched.*/
     pub const cudaErrorTensorMemoryLeak: cudaError = cudaError(721);
+    /// This error indicates the attempted operation is not permitted.
     pub const cudaErrorNotPermitted: cudaError = cudaError(800);
+    /** This error indicates the attempted operation is not supported
+ on the current system or device.*/
     pub const cudaErrorNotSupported: cudaError = cudaError(801);
+    /** This error indicates that the system is not yet ready to start any CUDA
+ work.  To continue using CUDA, verify the system configuration is in a
+ valid state and all required driver daemons are actively running.
+ More information about this error can be found in the system specific
+ user guide.*/
     pub const cudaErrorSystemNotReady: cudaError = cudaError(802);
+    /** This error indicates that there is a mismatch between the versions of
+ the display driver and the CUDA driver. Refer to the compatibility documentation
+ for supported versions.*/
     pub const cudaErrorSystemDriverMismatch: cudaError = cudaError(803);
+    /** This error indicates that the system was upgraded to run with forward compatibility
+ but the visible hardware detected by CUDA does not support this configuration.
+ Refer to the compatibility documentation for the supported hardware matrix or ensure
+ that only supported hardware is visible during initialization via the CUDA_VISIBLE_DEVICES
+ environment variable.*/
     pub const cudaErrorCompatNotSupportedOnDevice: cudaError = cudaError(804);
+    /// This error indicates that the MPS client failed to connect to the MPS control daemon or the MPS server.
     pub const cudaErrorMpsConnectionFailed: cudaError = cudaError(805);
+    /// This error indicates that the remote procedural call between the MPS server and the MPS client failed.
     pub const cudaErrorMpsRpcFailure: cudaError = cudaError(806);
+    /** This error indicates that the MPS server is not ready to accept new MPS client requests.
+ This error can be returned when the MPS server is in the process of recovering from a fatal failure.*/
     pub const cudaErrorMpsServerNotReady: cudaError = cudaError(807);
+    /// This error indicates that the hardware resources required to create MPS client have been exhausted.
     pub const cudaErrorMpsMaxClientsReached: cudaError = cudaError(808);
+    /// This error indicates the the hardware resources required to device connections have been exhausted.
     pub const cudaErrorMpsMaxConnectionsReached: cudaError = cudaError(809);
+    /// This error indicates that the MPS client has been terminated by the server. To continue using CUDA, the process must be terminated and relaunched.
     pub const cudaErrorMpsClientTerminated: cudaError = cudaError(810);
+    /// This error indicates, that the program is using CUDA Dynamic Parallelism, but the current configuration, like MPS, does not support it.
     pub const cudaErrorCdpNotSupported: cudaError = cudaError(811);
+    /// This error indicates, that the program contains an unsupported interaction between different versions of CUDA Dynamic Parallelism.
     pub const cudaErrorCdpVersionMismatch: cudaError = cudaError(812);
+    /// The operation is not permitted when the stream is capturing.
     pub const cudaErrorStreamCaptureUnsupported: cudaError = cudaError(900);
+    /** The current capture sequence on the stream has been invalidated due to
+ a previous error.*/
     pub const cudaErrorStreamCaptureInvalidated: cudaError = cudaError(901);
+    /** The operation would have resulted in a merge of two independent capture
+ sequences.*/
     pub const cudaErrorStreamCaptureMerge: cudaError = cudaError(902);
+    /// The capture was not initiated in this stream.
     pub const cudaErrorStreamCaptureUnmatched: cudaError = cudaError(903);
+    /** The capture sequence contains a fork that was not joined to the primary
+ stream.*/
     pub const cudaErrorStreamCaptureUnjoined: cudaError = cudaError(904);
+    /** A dependency would have been created which crosses the capture sequence
+ boundary. Only implicit in-stream ordering dependencies are allowed to
+ cross the boundary.*/
     pub const cudaErrorStreamCaptureIsolation: cudaError = cudaError(905);
+    /** The operation would have resulted in a disallowed implicit dependency on
+ a current capture sequence from cudaStreamLegacy.*/
     pub const cudaErrorStreamCaptureImplicit: cudaError = cudaError(906);
+    /** The operation is not permitted on an event which was last recorded in a
+ capturing stream.*/
     pub const cudaErrorCapturedEvent: cudaError = cudaError(907);
+    /** A stream capture sequence not initiated with the `cudaStreamCaptureModeRelaxed`
+ argument to `cudaStreamBeginCapture` was passed to `cudaStreamEndCapture` in a
+ different thread.*/
     pub const cudaErrorStreamCaptureWrongThread: cudaError = cudaError(908);
+    /// This indicates that the wait operation has timed out.
     pub const cudaErrorTimeout: cudaError = cudaError(909);
+    /** This error indicates that the graph update was not performed because it included
+ changes which violated constraints specific to instantiated graph update.*/
     pub const cudaErrorGraphExecUpdateFailure: cudaError = cudaError(910);
+    /** This indicates that an async error has occurred in a device outside of CUDA.
+ If CUDA was waiting for an external device's signal before consuming shared data,
+ the external device signaled an error indicating that the data is not valid for
+ consumption. This leaves the process in an inconsistent state and any further CUDA
+ work will return the same error. To continue using CUDA, the process must be
+ terminated and relaunched.*/
     pub const cudaErrorExternalDevice: cudaError = cudaError(911);
+    /** This indicates that a kernel launch error has occurred due to cluster
+ misconfiguration.*/
     pub const cudaErrorInvalidClusterSize: cudaError = cudaError(912);
+    /** Indiciates a function handle is not loaded when calling an API that requires
+ a loaded function.*/
     pub const cudaErrorFunctionNotLoaded: cudaError = cudaError(913);
+    /** This error indicates one or more resources passed in are not valid resource
+ types for the operation.*/
     pub const cudaErrorInvalidResourceType: cudaError = cudaError(914);
+    /** This error indicates one or more resources are insufficient or non-applicable for
+ the operation.*/
     pub const cudaErrorInvalidResourceConfiguration: cudaError = cudaError(915);
+    /// This indicates that an unknown internal error has occurred.
     pub const cudaErrorUnknown: cudaError = cudaError(999);
+    /** Any unhandled CUDA driver error is added to this value and returned via
+ the runtime. Production releases of CUDA should not return such errors.
+
+ Deprecated:
+ This error return is deprecated as of CUDA 4.1.*/
     pub const cudaErrorApiFailureBase: cudaError = cudaError(10000);
 }
 #[repr(transparent)]
+/// CUDA error types
 #[must_use]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaError(pub ::core::ffi::c_uint);
 impl cudaChannelFormatKind {
+    /// Signed channel format
     pub const cudaChannelFormatKindSigned: cudaChannelFormatKind = cudaChannelFormatKind(
         0,
     );
+    /// Unsigned channel format
     pub const cudaChannelFormatKindUnsigned: cudaChannelFormatKind = cudaChannelFormatKind(
         1,
     );
+    /// Float channel format
     pub const cudaChannelFormatKindFloat: cudaChannelFormatKind = cudaChannelFormatKind(
         2,
     );
+    /// No channel format
     pub const cudaChannelFormatKindNone: cudaChannelFormatKind = cudaChannelFormatKind(
         3,
     );
+    /// Unsigned 8-bit integers, planar 4:2:0 YUV format
     pub const cudaChannelFormatKindNV12: cudaChannelFormatKind = cudaChannelFormatKind(
         4,
     );
+    /// 1 channel unsigned 8-bit normalized integer
     pub const cudaChannelFormatKindUnsignedNormalized8X1: cudaChannelFormatKind = cudaChannelFormatKind(
         5,
     );
+    /// 2 channel unsigned 8-bit normalized integer
     pub const cudaChannelFormatKindUnsignedNormalized8X2: cudaChannelFormatKind = cudaChannelFormatKind(
         6,
     );
+    /// 4 channel unsigned 8-bit normalized integer
     pub const cudaChannelFormatKindUnsignedNormalized8X4: cudaChannelFormatKind = cudaChannelFormatKind(
         7,
     );
+    /// 1 channel unsigned 16-bit normalized integer
     pub const cudaChannelFormatKindUnsignedNormalized16X1: cudaChannelFormatKind = cudaChannelFormatKind(
         8,
     );
+    /// 2 channel unsigned 16-bit normalized integer
     pub const cudaChannelFormatKindUnsignedNormalized16X2: cudaChannelFormatKind = cudaChannelFormatKind(
         9,
     );
+    /// 4 channel unsigned 16-bit normalized integer
     pub const cudaChannelFormatKindUnsignedNormalized16X4: cudaChannelFormatKind = cudaChannelFormatKind(
         10,
     );
+    /// 1 channel signed 8-bit normalized integer
     pub const cudaChannelFormatKindSignedNormalized8X1: cudaChannelFormatKind = cudaChannelFormatKind(
         11,
     );
+    /// 2 channel signed 8-bit normalized integer
     pub const cudaChannelFormatKindSignedNormalized8X2: cudaChannelFormatKind = cudaChannelFormatKind(
         12,
     );
+    /// 4 channel signed 8-bit normalized integer
     pub const cudaChannelFormatKindSignedNormalized8X4: cudaChannelFormatKind = cudaChannelFormatKind(
         13,
     );
+    /// 1 channel signed 16-bit normalized integer
     pub const cudaChannelFormatKindSignedNormalized16X1: cudaChannelFormatKind = cudaChannelFormatKind(
         14,
     );
+    /// 2 channel signed 16-bit normalized integer
     pub const cudaChannelFormatKindSignedNormalized16X2: cudaChannelFormatKind = cudaChannelFormatKind(
         15,
     );
+    /// 4 channel signed 16-bit normalized integer
     pub const cudaChannelFormatKindSignedNormalized16X4: cudaChannelFormatKind = cudaChannelFormatKind(
         16,
     );
+    /// 4 channel unsigned normalized block-compressed (BC1 compression) format
     pub const cudaChannelFormatKindUnsignedBlockCompressed1: cudaChannelFormatKind = cudaChannelFormatKind(
         17,
     );
+    /// 4 channel unsigned normalized block-compressed (BC1 compression) format with sRGB encoding
     pub const cudaChannelFormatKindUnsignedBlockCompressed1SRGB: cudaChannelFormatKind = cudaChannelFormatKind(
         18,
     );
+    /// 4 channel unsigned normalized block-compressed (BC2 compression) format
     pub const cudaChannelFormatKindUnsignedBlockCompressed2: cudaChannelFormatKind = cudaChannelFormatKind(
         19,
     );
+    /// 4 channel unsigned normalized block-compressed (BC2 compression) format with sRGB encoding
     pub const cudaChannelFormatKindUnsignedBlockCompressed2SRGB: cudaChannelFormatKind = cudaChannelFormatKind(
         20,
     );
+    /// 4 channel unsigned normalized block-compressed (BC3 compression) format
     pub const cudaChannelFormatKindUnsignedBlockCompressed3: cudaChannelFormatKind = cudaChannelFormatKind(
         21,
     );
+    /// 4 channel unsigned normalized block-compressed (BC3 compression) format with sRGB encoding
     pub const cudaChannelFormatKindUnsignedBlockCompressed3SRGB: cudaChannelFormatKind = cudaChannelFormatKind(
         22,
     );
+    /// 1 channel unsigned normalized block-compressed (BC4 compression) format
     pub const cudaChannelFormatKindUnsignedBlockCompressed4: cudaChannelFormatKind = cudaChannelFormatKind(
         23,
     );
+    /// 1 channel signed normalized block-compressed (BC4 compression) format
     pub const cudaChannelFormatKindSignedBlockCompressed4: cudaChannelFormatKind = cudaChannelFormatKind(
         24,
     );
+    /// 2 channel unsigned normalized block-compressed (BC5 compression) format
     pub const cudaChannelFormatKindUnsignedBlockCompressed5: cudaChannelFormatKind = cudaChannelFormatKind(
         25,
     );
+    /// 2 channel signed normalized block-compressed (BC5 compression) format
     pub const cudaChannelFormatKindSignedBlockCompressed5: cudaChannelFormatKind = cudaChannelFormatKind(
         26,
     );
+    /// 3 channel unsigned half-float block-compressed (BC6H compression) format
     pub const cudaChannelFormatKindUnsignedBlockCompressed6H: cudaChannelFormatKind = cudaChannelFormatKind(
         27,
     );
+    /// 3 channel signed half-float block-compressed (BC6H compression) format
     pub const cudaChannelFormatKindSignedBlockCompressed6H: cudaChannelFormatKind = cudaChannelFormatKind(
         28,
     );
+    /// 4 channel unsigned normalized block-compressed (BC7 compression) format
     pub const cudaChannelFormatKindUnsignedBlockCompressed7: cudaChannelFormatKind = cudaChannelFormatKind(
         29,
     );
+    /// 4 channel unsigned normalized block-compressed (BC7 compression) format with sRGB encoding
     pub const cudaChannelFormatKindUnsignedBlockCompressed7SRGB: cudaChannelFormatKind = cudaChannelFormatKind(
         30,
     );
+    /// 4 channel unsigned normalized (10-bit, 10-bit, 10-bit, 2-bit) format
     pub const cudaChannelFormatKindUnsignedNormalized1010102: cudaChannelFormatKind = cudaChannelFormatKind(
         31,
     );
 }
 #[repr(transparent)]
+/// Channel format kind
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaChannelFormatKind(pub ::core::ffi::c_uint);
+/// CUDA Channel format descriptor
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaChannelFormatDesc {
+    /// x
     pub x: ::core::ffi::c_int,
+    /// y
     pub y: ::core::ffi::c_int,
+    /// z
     pub z: ::core::ffi::c_int,
+    /// w
     pub w: ::core::ffi::c_int,
+    /// Channel format kind
     pub f: cudaChannelFormatKind,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -387,29 +837,40 @@ impl Default for cudaChannelFormatDesc {
 pub struct cudaArray {
     _unused: [u8; 0],
 }
+/// CUDA array
 pub type cudaArray_t = *mut cudaArray;
+/// CUDA array (as source copy argument)
 pub type cudaArray_const_t = *const cudaArray;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct cudaMipmappedArray {
     _unused: [u8; 0],
 }
+/// CUDA mipmapped array
 pub type cudaMipmappedArray_t = *mut cudaMipmappedArray;
+/// CUDA mipmapped array (as source argument)
 pub type cudaMipmappedArray_const_t = *const cudaMipmappedArray;
+/// Sparse CUDA array and CUDA mipmapped array properties
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaArraySparseProperties {
     pub tileExtent: cudaArraySparseProperties__bindgen_ty_1,
+    /// First mip level at which the mip tail begins
     pub miptailFirstLevel: ::core::ffi::c_uint,
+    /// Total size of the mip tail.
     pub miptailSize: ::core::ffi::c_ulonglong,
+    /// Flags will either be zero or `cudaArraySparsePropertiesSingleMipTail`
     pub flags: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 4usize],
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaArraySparseProperties__bindgen_ty_1 {
+    /// Tile width in elements
     pub width: ::core::ffi::c_uint,
+    /// Tile height in elements
     pub height: ::core::ffi::c_uint,
+    /// Tile depth in elements
     pub depth: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -454,10 +915,13 @@ const _: () = {
         "Offset of field: cudaArraySparseProperties::reserved",
     ][::core::mem::offset_of!(cudaArraySparseProperties, reserved) - 28usize];
 };
+/// CUDA array and CUDA mipmapped array memory requirements
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaArrayMemoryRequirements {
+    /// Total size of the array.
     pub size: usize,
+    /// Alignment necessary for mapping the array.
     pub alignment: usize,
     pub reserved: [::core::ffi::c_uint; 4usize],
 }
@@ -480,30 +944,48 @@ const _: () = {
     ][::core::mem::offset_of!(cudaArrayMemoryRequirements, reserved) - 16usize];
 };
 impl cudaMemoryType {
+    /// Unregistered memory
     pub const cudaMemoryTypeUnregistered: cudaMemoryType = cudaMemoryType(0);
+    /// Host memory
     pub const cudaMemoryTypeHost: cudaMemoryType = cudaMemoryType(1);
+    /// Device memory
     pub const cudaMemoryTypeDevice: cudaMemoryType = cudaMemoryType(2);
+    /// Managed memory
     pub const cudaMemoryTypeManaged: cudaMemoryType = cudaMemoryType(3);
 }
 #[repr(transparent)]
+/// CUDA memory types
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemoryType(pub ::core::ffi::c_uint);
 impl cudaMemcpyKind {
+    /// Host   -> Host
     pub const cudaMemcpyHostToHost: cudaMemcpyKind = cudaMemcpyKind(0);
+    /// Host   -> Device
     pub const cudaMemcpyHostToDevice: cudaMemcpyKind = cudaMemcpyKind(1);
+    /// Device -> Host
     pub const cudaMemcpyDeviceToHost: cudaMemcpyKind = cudaMemcpyKind(2);
+    /// Device -> Device
     pub const cudaMemcpyDeviceToDevice: cudaMemcpyKind = cudaMemcpyKind(3);
+    /// Direction of the transfer is inferred from the pointer values. Requires unified virtual addressing
     pub const cudaMemcpyDefault: cudaMemcpyKind = cudaMemcpyKind(4);
 }
 #[repr(transparent)]
+/// CUDA memory copy types
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpyKind(pub ::core::ffi::c_uint);
+/** CUDA Pitched memory pointer
+
+ See also: `make_cudaPitchedPtr`*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaPitchedPtr {
+    /// Pointer to allocated memory
     pub ptr: *mut ::core::ffi::c_void,
+    /// Pitch of allocated memory in bytes
     pub pitch: usize,
+    /// Logical width of allocation in elements
     pub xsize: usize,
+    /// Logical height of allocation in elements
     pub ysize: usize,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -532,11 +1014,17 @@ impl Default for cudaPitchedPtr {
         }
     }
 }
+/** CUDA extent
+
+ See also: `make_cudaExtent`*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExtent {
+    /// Width in elements when referring to array memory, in bytes when referring to linear memory
     pub width: usize,
+    /// Height in elements
     pub height: usize,
+    /// Depth in elements
     pub depth: usize,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -553,11 +1041,17 @@ const _: () = {
         "Offset of field: cudaExtent::depth",
     ][::core::mem::offset_of!(cudaExtent, depth) - 16usize];
 };
+/** CUDA 3D position
+
+ See also: `make_cudaPos`*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaPos {
+    /// x
     pub x: usize,
+    /// y
     pub y: usize,
+    /// z
     pub z: usize,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -568,16 +1062,25 @@ const _: () = {
     ["Offset of field: cudaPos::y"][::core::mem::offset_of!(cudaPos, y) - 8usize];
     ["Offset of field: cudaPos::z"][::core::mem::offset_of!(cudaPos, z) - 16usize];
 };
+/// CUDA 3D memory copying parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpy3DParms {
+    /// Source memory address
     pub srcArray: cudaArray_t,
+    /// Source position offset
     pub srcPos: cudaPos,
+    /// Pitched source memory address
     pub srcPtr: cudaPitchedPtr,
+    /// Destination memory address
     pub dstArray: cudaArray_t,
+    /// Destination position offset
     pub dstPos: cudaPos,
+    /// Pitched destination memory address
     pub dstPtr: cudaPitchedPtr,
+    /// Requested memory copy size
     pub extent: cudaExtent,
+    /// Type of transfer
     pub kind: cudaMemcpyKind,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -622,11 +1125,15 @@ impl Default for cudaMemcpy3DParms {
         }
     }
 }
+/// Memcpy node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpyNodeParams {
+    /// Must be zero
     pub flags: ::core::ffi::c_int,
+    /// Must be zero
     pub reserved: [::core::ffi::c_int; 3usize],
+    /// Parameters for the memory copy
     pub copyParams: cudaMemcpy3DParms,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -656,17 +1163,27 @@ impl Default for cudaMemcpyNodeParams {
         }
     }
 }
+/// CUDA 3D cross-device memory copying parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpy3DPeerParms {
+    /// Source memory address
     pub srcArray: cudaArray_t,
+    /// Source position offset
     pub srcPos: cudaPos,
+    /// Pitched source memory address
     pub srcPtr: cudaPitchedPtr,
+    /// Source device
     pub srcDevice: ::core::ffi::c_int,
+    /// Destination memory address
     pub dstArray: cudaArray_t,
+    /// Destination position offset
     pub dstPos: cudaPos,
+    /// Pitched destination memory address
     pub dstPtr: cudaPitchedPtr,
+    /// Destination device
     pub dstDevice: ::core::ffi::c_int,
+    /// Requested memory copy size
     pub extent: cudaExtent,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -714,14 +1231,21 @@ impl Default for cudaMemcpy3DPeerParms {
         }
     }
 }
+/// CUDA Memset node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemsetParams {
+    /// Destination device pointer
     pub dst: *mut ::core::ffi::c_void,
+    /// Pitch of destination device pointer. Unused if height is 1
     pub pitch: usize,
+    /// Value to be set
     pub value: ::core::ffi::c_uint,
+    /// Size of each element in bytes. Must be 1, 2, or 4.
     pub elementSize: ::core::ffi::c_uint,
+    /// Width of the row in elements
     pub width: usize,
+    /// Number of rows
     pub height: usize,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -758,14 +1282,21 @@ impl Default for cudaMemsetParams {
         }
     }
 }
+/// CUDA Memset node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemsetParamsV2 {
+    /// Destination device pointer
     pub dst: *mut ::core::ffi::c_void,
+    /// Pitch of destination device pointer. Unused if height is 1
     pub pitch: usize,
+    /// Value to be set
     pub value: ::core::ffi::c_uint,
+    /// Size of each element in bytes. Must be 1, 2, or 4.
     pub elementSize: ::core::ffi::c_uint,
+    /// Width of the row in elements
     pub width: usize,
+    /// Number of rows
     pub height: usize,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -805,20 +1336,38 @@ impl Default for cudaMemsetParamsV2 {
     }
 }
 impl cudaAccessProperty {
+    /// Normal cache persistence.
     pub const cudaAccessPropertyNormal: cudaAccessProperty = cudaAccessProperty(0);
+    /// Streaming access is less likely to persit from cache.
     pub const cudaAccessPropertyStreaming: cudaAccessProperty = cudaAccessProperty(1);
+    /// Persisting access is more likely to persist in cache.
     pub const cudaAccessPropertyPersisting: cudaAccessProperty = cudaAccessProperty(2);
 }
 #[repr(transparent)]
+/// Specifies performance hint with `cudaAccessPolicyWindow` for hitProp and missProp members.
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaAccessProperty(pub ::core::ffi::c_uint);
+/** Specifies an access policy for a window, a contiguous extent of memory
+ beginning at base_ptr and ending at base_ptr + num_bytes.
+ Partition into many segments and assign segments such that.
+ sum of "hit segments" / window == approx. ratio.
+ sum of "miss segments" / window == approx 1-ratio.
+ Segments and ratio specifications are fitted to the capabilities of
+ the architecture.
+ Accesses in a hit segment apply the hitProp access policy.
+ Accesses in a miss segment apply the missProp access policy.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, PartialEq)]
 pub struct cudaAccessPolicyWindow {
+    /// Starting address of the access policy window. CUDA driver may align it.
     pub base_ptr: *mut ::core::ffi::c_void,
+    /// Size in bytes of the window policy. CUDA driver may restrict the maximum size and alignment.
     pub num_bytes: usize,
+    /// hitRatio specifies percentage of lines assigned hitProp, rest are assigned missProp.
     pub hitRatio: f32,
+    /// `CUaccessProperty` set for hit.
     pub hitProp: cudaAccessProperty,
+    /// `CUaccessProperty` set for miss. Must be either NORMAL or STREAMING.
     pub missProp: cudaAccessProperty,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -854,13 +1403,20 @@ impl Default for cudaAccessPolicyWindow {
         }
     }
 }
+/** CUDA host function
+
+ Parameters:
+ - `userData`: Argument value passed to the function*/
 pub type cudaHostFn_t = ::core::option::Option<
     unsafe extern "C" fn(userData: *mut ::core::ffi::c_void),
 >;
+/// CUDA host node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaHostNodeParams {
+    /// The function to call when the node executes
     pub fn_: cudaHostFn_t,
+    /// Argument to pass to the function
     pub userData: *mut ::core::ffi::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -887,10 +1443,13 @@ impl Default for cudaHostNodeParams {
         }
     }
 }
+/// CUDA host node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaHostNodeParamsV2 {
+    /// The function to call when the node executes
     pub fn_: cudaHostFn_t,
+    /// Argument to pass to the function
     pub userData: *mut ::core::ffi::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -918,17 +1477,22 @@ impl Default for cudaHostNodeParamsV2 {
     }
 }
 impl cudaStreamCaptureStatus {
+    /// Stream is not capturing
     pub const cudaStreamCaptureStatusNone: cudaStreamCaptureStatus = cudaStreamCaptureStatus(
         0,
     );
+    /// Stream is actively capturing
     pub const cudaStreamCaptureStatusActive: cudaStreamCaptureStatus = cudaStreamCaptureStatus(
         1,
     );
+    /** Stream is part of a capture sequence that
+ has been invalidated, but not terminated*/
     pub const cudaStreamCaptureStatusInvalidated: cudaStreamCaptureStatus = cudaStreamCaptureStatus(
         2,
     );
 }
 #[repr(transparent)]
+/// Possible stream capture statuses returned by `cudaStreamIsCapturing`
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaStreamCaptureStatus(pub ::core::ffi::c_uint);
 impl cudaStreamCaptureMode {
@@ -943,6 +1507,8 @@ impl cudaStreamCaptureMode {
     );
 }
 #[repr(transparent)]
+/** Possible modes for stream capture thread interactions. For more details see
+ `cudaStreamBeginCapture` and `cudaThreadExchangeStreamCaptureMode`*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaStreamCaptureMode(pub ::core::ffi::c_uint);
 impl cudaSynchronizationPolicy {
@@ -963,226 +1529,298 @@ impl cudaSynchronizationPolicy {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaSynchronizationPolicy(pub ::core::ffi::c_uint);
 impl cudaClusterSchedulingPolicy {
+    /// the default policy
     pub const cudaClusterSchedulingPolicyDefault: cudaClusterSchedulingPolicy = cudaClusterSchedulingPolicy(
         0,
     );
+    /// spread the blocks within a cluster to the SMs
     pub const cudaClusterSchedulingPolicySpread: cudaClusterSchedulingPolicy = cudaClusterSchedulingPolicy(
         1,
     );
+    /// allow the hardware to load-balance the blocks in a cluster to the SMs
     pub const cudaClusterSchedulingPolicyLoadBalancing: cudaClusterSchedulingPolicy = cudaClusterSchedulingPolicy(
         2,
     );
 }
 #[repr(transparent)]
+/// Cluster scheduling policies. These may be passed to `cudaFuncSetAttribute`
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaClusterSchedulingPolicy(pub ::core::ffi::c_uint);
 impl cudaStreamUpdateCaptureDependenciesFlags {
+    /// Add new nodes to the dependency set
     pub const cudaStreamAddCaptureDependencies: cudaStreamUpdateCaptureDependenciesFlags = cudaStreamUpdateCaptureDependenciesFlags(
         0,
     );
+    /// Replace the dependency set with the new nodes
     pub const cudaStreamSetCaptureDependencies: cudaStreamUpdateCaptureDependenciesFlags = cudaStreamUpdateCaptureDependenciesFlags(
         1,
     );
 }
 #[repr(transparent)]
+/// Flags for `cudaStreamUpdateCaptureDependencies`
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaStreamUpdateCaptureDependenciesFlags(pub ::core::ffi::c_uint);
 impl cudaUserObjectFlags {
+    /// Indicates the destructor execution is not synchronized by any CUDA handle.
     pub const cudaUserObjectNoDestructorSync: cudaUserObjectFlags = cudaUserObjectFlags(
         1,
     );
 }
 #[repr(transparent)]
+/// Flags for user objects for graphs
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaUserObjectFlags(pub ::core::ffi::c_uint);
 impl cudaUserObjectRetainFlags {
+    /// Transfer references from the caller rather than creating new references.
     pub const cudaGraphUserObjectMove: cudaUserObjectRetainFlags = cudaUserObjectRetainFlags(
         1,
     );
 }
 #[repr(transparent)]
+/// Flags for retaining user object references for graphs
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaUserObjectRetainFlags(pub ::core::ffi::c_uint);
+/// CUDA graphics interop resource
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct cudaGraphicsResource {
     _unused: [u8; 0],
 }
 impl cudaGraphicsRegisterFlags {
+    /// Default
     pub const cudaGraphicsRegisterFlagsNone: cudaGraphicsRegisterFlags = cudaGraphicsRegisterFlags(
         0,
     );
+    /// CUDA will not write to this resource
     pub const cudaGraphicsRegisterFlagsReadOnly: cudaGraphicsRegisterFlags = cudaGraphicsRegisterFlags(
         1,
     );
+    /// CUDA will only write to and will not read from this resource
     pub const cudaGraphicsRegisterFlagsWriteDiscard: cudaGraphicsRegisterFlags = cudaGraphicsRegisterFlags(
         2,
     );
+    /// CUDA will bind this resource to a surface reference
     pub const cudaGraphicsRegisterFlagsSurfaceLoadStore: cudaGraphicsRegisterFlags = cudaGraphicsRegisterFlags(
         4,
     );
+    /// CUDA will perform texture gather operations on this resource
     pub const cudaGraphicsRegisterFlagsTextureGather: cudaGraphicsRegisterFlags = cudaGraphicsRegisterFlags(
         8,
     );
 }
 #[repr(transparent)]
+/// CUDA graphics interop register flags
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphicsRegisterFlags(pub ::core::ffi::c_uint);
 impl cudaGraphicsMapFlags {
+    /// Default; Assume resource can be read/written
     pub const cudaGraphicsMapFlagsNone: cudaGraphicsMapFlags = cudaGraphicsMapFlags(0);
+    /// CUDA will not write to this resource
     pub const cudaGraphicsMapFlagsReadOnly: cudaGraphicsMapFlags = cudaGraphicsMapFlags(
         1,
     );
+    /// CUDA will only write to and will not read from this resource
     pub const cudaGraphicsMapFlagsWriteDiscard: cudaGraphicsMapFlags = cudaGraphicsMapFlags(
         2,
     );
 }
 #[repr(transparent)]
+/// CUDA graphics interop map flags
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphicsMapFlags(pub ::core::ffi::c_uint);
 impl cudaGraphicsCubeFace {
+    /// Positive X face of cubemap
     pub const cudaGraphicsCubeFacePositiveX: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
         0,
     );
+    /// Negative X face of cubemap
     pub const cudaGraphicsCubeFaceNegativeX: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
         1,
     );
+    /// Positive Y face of cubemap
     pub const cudaGraphicsCubeFacePositiveY: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
         2,
     );
+    /// Negative Y face of cubemap
     pub const cudaGraphicsCubeFaceNegativeY: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
         3,
     );
+    /// Positive Z face of cubemap
     pub const cudaGraphicsCubeFacePositiveZ: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
         4,
     );
+    /// Negative Z face of cubemap
     pub const cudaGraphicsCubeFaceNegativeZ: cudaGraphicsCubeFace = cudaGraphicsCubeFace(
         5,
     );
 }
 #[repr(transparent)]
+/// CUDA graphics interop array indices for cube maps
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphicsCubeFace(pub ::core::ffi::c_uint);
 impl cudaResourceType {
+    /// Array resource
     pub const cudaResourceTypeArray: cudaResourceType = cudaResourceType(0);
+    /// Mipmapped array resource
     pub const cudaResourceTypeMipmappedArray: cudaResourceType = cudaResourceType(1);
+    /// Linear resource
     pub const cudaResourceTypeLinear: cudaResourceType = cudaResourceType(2);
+    /// Pitch 2D resource
     pub const cudaResourceTypePitch2D: cudaResourceType = cudaResourceType(3);
 }
 #[repr(transparent)]
+/// CUDA resource types
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaResourceType(pub ::core::ffi::c_uint);
 impl cudaResourceViewFormat {
+    /// No resource view format (use underlying resource format)
     pub const cudaResViewFormatNone: cudaResourceViewFormat = cudaResourceViewFormat(0);
+    /// 1 channel unsigned 8-bit integers
     pub const cudaResViewFormatUnsignedChar1: cudaResourceViewFormat = cudaResourceViewFormat(
         1,
     );
+    /// 2 channel unsigned 8-bit integers
     pub const cudaResViewFormatUnsignedChar2: cudaResourceViewFormat = cudaResourceViewFormat(
         2,
     );
+    /// 4 channel unsigned 8-bit integers
     pub const cudaResViewFormatUnsignedChar4: cudaResourceViewFormat = cudaResourceViewFormat(
         3,
     );
+    /// 1 channel signed 8-bit integers
     pub const cudaResViewFormatSignedChar1: cudaResourceViewFormat = cudaResourceViewFormat(
         4,
     );
+    /// 2 channel signed 8-bit integers
     pub const cudaResViewFormatSignedChar2: cudaResourceViewFormat = cudaResourceViewFormat(
         5,
     );
+    /// 4 channel signed 8-bit integers
     pub const cudaResViewFormatSignedChar4: cudaResourceViewFormat = cudaResourceViewFormat(
         6,
     );
+    /// 1 channel unsigned 16-bit integers
     pub const cudaResViewFormatUnsignedShort1: cudaResourceViewFormat = cudaResourceViewFormat(
         7,
     );
+    /// 2 channel unsigned 16-bit integers
     pub const cudaResViewFormatUnsignedShort2: cudaResourceViewFormat = cudaResourceViewFormat(
         8,
     );
+    /// 4 channel unsigned 16-bit integers
     pub const cudaResViewFormatUnsignedShort4: cudaResourceViewFormat = cudaResourceViewFormat(
         9,
     );
+    /// 1 channel signed 16-bit integers
     pub const cudaResViewFormatSignedShort1: cudaResourceViewFormat = cudaResourceViewFormat(
         10,
     );
+    /// 2 channel signed 16-bit integers
     pub const cudaResViewFormatSignedShort2: cudaResourceViewFormat = cudaResourceViewFormat(
         11,
     );
+    /// 4 channel signed 16-bit integers
     pub const cudaResViewFormatSignedShort4: cudaResourceViewFormat = cudaResourceViewFormat(
         12,
     );
+    /// 1 channel unsigned 32-bit integers
     pub const cudaResViewFormatUnsignedInt1: cudaResourceViewFormat = cudaResourceViewFormat(
         13,
     );
+    /// 2 channel unsigned 32-bit integers
     pub const cudaResViewFormatUnsignedInt2: cudaResourceViewFormat = cudaResourceViewFormat(
         14,
     );
+    /// 4 channel unsigned 32-bit integers
     pub const cudaResViewFormatUnsignedInt4: cudaResourceViewFormat = cudaResourceViewFormat(
         15,
     );
+    /// 1 channel signed 32-bit integers
     pub const cudaResViewFormatSignedInt1: cudaResourceViewFormat = cudaResourceViewFormat(
         16,
     );
+    /// 2 channel signed 32-bit integers
     pub const cudaResViewFormatSignedInt2: cudaResourceViewFormat = cudaResourceViewFormat(
         17,
     );
+    /// 4 channel signed 32-bit integers
     pub const cudaResViewFormatSignedInt4: cudaResourceViewFormat = cudaResourceViewFormat(
         18,
     );
+    /// 1 channel 16-bit floating point
     pub const cudaResViewFormatHalf1: cudaResourceViewFormat = cudaResourceViewFormat(
         19,
     );
+    /// 2 channel 16-bit floating point
     pub const cudaResViewFormatHalf2: cudaResourceViewFormat = cudaResourceViewFormat(
         20,
     );
+    /// 4 channel 16-bit floating point
     pub const cudaResViewFormatHalf4: cudaResourceViewFormat = cudaResourceViewFormat(
         21,
     );
+    /// 1 channel 32-bit floating point
     pub const cudaResViewFormatFloat1: cudaResourceViewFormat = cudaResourceViewFormat(
         22,
     );
+    /// 2 channel 32-bit floating point
     pub const cudaResViewFormatFloat2: cudaResourceViewFormat = cudaResourceViewFormat(
         23,
     );
+    /// 4 channel 32-bit floating point
     pub const cudaResViewFormatFloat4: cudaResourceViewFormat = cudaResourceViewFormat(
         24,
     );
+    /// Block compressed 1
     pub const cudaResViewFormatUnsignedBlockCompressed1: cudaResourceViewFormat = cudaResourceViewFormat(
         25,
     );
+    /// Block compressed 2
     pub const cudaResViewFormatUnsignedBlockCompressed2: cudaResourceViewFormat = cudaResourceViewFormat(
         26,
     );
+    /// Block compressed 3
     pub const cudaResViewFormatUnsignedBlockCompressed3: cudaResourceViewFormat = cudaResourceViewFormat(
         27,
     );
+    /// Block compressed 4 unsigned
     pub const cudaResViewFormatUnsignedBlockCompressed4: cudaResourceViewFormat = cudaResourceViewFormat(
         28,
     );
+    /// Block compressed 4 signed
     pub const cudaResViewFormatSignedBlockCompressed4: cudaResourceViewFormat = cudaResourceViewFormat(
         29,
     );
+    /// Block compressed 5 unsigned
     pub const cudaResViewFormatUnsignedBlockCompressed5: cudaResourceViewFormat = cudaResourceViewFormat(
         30,
     );
+    /// Block compressed 5 signed
     pub const cudaResViewFormatSignedBlockCompressed5: cudaResourceViewFormat = cudaResourceViewFormat(
         31,
     );
+    /// Block compressed 6 unsigned half-float
     pub const cudaResViewFormatUnsignedBlockCompressed6H: cudaResourceViewFormat = cudaResourceViewFormat(
         32,
     );
+    /// Block compressed 6 signed half-float
     pub const cudaResViewFormatSignedBlockCompressed6H: cudaResourceViewFormat = cudaResourceViewFormat(
         33,
     );
+    /// Block compressed 7
     pub const cudaResViewFormatUnsignedBlockCompressed7: cudaResourceViewFormat = cudaResourceViewFormat(
         34,
     );
 }
 #[repr(transparent)]
+/// CUDA texture resource view formats
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaResourceViewFormat(pub ::core::ffi::c_uint);
+/// CUDA resource descriptor
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaResourceDesc {
+    /// Resource type
     pub resType: cudaResourceType,
     pub res: cudaResourceDesc__bindgen_ty_1,
 }
@@ -1197,6 +1835,7 @@ pub union cudaResourceDesc__bindgen_ty_1 {
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
+    /// CUDA array
     pub array: cudaArray_t,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -1224,6 +1863,7 @@ impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
+    /// CUDA mipmapped array
     pub mipmap: cudaMipmappedArray_t,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -1251,8 +1891,11 @@ impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
+    /// Device pointer
     pub devPtr: *mut ::core::ffi::c_void,
+    /// Channel descriptor
     pub desc: cudaChannelFormatDesc,
+    /// Size in bytes
     pub sizeInBytes: usize,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -1288,10 +1931,15 @@ impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
+    /// Device pointer
     pub devPtr: *mut ::core::ffi::c_void,
+    /// Channel descriptor
     pub desc: cudaChannelFormatDesc,
+    /// Width of the array in elements
     pub width: usize,
+    /// Height of the array in elements
     pub height: usize,
+    /// Pitch between two rows in bytes
     pub pitchInBytes: usize,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -1384,16 +2032,25 @@ impl Default for cudaResourceDesc {
         }
     }
 }
+/// CUDA resource view descriptor
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaResourceViewDesc {
+    /// Resource view format
     pub format: cudaResourceViewFormat,
+    /// Width of the resource view
     pub width: usize,
+    /// Height of the resource view
     pub height: usize,
+    /// Depth of the resource view
     pub depth: usize,
+    /// First defined mipmap level
     pub firstMipmapLevel: ::core::ffi::c_uint,
+    /// Last defined mipmap level
     pub lastMipmapLevel: ::core::ffi::c_uint,
+    /// First layer index
     pub firstLayer: ::core::ffi::c_uint,
+    /// Last layer index
     pub lastLayer: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -1438,12 +2095,29 @@ impl Default for cudaResourceViewDesc {
         }
     }
 }
+/// CUDA pointer attributes
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaPointerAttributes {
+    /** The type of memory - `cudaMemoryTypeUnregistered`, `cudaMemoryTypeHost`,
+ `cudaMemoryTypeDevice` or `cudaMemoryTypeManaged`.*/
     pub type_: cudaMemoryType,
+    /** The device against which the memory was allocated or registered.
+ If the memory type is `cudaMemoryTypeDevice` then this identifies
+ the device on which the memory referred physically resides.  If
+ the memory type is `cudaMemoryTypeHost` or::cudaMemoryTypeManaged then
+ this identifies the device which was current when the memory was allocated
+ or registered (and if that device is deinitialized then this allocation
+ will vanish with that device's state).*/
     pub device: ::core::ffi::c_int,
+    /** The address which may be dereferenced on the current device to access
+ the memory or NULL if no such address exists.*/
     pub devicePointer: *mut ::core::ffi::c_void,
+    /** The address which may be dereferenced on the host to access the
+ memory or NULL if no such address exists.
+
+ Note: CUDA doesn't check if unregistered memory is allocated so this field
+ may contain invalid pointer if an invalid pointer has been passed to CUDA.*/
     pub hostPointer: *mut ::core::ffi::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -1476,25 +2150,82 @@ impl Default for cudaPointerAttributes {
         }
     }
 }
+/// CUDA function attributes
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaFuncAttributes {
+    /** The size in bytes of statically-allocated shared memory per block
+ required by this function. This does not include dynamically-allocated
+ shared memory requested by the user at runtime.*/
     pub sharedSizeBytes: usize,
+    /** The size in bytes of user-allocated constant memory required by this
+ function.*/
     pub constSizeBytes: usize,
+    /// The size in bytes of local memory used by each thread of this function.
     pub localSizeBytes: usize,
+    /** The maximum number of threads per block, beyond which a launch of the
+ function would fail. This number depends on both the function and the
+ device on which the function is currently loaded.*/
     pub maxThreadsPerBlock: ::core::ffi::c_int,
+    /// The number of registers used by each thread of this function.
     pub numRegs: ::core::ffi::c_int,
+    /** The PTX virtual architecture version for which the function was
+ compiled. This value is the major PTX version \* 10 + the minor PTX
+ version, so a PTX version 1.3 function would return the value 13.*/
     pub ptxVersion: ::core::ffi::c_int,
+    /** The binary architecture version for which the function was compiled.
+ This value is the major binary version \* 10 + the minor binary version,
+ so a binary version 1.3 function would return the value 13.*/
     pub binaryVersion: ::core::ffi::c_int,
+    /** The attribute to indicate whether the function has been compiled with
+ user specified option "-Xptxas --dlcm=ca" set.*/
     pub cacheModeCA: ::core::ffi::c_int,
+    /** The maximum size in bytes of dynamic shared memory per block for
+ this function. Any launch must have a dynamic shared memory size
+ smaller than this value.*/
     pub maxDynamicSharedSizeBytes: ::core::ffi::c_int,
+    /** On devices where the L1 cache and shared memory use the same hardware resources,
+ this sets the shared memory carveout preference, in percent of the maximum shared memory.
+ Refer to `cudaDevAttrMaxSharedMemoryPerMultiprocessor`.
+ This is only a hint, and the driver can choose a different ratio if required to execute the function.
+ See `cudaFuncSetAttribute`*/
     pub preferredShmemCarveout: ::core::ffi::c_int,
+    /** If this attribute is set, the kernel must launch with a valid cluster dimension
+ specified.*/
     pub clusterDimMustBeSet: ::core::ffi::c_int,
+    /** The required cluster width/height/depth in blocks. The values must either
+ all be 0 or all be positive. The validity of the cluster dimensions is
+ otherwise checked at launch time.
+
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime should return cudaErrorNotPermitted.
+ See `cudaFuncSetAttribute`*/
     pub requiredClusterWidth: ::core::ffi::c_int,
     pub requiredClusterHeight: ::core::ffi::c_int,
     pub requiredClusterDepth: ::core::ffi::c_int,
+    /** The block scheduling policy of a function.
+ See `cudaFuncSetAttribute`*/
     pub clusterSchedulingPolicyPreference: ::core::ffi::c_int,
+    /** Whether the function can be launched with non-portable cluster size. 1 is
+ allowed, 0 is disallowed. A non-portable cluster size may only function
+ on the specific SKUs the program is tested on. The launch might fail if
+ the program is run on a different hardware platform.
+
+ CUDA API provides `cudaOccupancyMaxActiveClusters` to assist with checking
+ whether the desired size can be launched on the current device.
+
+ Portable Cluster Size
+
+ A portable cluster size is guaranteed to be functional on all compute
+ capabilities higher than the target compute capability. The portable
+ cluster size for sm_90 is 8 blocks per cluster. This value may increase
+ for future compute capabilities.
+
+ The specific hardware unit may support higher cluster sizes that’s not
+ guaranteed to be portable.
+ See `cudaFuncSetAttribute`*/
     pub nonPortableClusterSizeAllowed: ::core::ffi::c_int,
+    /// Reserved for future use.
     pub reserved: [::core::ffi::c_int; 16usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -1560,42 +2291,56 @@ const _: () = {
     ][::core::mem::offset_of!(cudaFuncAttributes, reserved) - 76usize];
 };
 impl cudaFuncAttribute {
+    /// Maximum dynamic shared memory size
     pub const cudaFuncAttributeMaxDynamicSharedMemorySize: cudaFuncAttribute = cudaFuncAttribute(
         8,
     );
+    /// Preferred shared memory-L1 cache split
     pub const cudaFuncAttributePreferredSharedMemoryCarveout: cudaFuncAttribute = cudaFuncAttribute(
         9,
     );
+    /// Indicator to enforce valid cluster dimension specification on kernel launch
     pub const cudaFuncAttributeClusterDimMustBeSet: cudaFuncAttribute = cudaFuncAttribute(
         10,
     );
+    /// Required cluster width
     pub const cudaFuncAttributeRequiredClusterWidth: cudaFuncAttribute = cudaFuncAttribute(
         11,
     );
+    /// Required cluster height
     pub const cudaFuncAttributeRequiredClusterHeight: cudaFuncAttribute = cudaFuncAttribute(
         12,
     );
+    /// Required cluster depth
     pub const cudaFuncAttributeRequiredClusterDepth: cudaFuncAttribute = cudaFuncAttribute(
         13,
     );
+    /// Whether non-portable cluster scheduling policy is supported
     pub const cudaFuncAttributeNonPortableClusterSizeAllowed: cudaFuncAttribute = cudaFuncAttribute(
         14,
     );
+    /// Required cluster scheduling policy preference
     pub const cudaFuncAttributeClusterSchedulingPolicyPreference: cudaFuncAttribute = cudaFuncAttribute(
         15,
     );
     pub const cudaFuncAttributeMax: cudaFuncAttribute = cudaFuncAttribute(16);
 }
 #[repr(transparent)]
+/// CUDA function attributes that can be set using `cudaFuncSetAttribute`
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaFuncAttribute(pub ::core::ffi::c_uint);
 impl cudaFuncCache {
+    /// Default function cache configuration, no preference
     pub const cudaFuncCachePreferNone: cudaFuncCache = cudaFuncCache(0);
+    /// Prefer larger shared memory and smaller L1 cache
     pub const cudaFuncCachePreferShared: cudaFuncCache = cudaFuncCache(1);
+    /// Prefer larger L1 cache and smaller shared memory
     pub const cudaFuncCachePreferL1: cudaFuncCache = cudaFuncCache(2);
+    /// Prefer equal size L1 cache and shared memory
     pub const cudaFuncCachePreferEqual: cudaFuncCache = cudaFuncCache(3);
 }
 #[repr(transparent)]
+/// CUDA function cache configurations
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaFuncCache(pub ::core::ffi::c_uint);
 impl cudaSharedMemConfig {
@@ -1608,349 +2353,563 @@ impl cudaSharedMemConfig {
     );
 }
 #[repr(transparent)]
+/** CUDA shared memory configuration
+
+ Deprecated:*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaSharedMemConfig(pub ::core::ffi::c_uint);
 impl cudaSharedCarveout {
+    /// No preference for shared memory or L1 (default)
     pub const cudaSharedmemCarveoutDefault: cudaSharedCarveout = cudaSharedCarveout(-1);
+    /// Prefer maximum available shared memory, minimum L1 cache
     pub const cudaSharedmemCarveoutMaxShared: cudaSharedCarveout = cudaSharedCarveout(
         100,
     );
+    /// Prefer maximum available L1 cache, minimum shared memory
     pub const cudaSharedmemCarveoutMaxL1: cudaSharedCarveout = cudaSharedCarveout(0);
 }
 #[repr(transparent)]
+/// Shared memory carveout configurations. These may be passed to cudaFuncSetAttribute
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaSharedCarveout(pub ::core::ffi::c_int);
 impl cudaComputeMode {
+    /// Default compute mode (Multiple threads can use `cudaSetDevice()` with this device)
     pub const cudaComputeModeDefault: cudaComputeMode = cudaComputeMode(0);
+    /// Compute-exclusive-thread mode (Only one thread in one process will be able to use `cudaSetDevice()` with this device)
     pub const cudaComputeModeExclusive: cudaComputeMode = cudaComputeMode(1);
+    /// Compute-prohibited mode (No threads can use `cudaSetDevice()` with this device)
     pub const cudaComputeModeProhibited: cudaComputeMode = cudaComputeMode(2);
+    /// Compute-exclusive-process mode (Many threads in one process will be able to use `cudaSetDevice()` with this device)
     pub const cudaComputeModeExclusiveProcess: cudaComputeMode = cudaComputeMode(3);
 }
 #[repr(transparent)]
+/// CUDA device compute modes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaComputeMode(pub ::core::ffi::c_uint);
 impl cudaLimit {
+    /// GPU thread stack size
     pub const cudaLimitStackSize: cudaLimit = cudaLimit(0);
+    /// GPU printf FIFO size
     pub const cudaLimitPrintfFifoSize: cudaLimit = cudaLimit(1);
+    /// GPU malloc heap size
     pub const cudaLimitMallocHeapSize: cudaLimit = cudaLimit(2);
+    /// GPU device runtime synchronize depth
     pub const cudaLimitDevRuntimeSyncDepth: cudaLimit = cudaLimit(3);
+    /// GPU device runtime pending launch count
     pub const cudaLimitDevRuntimePendingLaunchCount: cudaLimit = cudaLimit(4);
+    /// A value between 0 and 128 that indicates the maximum fetch granularity of L2 (in Bytes). This is a hint
     pub const cudaLimitMaxL2FetchGranularity: cudaLimit = cudaLimit(5);
+    /// A size in bytes for L2 persisting lines cache size
     pub const cudaLimitPersistingL2CacheSize: cudaLimit = cudaLimit(6);
 }
 #[repr(transparent)]
+/// CUDA Limits
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLimit(pub ::core::ffi::c_uint);
 impl cudaMemoryAdvise {
+    /// Data will mostly be read and only occassionally be written to
     pub const cudaMemAdviseSetReadMostly: cudaMemoryAdvise = cudaMemoryAdvise(1);
+    /// Undo the effect of `cudaMemAdviseSetReadMostly`
     pub const cudaMemAdviseUnsetReadMostly: cudaMemoryAdvise = cudaMemoryAdvise(2);
+    /// Set the preferred location for the data as the specified device
     pub const cudaMemAdviseSetPreferredLocation: cudaMemoryAdvise = cudaMemoryAdvise(3);
+    /// Clear the preferred location for the data
     pub const cudaMemAdviseUnsetPreferredLocation: cudaMemoryAdvise = cudaMemoryAdvise(
         4,
     );
+    /// Data will be accessed by the specified device, so prevent page faults as much as possible
     pub const cudaMemAdviseSetAccessedBy: cudaMemoryAdvise = cudaMemoryAdvise(5);
+    /// Let the Unified Memory subsystem decide on the page faulting policy for the specified device
     pub const cudaMemAdviseUnsetAccessedBy: cudaMemoryAdvise = cudaMemoryAdvise(6);
 }
 #[repr(transparent)]
+/// CUDA Memory Advise values
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemoryAdvise(pub ::core::ffi::c_uint);
 impl cudaMemRangeAttribute {
+    /// Whether the range will mostly be read and only occassionally be written to
     pub const cudaMemRangeAttributeReadMostly: cudaMemRangeAttribute = cudaMemRangeAttribute(
         1,
     );
+    /// The preferred location of the range
     pub const cudaMemRangeAttributePreferredLocation: cudaMemRangeAttribute = cudaMemRangeAttribute(
         2,
     );
+    /// Memory range has `cudaMemAdviseSetAccessedBy` set for specified device
     pub const cudaMemRangeAttributeAccessedBy: cudaMemRangeAttribute = cudaMemRangeAttribute(
         3,
     );
+    /// The last location to which the range was prefetched
     pub const cudaMemRangeAttributeLastPrefetchLocation: cudaMemRangeAttribute = cudaMemRangeAttribute(
         4,
     );
+    /// The preferred location type of the range
     pub const cudaMemRangeAttributePreferredLocationType: cudaMemRangeAttribute = cudaMemRangeAttribute(
         5,
     );
+    /// The preferred location id of the range
     pub const cudaMemRangeAttributePreferredLocationId: cudaMemRangeAttribute = cudaMemRangeAttribute(
         6,
     );
+    /// The last location type to which the range was prefetched
     pub const cudaMemRangeAttributeLastPrefetchLocationType: cudaMemRangeAttribute = cudaMemRangeAttribute(
         7,
     );
+    /// The last location id to which the range was prefetched
     pub const cudaMemRangeAttributeLastPrefetchLocationId: cudaMemRangeAttribute = cudaMemRangeAttribute(
         8,
     );
 }
 #[repr(transparent)]
+/// CUDA range attributes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemRangeAttribute(pub ::core::ffi::c_uint);
 impl cudaFlushGPUDirectRDMAWritesOptions {
+    /// `cudaDeviceFlushGPUDirectRDMAWrites()` and its CUDA Driver API counterpart are supported on the device.
     pub const cudaFlushGPUDirectRDMAWritesOptionHost: cudaFlushGPUDirectRDMAWritesOptions = cudaFlushGPUDirectRDMAWritesOptions(
         1,
     );
+    /// The `CU_STREAM_WAIT_VALUE_FLUSH` flag and the `CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES` MemOp are supported on the CUDA device.
     pub const cudaFlushGPUDirectRDMAWritesOptionMemOps: cudaFlushGPUDirectRDMAWritesOptions = cudaFlushGPUDirectRDMAWritesOptions(
         2,
     );
 }
 #[repr(transparent)]
+/// CUDA GPUDirect RDMA flush writes APIs supported on the device
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaFlushGPUDirectRDMAWritesOptions(pub ::core::ffi::c_uint);
 impl cudaGPUDirectRDMAWritesOrdering {
+    /// The device does not natively support ordering of GPUDirect RDMA writes. `cudaFlushGPUDirectRDMAWrites()` can be leveraged if supported.
     pub const cudaGPUDirectRDMAWritesOrderingNone: cudaGPUDirectRDMAWritesOrdering = cudaGPUDirectRDMAWritesOrdering(
         0,
     );
+    /// Natively, the device can consistently consume GPUDirect RDMA writes, although other CUDA devices may not.
     pub const cudaGPUDirectRDMAWritesOrderingOwner: cudaGPUDirectRDMAWritesOrdering = cudaGPUDirectRDMAWritesOrdering(
         100,
     );
+    /// Any CUDA device in the system can consistently consume GPUDirect RDMA writes to this device.
     pub const cudaGPUDirectRDMAWritesOrderingAllDevices: cudaGPUDirectRDMAWritesOrdering = cudaGPUDirectRDMAWritesOrdering(
         200,
     );
 }
 #[repr(transparent)]
+/// CUDA GPUDirect RDMA flush writes ordering features of the device
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGPUDirectRDMAWritesOrdering(pub ::core::ffi::c_uint);
 impl cudaFlushGPUDirectRDMAWritesScope {
+    /// Blocks until remote writes are visible to the CUDA device context owning the data.
     pub const cudaFlushGPUDirectRDMAWritesToOwner: cudaFlushGPUDirectRDMAWritesScope = cudaFlushGPUDirectRDMAWritesScope(
         100,
     );
+    /// Blocks until remote writes are visible to all CUDA device contexts.
     pub const cudaFlushGPUDirectRDMAWritesToAllDevices: cudaFlushGPUDirectRDMAWritesScope = cudaFlushGPUDirectRDMAWritesScope(
         200,
     );
 }
 #[repr(transparent)]
+/// CUDA GPUDirect RDMA flush writes scopes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaFlushGPUDirectRDMAWritesScope(pub ::core::ffi::c_uint);
 impl cudaFlushGPUDirectRDMAWritesTarget {
+    /// Sets the target for `cudaDeviceFlushGPUDirectRDMAWrites()` to the currently active CUDA device context.
     pub const cudaFlushGPUDirectRDMAWritesTargetCurrentDevice: cudaFlushGPUDirectRDMAWritesTarget = cudaFlushGPUDirectRDMAWritesTarget(
         0,
     );
 }
 #[repr(transparent)]
+/// CUDA GPUDirect RDMA flush writes targets
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaFlushGPUDirectRDMAWritesTarget(pub ::core::ffi::c_uint);
 impl cudaDeviceAttr {
+    /// Maximum number of threads per block
     pub const cudaDevAttrMaxThreadsPerBlock: cudaDeviceAttr = cudaDeviceAttr(1);
+    /// Maximum block dimension X
     pub const cudaDevAttrMaxBlockDimX: cudaDeviceAttr = cudaDeviceAttr(2);
+    /// Maximum block dimension Y
     pub const cudaDevAttrMaxBlockDimY: cudaDeviceAttr = cudaDeviceAttr(3);
+    /// Maximum block dimension Z
     pub const cudaDevAttrMaxBlockDimZ: cudaDeviceAttr = cudaDeviceAttr(4);
+    /// Maximum grid dimension X
     pub const cudaDevAttrMaxGridDimX: cudaDeviceAttr = cudaDeviceAttr(5);
+    /// Maximum grid dimension Y
     pub const cudaDevAttrMaxGridDimY: cudaDeviceAttr = cudaDeviceAttr(6);
+    /// Maximum grid dimension Z
     pub const cudaDevAttrMaxGridDimZ: cudaDeviceAttr = cudaDeviceAttr(7);
+    /// Maximum shared memory available per block in bytes
     pub const cudaDevAttrMaxSharedMemoryPerBlock: cudaDeviceAttr = cudaDeviceAttr(8);
+    /// Memory available on device for \_\_constant\_\_ variables in a CUDA C kernel in bytes
     pub const cudaDevAttrTotalConstantMemory: cudaDeviceAttr = cudaDeviceAttr(9);
+    /// Warp size in threads
     pub const cudaDevAttrWarpSize: cudaDeviceAttr = cudaDeviceAttr(10);
+    /// Maximum pitch in bytes allowed by memory copies
     pub const cudaDevAttrMaxPitch: cudaDeviceAttr = cudaDeviceAttr(11);
+    /// Maximum number of 32-bit registers available per block
     pub const cudaDevAttrMaxRegistersPerBlock: cudaDeviceAttr = cudaDeviceAttr(12);
+    /// Peak clock frequency in kilohertz
     pub const cudaDevAttrClockRate: cudaDeviceAttr = cudaDeviceAttr(13);
+    /// Alignment requirement for textures
     pub const cudaDevAttrTextureAlignment: cudaDeviceAttr = cudaDeviceAttr(14);
+    /// Device can possibly copy memory and execute a kernel concurrently
     pub const cudaDevAttrGpuOverlap: cudaDeviceAttr = cudaDeviceAttr(15);
+    /// Number of multiprocessors on device
     pub const cudaDevAttrMultiProcessorCount: cudaDeviceAttr = cudaDeviceAttr(16);
+    /// Specifies whether there is a run time limit on kernels
     pub const cudaDevAttrKernelExecTimeout: cudaDeviceAttr = cudaDeviceAttr(17);
+    /// Device is integrated with host memory
     pub const cudaDevAttrIntegrated: cudaDeviceAttr = cudaDeviceAttr(18);
+    /// Device can map host memory into CUDA address space
     pub const cudaDevAttrCanMapHostMemory: cudaDeviceAttr = cudaDeviceAttr(19);
+    /// Compute mode (See `cudaComputeMode` for details)
     pub const cudaDevAttrComputeMode: cudaDeviceAttr = cudaDeviceAttr(20);
+    /// Maximum 1D texture width
     pub const cudaDevAttrMaxTexture1DWidth: cudaDeviceAttr = cudaDeviceAttr(21);
+    /// Maximum 2D texture width
     pub const cudaDevAttrMaxTexture2DWidth: cudaDeviceAttr = cudaDeviceAttr(22);
+    /// Maximum 2D texture height
     pub const cudaDevAttrMaxTexture2DHeight: cudaDeviceAttr = cudaDeviceAttr(23);
+    /// Maximum 3D texture width
     pub const cudaDevAttrMaxTexture3DWidth: cudaDeviceAttr = cudaDeviceAttr(24);
+    /// Maximum 3D texture height
     pub const cudaDevAttrMaxTexture3DHeight: cudaDeviceAttr = cudaDeviceAttr(25);
+    /// Maximum 3D texture depth
     pub const cudaDevAttrMaxTexture3DDepth: cudaDeviceAttr = cudaDeviceAttr(26);
+    /// Maximum 2D layered texture width
     pub const cudaDevAttrMaxTexture2DLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(27);
+    /// Maximum 2D layered texture height
     pub const cudaDevAttrMaxTexture2DLayeredHeight: cudaDeviceAttr = cudaDeviceAttr(28);
+    /// Maximum layers in a 2D layered texture
     pub const cudaDevAttrMaxTexture2DLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(29);
+    /// Alignment requirement for surfaces
     pub const cudaDevAttrSurfaceAlignment: cudaDeviceAttr = cudaDeviceAttr(30);
+    /// Device can possibly execute multiple kernels concurrently
     pub const cudaDevAttrConcurrentKernels: cudaDeviceAttr = cudaDeviceAttr(31);
+    /// Device has ECC support enabled
     pub const cudaDevAttrEccEnabled: cudaDeviceAttr = cudaDeviceAttr(32);
+    /// PCI bus ID of the device
     pub const cudaDevAttrPciBusId: cudaDeviceAttr = cudaDeviceAttr(33);
+    /// PCI device ID of the device
     pub const cudaDevAttrPciDeviceId: cudaDeviceAttr = cudaDeviceAttr(34);
+    /// Device is using TCC driver model
     pub const cudaDevAttrTccDriver: cudaDeviceAttr = cudaDeviceAttr(35);
+    /// Peak memory clock frequency in kilohertz
     pub const cudaDevAttrMemoryClockRate: cudaDeviceAttr = cudaDeviceAttr(36);
+    /// Global memory bus width in bits
     pub const cudaDevAttrGlobalMemoryBusWidth: cudaDeviceAttr = cudaDeviceAttr(37);
+    /// Size of L2 cache in bytes
     pub const cudaDevAttrL2CacheSize: cudaDeviceAttr = cudaDeviceAttr(38);
+    /// Maximum resident threads per multiprocessor
     pub const cudaDevAttrMaxThreadsPerMultiProcessor: cudaDeviceAttr = cudaDeviceAttr(
         39,
     );
+    /// Number of asynchronous engines
     pub const cudaDevAttrAsyncEngineCount: cudaDeviceAttr = cudaDeviceAttr(40);
+    /// Device shares a unified address space with the host
     pub const cudaDevAttrUnifiedAddressing: cudaDeviceAttr = cudaDeviceAttr(41);
+    /// Maximum 1D layered texture width
     pub const cudaDevAttrMaxTexture1DLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(42);
+    /// Maximum layers in a 1D layered texture
     pub const cudaDevAttrMaxTexture1DLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(43);
+    /// Maximum 2D texture width if cudaArrayTextureGather is set
     pub const cudaDevAttrMaxTexture2DGatherWidth: cudaDeviceAttr = cudaDeviceAttr(45);
+    /// Maximum 2D texture height if cudaArrayTextureGather is set
     pub const cudaDevAttrMaxTexture2DGatherHeight: cudaDeviceAttr = cudaDeviceAttr(46);
+    /// Alternate maximum 3D texture width
     pub const cudaDevAttrMaxTexture3DWidthAlt: cudaDeviceAttr = cudaDeviceAttr(47);
+    /// Alternate maximum 3D texture height
     pub const cudaDevAttrMaxTexture3DHeightAlt: cudaDeviceAttr = cudaDeviceAttr(48);
+    /// Alternate maximum 3D texture depth
     pub const cudaDevAttrMaxTexture3DDepthAlt: cudaDeviceAttr = cudaDeviceAttr(49);
+    /// PCI domain ID of the device
     pub const cudaDevAttrPciDomainId: cudaDeviceAttr = cudaDeviceAttr(50);
+    /// Pitch alignment requirement for textures
     pub const cudaDevAttrTexturePitchAlignment: cudaDeviceAttr = cudaDeviceAttr(51);
+    /// Maximum cubemap texture width/height
     pub const cudaDevAttrMaxTextureCubemapWidth: cudaDeviceAttr = cudaDeviceAttr(52);
+    /// Maximum cubemap layered texture width/height
     pub const cudaDevAttrMaxTextureCubemapLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(
         53,
     );
+    /// Maximum layers in a cubemap layered texture
     pub const cudaDevAttrMaxTextureCubemapLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(
         54,
     );
+    /// Maximum 1D surface width
     pub const cudaDevAttrMaxSurface1DWidth: cudaDeviceAttr = cudaDeviceAttr(55);
+    /// Maximum 2D surface width
     pub const cudaDevAttrMaxSurface2DWidth: cudaDeviceAttr = cudaDeviceAttr(56);
+    /// Maximum 2D surface height
     pub const cudaDevAttrMaxSurface2DHeight: cudaDeviceAttr = cudaDeviceAttr(57);
+    /// Maximum 3D surface width
     pub const cudaDevAttrMaxSurface3DWidth: cudaDeviceAttr = cudaDeviceAttr(58);
+    /// Maximum 3D surface height
     pub const cudaDevAttrMaxSurface3DHeight: cudaDeviceAttr = cudaDeviceAttr(59);
+    /// Maximum 3D surface depth
     pub const cudaDevAttrMaxSurface3DDepth: cudaDeviceAttr = cudaDeviceAttr(60);
+    /// Maximum 1D layered surface width
     pub const cudaDevAttrMaxSurface1DLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(61);
+    /// Maximum layers in a 1D layered surface
     pub const cudaDevAttrMaxSurface1DLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(62);
+    /// Maximum 2D layered surface width
     pub const cudaDevAttrMaxSurface2DLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(63);
+    /// Maximum 2D layered surface height
     pub const cudaDevAttrMaxSurface2DLayeredHeight: cudaDeviceAttr = cudaDeviceAttr(64);
+    /// Maximum layers in a 2D layered surface
     pub const cudaDevAttrMaxSurface2DLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(65);
+    /// Maximum cubemap surface width
     pub const cudaDevAttrMaxSurfaceCubemapWidth: cudaDeviceAttr = cudaDeviceAttr(66);
+    /// Maximum cubemap layered surface width
     pub const cudaDevAttrMaxSurfaceCubemapLayeredWidth: cudaDeviceAttr = cudaDeviceAttr(
         67,
     );
+    /// Maximum layers in a cubemap layered surface
     pub const cudaDevAttrMaxSurfaceCubemapLayeredLayers: cudaDeviceAttr = cudaDeviceAttr(
         68,
     );
+    /// Maximum 1D linear texture width
     pub const cudaDevAttrMaxTexture1DLinearWidth: cudaDeviceAttr = cudaDeviceAttr(69);
+    /// Maximum 2D linear texture width
     pub const cudaDevAttrMaxTexture2DLinearWidth: cudaDeviceAttr = cudaDeviceAttr(70);
+    /// Maximum 2D linear texture height
     pub const cudaDevAttrMaxTexture2DLinearHeight: cudaDeviceAttr = cudaDeviceAttr(71);
+    /// Maximum 2D linear texture pitch in bytes
     pub const cudaDevAttrMaxTexture2DLinearPitch: cudaDeviceAttr = cudaDeviceAttr(72);
+    /// Maximum mipmapped 2D texture width
     pub const cudaDevAttrMaxTexture2DMipmappedWidth: cudaDeviceAttr = cudaDeviceAttr(73);
+    /// Maximum mipmapped 2D texture height
     pub const cudaDevAttrMaxTexture2DMipmappedHeight: cudaDeviceAttr = cudaDeviceAttr(
         74,
     );
+    /// Major compute capability version number
     pub const cudaDevAttrComputeCapabilityMajor: cudaDeviceAttr = cudaDeviceAttr(75);
+    /// Minor compute capability version number
     pub const cudaDevAttrComputeCapabilityMinor: cudaDeviceAttr = cudaDeviceAttr(76);
+    /// Maximum mipmapped 1D texture width
     pub const cudaDevAttrMaxTexture1DMipmappedWidth: cudaDeviceAttr = cudaDeviceAttr(77);
+    /// Device supports stream priorities
     pub const cudaDevAttrStreamPrioritiesSupported: cudaDeviceAttr = cudaDeviceAttr(78);
+    /// Device supports caching globals in L1
     pub const cudaDevAttrGlobalL1CacheSupported: cudaDeviceAttr = cudaDeviceAttr(79);
+    /// Device supports caching locals in L1
     pub const cudaDevAttrLocalL1CacheSupported: cudaDeviceAttr = cudaDeviceAttr(80);
+    /// Maximum shared memory available per multiprocessor in bytes
     pub const cudaDevAttrMaxSharedMemoryPerMultiprocessor: cudaDeviceAttr = cudaDeviceAttr(
         81,
     );
+    /// Maximum number of 32-bit registers available per multiprocessor
     pub const cudaDevAttrMaxRegistersPerMultiprocessor: cudaDeviceAttr = cudaDeviceAttr(
         82,
     );
+    /// Device can allocate managed memory on this system
     pub const cudaDevAttrManagedMemory: cudaDeviceAttr = cudaDeviceAttr(83);
+    /// Device is on a multi-GPU board
     pub const cudaDevAttrIsMultiGpuBoard: cudaDeviceAttr = cudaDeviceAttr(84);
+    /// Unique identifier for a group of devices on the same multi-GPU board
     pub const cudaDevAttrMultiGpuBoardGroupID: cudaDeviceAttr = cudaDeviceAttr(85);
+    /// Link between the device and the host supports native atomic operations
     pub const cudaDevAttrHostNativeAtomicSupported: cudaDeviceAttr = cudaDeviceAttr(86);
+    /// Ratio of single precision performance (in floating-point operations per second) to double precision performance
     pub const cudaDevAttrSingleToDoublePrecisionPerfRatio: cudaDeviceAttr = cudaDeviceAttr(
         87,
     );
+    /// Device supports coherently accessing pageable memory without calling cudaHostRegister on it
     pub const cudaDevAttrPageableMemoryAccess: cudaDeviceAttr = cudaDeviceAttr(88);
+    /// Device can coherently access managed memory concurrently with the CPU
     pub const cudaDevAttrConcurrentManagedAccess: cudaDeviceAttr = cudaDeviceAttr(89);
+    /// Device supports Compute Preemption
     pub const cudaDevAttrComputePreemptionSupported: cudaDeviceAttr = cudaDeviceAttr(90);
+    /// Device can access host registered memory at the same virtual address as the CPU
     pub const cudaDevAttrCanUseHostPointerForRegisteredMem: cudaDeviceAttr = cudaDeviceAttr(
         91,
     );
     pub const cudaDevAttrReserved92: cudaDeviceAttr = cudaDeviceAttr(92);
     pub const cudaDevAttrReserved93: cudaDeviceAttr = cudaDeviceAttr(93);
     pub const cudaDevAttrReserved94: cudaDeviceAttr = cudaDeviceAttr(94);
+    /// Device supports launching cooperative kernels via `cudaLaunchCooperativeKernel`
     pub const cudaDevAttrCooperativeLaunch: cudaDeviceAttr = cudaDeviceAttr(95);
+    /// Deprecated, cudaLaunchCooperativeKernelMultiDevice is deprecated.
     pub const cudaDevAttrCooperativeMultiDeviceLaunch: cudaDeviceAttr = cudaDeviceAttr(
         96,
     );
+    /// The maximum optin shared memory per block. This value may vary by chip. See `cudaFuncSetAttribute`
     pub const cudaDevAttrMaxSharedMemoryPerBlockOptin: cudaDeviceAttr = cudaDeviceAttr(
         97,
     );
+    /// Device supports flushing of outstanding remote writes.
     pub const cudaDevAttrCanFlushRemoteWrites: cudaDeviceAttr = cudaDeviceAttr(98);
+    /// Device supports host memory registration via `cudaHostRegister`.
     pub const cudaDevAttrHostRegisterSupported: cudaDeviceAttr = cudaDeviceAttr(99);
+    /// Device accesses pageable memory via the host's page tables.
     pub const cudaDevAttrPageableMemoryAccessUsesHostPageTables: cudaDeviceAttr = cudaDeviceAttr(
         100,
     );
+    /// Host can directly access managed memory on the device without migration.
     pub const cudaDevAttrDirectManagedMemAccessFromHost: cudaDeviceAttr = cudaDeviceAttr(
         101,
     );
+    /// Maximum number of blocks per multiprocessor
     pub const cudaDevAttrMaxBlocksPerMultiprocessor: cudaDeviceAttr = cudaDeviceAttr(
         106,
     );
+    /// Maximum L2 persisting lines capacity setting in bytes.
     pub const cudaDevAttrMaxPersistingL2CacheSize: cudaDeviceAttr = cudaDeviceAttr(108);
+    /// Maximum value of cudaAccessPolicyWindow::num_bytes.
     pub const cudaDevAttrMaxAccessPolicyWindowSize: cudaDeviceAttr = cudaDeviceAttr(109);
+    /// Shared memory reserved by CUDA driver per block in bytes
     pub const cudaDevAttrReservedSharedMemoryPerBlock: cudaDeviceAttr = cudaDeviceAttr(
         111,
     );
+    /// Device supports sparse CUDA arrays and sparse CUDA mipmapped arrays
     pub const cudaDevAttrSparseCudaArraySupported: cudaDeviceAttr = cudaDeviceAttr(112);
+    /// Device supports using the `cudaHostRegister` flag cudaHostRegisterReadOnly to register memory that must be mapped as read-only to the GPU
     pub const cudaDevAttrHostRegisterReadOnlySupported: cudaDeviceAttr = cudaDeviceAttr(
         113,
     );
+    /// External timeline semaphore interop is supported on the device
     pub const cudaDevAttrTimelineSemaphoreInteropSupported: cudaDeviceAttr = cudaDeviceAttr(
         114,
     );
+    /// Deprecated, External timeline semaphore interop is supported on the device
     pub const cudaDevAttrMaxTimelineSemaphoreInteropSupported: cudaDeviceAttr = cudaDeviceAttr(
         114,
     );
+    /// Device supports using the `cudaMallocAsync` and `cudaMemPool` family of APIs
     pub const cudaDevAttrMemoryPoolsSupported: cudaDeviceAttr = cudaDeviceAttr(115);
+    /// Device supports GPUDirect RDMA APIs, like nvidia_p2p_get_pages (see <https://docs.nvidia.com/cuda/gpudirect-rdma> for more information)
     pub const cudaDevAttrGPUDirectRDMASupported: cudaDeviceAttr = cudaDeviceAttr(116);
+    /// The returned attribute shall be interpreted as a bitmask, where the individual bits are listed in the `cudaFlushGPUDirectRDMAWritesOptions` enum
     pub const cudaDevAttrGPUDirectRDMAFlushWritesOptions: cudaDeviceAttr = cudaDeviceAttr(
         117,
     );
+    /// GPUDirect RDMA writes to the device do not need to be flushed for consumers within the scope indicated by the returned attribute. See `cudaGPUDirectRDMAWritesOrdering` for the numerical values returned here.
     pub const cudaDevAttrGPUDirectRDMAWritesOrdering: cudaDeviceAttr = cudaDeviceAttr(
         118,
     );
+    /// Handle types supported with mempool based IPC
     pub const cudaDevAttrMemoryPoolSupportedHandleTypes: cudaDeviceAttr = cudaDeviceAttr(
         119,
     );
+    /// Indicates device supports cluster launch
     pub const cudaDevAttrClusterLaunch: cudaDeviceAttr = cudaDeviceAttr(120);
+    /// Device supports deferred mapping CUDA arrays and CUDA mipmapped arrays
     pub const cudaDevAttrDeferredMappingCudaArraySupported: cudaDeviceAttr = cudaDeviceAttr(
         121,
     );
     pub const cudaDevAttrReserved122: cudaDeviceAttr = cudaDeviceAttr(122);
     pub const cudaDevAttrReserved123: cudaDeviceAttr = cudaDeviceAttr(123);
     pub const cudaDevAttrReserved124: cudaDeviceAttr = cudaDeviceAttr(124);
+    /// Device supports IPC Events.
     pub const cudaDevAttrIpcEventSupport: cudaDeviceAttr = cudaDeviceAttr(125);
+    /// Number of memory synchronization domains the device supports.
     pub const cudaDevAttrMemSyncDomainCount: cudaDeviceAttr = cudaDeviceAttr(126);
     pub const cudaDevAttrReserved127: cudaDeviceAttr = cudaDeviceAttr(127);
     pub const cudaDevAttrReserved128: cudaDeviceAttr = cudaDeviceAttr(128);
     pub const cudaDevAttrReserved129: cudaDeviceAttr = cudaDeviceAttr(129);
+    /// NUMA configuration of a device: value is of type `cudaDeviceNumaConfig` enum
     pub const cudaDevAttrNumaConfig: cudaDeviceAttr = cudaDeviceAttr(130);
+    /// NUMA node ID of the GPU memory
     pub const cudaDevAttrNumaId: cudaDeviceAttr = cudaDeviceAttr(131);
     pub const cudaDevAttrReserved132: cudaDeviceAttr = cudaDeviceAttr(132);
+    /// Contexts created on this device will be shared via MPS
     pub const cudaDevAttrMpsEnabled: cudaDeviceAttr = cudaDeviceAttr(133);
+    /// NUMA ID of the host node closest to the device or -1 when system does not support NUMA
     pub const cudaDevAttrHostNumaId: cudaDeviceAttr = cudaDeviceAttr(134);
+    /// Device supports CIG with D3D12.
     pub const cudaDevAttrD3D12CigSupported: cudaDeviceAttr = cudaDeviceAttr(135);
+    /// Device supports CIG with Vulkan.
     pub const cudaDevAttrVulkanCigSupported: cudaDeviceAttr = cudaDeviceAttr(138);
+    /// The combined 16-bit PCI device ID and 16-bit PCI vendor ID.
     pub const cudaDevAttrGpuPciDeviceId: cudaDeviceAttr = cudaDeviceAttr(139);
+    /// The combined 16-bit PCI subsystem ID and 16-bit PCI subsystem vendor ID.
     pub const cudaDevAttrGpuPciSubsystemId: cudaDeviceAttr = cudaDeviceAttr(140);
     pub const cudaDevAttrReserved141: cudaDeviceAttr = cudaDeviceAttr(141);
+    /// Device supports HOST_NUMA location with the `cudaMallocAsync` and `cudaMemPool` family of APIs
     pub const cudaDevAttrHostNumaMemoryPoolsSupported: cudaDeviceAttr = cudaDeviceAttr(
         142,
     );
+    /// Device supports HostNuma location IPC between nodes in a multi-node system.
     pub const cudaDevAttrHostNumaMultinodeIpcSupported: cudaDeviceAttr = cudaDeviceAttr(
         143,
     );
     pub const cudaDevAttrMax: cudaDeviceAttr = cudaDeviceAttr(144);
 }
 #[repr(transparent)]
+/// CUDA device attributes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaDeviceAttr(pub ::core::ffi::c_uint);
 impl cudaMemPoolAttr {
+    /** (value type = int)
+ Allow cuMemAllocAsync to use memory asynchronously freed
+ in another streams as long as a stream ordering dependency
+ of the allocating stream on the free action exists.
+ Cuda events and null stream interactions can create the required
+ stream ordered dependencies. (default enabled)*/
     pub const cudaMemPoolReuseFollowEventDependencies: cudaMemPoolAttr = cudaMemPoolAttr(
         1,
     );
+    /** (value type = int)
+ Allow reuse of already completed frees when there is no dependency
+ between the free and allocation. (default enabled)*/
     pub const cudaMemPoolReuseAllowOpportunistic: cudaMemPoolAttr = cudaMemPoolAttr(2);
+    /** (value type = int)
+ Allow cuMemAllocAsync to insert new stream dependencies
+ in order to establish the stream ordering required to reuse
+ a piece of memory released by cuFreeAsync (default enabled).*/
     pub const cudaMemPoolReuseAllowInternalDependencies: cudaMemPoolAttr = cudaMemPoolAttr(
         3,
     );
+    /** (value type = cuuint64_t)
+ Amount of reserved memory in bytes to hold onto before trying
+ to release memory back to the OS. When more than the release
+ threshold bytes of memory are held by the memory pool, the
+ allocator will try to release memory back to the OS on the
+ next call to stream, event or context synchronize. (default 0)*/
     pub const cudaMemPoolAttrReleaseThreshold: cudaMemPoolAttr = cudaMemPoolAttr(4);
+    /** (value type = cuuint64_t)
+ Amount of backing memory currently allocated for the mempool.*/
     pub const cudaMemPoolAttrReservedMemCurrent: cudaMemPoolAttr = cudaMemPoolAttr(5);
+    /** (value type = cuuint64_t)
+ High watermark of backing memory allocated for the mempool since the
+ last time it was reset. High watermark can only be reset to zero.*/
     pub const cudaMemPoolAttrReservedMemHigh: cudaMemPoolAttr = cudaMemPoolAttr(6);
+    /** (value type = cuuint64_t)
+ Amount of memory from the pool that is currently in use by the application.*/
     pub const cudaMemPoolAttrUsedMemCurrent: cudaMemPoolAttr = cudaMemPoolAttr(7);
+    /** (value type = cuuint64_t)
+ High watermark of the amount of memory from the pool that was in use by the application since
+ the last time it was reset. High watermark can only be reset to zero.*/
     pub const cudaMemPoolAttrUsedMemHigh: cudaMemPoolAttr = cudaMemPoolAttr(8);
 }
 #[repr(transparent)]
+/// CUDA memory pool attributes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemPoolAttr(pub ::core::ffi::c_uint);
 impl cudaMemLocationType {
     pub const cudaMemLocationTypeInvalid: cudaMemLocationType = cudaMemLocationType(0);
+    /// Location is a device location, thus id is a device ordinal
     pub const cudaMemLocationTypeDevice: cudaMemLocationType = cudaMemLocationType(1);
+    /// Location is host, id is ignored
     pub const cudaMemLocationTypeHost: cudaMemLocationType = cudaMemLocationType(2);
+    /// Location is a host NUMA node, thus id is a host NUMA node id
     pub const cudaMemLocationTypeHostNuma: cudaMemLocationType = cudaMemLocationType(3);
+    /// Location is the host NUMA node closest to the current thread's CPU, id is ignored
     pub const cudaMemLocationTypeHostNumaCurrent: cudaMemLocationType = cudaMemLocationType(
         4,
     );
 }
 #[repr(transparent)]
+/// Specifies the type of location
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemLocationType(pub ::core::ffi::c_uint);
+/** Specifies a memory location.
+
+ To specify a gpu, set type = `cudaMemLocationTypeDevice` and set id = the gpu's device ordinal.
+ To specify a cpu NUMA node, set type = `cudaMemLocationTypeHostNuma` and set id = host NUMA node id.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemLocation {
+    /// Specifies the location type, which modifies the meaning of id.
     pub type_: cudaMemLocationType,
+    /// identifier for a given this location's `CUmemLocationType`.
     pub id: ::core::ffi::c_int,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -1976,19 +2935,26 @@ impl Default for cudaMemLocation {
     }
 }
 impl cudaMemAccessFlags {
+    /// Default, make the address range not accessible
     pub const cudaMemAccessFlagsProtNone: cudaMemAccessFlags = cudaMemAccessFlags(0);
+    /// Make the address range read accessible
     pub const cudaMemAccessFlagsProtRead: cudaMemAccessFlags = cudaMemAccessFlags(1);
+    /// Make the address range read-write accessible
     pub const cudaMemAccessFlagsProtReadWrite: cudaMemAccessFlags = cudaMemAccessFlags(
         3,
     );
 }
 #[repr(transparent)]
+/// Specifies the memory protection flags for mapping.
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemAccessFlags(pub ::core::ffi::c_uint);
+/// Memory access descriptor
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemAccessDesc {
+    /// Location on which the request is to change it's accessibility
     pub location: cudaMemLocation,
+    /// `CUmemProt` accessibility flags to set on the request
     pub flags: cudaMemAccessFlags,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -2017,45 +2983,67 @@ impl cudaMemAllocationType {
     pub const cudaMemAllocationTypeInvalid: cudaMemAllocationType = cudaMemAllocationType(
         0,
     );
+    /** This allocation type is 'pinned', i.e. cannot migrate from its current
+ location while the application is actively using it*/
     pub const cudaMemAllocationTypePinned: cudaMemAllocationType = cudaMemAllocationType(
         1,
     );
+    /** This allocation type is 'pinned', i.e. cannot migrate from its current
+ location while the application is actively using it*/
     pub const cudaMemAllocationTypeMax: cudaMemAllocationType = cudaMemAllocationType(
         2147483647,
     );
 }
 #[repr(transparent)]
+/// Defines the allocation types available
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemAllocationType(pub ::core::ffi::c_uint);
 impl cudaMemAllocationHandleType {
+    /// Does not allow any export mechanism. >
     pub const cudaMemHandleTypeNone: cudaMemAllocationHandleType = cudaMemAllocationHandleType(
         0,
     );
+    /// Allows a file descriptor to be used for exporting. Permitted only on POSIX systems. (int)
     pub const cudaMemHandleTypePosixFileDescriptor: cudaMemAllocationHandleType = cudaMemAllocationHandleType(
         1,
     );
+    /// Allows a Win32 NT handle to be used for exporting. (HANDLE)
     pub const cudaMemHandleTypeWin32: cudaMemAllocationHandleType = cudaMemAllocationHandleType(
         2,
     );
+    /// Allows a Win32 KMT handle to be used for exporting. (D3DKMT_HANDLE)
     pub const cudaMemHandleTypeWin32Kmt: cudaMemAllocationHandleType = cudaMemAllocationHandleType(
         4,
     );
+    /// Allows a fabric handle to be used for exporting. (cudaMemFabricHandle_t)
     pub const cudaMemHandleTypeFabric: cudaMemAllocationHandleType = cudaMemAllocationHandleType(
         8,
     );
 }
 #[repr(transparent)]
+/// Flags for specifying particular handle types
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemAllocationHandleType(pub ::core::ffi::c_uint);
+/// Specifies the properties of allocations made from the pool.
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemPoolProps {
+    /// Allocation type. Currently must be specified as cudaMemAllocationTypePinned
     pub allocType: cudaMemAllocationType,
+    /// Handle types that will be supported by allocations from the pool.
     pub handleTypes: cudaMemAllocationHandleType,
+    /// Location allocations should reside.
     pub location: cudaMemLocation,
+    /** Windows-specific LPSECURITYATTRIBUTES required when
+ `cudaMemHandleTypeWin32` is specified.  This security attribute defines
+ the scope of which exported allocations may be tranferred to other
+ processes.  In all other cases, this field is required to be zero.*/
     pub win32SecurityAttributes: *mut ::core::ffi::c_void,
+    /// Maximum pool size. When set to 0, defaults to a system dependent value.
     pub maxSize: usize,
+    /// Bitmask indicating intended usage for the pool.
     pub usage: ::core::ffi::c_ushort,
+    /// reserved for future use, must be 0
     pub reserved: [::core::ffi::c_uchar; 54usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -2095,6 +3083,7 @@ impl Default for cudaMemPoolProps {
         }
     }
 }
+/// Opaque data for exporting a pool allocation
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemPoolPtrExportData {
@@ -2121,13 +3110,19 @@ impl Default for cudaMemPoolPtrExportData {
         }
     }
 }
+/// Memory allocation node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemAllocNodeParams {
+    /// in: array of memory access descriptors. Used to describe peer GPU access
     pub poolProps: cudaMemPoolProps,
+    /// in: number of memory access descriptors.  Must not exceed the number of GPUs.
     pub accessDescs: *const cudaMemAccessDesc,
+    /// in: Number of `accessDescs`s
     pub accessDescCount: usize,
+    /// in: size in bytes of the requested allocation
     pub bytesize: usize,
+    /// out: address of the allocation returned by CUDA
     pub dptr: *mut ::core::ffi::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -2163,13 +3158,19 @@ impl Default for cudaMemAllocNodeParams {
         }
     }
 }
+/// Memory allocation node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemAllocNodeParamsV2 {
+    /// in: array of memory access descriptors. Used to describe peer GPU access
     pub poolProps: cudaMemPoolProps,
+    /// in: number of memory access descriptors.  Must not exceed the number of GPUs.
     pub accessDescs: *const cudaMemAccessDesc,
+    /// in: Number of `accessDescs`s
     pub accessDescCount: usize,
+    /// in: size in bytes of the requested allocation
     pub bytesize: usize,
+    /// out: address of the allocation returned by CUDA
     pub dptr: *mut ::core::ffi::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -2205,9 +3206,11 @@ impl Default for cudaMemAllocNodeParamsV2 {
         }
     }
 }
+/// Memory free node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemFreeNodeParams {
+    /// in: the pointer to free
     pub dptr: *mut ::core::ffi::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -2232,44 +3235,77 @@ impl Default for cudaMemFreeNodeParams {
     }
 }
 impl cudaGraphMemAttributeType {
+    /** (value type = cuuint64_t)
+ Amount of memory, in bytes, currently associated with graphs.*/
     pub const cudaGraphMemAttrUsedMemCurrent: cudaGraphMemAttributeType = cudaGraphMemAttributeType(
         0,
     );
+    /** (value type = cuuint64_t)
+ High watermark of memory, in bytes, associated with graphs since the
+ last time it was reset.  High watermark can only be reset to zero.*/
     pub const cudaGraphMemAttrUsedMemHigh: cudaGraphMemAttributeType = cudaGraphMemAttributeType(
         1,
     );
+    /** (value type = cuuint64_t)
+ Amount of memory, in bytes, currently allocated for use by
+ the CUDA graphs asynchronous allocator.*/
     pub const cudaGraphMemAttrReservedMemCurrent: cudaGraphMemAttributeType = cudaGraphMemAttributeType(
         2,
     );
+    /** (value type = cuuint64_t)
+ High watermark of memory, in bytes, currently allocated for use by
+ the CUDA graphs asynchronous allocator.*/
     pub const cudaGraphMemAttrReservedMemHigh: cudaGraphMemAttributeType = cudaGraphMemAttributeType(
         3,
     );
 }
 #[repr(transparent)]
+/// Graph memory attributes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphMemAttributeType(pub ::core::ffi::c_uint);
 impl cudaMemcpyFlags {
     pub const cudaMemcpyFlagDefault: cudaMemcpyFlags = cudaMemcpyFlags(0);
+    /// Hint to the driver to try and overlap the copy with compute work on the SMs.
     pub const cudaMemcpyFlagPreferOverlapWithCompute: cudaMemcpyFlags = cudaMemcpyFlags(
         1,
     );
 }
 #[repr(transparent)]
+/// Flags to specify for copies within a batch. For more details see `cudaMemcpyBatchAsync`.
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpyFlags(pub ::core::ffi::c_uint);
 impl cudaMemcpySrcAccessOrder {
+    /// Default invalid.
     pub const cudaMemcpySrcAccessOrderInvalid: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(
         0,
     );
+    /// Indicates that access to the source pointer must be in stream order.
     pub const cudaMemcpySrcAccessOrderStream: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(
         1,
     );
+    /** Indicates that access to the source pointer can be out of stream order and all
+ accesses must be complete before the API call returns. This flag is suited for
+ ephemeral sources (ex., stack variables) when it's known that no prior operations
+ in the stream can be accessing the memory and also that the lifetime of the memory
+ is limited to the scope that the source variable was declared in. Specifying
+ this flag allows the driver to optimize the copy and removes the need for the user
+ to synchronize the stream after the API call.*/
     pub const cudaMemcpySrcAccessOrderDuringApiCall: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(
         2,
     );
+    /** Indicates that access to the source pointer can be out of stream order and the accesses
+ can happen even after the API call returns. This flag is suited for host pointers
+ allocated outside CUDA (ex., via malloc) when it's known that no prior operations
+ in the stream can be accessing the memory. Specifying this flag allows the driver
+ to optimize the copy on certain platforms.*/
     pub const cudaMemcpySrcAccessOrderAny: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(
         3,
     );
+    /** Indicates that access to the source pointer can be out of stream order and the accesses
+ can happen even after the API call returns. This flag is suited for host pointers
+ allocated outside CUDA (ex., via malloc) when it's known that no prior operations
+ in the stream can be accessing the memory. Specifying this flag allows the driver
+ to optimize the copy on certain platforms.*/
     pub const cudaMemcpySrcAccessOrderMax: cudaMemcpySrcAccessOrder = cudaMemcpySrcAccessOrder(
         2147483647,
     );
@@ -2277,12 +3313,17 @@ impl cudaMemcpySrcAccessOrder {
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpySrcAccessOrder(pub ::core::ffi::c_uint);
+/// Attributes specific to copies within a batch. For more details on usage see `cudaMemcpyBatchAsync`.
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpyAttributes {
+    /// Source access ordering to be observed for copies with this attribute.
     pub srcAccessOrder: cudaMemcpySrcAccessOrder,
+    /// Hint location for the source operand. Ignored when the pointers are not managed memory or memory allocated outside CUDA.
     pub srcLocHint: cudaMemLocation,
+    /// Hint location for the destination operand. Ignored when the pointers are not managed memory or memory allocated outside CUDA.
     pub dstLocHint: cudaMemLocation,
+    /// Additional flags for copies with this attribute. See `cudaMemcpyFlags`.
     pub flags: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -2316,9 +3357,11 @@ impl Default for cudaMemcpyAttributes {
     }
 }
 impl cudaMemcpy3DOperandType {
+    /// Memcpy operand is a valid pointer.
     pub const cudaMemcpyOperandTypePointer: cudaMemcpy3DOperandType = cudaMemcpy3DOperandType(
         1,
     );
+    /// Memcpy operand is a CUarray.
     pub const cudaMemcpyOperandTypeArray: cudaMemcpy3DOperandType = cudaMemcpy3DOperandType(
         2,
     );
@@ -2327,8 +3370,10 @@ impl cudaMemcpy3DOperandType {
     );
 }
 #[repr(transparent)]
+/// These flags allow applications to convey the operand type for individual copies specified in `cudaMemcpy3DBatchAsync`.
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpy3DOperandType(pub ::core::ffi::c_uint);
+/// Struct representing offset into a `cudaArray_t` in elements
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaOffset3D {
@@ -2350,6 +3395,7 @@ const _: () = {
         "Offset of field: cudaOffset3D::z",
     ][::core::mem::offset_of!(cudaOffset3D, z) - 16usize];
 };
+/// Struct representing an operand for copy with `cudaMemcpy3DBatchAsync`
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaMemcpy3DOperand {
@@ -2362,12 +3408,16 @@ pub union cudaMemcpy3DOperand__bindgen_ty_1 {
     pub ptr: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1,
     pub array: cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2,
 }
+/// Struct representing an operand when `cudaMemcpy3DOperand::type` is `cudaMemcpyOperandTypePointer`
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1 {
     pub ptr: *mut ::core::ffi::c_void,
+    /// Length of each row in elements.
     pub rowLength: usize,
+    /// Height of each layer in elements.
     pub layerHeight: usize,
+    /// Hint location for the operand. Ignored when the pointers are not managed memory or memory allocated outside CUDA.
     pub locHint: cudaMemLocation,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -2407,6 +3457,7 @@ impl Default for cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1 {
         }
     }
 }
+/// Struct representing an operand when `cudaMemcpy3DOperand::type` is `cudaMemcpyOperandTypeArray`
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2 {
@@ -2492,10 +3543,15 @@ impl Default for cudaMemcpy3DOperand {
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaMemcpy3DBatchOp {
+    /// Source memcpy operand.
     pub src: cudaMemcpy3DOperand,
+    /// Destination memcpy operand.
     pub dst: cudaMemcpy3DOperand,
+    /// Extents of the memcpy between src and dst. The width, height and depth components must not be 0.
     pub extent: cudaExtent,
+    /// Source access ordering to be observed for copy from src to dst.
     pub srcAccessOrder: cudaMemcpySrcAccessOrder,
+    /// Additional flags for copy from src to dst. See `cudaMemcpyFlags`.
     pub flags: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -2532,16 +3588,21 @@ impl Default for cudaMemcpy3DBatchOp {
     }
 }
 impl cudaDeviceP2PAttr {
+    /// A relative value indicating the performance of the link between two devices
     pub const cudaDevP2PAttrPerformanceRank: cudaDeviceP2PAttr = cudaDeviceP2PAttr(1);
+    /// Peer access is enabled
     pub const cudaDevP2PAttrAccessSupported: cudaDeviceP2PAttr = cudaDeviceP2PAttr(2);
+    /// Native atomic operation over the link supported
     pub const cudaDevP2PAttrNativeAtomicSupported: cudaDeviceP2PAttr = cudaDeviceP2PAttr(
         3,
     );
+    /// Accessing CUDA arrays over the link supported
     pub const cudaDevP2PAttrCudaArrayAccessSupported: cudaDeviceP2PAttr = cudaDeviceP2PAttr(
         4,
     );
 }
 #[repr(transparent)]
+/// CUDA device P2P attributes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaDeviceP2PAttr(pub ::core::ffi::c_uint);
 #[repr(C)]
@@ -2558,102 +3619,197 @@ const _: () = {
     ][::core::mem::offset_of!(CUuuid_st, bytes) - 0usize];
 };
 pub type cudaUUID_t = CUuuid_st;
+/// CUDA device properties
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaDeviceProp {
+    /// ASCII string identifying device
     pub name: [::core::ffi::c_char; 256usize],
+    /// 16-byte unique identifier
     pub uuid: cudaUUID_t,
+    /// 8-byte locally unique identifier. Value is undefined on TCC and non-Windows platforms
     pub luid: [::core::ffi::c_char; 8usize],
+    /// LUID device node mask. Value is undefined on TCC and non-Windows platforms
     pub luidDeviceNodeMask: ::core::ffi::c_uint,
+    /// Global memory available on device in bytes
     pub totalGlobalMem: usize,
+    /// Shared memory available per block in bytes
     pub sharedMemPerBlock: usize,
+    /// 32-bit registers available per block
     pub regsPerBlock: ::core::ffi::c_int,
+    /// Warp size in threads
     pub warpSize: ::core::ffi::c_int,
+    /// Maximum pitch in bytes allowed by memory copies
     pub memPitch: usize,
+    /// Maximum number of threads per block
     pub maxThreadsPerBlock: ::core::ffi::c_int,
+    /// Maximum size of each dimension of a block
     pub maxThreadsDim: [::core::ffi::c_int; 3usize],
+    /// Maximum size of each dimension of a grid
     pub maxGridSize: [::core::ffi::c_int; 3usize],
+    /// Deprecated, Clock frequency in kilohertz
     pub clockRate: ::core::ffi::c_int,
+    /// Constant memory available on device in bytes
     pub totalConstMem: usize,
+    /// Major compute capability
     pub major: ::core::ffi::c_int,
+    /// Minor compute capability
     pub minor: ::core::ffi::c_int,
+    /// Alignment requirement for textures
     pub textureAlignment: usize,
+    /// Pitch alignment requirement for texture references bound to pitched memory
     pub texturePitchAlignment: usize,
+    /// Device can concurrently copy memory and execute a kernel. Deprecated. Use instead asyncEngineCount.
     pub deviceOverlap: ::core::ffi::c_int,
+    /// Number of multiprocessors on device
     pub multiProcessorCount: ::core::ffi::c_int,
+    /// Deprecated, Specified whether there is a run time limit on kernels
     pub kernelExecTimeoutEnabled: ::core::ffi::c_int,
+    /// Device is integrated as opposed to discrete
     pub integrated: ::core::ffi::c_int,
+    /// Device can map host memory with cudaHostAlloc/cudaHostGetDevicePointer
     pub canMapHostMemory: ::core::ffi::c_int,
+    /// Deprecated, Compute mode (See `cudaComputeMode`)
     pub computeMode: ::core::ffi::c_int,
+    /// Maximum 1D texture size
     pub maxTexture1D: ::core::ffi::c_int,
+    /// Maximum 1D mipmapped texture size
     pub maxTexture1DMipmap: ::core::ffi::c_int,
+    /// Deprecated, do not use. Use cudaDeviceGetTexture1DLinearMaxWidth() or cuDeviceGetTexture1DLinearMaxWidth() instead.
     pub maxTexture1DLinear: ::core::ffi::c_int,
+    /// Maximum 2D texture dimensions
     pub maxTexture2D: [::core::ffi::c_int; 2usize],
+    /// Maximum 2D mipmapped texture dimensions
     pub maxTexture2DMipmap: [::core::ffi::c_int; 2usize],
+    /// Maximum dimensions (width, height, pitch) for 2D textures bound to pitched memory
     pub maxTexture2DLinear: [::core::ffi::c_int; 3usize],
+    /// Maximum 2D texture dimensions if texture gather operations have to be performed
     pub maxTexture2DGather: [::core::ffi::c_int; 2usize],
+    /// Maximum 3D texture dimensions
     pub maxTexture3D: [::core::ffi::c_int; 3usize],
+    /// Maximum alternate 3D texture dimensions
     pub maxTexture3DAlt: [::core::ffi::c_int; 3usize],
+    /// Maximum Cubemap texture dimensions
     pub maxTextureCubemap: ::core::ffi::c_int,
+    /// Maximum 1D layered texture dimensions
     pub maxTexture1DLayered: [::core::ffi::c_int; 2usize],
+    /// Maximum 2D layered texture dimensions
     pub maxTexture2DLayered: [::core::ffi::c_int; 3usize],
+    /// Maximum Cubemap layered texture dimensions
     pub maxTextureCubemapLayered: [::core::ffi::c_int; 2usize],
+    /// Maximum 1D surface size
     pub maxSurface1D: ::core::ffi::c_int,
+    /// Maximum 2D surface dimensions
     pub maxSurface2D: [::core::ffi::c_int; 2usize],
+    /// Maximum 3D surface dimensions
     pub maxSurface3D: [::core::ffi::c_int; 3usize],
+    /// Maximum 1D layered surface dimensions
     pub maxSurface1DLayered: [::core::ffi::c_int; 2usize],
+    /// Maximum 2D layered surface dimensions
     pub maxSurface2DLayered: [::core::ffi::c_int; 3usize],
+    /// Maximum Cubemap surface dimensions
     pub maxSurfaceCubemap: ::core::ffi::c_int,
+    /// Maximum Cubemap layered surface dimensions
     pub maxSurfaceCubemapLayered: [::core::ffi::c_int; 2usize],
+    /// Alignment requirements for surfaces
     pub surfaceAlignment: usize,
+    /// Device can possibly execute multiple kernels concurrently
     pub concurrentKernels: ::core::ffi::c_int,
+    /// Device has ECC support enabled
     pub ECCEnabled: ::core::ffi::c_int,
+    /// PCI bus ID of the device
     pub pciBusID: ::core::ffi::c_int,
+    /// PCI device ID of the device
     pub pciDeviceID: ::core::ffi::c_int,
+    /// PCI domain ID of the device
     pub pciDomainID: ::core::ffi::c_int,
+    /// 1 if device is a Tesla device using TCC driver, 0 otherwise
     pub tccDriver: ::core::ffi::c_int,
+    /// Number of asynchronous engines
     pub asyncEngineCount: ::core::ffi::c_int,
+    /// Device shares a unified address space with the host
     pub unifiedAddressing: ::core::ffi::c_int,
+    /// Deprecated, Peak memory clock frequency in kilohertz
     pub memoryClockRate: ::core::ffi::c_int,
+    /// Global memory bus width in bits
     pub memoryBusWidth: ::core::ffi::c_int,
+    /// Size of L2 cache in bytes
     pub l2CacheSize: ::core::ffi::c_int,
+    /// Device's maximum l2 persisting lines capacity setting in bytes
     pub persistingL2CacheMaxSize: ::core::ffi::c_int,
+    /// Maximum resident threads per multiprocessor
     pub maxThreadsPerMultiProcessor: ::core::ffi::c_int,
+    /// Device supports stream priorities
     pub streamPrioritiesSupported: ::core::ffi::c_int,
+    /// Device supports caching globals in L1
     pub globalL1CacheSupported: ::core::ffi::c_int,
+    /// Device supports caching locals in L1
     pub localL1CacheSupported: ::core::ffi::c_int,
+    /// Shared memory available per multiprocessor in bytes
     pub sharedMemPerMultiprocessor: usize,
+    /// 32-bit registers available per multiprocessor
     pub regsPerMultiprocessor: ::core::ffi::c_int,
+    /// Device supports allocating managed memory on this system
     pub managedMemory: ::core::ffi::c_int,
+    /// Device is on a multi-GPU board
     pub isMultiGpuBoard: ::core::ffi::c_int,
+    /// Unique identifier for a group of devices on the same multi-GPU board
     pub multiGpuBoardGroupID: ::core::ffi::c_int,
+    /// Link between the device and the host supports native atomic operations
     pub hostNativeAtomicSupported: ::core::ffi::c_int,
+    /// Deprecated, Ratio of single precision performance (in floating-point operations per second) to double precision performance
     pub singleToDoublePrecisionPerfRatio: ::core::ffi::c_int,
+    /// Device supports coherently accessing pageable memory without calling cudaHostRegister on it
     pub pageableMemoryAccess: ::core::ffi::c_int,
+    /// Device can coherently access managed memory concurrently with the CPU
     pub concurrentManagedAccess: ::core::ffi::c_int,
+    /// Device supports Compute Preemption
     pub computePreemptionSupported: ::core::ffi::c_int,
+    /// Device can access host registered memory at the same virtual address as the CPU
     pub canUseHostPointerForRegisteredMem: ::core::ffi::c_int,
+    /// Device supports launching cooperative kernels via `cudaLaunchCooperativeKernel`
     pub cooperativeLaunch: ::core::ffi::c_int,
+    /// Deprecated, cudaLaunchCooperativeKernelMultiDevice is deprecated.
     pub cooperativeMultiDeviceLaunch: ::core::ffi::c_int,
+    /// Per device maximum shared memory per block usable by special opt in
     pub sharedMemPerBlockOptin: usize,
+    /// Device accesses pageable memory via the host's page tables
     pub pageableMemoryAccessUsesHostPageTables: ::core::ffi::c_int,
+    /// Host can directly access managed memory on the device without migration.
     pub directManagedMemAccessFromHost: ::core::ffi::c_int,
+    /// Maximum number of resident blocks per multiprocessor
     pub maxBlocksPerMultiProcessor: ::core::ffi::c_int,
+    /// The maximum value of `cudaAccessPolicyWindow::num_bytes`.
     pub accessPolicyMaxWindowSize: ::core::ffi::c_int,
+    /// Shared memory reserved by CUDA driver per block in bytes
     pub reservedSharedMemPerBlock: usize,
+    /// Device supports host memory registration via `cudaHostRegister`.
     pub hostRegisterSupported: ::core::ffi::c_int,
+    /// 1 if the device supports sparse CUDA arrays and sparse CUDA mipmapped arrays, 0 otherwise
     pub sparseCudaArraySupported: ::core::ffi::c_int,
+    /// Device supports using the `cudaHostRegister` flag cudaHostRegisterReadOnly to register memory that must be mapped as read-only to the GPU
     pub hostRegisterReadOnlySupported: ::core::ffi::c_int,
+    /// External timeline semaphore interop is supported on the device
     pub timelineSemaphoreInteropSupported: ::core::ffi::c_int,
+    /// 1 if the device supports using the cudaMallocAsync and cudaMemPool family of APIs, 0 otherwise
     pub memoryPoolsSupported: ::core::ffi::c_int,
+    /// 1 if the device supports GPUDirect RDMA APIs, 0 otherwise
     pub gpuDirectRDMASupported: ::core::ffi::c_int,
+    /// Bitmask to be interpreted according to the `cudaFlushGPUDirectRDMAWritesOptions` enum
     pub gpuDirectRDMAFlushWritesOptions: ::core::ffi::c_uint,
+    /// See the `cudaGPUDirectRDMAWritesOrdering` enum for numerical values
     pub gpuDirectRDMAWritesOrdering: ::core::ffi::c_int,
+    /// Bitmask of handle types supported with mempool-based IPC
     pub memoryPoolSupportedHandleTypes: ::core::ffi::c_uint,
+    /// 1 if the device supports deferred mapping CUDA arrays and CUDA mipmapped arrays
     pub deferredMappingCudaArraySupported: ::core::ffi::c_int,
+    /// Device supports IPC Events.
     pub ipcEventSupported: ::core::ffi::c_int,
+    /// Indicates device supports cluster launch
     pub clusterLaunch: ::core::ffi::c_int,
+    /// Indicates device supports unified pointers
     pub unifiedFunctionPointers: ::core::ffi::c_int,
+    /// Reserved for future use
     pub reserved: [::core::ffi::c_int; 63usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -2960,6 +4116,7 @@ impl Default for cudaDeviceProp {
         }
     }
 }
+/// CUDA IPC event handle
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaIpcEventHandle_st {
@@ -2986,7 +4143,9 @@ impl Default for cudaIpcEventHandle_st {
         }
     }
 }
+/// CUDA IPC event handle
 pub type cudaIpcEventHandle_t = cudaIpcEventHandle_st;
+/// CUDA IPC memory handle
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaIpcMemHandle_st {
@@ -3013,7 +4172,9 @@ impl Default for cudaIpcMemHandle_st {
         }
     }
 }
+/// CUDA IPC memory handle
 pub type cudaIpcMemHandle_t = cudaIpcMemHandle_st;
+/// CUDA Mem Fabric Handle
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaMemFabricHandle_st {
@@ -3040,55 +4201,90 @@ impl Default for cudaMemFabricHandle_st {
         }
     }
 }
+/// CUDA Mem Fabric Handle
 pub type cudaMemFabricHandle_t = cudaMemFabricHandle_st;
 impl cudaExternalMemoryHandleType {
+    /// Handle is an opaque file descriptor
     pub const cudaExternalMemoryHandleTypeOpaqueFd: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
         1,
     );
+    /// Handle is an opaque shared NT handle
     pub const cudaExternalMemoryHandleTypeOpaqueWin32: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
         2,
     );
+    /// Handle is an opaque, globally shared handle
     pub const cudaExternalMemoryHandleTypeOpaqueWin32Kmt: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
         3,
     );
+    /// Handle is a D3D12 heap object
     pub const cudaExternalMemoryHandleTypeD3D12Heap: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
         4,
     );
+    /// Handle is a D3D12 committed resource
     pub const cudaExternalMemoryHandleTypeD3D12Resource: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
         5,
     );
+    /// Handle is a shared NT handle to a D3D11 resource
     pub const cudaExternalMemoryHandleTypeD3D11Resource: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
         6,
     );
+    /// Handle is a globally shared handle to a D3D11 resource
     pub const cudaExternalMemoryHandleTypeD3D11ResourceKmt: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
         7,
     );
+    /// Handle is an NvSciBuf object
     pub const cudaExternalMemoryHandleTypeNvSciBuf: cudaExternalMemoryHandleType = cudaExternalMemoryHandleType(
         8,
     );
 }
 #[repr(transparent)]
+/// External memory handle types
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalMemoryHandleType(pub ::core::ffi::c_uint);
+/// External memory handle descriptor
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaExternalMemoryHandleDesc {
+    /// Type of the handle
     pub type_: cudaExternalMemoryHandleType,
     pub handle: cudaExternalMemoryHandleDesc__bindgen_ty_1,
+    /// Size of the memory allocation
     pub size: ::core::ffi::c_ulonglong,
+    /// Flags must either be zero or `cudaExternalMemoryDedicated`
     pub flags: ::core::ffi::c_uint,
 }
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaExternalMemoryHandleDesc__bindgen_ty_1 {
+    /** File descriptor referencing the memory object. Valid
+ when type is
+ `cudaExternalMemoryHandleTypeOpaqueFd`*/
     pub fd: ::core::ffi::c_int,
     pub win32: cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1,
+    /** A handle representing NvSciBuf Object. Valid when type
+ is `cudaExternalMemoryHandleTypeNvSciBuf`*/
     pub nvSciBufObject: *const ::core::ffi::c_void,
 }
+/** Win32 handle referencing the semaphore object. Valid when
+ type is one of the following:
+ - `cudaExternalMemoryHandleTypeOpaqueWin32`
+ - `cudaExternalMemoryHandleTypeOpaqueWin32Kmt`
+ - `cudaExternalMemoryHandleTypeD3D12Heap`
+ - `cudaExternalMemoryHandleTypeD3D12Resource`
+ - `cudaExternalMemoryHandleTypeD3D11Resource`
+ - `cudaExternalMemoryHandleTypeD3D11ResourceKmt`
+ Exactly one of 'handle' and 'name' must be non-NULL. If
+ type is one of the following:
+ `cudaExternalMemoryHandleTypeOpaqueWin32Kmt`
+ `cudaExternalMemoryHandleTypeD3D11ResourceKmt`
+ then 'name' must be NULL.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1 {
+    /// Valid NT handle. Must be NULL if 'name' is non-NULL
     pub handle: *mut ::core::ffi::c_void,
+    /** Name of a valid memory object.
+ Must be NULL if 'handle' is non-NULL.*/
     pub name: *const ::core::ffi::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3180,11 +4376,15 @@ impl Default for cudaExternalMemoryHandleDesc {
         }
     }
 }
+/// External memory buffer descriptor
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalMemoryBufferDesc {
+    /// Offset into the memory object where the buffer's base is
     pub offset: ::core::ffi::c_ulonglong,
+    /// Size of the buffer
     pub size: ::core::ffi::c_ulonglong,
+    /// Flags reserved for future use. Must be zero.
     pub flags: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3205,13 +4405,21 @@ const _: () = {
         "Offset of field: cudaExternalMemoryBufferDesc::flags",
     ][::core::mem::offset_of!(cudaExternalMemoryBufferDesc, flags) - 16usize];
 };
+/// External memory mipmap descriptor
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalMemoryMipmappedArrayDesc {
+    /** Offset into the memory object where the base level of the
+ mipmap chain is.*/
     pub offset: ::core::ffi::c_ulonglong,
+    /// Format of base level of the mipmap chain
     pub formatDesc: cudaChannelFormatDesc,
+    /// Dimensions of base level of the mipmap chain
     pub extent: cudaExtent,
+    /** Flags associated with CUDA mipmapped arrays.
+ See `cudaMallocMipmappedArray`*/
     pub flags: ::core::ffi::c_uint,
+    /// Total number of levels in the mipmap chain
     pub numLevels: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3250,58 +4458,93 @@ impl Default for cudaExternalMemoryMipmappedArrayDesc {
     }
 }
 impl cudaExternalSemaphoreHandleType {
+    /// Handle is an opaque file descriptor
     pub const cudaExternalSemaphoreHandleTypeOpaqueFd: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
         1,
     );
+    /// Handle is an opaque shared NT handle
     pub const cudaExternalSemaphoreHandleTypeOpaqueWin32: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
         2,
     );
+    /// Handle is an opaque, globally shared handle
     pub const cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
         3,
     );
+    /// Handle is a shared NT handle referencing a D3D12 fence object
     pub const cudaExternalSemaphoreHandleTypeD3D12Fence: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
         4,
     );
+    /// Handle is a shared NT handle referencing a D3D11 fence object
     pub const cudaExternalSemaphoreHandleTypeD3D11Fence: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
         5,
     );
+    /// Opaque handle to NvSciSync Object
     pub const cudaExternalSemaphoreHandleTypeNvSciSync: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
         6,
     );
+    /// Handle is a shared NT handle referencing a D3D11 keyed mutex object
     pub const cudaExternalSemaphoreHandleTypeKeyedMutex: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
         7,
     );
+    /// Handle is a shared KMT handle referencing a D3D11 keyed mutex object
     pub const cudaExternalSemaphoreHandleTypeKeyedMutexKmt: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
         8,
     );
+    /// Handle is an opaque handle file descriptor referencing a timeline semaphore
     pub const cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
         9,
     );
+    /// Handle is an opaque handle file descriptor referencing a timeline semaphore
     pub const cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32: cudaExternalSemaphoreHandleType = cudaExternalSemaphoreHandleType(
         10,
     );
 }
 #[repr(transparent)]
+/// External semaphore handle types
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreHandleType(pub ::core::ffi::c_uint);
+/// External semaphore handle descriptor
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaExternalSemaphoreHandleDesc {
+    /// Type of the handle
     pub type_: cudaExternalSemaphoreHandleType,
     pub handle: cudaExternalSemaphoreHandleDesc__bindgen_ty_1,
+    /// Flags reserved for the future. Must be zero.
     pub flags: ::core::ffi::c_uint,
 }
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaExternalSemaphoreHandleDesc__bindgen_ty_1 {
+    /** File descriptor referencing the semaphore object. Valid when
+ type is one of the following:
+ - `cudaExternalSemaphoreHandleTypeOpaqueFd`
+ - `cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd`*/
     pub fd: ::core::ffi::c_int,
     pub win32: cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1,
+    /// Valid NvSciSyncObj. Must be non NULL
     pub nvSciSyncObj: *const ::core::ffi::c_void,
 }
+/** Win32 handle referencing the semaphore object. Valid when
+ type is one of the following:
+ - `cudaExternalSemaphoreHandleTypeOpaqueWin32`
+ - `cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt`
+ - `cudaExternalSemaphoreHandleTypeD3D12Fence`
+ - `cudaExternalSemaphoreHandleTypeD3D11Fence`
+ - `cudaExternalSemaphoreHandleTypeKeyedMutex`
+ - `cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32`
+ Exactly one of 'handle' and 'name' must be non-NULL. If
+ type is one of the following:
+ `cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt`
+ `cudaExternalSemaphoreHandleTypeKeyedMutexKmt`
+ then 'name' must be NULL.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1 {
+    /// Valid NT handle. Must be NULL if 'name' is non-NULL
     pub handle: *mut ::core::ffi::c_void,
+    /** Name of a valid synchronization primitive.
+ Must be NULL if 'handle' is non-NULL.*/
     pub name: *const ::core::ffi::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3394,10 +4637,19 @@ impl Default for cudaExternalSemaphoreHandleDesc {
         }
     }
 }
+/// External semaphore signal parameters(deprecated)
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaExternalSemaphoreSignalParams_v1 {
     pub params: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1,
+    /** Only when `cudaExternalSemaphoreSignalParams` is used to
+ signal a `cudaExternalSemaphore_t` of type
+ `cudaExternalSemaphoreHandleTypeNvSciSync`, the valid flag is
+ `cudaExternalSemaphoreSignalSkipNvSciBufMemSync`: which indicates
+ that while signaling the `cudaExternalSemaphore_t`, no memory
+ synchronization operations should be performed for any external memory
+ object imported as `cudaExternalMemoryHandleTypeNvSciBuf`.
+ For all other types of `cudaExternalSemaphore_t`, flags must be zero.*/
     pub flags: ::core::ffi::c_uint,
 }
 #[repr(C)]
@@ -3407,9 +4659,11 @@ pub struct cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1 {
     pub nvSciSync: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2,
     pub keyedMutex: cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3,
 }
+/// Parameters for fence objects
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_1 {
+    /// Value of fence to be signaled
     pub value: ::core::ffi::c_ulonglong,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3433,6 +4687,8 @@ const _: () = {
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_2 {
+    /** Pointer to NvSciSyncFence. Valid if `cudaExternalSemaphoreHandleType`
+ is of type `cudaExternalSemaphoreHandleTypeNvSciSync`.*/
     pub fence: *mut ::core::ffi::c_void,
     pub reserved: ::core::ffi::c_ulonglong,
 }
@@ -3468,9 +4724,11 @@ impl Default for cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_
         }
     }
 }
+/// Parameters for keyed mutex objects
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreSignalParams_v1__bindgen_ty_1__bindgen_ty_3 {
+    /// Value of key to release the mutex with
     pub key: ::core::ffi::c_ulonglong,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3549,10 +4807,19 @@ impl Default for cudaExternalSemaphoreSignalParams_v1 {
         }
     }
 }
+/// External semaphore wait parameters(deprecated)
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaExternalSemaphoreWaitParams_v1 {
     pub params: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1,
+    /** Only when `cudaExternalSemaphoreSignalParams` is used to
+ signal a `cudaExternalSemaphore_t` of type
+ `cudaExternalSemaphoreHandleTypeNvSciSync`, the valid flag is
+ `cudaExternalSemaphoreSignalSkipNvSciBufMemSync`: which indicates
+ that while waiting for the `cudaExternalSemaphore_t`, no memory
+ synchronization operations should be performed for any external memory
+ object imported as `cudaExternalMemoryHandleTypeNvSciBuf`.
+ For all other types of `cudaExternalSemaphore_t`, flags must be zero.*/
     pub flags: ::core::ffi::c_uint,
 }
 #[repr(C)]
@@ -3562,9 +4829,11 @@ pub struct cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1 {
     pub nvSciSync: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2,
     pub keyedMutex: cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3,
 }
+/// Parameters for fence objects
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_1 {
+    /// Value of fence to be waited on
     pub value: ::core::ffi::c_ulonglong,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3588,6 +4857,8 @@ const _: () = {
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2 {
+    /** Pointer to NvSciSyncFence. Valid if `cudaExternalSemaphoreHandleType`
+ is of type `cudaExternalSemaphoreHandleTypeNvSciSync`.*/
     pub fence: *mut ::core::ffi::c_void,
     pub reserved: ::core::ffi::c_ulonglong,
 }
@@ -3623,10 +4894,13 @@ impl Default for cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_2 
         }
     }
 }
+/// Parameters for keyed mutex objects
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreWaitParams_v1__bindgen_ty_1__bindgen_ty_3 {
+    /// Value of key to acquire the mutex with
     pub key: ::core::ffi::c_ulonglong,
+    /// Timeout in milliseconds to wait to acquire the mutex
     pub timeoutMs: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3710,10 +4984,19 @@ impl Default for cudaExternalSemaphoreWaitParams_v1 {
         }
     }
 }
+/// External semaphore signal parameters, compatible with driver type
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaExternalSemaphoreSignalParams {
     pub params: cudaExternalSemaphoreSignalParams__bindgen_ty_1,
+    /** Only when `cudaExternalSemaphoreSignalParams` is used to
+ signal a `cudaExternalSemaphore_t` of type
+ `cudaExternalSemaphoreHandleTypeNvSciSync`, the valid flag is
+ `cudaExternalSemaphoreSignalSkipNvSciBufMemSync`: which indicates
+ that while signaling the `cudaExternalSemaphore_t`, no memory
+ synchronization operations should be performed for any external memory
+ object imported as `cudaExternalMemoryHandleTypeNvSciBuf`.
+ For all other types of `cudaExternalSemaphore_t`, flags must be zero.*/
     pub flags: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 16usize],
 }
@@ -3725,9 +5008,11 @@ pub struct cudaExternalSemaphoreSignalParams__bindgen_ty_1 {
     pub keyedMutex: cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3,
     pub reserved: [::core::ffi::c_uint; 12usize],
 }
+/// Parameters for fence objects
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_1 {
+    /// Value of fence to be signaled
     pub value: ::core::ffi::c_ulonglong,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3751,6 +5036,8 @@ const _: () = {
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2 {
+    /** Pointer to NvSciSyncFence. Valid if `cudaExternalSemaphoreHandleType`
+ is of type `cudaExternalSemaphoreHandleTypeNvSciSync`.*/
     pub fence: *mut ::core::ffi::c_void,
     pub reserved: ::core::ffi::c_ulonglong,
 }
@@ -3786,9 +5073,11 @@ impl Default for cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2 {
         }
     }
 }
+/// Parameters for keyed mutex objects
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_3 {
+    /// Value of key to release the mutex with
     pub key: ::core::ffi::c_ulonglong,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3873,10 +5162,19 @@ impl Default for cudaExternalSemaphoreSignalParams {
         }
     }
 }
+/// External semaphore wait parameters, compatible with driver type
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaExternalSemaphoreWaitParams {
     pub params: cudaExternalSemaphoreWaitParams__bindgen_ty_1,
+    /** Only when `cudaExternalSemaphoreSignalParams` is used to
+ signal a `cudaExternalSemaphore_t` of type
+ `cudaExternalSemaphoreHandleTypeNvSciSync`, the valid flag is
+ `cudaExternalSemaphoreSignalSkipNvSciBufMemSync`: which indicates
+ that while waiting for the `cudaExternalSemaphore_t`, no memory
+ synchronization operations should be performed for any external memory
+ object imported as `cudaExternalMemoryHandleTypeNvSciBuf`.
+ For all other types of `cudaExternalSemaphore_t`, flags must be zero.*/
     pub flags: ::core::ffi::c_uint,
     pub reserved: [::core::ffi::c_uint; 16usize],
 }
@@ -3888,9 +5186,11 @@ pub struct cudaExternalSemaphoreWaitParams__bindgen_ty_1 {
     pub keyedMutex: cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3,
     pub reserved: [::core::ffi::c_uint; 10usize],
 }
+/// Parameters for fence objects
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_1 {
+    /// Value of fence to be waited on
     pub value: ::core::ffi::c_ulonglong,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -3914,6 +5214,8 @@ const _: () = {
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2 {
+    /** Pointer to NvSciSyncFence. Valid if `cudaExternalSemaphoreHandleType`
+ is of type `cudaExternalSemaphoreHandleTypeNvSciSync`.*/
     pub fence: *mut ::core::ffi::c_void,
     pub reserved: ::core::ffi::c_ulonglong,
 }
@@ -3949,10 +5251,13 @@ impl Default for cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2 {
         }
     }
 }
+/// Parameters for keyed mutex objects
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_3 {
+    /// Value of key to acquire the mutex with
     pub key: ::core::ffi::c_ulonglong,
+    /// Timeout in milliseconds to wait to acquire the mutex
     pub timeoutMs: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4039,92 +5344,199 @@ impl Default for cudaExternalSemaphoreWaitParams {
         }
     }
 }
+/// CUDA Error types
 pub use self::cudaError as cudaError_t;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUstream_st {
     _unused: [u8; 0],
 }
+/// CUDA stream
 pub type cudaStream_t = *mut CUstream_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUevent_st {
     _unused: [u8; 0],
 }
+/// CUDA event types
 pub type cudaEvent_t = *mut CUevent_st;
+/// CUDA graphics resource types
 pub type cudaGraphicsResource_t = *mut cudaGraphicsResource;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUexternalMemory_st {
     _unused: [u8; 0],
 }
+/// CUDA external memory
 pub type cudaExternalMemory_t = *mut CUexternalMemory_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUexternalSemaphore_st {
     _unused: [u8; 0],
 }
+/// CUDA external semaphore
 pub type cudaExternalSemaphore_t = *mut CUexternalSemaphore_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUgraph_st {
     _unused: [u8; 0],
 }
+/// CUDA graph
 pub type cudaGraph_t = *mut CUgraph_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUgraphNode_st {
     _unused: [u8; 0],
 }
+/// CUDA graph node.
 pub type cudaGraphNode_t = *mut CUgraphNode_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUuserObject_st {
     _unused: [u8; 0],
 }
+/// CUDA user object for graphs
 pub type cudaUserObject_t = *mut CUuserObject_st;
+/// CUDA handle for conditional graph nodes
 pub type cudaGraphConditionalHandle = ::core::ffi::c_ulonglong;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUfunc_st {
     _unused: [u8; 0],
 }
+/// CUDA function
 pub type cudaFunction_t = *mut CUfunc_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUkern_st {
     _unused: [u8; 0],
 }
+/// CUDA kernel
 pub type cudaKernel_t = *mut CUkern_st;
 impl cudaJitOption {
+    /** Max number of registers that a thread may use.\
+ Option type: unsigned int\
+ Applies to: compiler only*/
     pub const cudaJitMaxRegisters: cudaJitOption = cudaJitOption(0);
+    /** IN: Specifies minimum number of threads per block to target compilation
+ for\
+ OUT: Returns the number of threads the compiler actually targeted.
+ This restricts the resource utilization of the compiler (e.g. max
+ registers) such that a block with the given number of threads should be
+ able to launch based on register limitations. Note, this option does not
+ currently take into account any other resource limitations, such as
+ shared memory utilization.\
+ Option type: unsigned int\
+ Applies to: compiler only*/
     pub const cudaJitThreadsPerBlock: cudaJitOption = cudaJitOption(1);
+    /** Overwrites the option value with the total wall clock time, in
+ milliseconds, spent in the compiler and linker\
+ Option type: float\
+ Applies to: compiler and linker*/
     pub const cudaJitWallTime: cudaJitOption = cudaJitOption(2);
+    /** Pointer to a buffer in which to print any log messages
+ that are informational in nature (the buffer size is specified via
+ option `cudaJitInfoLogBufferSizeBytes`)\
+ Option type: char \*\
+ Applies to: compiler and linker*/
     pub const cudaJitInfoLogBuffer: cudaJitOption = cudaJitOption(3);
+    /** IN: Log buffer size in bytes.  Log messages will be capped at this size
+ (including null terminator)\
+ OUT: Amount of log buffer filled with messages\
+ Option type: unsigned int\
+ Applies to: compiler and linker*/
     pub const cudaJitInfoLogBufferSizeBytes: cudaJitOption = cudaJitOption(4);
+    /** Pointer to a buffer in which to print any log messages that
+ reflect errors (the buffer size is specified via option
+ `cudaJitErrorLogBufferSizeBytes`)\
+ Option type: char \*\
+ Applies to: compiler and linker*/
     pub const cudaJitErrorLogBuffer: cudaJitOption = cudaJitOption(5);
+    /** IN: Log buffer size in bytes.  Log messages will be capped at this size
+ (including null terminator)\
+ OUT: Amount of log buffer filled with messages\
+ Option type: unsigned int\
+ Applies to: compiler and linker*/
     pub const cudaJitErrorLogBufferSizeBytes: cudaJitOption = cudaJitOption(6);
+    /** Level of optimizations to apply to generated code (0 - 4), with 4
+ being the default and highest level of optimizations.\
+ Option type: unsigned int\
+ Applies to: compiler only*/
     pub const cudaJitOptimizationLevel: cudaJitOption = cudaJitOption(7);
+    /** Specifies choice of fallback strategy if matching cubin is not found.
+ Choice is based on supplied `cudaJit_Fallback`.
+ Option type: unsigned int for enumerated type `cudaJit_Fallback`\
+ Applies to: compiler only*/
     pub const cudaJitFallbackStrategy: cudaJitOption = cudaJitOption(10);
+    /** Specifies whether to create debug information in output (-g)
+ (0: false, default)\
+ Option type: int\
+ Applies to: compiler and linker*/
     pub const cudaJitGenerateDebugInfo: cudaJitOption = cudaJitOption(11);
+    /** Generate verbose log messages (0: false, default)\
+ Option type: int\
+ Applies to: compiler and linker*/
     pub const cudaJitLogVerbose: cudaJitOption = cudaJitOption(12);
+    /** Generate line number information (-lineinfo) (0: false, default)\
+ Option type: int\
+ Applies to: compiler only*/
     pub const cudaJitGenerateLineInfo: cudaJitOption = cudaJitOption(13);
+    /** Specifies whether to enable caching explicitly (-dlcm) \
+ Choice is based on supplied `cudaJit_CacheMode`.\
+ Option type: unsigned int for enumerated type `cudaJit_CacheMode`\
+ Applies to: compiler only*/
     pub const cudaJitCacheMode: cudaJitOption = cudaJitOption(14);
+    /** Generate position independent code (0: false)\
+ Option type: int\
+ Applies to: compiler only*/
     pub const cudaJitPositionIndependentCode: cudaJitOption = cudaJitOption(30);
+    /** This option hints to the JIT compiler the minimum number of CTAs from the
+ kernel’s grid to be mapped to a SM. This option is ignored when used together
+ with `cudaJitMaxRegisters` or `cudaJitThreadsPerBlock`.
+ Optimizations based on this option need `cudaJitMaxThreadsPerBlock` to
+ be specified as well. For kernels already using PTX directive .minnctapersm,
+ this option will be ignored by default. Use `cudaJitOverrideDirectiveValues`
+ to let this option take precedence over the PTX directive.
+ Option type: unsigned int\
+ Applies to: compiler only*/
     pub const cudaJitMinCtaPerSm: cudaJitOption = cudaJitOption(31);
+    /** Maximum number threads in a thread block, computed as the product of
+ the maximum extent specifed for each dimension of the block. This limit
+ is guaranteed not to be exeeded in any invocation of the kernel. Exceeding
+ the the maximum number of threads results in runtime error or kernel launch
+ failure. For kernels already using PTX directive .maxntid, this option will
+ be ignored by default. Use `cudaJitOverrideDirectiveValues` to let this
+ option take precedence over the PTX directive.
+ Option type: int\
+ Applies to: compiler only*/
     pub const cudaJitMaxThreadsPerBlock: cudaJitOption = cudaJitOption(32);
+    /** This option lets the values specified using `cudaJitMaxRegisters`,
+ `cudaJitThreadsPerBlock`, `cudaJitMaxThreadsPerBlock` and
+ `cudaJitMinCtaPerSm` take precedence over any PTX directives.
+ (0: Disable, default; 1: Enable)
+ Option type: int\
+ Applies to: compiler only*/
     pub const cudaJitOverrideDirectiveValues: cudaJitOption = cudaJitOption(33);
 }
 #[repr(transparent)]
+/// Online compiler and linker options
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaJitOption(pub ::core::ffi::c_uint);
 impl cudaLibraryOption {
     pub const cudaLibraryHostUniversalFunctionAndDataTable: cudaLibraryOption = cudaLibraryOption(
         0,
     );
+    /** Specifes that the argument `code` passed to `cudaLibraryLoadData()` will be preserved.
+ Specifying this option will let the driver know that `code` can be accessed at any point
+ until `cudaLibraryUnload()`. The default behavior is for the driver to allocate and
+ maintain its own copy of `code`. Note that this is only a memory usage optimization
+ hint and the driver can choose to ignore it if required.
+ Specifying this option with `cudaLibraryLoadFromFile()` is invalid and
+ will return `cudaErrorInvalidValue`.*/
     pub const cudaLibraryBinaryIsPreserved: cudaLibraryOption = cudaLibraryOption(1);
 }
 #[repr(transparent)]
+/// Library options to be specified with `cudaLibraryLoadData()` or `cudaLibraryLoadFromFile()`
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLibraryOption(pub ::core::ffi::c_uint);
 #[repr(C)]
@@ -4173,18 +5585,25 @@ impl Default for cudalibraryHostUniversalFunctionAndDataTable {
     }
 }
 impl cudaJit_CacheMode {
+    /// Compile with no -dlcm flag specified
     pub const cudaJitCacheOptionNone: cudaJit_CacheMode = cudaJit_CacheMode(0);
+    /// Compile with L1 cache disabled
     pub const cudaJitCacheOptionCG: cudaJit_CacheMode = cudaJit_CacheMode(1);
+    /// Compile with L1 cache enabled
     pub const cudaJitCacheOptionCA: cudaJit_CacheMode = cudaJit_CacheMode(2);
 }
 #[repr(transparent)]
+/// Caching modes for dlcm
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaJit_CacheMode(pub ::core::ffi::c_uint);
 impl cudaJit_Fallback {
+    /// Prefer to compile ptx if exact binary match not found
     pub const cudaPreferPtx: cudaJit_Fallback = cudaJit_Fallback(0);
+    /// Prefer to fall back to compatible binary code if exact match not found
     pub const cudaPreferBinary: cudaJit_Fallback = cudaJit_Fallback(1);
 }
 #[repr(transparent)]
+/// Cubin matching fallback strategies
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaJit_Fallback(pub ::core::ffi::c_uint);
 #[repr(C)]
@@ -4192,29 +5611,42 @@ pub struct cudaJit_Fallback(pub ::core::ffi::c_uint);
 pub struct CUlib_st {
     _unused: [u8; 0],
 }
+/// CUDA library
 pub type cudaLibrary_t = *mut CUlib_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUmemPoolHandle_st {
     _unused: [u8; 0],
 }
+/// CUDA memory pool
 pub type cudaMemPool_t = *mut CUmemPoolHandle_st;
 impl cudaCGScope {
+    /// Invalid cooperative group scope
     pub const cudaCGScopeInvalid: cudaCGScope = cudaCGScope(0);
+    /// Scope represented by a grid_group
     pub const cudaCGScopeGrid: cudaCGScope = cudaCGScope(1);
+    /// Scope represented by a multi_grid_group
     pub const cudaCGScopeMultiGrid: cudaCGScope = cudaCGScope(2);
 }
 #[repr(transparent)]
+/// CUDA cooperative group scope
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaCGScope(pub ::core::ffi::c_uint);
+/// CUDA launch parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchParams {
+    /// Device function symbol
     pub func: *mut ::core::ffi::c_void,
+    /// Grid dimentions
     pub gridDim: dim3,
+    /// Block dimentions
     pub blockDim: dim3,
+    /// Arguments
     pub args: *mut *mut ::core::ffi::c_void,
+    /// Shared memory
     pub sharedMem: usize,
+    /// Stream identifier
     pub stream: cudaStream_t,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4251,14 +5683,21 @@ impl Default for cudaLaunchParams {
         }
     }
 }
+/// CUDA GPU kernel node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaKernelNodeParams {
+    /// Kernel to launch
     pub func: *mut ::core::ffi::c_void,
+    /// Grid dimensions
     pub gridDim: dim3,
+    /// Block dimensions
     pub blockDim: dim3,
+    /// Dynamic shared-memory size per thread block in bytes
     pub sharedMemBytes: ::core::ffi::c_uint,
+    /// Array of pointers to individual kernel arguments
     pub kernelParams: *mut *mut ::core::ffi::c_void,
+    /// Pointer to kernel arguments in the "extra" format
     pub extra: *mut *mut ::core::ffi::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4297,14 +5736,21 @@ impl Default for cudaKernelNodeParams {
         }
     }
 }
+/// CUDA GPU kernel node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaKernelNodeParamsV2 {
+    /// Kernel to launch
     pub func: *mut ::core::ffi::c_void,
+    /// Grid dimensions
     pub gridDim: dim3,
+    /// Block dimensions
     pub blockDim: dim3,
+    /// Dynamic shared-memory size per thread block in bytes
     pub sharedMemBytes: ::core::ffi::c_uint,
+    /// Array of pointers to individual kernel arguments
     pub kernelParams: *mut *mut ::core::ffi::c_void,
+    /// Pointer to kernel arguments in the "extra" format
     pub extra: *mut *mut ::core::ffi::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4343,11 +5789,15 @@ impl Default for cudaKernelNodeParamsV2 {
         }
     }
 }
+/// External semaphore signal node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreSignalNodeParams {
+    /// Array of external semaphore handles.
     pub extSemArray: *mut cudaExternalSemaphore_t,
+    /// Array of external semaphore signal parameters.
     pub paramsArray: *const cudaExternalSemaphoreSignalParams,
+    /// Number of handles and parameters supplied in extSemArray and paramsArray.
     pub numExtSems: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4380,11 +5830,15 @@ impl Default for cudaExternalSemaphoreSignalNodeParams {
         }
     }
 }
+/// External semaphore signal node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreSignalNodeParamsV2 {
+    /// Array of external semaphore handles.
     pub extSemArray: *mut cudaExternalSemaphore_t,
+    /// Array of external semaphore signal parameters.
     pub paramsArray: *const cudaExternalSemaphoreSignalParams,
+    /// Number of handles and parameters supplied in extSemArray and paramsArray.
     pub numExtSems: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4417,11 +5871,15 @@ impl Default for cudaExternalSemaphoreSignalNodeParamsV2 {
         }
     }
 }
+/// External semaphore wait node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreWaitNodeParams {
+    /// Array of external semaphore handles.
     pub extSemArray: *mut cudaExternalSemaphore_t,
+    /// Array of external semaphore wait parameters.
     pub paramsArray: *const cudaExternalSemaphoreWaitParams,
+    /// Number of handles and parameters supplied in extSemArray and paramsArray.
     pub numExtSems: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4454,11 +5912,15 @@ impl Default for cudaExternalSemaphoreWaitNodeParams {
         }
     }
 }
+/// External semaphore wait node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaExternalSemaphoreWaitNodeParamsV2 {
+    /// Array of external semaphore handles.
     pub extSemArray: *mut cudaExternalSemaphore_t,
+    /// Array of external semaphore wait parameters.
     pub paramsArray: *const cudaExternalSemaphoreWaitParams,
+    /// Number of handles and parameters supplied in extSemArray and paramsArray.
     pub numExtSems: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4492,6 +5954,7 @@ impl Default for cudaExternalSemaphoreWaitNodeParamsV2 {
     }
 }
 impl cudaGraphConditionalHandleFlags {
+    /// Apply default handle value when graph is launched.
     pub const cudaGraphCondAssignDefault: cudaGraphConditionalHandleFlags = cudaGraphConditionalHandleFlags(
         1,
     );
@@ -4500,25 +5963,54 @@ impl cudaGraphConditionalHandleFlags {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphConditionalHandleFlags(pub ::core::ffi::c_uint);
 impl cudaGraphConditionalNodeType {
+    /// Conditional 'if/else' Node. Body\[0\] executed if condition is non-zero.  If `size` == 2, an optional ELSE graph is created and this is executed if the condition is zero.
     pub const cudaGraphCondTypeIf: cudaGraphConditionalNodeType = cudaGraphConditionalNodeType(
         0,
     );
+    /// Conditional 'while' Node. Body executed repeatedly while condition value is non-zero.
     pub const cudaGraphCondTypeWhile: cudaGraphConditionalNodeType = cudaGraphConditionalNodeType(
         1,
     );
+    /// Conditional 'switch' Node. Body\[n\] is executed once, where 'n' is the value of the condition. If the condition does not match a body index, no body is launched.
     pub const cudaGraphCondTypeSwitch: cudaGraphConditionalNodeType = cudaGraphConditionalNodeType(
         2,
     );
 }
 #[repr(transparent)]
+/// CUDA conditional node types
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphConditionalNodeType(pub ::core::ffi::c_uint);
+/// CUDA conditional node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaConditionalNodeParams {
+    /** Conditional node handle.
+ Handles must be created in advance of creating the node
+ using `cudaGraphConditionalHandleCreate`.*/
     pub handle: cudaGraphConditionalHandle,
+    /// Type of conditional node.
     pub type_: cudaGraphConditionalNodeType,
+    /** Size of graph output array.  Allowed values are 1 for cudaGraphCondTypeWhile, 1 or 2
+ for cudaGraphCondTypeWhile, or any value greater than zero for cudaGraphCondTypeSwitch.*/
     pub size: ::core::ffi::c_uint,
+    /** CUDA-owned array populated with conditional node child graphs during creation of the node.
+ Valid for the lifetime of the conditional node.
+ The contents of the graph(s) are subject to the following constraints:
+
+ - Allowed node types are kernel nodes, empty nodes, child graphs, memsets,
+ memcopies, and conditionals. This applies recursively to child graphs and conditional bodies.
+ - All kernels, including kernels in nested conditionals or child graphs at any level,
+ must belong to the same CUDA context.
+
+ These graphs may be populated using graph node creation APIs or `cudaStreamBeginCaptureToGraph`.
+ cudaGraphCondTypeIf:
+ phGraph_out\[0\] is executed when the condition is non-zero.  If `size` == 2, phGraph_out\[1\] will
+ be executed when the condition is zero.
+ cudaGraphCondTypeWhile:
+ phGraph_out\[0\] is executed as long as the condition is non-zero.
+ cudaGraphCondTypeSwitch:
+ phGraph_out\[n\] is executed when the condition is equal to n.  If the condition >= `size`,
+ no body graph is executed.*/
     pub phGraph_out: *mut cudaGraph_t,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4552,43 +6044,93 @@ impl Default for cudaConditionalNodeParams {
     }
 }
 impl cudaGraphNodeType {
+    /// GPU kernel node
     pub const cudaGraphNodeTypeKernel: cudaGraphNodeType = cudaGraphNodeType(0);
+    /// Memcpy node
     pub const cudaGraphNodeTypeMemcpy: cudaGraphNodeType = cudaGraphNodeType(1);
+    /// Memset node
     pub const cudaGraphNodeTypeMemset: cudaGraphNodeType = cudaGraphNodeType(2);
+    /// Host (executable) node
     pub const cudaGraphNodeTypeHost: cudaGraphNodeType = cudaGraphNodeType(3);
+    /// Node which executes an embedded graph
     pub const cudaGraphNodeTypeGraph: cudaGraphNodeType = cudaGraphNodeType(4);
+    /// Empty (no-op) node
     pub const cudaGraphNodeTypeEmpty: cudaGraphNodeType = cudaGraphNodeType(5);
+    /// External event wait node
     pub const cudaGraphNodeTypeWaitEvent: cudaGraphNodeType = cudaGraphNodeType(6);
+    /// External event record node
     pub const cudaGraphNodeTypeEventRecord: cudaGraphNodeType = cudaGraphNodeType(7);
+    /// External semaphore signal node
     pub const cudaGraphNodeTypeExtSemaphoreSignal: cudaGraphNodeType = cudaGraphNodeType(
         8,
     );
+    /// External semaphore wait node
     pub const cudaGraphNodeTypeExtSemaphoreWait: cudaGraphNodeType = cudaGraphNodeType(
         9,
     );
+    /// Memory allocation node
     pub const cudaGraphNodeTypeMemAlloc: cudaGraphNodeType = cudaGraphNodeType(10);
+    /// Memory free node
     pub const cudaGraphNodeTypeMemFree: cudaGraphNodeType = cudaGraphNodeType(11);
+    /** Conditional node
+
+ May be used to implement a conditional execution path or loop
+ inside of a graph. The graph(s) contained within the body of the conditional node
+ can be selectively executed or iterated upon based on the value of a conditional
+ variable.
+
+ Handles must be created in advance of creating the node
+ using `cudaGraphConditionalHandleCreate`.
+
+ The following restrictions apply to graphs which contain conditional nodes:
+ The graph cannot be used in a child node.
+ Only one instantiation of the graph may exist at any point in time.
+ The graph cannot be cloned.
+
+ To set the control value, supply a default value when creating the handle and/or
+ call `cudaGraphSetConditional` from device code.*/
     pub const cudaGraphNodeTypeConditional: cudaGraphNodeType = cudaGraphNodeType(13);
     pub const cudaGraphNodeTypeCount: cudaGraphNodeType = cudaGraphNodeType(14);
 }
 #[repr(transparent)]
+/// CUDA Graph node types
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphNodeType(pub ::core::ffi::c_uint);
 impl cudaGraphChildGraphNodeOwnership {
+    /** Default behavior for a child graph node. Child graph is cloned
+ into the parent and memory allocation/free nodes can't be present
+ in the child graph.*/
     pub const cudaGraphChildGraphOwnershipClone: cudaGraphChildGraphNodeOwnership = cudaGraphChildGraphNodeOwnership(
         0,
     );
+    /** The child graph is moved to the parent. The handle to the child graph
+ is owned by the parent and will be destroyed when the parent is
+ destroyed.
+
+ The following restrictions apply to child graphs after they have been moved:
+ Cannot be independently instantiated or destroyed;
+ Cannot be added as a child graph of a separate parent graph;
+ Cannot be used as an argument to cudaGraphExecUpdate;
+ Cannot have additional memory allocation or free nodes added.*/
     pub const cudaGraphChildGraphOwnershipMove: cudaGraphChildGraphNodeOwnership = cudaGraphChildGraphNodeOwnership(
         1,
     );
 }
 #[repr(transparent)]
+/// Child graph node ownership
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphChildGraphNodeOwnership(pub ::core::ffi::c_uint);
+/// Child graph node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaChildGraphNodeParams {
+    /** The child graph to clone into the node for node creation, or
+ a handle to the graph owned by the node for node query.
+ The graph must not contain conditional nodes. Graphs
+ containing memory allocation or memory free nodes must
+ set the ownership to be moved to the parent.*/
     pub graph: cudaGraph_t,
+    /// The ownership relationship of the child graph node.
     pub ownership: cudaGraphChildGraphNodeOwnership,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4615,9 +6157,11 @@ impl Default for cudaChildGraphNodeParams {
         }
     }
 }
+/// Event record node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaEventRecordNodeParams {
+    /// The event to record when the node executes
     pub event: cudaEvent_t,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4641,9 +6185,11 @@ impl Default for cudaEventRecordNodeParams {
         }
     }
 }
+/// Event wait node parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaEventWaitNodeParams {
+    /// The event to wait on from the node
     pub event: cudaEvent_t,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4667,29 +6213,46 @@ impl Default for cudaEventWaitNodeParams {
         }
     }
 }
+/// Graph node parameters.  See `cudaGraphAddNode`.
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaGraphNodeParams {
+    /// Type of the node
     pub type_: cudaGraphNodeType,
+    /// Reserved.  Must be zero.
     pub reserved0: [::core::ffi::c_int; 3usize],
     pub __bindgen_anon_1: cudaGraphNodeParams__bindgen_ty_1,
+    /// Reserved bytes. Must be zero.
     pub reserved2: ::core::ffi::c_longlong,
 }
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaGraphNodeParams__bindgen_ty_1 {
+    /// Padding. Unused bytes must be zero.
     pub reserved1: [::core::ffi::c_longlong; 29usize],
+    /// Kernel node parameters.
     pub kernel: cudaKernelNodeParamsV2,
+    /// Memcpy node parameters.
     pub memcpy: cudaMemcpyNodeParams,
+    /// Memset node parameters.
     pub memset: cudaMemsetParamsV2,
+    /// Host node parameters.
     pub host: cudaHostNodeParamsV2,
+    /// Child graph node parameters.
     pub graph: cudaChildGraphNodeParams,
+    /// Event wait node parameters.
     pub eventWait: cudaEventWaitNodeParams,
+    /// Event record node parameters.
     pub eventRecord: cudaEventRecordNodeParams,
+    /// External semaphore signal node parameters.
     pub extSemSignal: cudaExternalSemaphoreSignalNodeParamsV2,
+    /// External semaphore wait node parameters.
     pub extSemWait: cudaExternalSemaphoreWaitNodeParamsV2,
+    /// Memory allocation node parameters.
     pub alloc: cudaMemAllocNodeParamsV2,
+    /// Memory free node parameters.
     pub free: cudaMemFreeNodeParams,
+    /// Conditional node parameters.
     pub conditional: cudaConditionalNodeParams,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4777,23 +6340,56 @@ impl Default for cudaGraphNodeParams {
     }
 }
 impl cudaGraphDependencyType_enum {
+    /// This is an ordinary dependency.
     pub const cudaGraphDependencyTypeDefault: cudaGraphDependencyType_enum = cudaGraphDependencyType_enum(
         0,
     );
+    /** This dependency type allows the downstream node to
+ use `cudaGridDependencySynchronize()`. It may only be used
+ between kernel nodes, and must be used with either the
+ `cudaGraphKernelNodePortProgrammatic` or
+ `cudaGraphKernelNodePortLaunchCompletion` outgoing port.*/
     pub const cudaGraphDependencyTypeProgrammatic: cudaGraphDependencyType_enum = cudaGraphDependencyType_enum(
         1,
     );
 }
 #[repr(transparent)]
+/// Type annotations that can be applied to graph edges as part of `cudaGraphEdgeData`.
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphDependencyType_enum(pub ::core::ffi::c_uint);
+/// Type annotations that can be applied to graph edges as part of `cudaGraphEdgeData`.
 pub use self::cudaGraphDependencyType_enum as cudaGraphDependencyType;
+/** Optional annotation for edges in a CUDA graph. Note, all edges implicitly have annotations and
+ default to a zero-initialized value if not specified. A zero-initialized struct indicates a
+ standard full serialization of two nodes with memory visibility.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphEdgeData_st {
+    /** This indicates when the dependency is triggered from the upstream
+ node on the edge. The meaning is specfic to the node type. A value
+ of 0 in all cases means full completion of the upstream node, with
+ memory visibility to the downstream node or portion thereof
+ (indicated by `to_port`).
+ \<br>
+ Only kernel nodes define non-zero ports. A kernel node
+ can use the following output port types:
+ `cudaGraphKernelNodePortDefault`, `cudaGraphKernelNodePortProgrammatic`,
+ or `cudaGraphKernelNodePortLaunchCompletion`.*/
     pub from_port: ::core::ffi::c_uchar,
+    /** This indicates what portion of the downstream node is dependent on
+ the upstream node or portion thereof (indicated by `from_port`). The
+ meaning is specific to the node type. A value of 0 in all cases means
+ the entirety of the downstream node is dependent on the upstream work.
+ \<br>
+ Currently no node types define non-zero ports. Accordingly, this field
+ must be set to zero.*/
     pub to_port: ::core::ffi::c_uchar,
+    /** This should be populated with a value from `cudaGraphDependencyType`. (It
+ is typed as char due to compiler-specific layout of bitfields.) See
+ `cudaGraphDependencyType`.*/
     pub type_: ::core::ffi::c_uchar,
+    /** These bytes are unused and must be zeroed. This ensures
+ compatibility if additional fields are added in the future.*/
     pub reserved: [::core::ffi::c_uchar; 5usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4817,74 +6413,100 @@ const _: () = {
         "Offset of field: cudaGraphEdgeData_st::reserved",
     ][::core::mem::offset_of!(cudaGraphEdgeData_st, reserved) - 3usize];
 };
+/** Optional annotation for edges in a CUDA graph. Note, all edges implicitly have annotations and
+ default to a zero-initialized value if not specified. A zero-initialized struct indicates a
+ standard full serialization of two nodes with memory visibility.*/
 pub type cudaGraphEdgeData = cudaGraphEdgeData_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUgraphExec_st {
     _unused: [u8; 0],
 }
+/// CUDA executable (launchable) graph
 pub type cudaGraphExec_t = *mut CUgraphExec_st;
 impl cudaGraphExecUpdateResult {
+    /// The update succeeded
     pub const cudaGraphExecUpdateSuccess: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
         0,
     );
+    /// The update failed for an unexpected reason which is described in the return value of the function
     pub const cudaGraphExecUpdateError: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
         1,
     );
+    /// The update failed because the topology changed
     pub const cudaGraphExecUpdateErrorTopologyChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
         2,
     );
+    /// The update failed because a node type changed
     pub const cudaGraphExecUpdateErrorNodeTypeChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
         3,
     );
+    /// The update failed because the function of a kernel node changed (CUDA driver \< 11.2)
     pub const cudaGraphExecUpdateErrorFunctionChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
         4,
     );
+    /// The update failed because the parameters changed in a way that is not supported
     pub const cudaGraphExecUpdateErrorParametersChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
         5,
     );
+    /// The update failed because something about the node is not supported
     pub const cudaGraphExecUpdateErrorNotSupported: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
         6,
     );
+    /// The update failed because the function of a kernel node changed in an unsupported way
     pub const cudaGraphExecUpdateErrorUnsupportedFunctionChange: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
         7,
     );
+    /// The update failed because the node attributes changed in a way that is not supported
     pub const cudaGraphExecUpdateErrorAttributesChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
         8,
     );
 }
 #[repr(transparent)]
+/// CUDA Graph Update error types
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphExecUpdateResult(pub ::core::ffi::c_uint);
 impl cudaGraphInstantiateResult {
+    /// Instantiation succeeded
     pub const cudaGraphInstantiateSuccess: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
         0,
     );
+    /// Instantiation failed for an unexpected reason which is described in the return value of the function
     pub const cudaGraphInstantiateError: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
         1,
     );
+    /// Instantiation failed due to invalid structure, such as cycles
     pub const cudaGraphInstantiateInvalidStructure: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
         2,
     );
+    /// Instantiation for device launch failed because the graph contained an unsupported operation
     pub const cudaGraphInstantiateNodeOperationNotSupported: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
         3,
     );
+    /// Instantiation for device launch failed due to the nodes belonging to different contexts
     pub const cudaGraphInstantiateMultipleDevicesNotSupported: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
         4,
     );
+    /// One or more conditional handles are not associated with conditional nodes
     pub const cudaGraphInstantiateConditionalHandleUnused: cudaGraphInstantiateResult = cudaGraphInstantiateResult(
         5,
     );
 }
 #[repr(transparent)]
+/// Graph instantiation results
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphInstantiateResult(pub ::core::ffi::c_uint);
+/// Graph instantiation parameters
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphInstantiateParams_st {
+    /// Instantiation flags
     pub flags: ::core::ffi::c_ulonglong,
+    /// Upload stream
     pub uploadStream: cudaStream_t,
+    /// The node which caused instantiation to fail, if any
     pub errNode_out: cudaGraphNode_t,
+    /// Whether instantiation was successful.  If it failed, the reason why
     pub result_out: cudaGraphInstantiateResult,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4917,12 +6539,19 @@ impl Default for cudaGraphInstantiateParams_st {
         }
     }
 }
+/// Graph instantiation parameters
 pub type cudaGraphInstantiateParams = cudaGraphInstantiateParams_st;
+/// Result information returned by cudaGraphExecUpdate
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphExecUpdateResultInfo_st {
+    /// Gives more specific detail when a cuda graph update fails.
     pub result: cudaGraphExecUpdateResult,
+    /** The "to node" of the error edge when the topologies do not match.
+ The error node when the error is associated with a specific node.
+ NULL when the error is generic.*/
     pub errorNode: cudaGraphNode_t,
+    /// The from node of error edge when the topologies do not match. Otherwise NULL.
     pub errorFromNode: cudaGraphNode_t,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -4953,49 +6582,66 @@ impl Default for cudaGraphExecUpdateResultInfo_st {
         }
     }
 }
+/// Result information returned by cudaGraphExecUpdate
 pub type cudaGraphExecUpdateResultInfo = cudaGraphExecUpdateResultInfo_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUgraphDeviceUpdatableNode_st {
     _unused: [u8; 0],
 }
+/// CUDA device node handle for device-side node update
 pub type cudaGraphDeviceNode_t = *mut CUgraphDeviceUpdatableNode_st;
 impl cudaGraphKernelNodeField {
+    /// Invalid field
     pub const cudaGraphKernelNodeFieldInvalid: cudaGraphKernelNodeField = cudaGraphKernelNodeField(
         0,
     );
+    /// Grid dimension update
     pub const cudaGraphKernelNodeFieldGridDim: cudaGraphKernelNodeField = cudaGraphKernelNodeField(
         1,
     );
+    /// Kernel parameter update
     pub const cudaGraphKernelNodeFieldParam: cudaGraphKernelNodeField = cudaGraphKernelNodeField(
         2,
     );
+    /// Node enable/disable
     pub const cudaGraphKernelNodeFieldEnabled: cudaGraphKernelNodeField = cudaGraphKernelNodeField(
         3,
     );
 }
 #[repr(transparent)]
+/// Specifies the field to update when performing multiple node updates from the device
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphKernelNodeField(pub ::core::ffi::c_uint);
+/// Struct to specify a single node update to pass as part of a larger array to `cudaGraphKernelNodeUpdatesApply`
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaGraphKernelNodeUpdate {
+    /// Node to update
     pub node: cudaGraphDeviceNode_t,
+    /// Which type of update to apply. Determines how updateData is interpreted
     pub field: cudaGraphKernelNodeField,
+    /// Update data to apply. Which field is used depends on field's value
     pub updateData: cudaGraphKernelNodeUpdate__bindgen_ty_1,
 }
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaGraphKernelNodeUpdate__bindgen_ty_1 {
+    /// Grid dimensions
     pub gridDim: dim3,
+    /// Kernel parameter data
     pub param: cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1,
+    /// Node enable/disable data. Nonzero if the node should be enabled, 0 if it should be disabled
     pub isEnabled: ::core::ffi::c_uint,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1 {
+    /// Kernel parameter data to write in
     pub pValue: *const ::core::ffi::c_void,
+    /// Offset into the parameter buffer at which to apply the update
     pub offset: usize,
+    /// Number of bytes to update
     pub size: usize,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -5090,103 +6736,161 @@ impl Default for cudaGraphKernelNodeUpdate {
     }
 }
 impl cudaGetDriverEntryPointFlags {
+    /// Default search mode for driver symbols.
     pub const cudaEnableDefault: cudaGetDriverEntryPointFlags = cudaGetDriverEntryPointFlags(
         0,
     );
+    /// Search for legacy versions of driver symbols.
     pub const cudaEnableLegacyStream: cudaGetDriverEntryPointFlags = cudaGetDriverEntryPointFlags(
         1,
     );
+    /// Search for per-thread versions of driver symbols.
     pub const cudaEnablePerThreadDefaultStream: cudaGetDriverEntryPointFlags = cudaGetDriverEntryPointFlags(
         2,
     );
 }
 #[repr(transparent)]
+/** Flags to specify search options to be used with `cudaGetDriverEntryPoint`
+ For more details see `cuGetProcAddress`*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGetDriverEntryPointFlags(pub ::core::ffi::c_uint);
 impl cudaDriverEntryPointQueryResult {
+    /// Search for symbol found a match
     pub const cudaDriverEntryPointSuccess: cudaDriverEntryPointQueryResult = cudaDriverEntryPointQueryResult(
         0,
     );
+    /// Search for symbol was not found
     pub const cudaDriverEntryPointSymbolNotFound: cudaDriverEntryPointQueryResult = cudaDriverEntryPointQueryResult(
         1,
     );
+    /// Search for symbol was found but version wasn't great enough
     pub const cudaDriverEntryPointVersionNotSufficent: cudaDriverEntryPointQueryResult = cudaDriverEntryPointQueryResult(
         2,
     );
 }
 #[repr(transparent)]
+/// Enum for status from obtaining driver entry points, used with `cudaApiGetDriverEntryPoint`
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaDriverEntryPointQueryResult(pub ::core::ffi::c_uint);
 impl cudaGraphDebugDotFlags {
+    /// Output all debug data as if every debug flag is enabled
     pub const cudaGraphDebugDotFlagsVerbose: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         1,
     );
+    /// Adds cudaKernelNodeParams to output
     pub const cudaGraphDebugDotFlagsKernelNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         4,
     );
+    /// Adds cudaMemcpy3DParms to output
     pub const cudaGraphDebugDotFlagsMemcpyNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         8,
     );
+    /// Adds cudaMemsetParams to output
     pub const cudaGraphDebugDotFlagsMemsetNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         16,
     );
+    /// Adds cudaHostNodeParams to output
     pub const cudaGraphDebugDotFlagsHostNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         32,
     );
+    /// Adds cudaEvent_t handle from record and wait nodes to output
     pub const cudaGraphDebugDotFlagsEventNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         64,
     );
+    /// Adds cudaExternalSemaphoreSignalNodeParams values to output
     pub const cudaGraphDebugDotFlagsExtSemasSignalNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         128,
     );
+    /// Adds cudaExternalSemaphoreWaitNodeParams to output
     pub const cudaGraphDebugDotFlagsExtSemasWaitNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         256,
     );
+    /// Adds cudaKernelNodeAttrID values to output
     pub const cudaGraphDebugDotFlagsKernelNodeAttributes: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         512,
     );
+    /// Adds node handles and every kernel function handle to output
     pub const cudaGraphDebugDotFlagsHandles: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         1024,
     );
+    /// Adds cudaConditionalNodeParams to output
     pub const cudaGraphDebugDotFlagsConditionalNodeParams: cudaGraphDebugDotFlags = cudaGraphDebugDotFlags(
         32768,
     );
 }
 #[repr(transparent)]
+/// CUDA Graph debug write options
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphDebugDotFlags(pub ::core::ffi::c_uint);
 impl cudaGraphInstantiateFlags {
+    /// Automatically free memory allocated in a graph before relaunching.
     pub const cudaGraphInstantiateFlagAutoFreeOnLaunch: cudaGraphInstantiateFlags = cudaGraphInstantiateFlags(
         1,
     );
+    /** Automatically upload the graph after instantiation. Only supported by
+ `cudaGraphInstantiateWithParams`.  The upload will be performed using the
+ stream provided in `instantiateParams`.*/
     pub const cudaGraphInstantiateFlagUpload: cudaGraphInstantiateFlags = cudaGraphInstantiateFlags(
         2,
     );
+    /** Instantiate the graph to be launchable from the device. This flag can only
+ be used on platforms which support unified addressing. This flag cannot be
+ used in conjunction with cudaGraphInstantiateFlagAutoFreeOnLaunch.*/
     pub const cudaGraphInstantiateFlagDeviceLaunch: cudaGraphInstantiateFlags = cudaGraphInstantiateFlags(
         4,
     );
+    /** Run the graph using the per-node priority attributes rather than the
+ priority of the stream it is launched into.*/
     pub const cudaGraphInstantiateFlagUseNodePriority: cudaGraphInstantiateFlags = cudaGraphInstantiateFlags(
         8,
     );
 }
 #[repr(transparent)]
+/// Flags for instantiating a graph
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaGraphInstantiateFlags(pub ::core::ffi::c_uint);
 impl cudaLaunchMemSyncDomain {
+    /// Launch kernels in the default domain
     pub const cudaLaunchMemSyncDomainDefault: cudaLaunchMemSyncDomain = cudaLaunchMemSyncDomain(
         0,
     );
+    /// Launch kernels in the remote domain
     pub const cudaLaunchMemSyncDomainRemote: cudaLaunchMemSyncDomain = cudaLaunchMemSyncDomain(
         1,
     );
 }
 #[repr(transparent)]
+/** Memory Synchronization Domain
+
+ A kernel can be launched in a specified memory synchronization domain that affects all memory operations issued by
+ that kernel. A memory barrier issued in one domain will only order memory operations in that domain, thus eliminating
+ latency increase from memory barriers ordering unrelated traffic.
+
+ By default, kernels are launched in domain 0. Kernel launched with `cudaLaunchMemSyncDomainRemote` will have a
+ different domain ID. User may also alter the domain ID with `cudaLaunchMemSyncDomainMap` for a specific stream /
+ graph node / kernel launch. See `cudaLaunchAttributeMemSyncDomain`, `cudaStreamSetAttribute`, `cudaLaunchKernelEx`,
+ `cudaGraphKernelNodeSetAttribute`.
+
+ Memory operations done in kernels launched in different domains are considered system-scope distanced. In other
+ words, a GPU scoped memory synchronization is not sufficient for memory order to be observed by kernels in another
+ memory synchronization domain even if they are on the same GPU.*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchMemSyncDomain(pub ::core::ffi::c_uint);
+/** Memory Synchronization Domain map
+
+ See `cudaLaunchMemSyncDomain`.
+
+ By default, kernels are launched in domain 0. Kernel launched with `cudaLaunchMemSyncDomainRemote` will have a
+ different domain ID. User may also alter the domain ID with `cudaLaunchMemSyncDomainMap` for a specific stream /
+ graph node / kernel launch. See `cudaLaunchAttributeMemSyncDomainMap`.
+
+ Domain ID range is available through `cudaDevAttrMemSyncDomainCount`.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchMemSyncDomainMap_st {
+    /// The default domain ID to use for designated kernels
     pub default_: ::core::ffi::c_uchar,
+    /// The remote domain ID to use for designated kernels
     pub remote: ::core::ffi::c_uchar,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -5204,76 +6908,261 @@ const _: () = {
         "Offset of field: cudaLaunchMemSyncDomainMap_st::remote",
     ][::core::mem::offset_of!(cudaLaunchMemSyncDomainMap_st, remote) - 1usize];
 };
+/** Memory Synchronization Domain map
+
+ See `cudaLaunchMemSyncDomain`.
+
+ By default, kernels are launched in domain 0. Kernel launched with `cudaLaunchMemSyncDomainRemote` will have a
+ different domain ID. User may also alter the domain ID with `cudaLaunchMemSyncDomainMap` for a specific stream /
+ graph node / kernel launch. See `cudaLaunchAttributeMemSyncDomainMap`.
+
+ Domain ID range is available through `cudaDevAttrMemSyncDomainCount`.*/
 pub type cudaLaunchMemSyncDomainMap = cudaLaunchMemSyncDomainMap_st;
 impl cudaLaunchAttributeID {
+    /// Ignored entry, for convenient composition
     pub const cudaLaunchAttributeIgnore: cudaLaunchAttributeID = cudaLaunchAttributeID(
         0,
     );
+    /** Valid for streams, graph nodes, launches. See
+ `cudaLaunchAttributeValue::accessPolicyWindow`.*/
     pub const cudaLaunchAttributeAccessPolicyWindow: cudaLaunchAttributeID = cudaLaunchAttributeID(
         1,
     );
+    /** Valid for graph nodes, launches. See
+ `cudaLaunchAttributeValue::cooperative`.*/
     pub const cudaLaunchAttributeCooperative: cudaLaunchAttributeID = cudaLaunchAttributeID(
         2,
     );
+    /// Valid for streams. See `cudaLaunchAttributeValue::syncPolicy`.
     pub const cudaLaunchAttributeSynchronizationPolicy: cudaLaunchAttributeID = cudaLaunchAttributeID(
         3,
     );
+    /** Valid for graph nodes, launches. See
+ `cudaLaunchAttributeValue::clusterDim`.*/
     pub const cudaLaunchAttributeClusterDimension: cudaLaunchAttributeID = cudaLaunchAttributeID(
         4,
     );
+    /** Valid for graph nodes, launches. See
+ `cudaLaunchAttributeValue::clusterSchedulingPolicyPreference`.*/
     pub const cudaLaunchAttributeClusterSchedulingPolicyPreference: cudaLaunchAttributeID = cudaLaunchAttributeID(
         5,
     );
+    /** Valid for launches. Setting
+ `cudaLaunchAttributeValue::programmaticStreamSerializationAllowed`
+ to non-0 signals that the kernel will use programmatic
+ means to resolve its stream dependency, so that the
+ CUDA runtime should opportunistically allow the grid's
+ execution to overlap with the previous kernel in the
+ stream, if that kernel requests the overlap. The
+ dependent launches can choose to wait on the
+ dependency using the programmatic sync
+ (cudaGridDependencySynchronize() or equivalent PTX
+ instructions).*/
     pub const cudaLaunchAttributeProgrammaticStreamSerialization: cudaLaunchAttributeID = cudaLaunchAttributeID(
         6,
     );
+    /** Valid for launches. Set
+ `cudaLaunchAttributeValue::programmaticEvent` to
+ record the event. Event recorded through this launch
+ attribute is guaranteed to only trigger after all
+ block in the associated kernel trigger the event.  A
+ block can trigger the event programmatically in a
+ future CUDA release. A trigger can also be inserted at
+ the beginning of each block's execution if
+ triggerAtBlockStart is set to non-0. The dependent
+ launches can choose to wait on the dependency using
+ the programmatic sync (cudaGridDependencySynchronize()
+ or equivalent PTX instructions). Note that dependents
+ (including the CPU thread calling
+ cudaEventSynchronize()) are not guaranteed to observe
+ the release precisely when it is released. For
+ example, cudaEventSynchronize() may only observe the
+ event trigger long after the associated kernel has
+ completed. This recording type is primarily meant for
+ establishing programmatic dependency between device
+ tasks. Note also this type of dependency allows, but
+ does not guarantee, concurrent execution of tasks.
+ \<br>
+ The event supplied must not be an interprocess or
+ interop event. The event must disable timing (i.e.
+ must be created with the `cudaEventDisableTiming` flag
+ set).*/
     pub const cudaLaunchAttributeProgrammaticEvent: cudaLaunchAttributeID = cudaLaunchAttributeID(
         7,
     );
+    /** Valid for streams, graph nodes, launches. See
+ `cudaLaunchAttributeValue::priority`.*/
     pub const cudaLaunchAttributePriority: cudaLaunchAttributeID = cudaLaunchAttributeID(
         8,
     );
+    /** Valid for streams, graph nodes, launches. See
+ `cudaLaunchAttributeValue::memSyncDomainMap`.*/
     pub const cudaLaunchAttributeMemSyncDomainMap: cudaLaunchAttributeID = cudaLaunchAttributeID(
         9,
     );
+    /** Valid for streams, graph nodes, launches. See
+ `cudaLaunchAttributeValue::memSyncDomain`.*/
     pub const cudaLaunchAttributeMemSyncDomain: cudaLaunchAttributeID = cudaLaunchAttributeID(
         10,
     );
+    /** Valid for graph nodes and launches. Set
+ `cudaLaunchAttributeValue::preferredClusterDim`
+ to allow the kernel launch to specify a preferred substitute
+ cluster dimension. Blocks may be grouped according to either
+ the dimensions specified with this attribute (grouped into a
+ "preferred substitute cluster"), or the one specified with
+ `cudaLaunchAttributeClusterDimension` attribute (grouped
+ into a "regular cluster"). The cluster dimensions of a
+ "preferred substitute cluster" shall be an integer multiple
+ greater than zero of the regular cluster dimensions. The
+ device will attempt - on a best-effort basis - to group
+ thread blocks into preferred clusters over grouping them
+ into regular clusters. When it deems necessary (primarily
+ when the device temporarily runs out of physical resources
+ to launch the larger preferred clusters), the device may
+ switch to launch the regular clusters instead to attempt to
+ utilize as much of the physical device resources as possible.
+ \<br>
+ Each type of cluster will have its enumeration / coordinate
+ setup as if the grid consists solely of its type of cluster.
+ For example, if the preferred substitute cluster dimensions
+ double the regular cluster dimensions, there might be
+ simultaneously a regular cluster indexed at (1,0,0), and a
+ preferred cluster indexed at (1,0,0). In this example, the
+ preferred substitute cluster (1,0,0) replaces regular
+ clusters (2,0,0) and (3,0,0) and groups their blocks.
+ \<br>
+ This attribute will only take effect when a regular cluster
+ dimension has been specified. The preferred substitute cluster
+ dimension must be an integer multiple greater than zero of the
+ regular cluster dimension and must divide the grid. It must
+ also be no more than `maxBlocksPerCluster`, if it is set in
+ the kernel's `__launch_bounds__`. Otherwise it must be less
+ than the maximum value the driver can support. Otherwise,
+ setting this attribute to a value physically unable to fit on
+ any particular device is permitted.*/
     pub const cudaLaunchAttributePreferredClusterDimension: cudaLaunchAttributeID = cudaLaunchAttributeID(
         11,
     );
+    /** Valid for launches. Set
+ `cudaLaunchAttributeValue::launchCompletionEvent` to record the
+ event.
+ \<br>
+ Nominally, the event is triggered once all blocks of the kernel
+ have begun execution. Currently this is a best effort. If a kernel
+ B has a launch completion dependency on a kernel A, B may wait
+ until A is complete. Alternatively, blocks of B may begin before
+ all blocks of A have begun, for example if B can claim execution
+ resources unavailable to A (e.g. they run on different GPUs) or
+ if B is a higher priority than A.
+ Exercise caution if such an ordering inversion could lead
+ to deadlock.
+ \<br>
+ A launch completion event is nominally similar to a programmatic
+ event with `triggerAtBlockStart` set except that it is not
+ visible to `cudaGridDependencySynchronize()` and can be used with
+ compute capability less than 9.0.
+ \<br>
+ The event supplied must not be an interprocess or interop event.
+ The event must disable timing (i.e. must be created with the
+ `cudaEventDisableTiming` flag set).*/
     pub const cudaLaunchAttributeLaunchCompletionEvent: cudaLaunchAttributeID = cudaLaunchAttributeID(
         12,
     );
+    /** Valid for graph nodes, launches. This attribute is graphs-only,
+ and passing it to a launch in a non-capturing stream will result
+ in an error.
+ \<br>
+ :cudaLaunchAttributeValue::deviceUpdatableKernelNode::deviceUpdatable can
+ only be set to 0 or 1. Setting the field to 1 indicates that the
+ corresponding kernel node should be device-updatable. On success, a handle
+ will be returned via
+ `cudaLaunchAttributeValue::deviceUpdatableKernelNode::devNode` which can be
+ passed to the various device-side update functions to update the node's
+ kernel parameters from within another kernel. For more information on the
+ types of device updates that can be made, as well as the relevant limitations
+ thereof, see `cudaGraphKernelNodeUpdatesApply`.
+ \<br>
+ Nodes which are device-updatable have additional restrictions compared to
+ regular kernel nodes. Firstly, device-updatable nodes cannot be removed
+ from their graph via `cudaGraphDestroyNode`. Additionally, once opted-in
+ to this functionality, a node cannot opt out, and any attempt to set the
+ deviceUpdatable attribute to 0 will result in an error. Device-updatable
+ kernel nodes also cannot have their attributes copied to/from another kernel
+ node via `cudaGraphKernelNodeCopyAttributes`. Graphs containing one or more
+ device-updatable nodes also do not allow multiple instantiation, and neither
+ the graph nor its instantiated version can be passed to `cudaGraphExecUpdate`.
+ \<br>
+ If a graph contains device-updatable nodes and updates those nodes from the device
+ from within the graph, the graph must be uploaded with `cuGraphUpload` before it
+ is launched. For such a graph, if host-side executable graph updates are made to the
+ device-updatable nodes, the graph must be uploaded before it is launched again.*/
     pub const cudaLaunchAttributeDeviceUpdatableKernelNode: cudaLaunchAttributeID = cudaLaunchAttributeID(
         13,
     );
+    /** Valid for launches. On devices where the L1 cache and shared memory use the
+ same hardware resources, setting `cudaLaunchAttributeValue::sharedMemCarveout`
+ to a percentage between 0-100 signals sets the shared memory carveout
+ preference in percent of the total shared memory for that kernel launch.
+ This attribute takes precedence over `cudaFuncAttributePreferredSharedMemoryCarveout`.
+ This is only a hint, and the driver can choose a different configuration if
+ required for the launch.*/
     pub const cudaLaunchAttributePreferredSharedMemoryCarveout: cudaLaunchAttributeID = cudaLaunchAttributeID(
         14,
     );
 }
 #[repr(transparent)]
+/// Launch attributes enum; used as id field of `cudaLaunchAttribute`
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchAttributeID(pub ::core::ffi::c_uint);
+/// Launch attributes union; used as value field of `cudaLaunchAttribute`
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaLaunchAttributeValue {
+    /// Pad to 64 bytes
     pub pad: [::core::ffi::c_char; 64usize],
+    /// Value of launch attribute `cudaLaunchAttributeAccessPolicyWindow`.
     pub accessPolicyWindow: cudaAccessPolicyWindow,
+    /** Value of launch attribute `cudaLaunchAttributeCooperative`. Nonzero indicates a cooperative
+ kernel (see `cudaLaunchCooperativeKernel`).*/
     pub cooperative: ::core::ffi::c_int,
+    /** Value of launch attribute
+ `cudaLaunchAttributeSynchronizationPolicy`. `cudaSynchronizationPolicy`
+ for work queued up in this stream.*/
     pub syncPolicy: cudaSynchronizationPolicy,
     pub clusterDim: cudaLaunchAttributeValue__bindgen_ty_1,
+    /** Value of launch attribute
+ `cudaLaunchAttributeClusterSchedulingPolicyPreference`. Cluster
+ scheduling policy preference for the kernel.*/
     pub clusterSchedulingPolicyPreference: cudaClusterSchedulingPolicy,
+    /** Value of launch attribute
+ `cudaLaunchAttributeProgrammaticStreamSerialization`.*/
     pub programmaticStreamSerializationAllowed: ::core::ffi::c_int,
     pub programmaticEvent: cudaLaunchAttributeValue__bindgen_ty_2,
+    /// Value of launch attribute `cudaLaunchAttributePriority`. Execution priority of the kernel.
     pub priority: ::core::ffi::c_int,
+    /** Value of launch attribute
+ `cudaLaunchAttributeMemSyncDomainMap`. See
+ `cudaLaunchMemSyncDomainMap`.*/
     pub memSyncDomainMap: cudaLaunchMemSyncDomainMap,
+    /** Value of launch attribute `cudaLaunchAttributeMemSyncDomain`. See
+ `cudaLaunchMemSyncDomain`.*/
     pub memSyncDomain: cudaLaunchMemSyncDomain,
     pub preferredClusterDim: cudaLaunchAttributeValue__bindgen_ty_3,
     pub launchCompletionEvent: cudaLaunchAttributeValue__bindgen_ty_4,
     pub deviceUpdatableKernelNode: cudaLaunchAttributeValue__bindgen_ty_5,
+    /// Value of launch attribute `cudaLaunchAttributePreferredSharedMemoryCarveout`.
     pub sharedMemCarveout: ::core::ffi::c_uint,
 }
+/** Value of launch attribute `cudaLaunchAttributeClusterDimension` that
+ represents the desired cluster dimensions for the kernel. Opaque type
+ with the following fields:
+ - `x` - The X dimension of the cluster, in blocks. Must be a divisor
+ of the grid X dimension.
+ - `y` - The Y dimension of the cluster, in blocks. Must be a divisor
+ of the grid Y dimension.
+ - `z` - The Z dimension of the cluster, in blocks. Must be a divisor
+ of the grid Z dimension.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_1 {
@@ -5299,6 +7188,12 @@ const _: () = {
         "Offset of field: cudaLaunchAttributeValue__bindgen_ty_1::z",
     ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_1, z) - 8usize];
 };
+/** Value of launch attribute `cudaLaunchAttributeProgrammaticEvent`
+ with the following fields:
+ - `cudaEvent_t` event - Event to fire when all blocks trigger it.
+ - `int` flags;        - Event record flags, see `cudaEventRecordWithFlags`. Does not accept
+ `cudaEventRecordExternal`.
+ - `int` triggerAtBlockStart - If this is set to non-0, each block launch will automatically trigger the event.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_2 {
@@ -5335,6 +7230,17 @@ impl Default for cudaLaunchAttributeValue__bindgen_ty_2 {
         }
     }
 }
+/** Value of launch attribute `cudaLaunchAttributePreferredClusterDimension`
+ that represents the desired preferred cluster dimensions for the kernel.
+ Opaque type with the following fields:
+ - `x` - The X dimension of the preferred cluster, in blocks. Must be
+ a divisor of the grid X dimension, and must be a multiple of
+ the `x` field of `cudaLaunchAttributeValue::clusterDim`.
+ - `y` - The Y dimension of the preferred cluster, in blocks. Must be
+ a divisor of the grid Y dimension, and must be a multiple of
+ the `y` field of `cudaLaunchAttributeValue::clusterDim`.
+ - `z` - The Z dimension of the preferred cluster, in blocks. Must be
+ equal to the `z` field of `cudaLaunchAttributeValue::clusterDim`.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_3 {
@@ -5360,6 +7266,11 @@ const _: () = {
         "Offset of field: cudaLaunchAttributeValue__bindgen_ty_3::z",
     ][::core::mem::offset_of!(cudaLaunchAttributeValue__bindgen_ty_3, z) - 8usize];
 };
+/** Value of launch attribute `cudaLaunchAttributeLaunchCompletionEvent`
+ with the following fields:
+ - `cudaEvent_t` event - Event to fire when the last block launches.
+ - `int` flags - Event record flags, see `cudaEventRecordWithFlags`. Does not accept
+ `cudaEventRecordExternal`.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_4 {
@@ -5390,6 +7301,10 @@ impl Default for cudaLaunchAttributeValue__bindgen_ty_4 {
         }
     }
 }
+/** Value of launch attribute `cudaLaunchAttributeDeviceUpdatableKernelNode`
+ with the following fields:
+ - `int` deviceUpdatable - Whether or not the resulting kernel node should be device-updatable.
+ - `cudaGraphDeviceNode_t` devNode - Returns a handle to pass to the various device-side update functions.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchAttributeValue__bindgen_ty_5 {
@@ -5489,11 +7404,14 @@ impl Default for cudaLaunchAttributeValue {
         }
     }
 }
+/// Launch attribute
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaLaunchAttribute_st {
+    /// Attribute to set
     pub id: cudaLaunchAttributeID,
     pub pad: [::core::ffi::c_char; 4usize],
+    /// Value of the attribute
     pub val: cudaLaunchAttributeValue,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -5523,15 +7441,23 @@ impl Default for cudaLaunchAttribute_st {
         }
     }
 }
+/// Launch attribute
 pub type cudaLaunchAttribute = cudaLaunchAttribute_st;
+/// CUDA extensible launch configuration
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaLaunchConfig_st {
+    /// Grid dimensions
     pub gridDim: dim3,
+    /// Block dimensions
     pub blockDim: dim3,
+    /// Dynamic shared-memory size per thread block in bytes
     pub dynamicSmemBytes: usize,
+    /// Stream identifier
     pub stream: cudaStream_t,
+    /// List of attributes; nullable if `cudaLaunchConfig_t::numAttrs` == 0
     pub attrs: *mut cudaLaunchAttribute,
+    /// Number of attributes populated in `cudaLaunchConfig_t::attrs`
     pub numAttrs: ::core::ffi::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -5570,14 +7496,18 @@ impl Default for cudaLaunchConfig_st {
         }
     }
 }
+/// CUDA extensible launch configuration
 pub type cudaLaunchConfig_t = cudaLaunchConfig_st;
 impl cudaDeviceNumaConfig {
+    /// The GPU is not a NUMA node
     pub const cudaDeviceNumaConfigNone: cudaDeviceNumaConfig = cudaDeviceNumaConfig(0);
+    /// The GPU is a NUMA node, cudaDevAttrNumaId contains its NUMA ID
     pub const cudaDeviceNumaConfigNumaNode: cudaDeviceNumaConfig = cudaDeviceNumaConfig(
         1,
     );
 }
 #[repr(transparent)]
+/// CUDA device NUMA config
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaDeviceNumaConfig(pub ::core::ffi::c_uint);
 #[repr(C)]
@@ -5585,30 +7515,39 @@ pub struct cudaDeviceNumaConfig(pub ::core::ffi::c_uint);
 pub struct cudaAsyncCallbackEntry {
     _unused: [u8; 0],
 }
+/// CUDA async callback handle
 pub type cudaAsyncCallbackHandle_t = *mut cudaAsyncCallbackEntry;
 impl cudaAsyncNotificationType_enum {
+    /// Sent when the process has exceeded its device memory budget
     pub const cudaAsyncNotificationTypeOverBudget: cudaAsyncNotificationType_enum = cudaAsyncNotificationType_enum(
         1,
     );
 }
 #[repr(transparent)]
+/// Types of async notification that can occur
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaAsyncNotificationType_enum(pub ::core::ffi::c_uint);
+/// Types of async notification that can occur
 pub use self::cudaAsyncNotificationType_enum as cudaAsyncNotificationType;
+/// Information describing an async notification event
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct cudaAsyncNotificationInfo {
+    /// The type of notification being sent
     pub type_: cudaAsyncNotificationType,
+    /// Information about the notification. `type` must be checked in order to interpret this field.
     pub info: cudaAsyncNotificationInfo__bindgen_ty_1,
 }
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union cudaAsyncNotificationInfo__bindgen_ty_1 {
+    /// Information about notifications of type `cudaAsyncNotificationTypeOverBudget`
     pub overBudget: cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaAsyncNotificationInfo__bindgen_ty_1__bindgen_ty_1 {
+    /// The number of bytes that the process has allocated above its device memory budget
     pub bytesOverBudget: ::core::ffi::c_ulonglong,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -5673,6 +7612,7 @@ impl Default for cudaAsyncNotificationInfo {
         }
     }
 }
+/// Information describing an async notification event
 pub type cudaAsyncNotificationInfo_t = cudaAsyncNotificationInfo;
 pub type cudaAsyncCallback = ::core::option::Option<
     unsafe extern "C" fn(
@@ -5682,61 +7622,94 @@ pub type cudaAsyncCallback = ::core::option::Option<
     ),
 >;
 impl cudaSurfaceBoundaryMode {
+    /// Zero boundary mode
     pub const cudaBoundaryModeZero: cudaSurfaceBoundaryMode = cudaSurfaceBoundaryMode(0);
+    /// Clamp boundary mode
     pub const cudaBoundaryModeClamp: cudaSurfaceBoundaryMode = cudaSurfaceBoundaryMode(
         1,
     );
+    /// Trap boundary mode
     pub const cudaBoundaryModeTrap: cudaSurfaceBoundaryMode = cudaSurfaceBoundaryMode(2);
 }
 #[repr(transparent)]
+/// CUDA Surface boundary modes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaSurfaceBoundaryMode(pub ::core::ffi::c_uint);
 impl cudaSurfaceFormatMode {
+    /// Forced format mode
     pub const cudaFormatModeForced: cudaSurfaceFormatMode = cudaSurfaceFormatMode(0);
+    /// Auto format mode
     pub const cudaFormatModeAuto: cudaSurfaceFormatMode = cudaSurfaceFormatMode(1);
 }
 #[repr(transparent)]
+/// CUDA Surface format modes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaSurfaceFormatMode(pub ::core::ffi::c_uint);
+/// An opaque value that represents a CUDA Surface object
 pub type cudaSurfaceObject_t = ::core::ffi::c_ulonglong;
 impl cudaTextureAddressMode {
+    /// Wrapping address mode
     pub const cudaAddressModeWrap: cudaTextureAddressMode = cudaTextureAddressMode(0);
+    /// Clamp to edge address mode
     pub const cudaAddressModeClamp: cudaTextureAddressMode = cudaTextureAddressMode(1);
+    /// Mirror address mode
     pub const cudaAddressModeMirror: cudaTextureAddressMode = cudaTextureAddressMode(2);
+    /// Border address mode
     pub const cudaAddressModeBorder: cudaTextureAddressMode = cudaTextureAddressMode(3);
 }
 #[repr(transparent)]
+/// CUDA texture address modes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaTextureAddressMode(pub ::core::ffi::c_uint);
 impl cudaTextureFilterMode {
+    /// Point filter mode
     pub const cudaFilterModePoint: cudaTextureFilterMode = cudaTextureFilterMode(0);
+    /// Linear filter mode
     pub const cudaFilterModeLinear: cudaTextureFilterMode = cudaTextureFilterMode(1);
 }
 #[repr(transparent)]
+/// CUDA texture filter modes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaTextureFilterMode(pub ::core::ffi::c_uint);
 impl cudaTextureReadMode {
+    /// Read texture as specified element type
     pub const cudaReadModeElementType: cudaTextureReadMode = cudaTextureReadMode(0);
+    /// Read texture as normalized float
     pub const cudaReadModeNormalizedFloat: cudaTextureReadMode = cudaTextureReadMode(1);
 }
 #[repr(transparent)]
+/// CUDA texture read modes
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaTextureReadMode(pub ::core::ffi::c_uint);
+/// CUDA texture descriptor
 #[repr(C)]
 #[derive(Debug, Copy, Clone, PartialEq)]
 pub struct cudaTextureDesc {
+    /// Texture address mode for up to 3 dimensions
     pub addressMode: [cudaTextureAddressMode; 3usize],
+    /// Texture filter mode
     pub filterMode: cudaTextureFilterMode,
+    /// Texture read mode
     pub readMode: cudaTextureReadMode,
+    /// Perform sRGB->linear conversion during texture read
     pub sRGB: ::core::ffi::c_int,
+    /// Texture Border Color
     pub borderColor: [f32; 4usize],
+    /// Indicates whether texture reads are normalized or not
     pub normalizedCoords: ::core::ffi::c_int,
+    /// Limit to the anisotropy ratio
     pub maxAnisotropy: ::core::ffi::c_uint,
+    /// Mipmap filter mode
     pub mipmapFilterMode: cudaTextureFilterMode,
+    /// Offset applied to the supplied mipmap level
     pub mipmapLevelBias: f32,
+    /// Lower end of the mipmap level range to clamp access to
     pub minMipmapLevelClamp: f32,
+    /// Upper end of the mipmap level range to clamp access to
     pub maxMipmapLevelClamp: f32,
+    /// Disable any trilinear filtering optimizations.
     pub disableTrilinearOptimization: ::core::ffi::c_int,
+    /// Enable seamless cube map filtering.
     pub seamlessCubemap: ::core::ffi::c_int,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -5794,17 +7767,196 @@ impl Default for cudaTextureDesc {
         }
     }
 }
+/// An opaque value that represents a CUDA texture object
 pub type cudaTextureObject_t = ::core::ffi::c_ulonglong;
 unsafe extern "C" {
+    /** Destroy all allocations and reset all state on the current device
+ in the current process.
+
+ Explicitly destroys and cleans up all resources associated with the current
+ device in the current process. It is the caller's responsibility to ensure
+ that the resources are not accessed or passed in subsequent API calls and
+ doing so will result in undefined behavior. These resources include CUDA types
+ `cudaStream_t`, `cudaEvent_t`, `cudaArray_t`, `cudaMipmappedArray_t`, `cudaPitchedPtr`,
+ `cudaTextureObject_t`, `cudaSurfaceObject_t`, `textureReference`, `surfaceReference`,
+ `cudaExternalMemory_t`, `cudaExternalSemaphore_t` and `cudaGraphicsResource_t`.
+ These resources also include memory allocations by `cudaMalloc`, `cudaMallocHost`,
+ `cudaMallocManaged` and `cudaMallocPitch`.
+ Any subsequent API call to this device will reinitialize the device.
+
+ Note that this function will reset the device immediately.  It is the caller's
+ responsibility to ensure that the device is not being accessed by any
+ other host threads from the process when this function is called.
+
+ Note: `cudaDeviceReset()` will not destroy memory allocations by `cudaMallocAsync()` and
+ `cudaMallocFromPoolAsync()`. These memory allocations need to be destroyed explicitly.
+
+ Note: If a non-primary `CUcontext` is current to the thread, `cudaDeviceReset()`
+ will destroy only the internal CUDA RT state for that `CUcontext`.
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceSynchronize`*/
     pub fn cudaDeviceReset() -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Wait for compute device to finish
+
+ Blocks until the device has completed all preceding requested tasks.
+ `cudaDeviceSynchronize()` returns an error if one of the preceding tasks
+ has failed. If the `cudaDeviceScheduleBlockingSync` flag was set for
+ this device, the host thread will block until the device has finished
+ its work.
+
+ Returns:
+ `cudaSuccess`
+
+ Use of `cudaDeviceSynchronize` in device code was deprecated in CUDA 11.6 and removed for compute_90+ compilation. For compute capability \< 9.0, compile-time opt-in by specifying -D CUDA_FORCE_CDP1_IF_SUPPORTED is required to continue using `cudaDeviceSynchronize()` in device code for now. Note that this is different from host-side `cudaDeviceSynchronize`, which is still supported.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaDeviceReset`,
+ `cuCtxSynchronize`*/
     pub fn cudaDeviceSynchronize() -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Set resource limits
+
+ Setting `limit` to `value` is a request by the application to update
+ the current limit maintained by the device.  The driver is free to
+ modify the requested value to meet h/w requirements (this could be
+ clamping to minimum or maximum values, rounding up to nearest element
+ size, etc).  The application can use `cudaDeviceGetLimit()` to find out
+ exactly what the limit has been set to.
+
+ Setting each `cudaLimit` has its own specific restrictions, so each is
+ discussed here.
+
+ - `cudaLimitStackSize` controls the stack size in bytes of each GPU thread.
+
+ - `cudaLimitPrintfFifoSize` controls the size in bytes of the shared FIFO
+ used by the `printf()` device system call. Setting
+ `cudaLimitPrintfFifoSize` must not be performed after launching any kernel
+ that uses the `printf()` device system call - in such case
+ `cudaErrorInvalidValue` will be returned.
+
+ - `cudaLimitMallocHeapSize` controls the size in bytes of the heap used by
+ the `malloc()` and `free()` device system calls. Setting
+ `cudaLimitMallocHeapSize` must not be performed after launching any kernel
+ that uses the `malloc()` or `free()` device system calls - in such case
+ `cudaErrorInvalidValue` will be returned.
+
+ - `cudaLimitDevRuntimeSyncDepth` controls the maximum nesting depth of a
+ grid at which a thread can safely call `cudaDeviceSynchronize()`. Setting
+ this limit must be performed before any launch of a kernel that uses the
+ device runtime and calls `cudaDeviceSynchronize()` above the default sync
+ depth, two levels of grids. Calls to `cudaDeviceSynchronize()` will fail
+ with error code `cudaErrorSyncDepthExceeded` if the limitation is
+ violated. This limit can be set smaller than the default or up the maximum
+ launch depth of 24. When setting this limit, keep in mind that additional
+ levels of sync depth require the runtime to reserve large amounts of
+ device memory which can no longer be used for user allocations. If these
+ reservations of device memory fail, `cudaDeviceSetLimit` will return
+ `cudaErrorMemoryAllocation`, and the limit can be reset to a lower value.
+ This limit is only applicable to devices of compute capability \< 9.0.
+ Attempting to set this limit on devices of other compute capability will
+ results in error `cudaErrorUnsupportedLimit` being returned.
+
+ - `cudaLimitDevRuntimePendingLaunchCount` controls the maximum number of
+ outstanding device runtime launches that can be made from the current
+ device. A grid is outstanding from the point of launch up until the grid
+ is known to have been completed. Device runtime launches which violate
+ this limitation fail and return `cudaErrorLaunchPendingCountExceeded` when
+ `cudaGetLastError()` is called after launch. If more pending launches than
+ the default (2048 launches) are needed for a module using the device
+ runtime, this limit can be increased. Keep in mind that being able to
+ sustain additional pending launches will require the runtime to reserve
+ larger amounts of device memory upfront which can no longer be used for
+ allocations. If these reservations fail, `cudaDeviceSetLimit` will return
+ `cudaErrorMemoryAllocation`, and the limit can be reset to a lower value.
+ This limit is only applicable to devices of compute capability 3.5 and
+ higher. Attempting to set this limit on devices of compute capability less
+ than 3.5 will result in the error `cudaErrorUnsupportedLimit` being
+ returned.
+
+ - `cudaLimitMaxL2FetchGranularity` controls the L2 cache fetch granularity.
+ Values can range from 0B to 128B. This is purely a performance hint and
+ it can be ignored or clamped depending on the platform.
+
+ - `cudaLimitPersistingL2CacheSize` controls size in bytes available
+ for persisting L2 cache. This is purely a performance hint and it
+ can be ignored or clamped depending on the platform.
+
+ Parameters:
+ - `limit`: Limit to set
+ - `value`: Size of limit
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorUnsupportedLimit`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaDeviceGetLimit`,
+ `cuCtxSetLimit`*/
     pub fn cudaDeviceSetLimit(limit: cudaLimit, value: usize) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Return resource limits
+
+ Returns in `*pValue` the current size of `limit`. The following `cudaLimit` values are supported.
+ - `cudaLimitStackSize` is the stack size in bytes of each GPU thread.
+ - `cudaLimitPrintfFifoSize` is the size in bytes of the shared FIFO used by the
+ `printf()` device system call.
+ - `cudaLimitMallocHeapSize` is the size in bytes of the heap used by the
+ `malloc()` and `free()` device system calls.
+ - `cudaLimitDevRuntimeSyncDepth` is the maximum grid depth at which a
+ thread can isssue the device runtime call `cudaDeviceSynchronize()`
+ to wait on child grid launches to complete. This functionality is removed
+ for devices of compute capability >= 9.0, and hence will return error
+ `cudaErrorUnsupportedLimit` on such devices.
+ - `cudaLimitDevRuntimePendingLaunchCount` is the maximum number of outstanding
+ device runtime launches.
+ - `cudaLimitMaxL2FetchGranularity` is the L2 cache fetch granularity.
+ - `cudaLimitPersistingL2CacheSize` is the persisting L2 cache size in bytes.
+
+ Parameters:
+ - `limit`: Limit to query
+ - `pValue`: Returned size of the limit
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorUnsupportedLimit`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaDeviceSetLimit`,
+ `cuCtxGetLimit`*/
     pub fn cudaDeviceGetLimit(pValue: *mut usize, limit: cudaLimit) -> cudaError_t;
 }
 unsafe extern "C" {
@@ -5815,24 +7967,195 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the preferred cache configuration for the current device.
+
+ On devices where the L1 cache and shared memory use the same hardware
+ resources, this returns through `pCacheConfig` the preferred cache
+ configuration for the current device. This is only a preference. The
+ runtime will use the requested configuration if possible, but it is free to
+ choose a different configuration if required to execute functions.
+
+ This will return a `pCacheConfig` of `cudaFuncCachePreferNone` on devices
+ where the size of the L1 cache and shared memory are fixed.
+
+ The supported cache configurations are:
+ - `cudaFuncCachePreferNone`: no preference for shared memory or L1 (default)
+ - `cudaFuncCachePreferShared`: prefer larger shared memory and smaller L1 cache
+ - `cudaFuncCachePreferL1`: prefer larger L1 cache and smaller shared memory
+ - `cudaFuncCachePreferEqual`: prefer equal size L1 cache and shared memory
+
+ Parameters:
+ - `pCacheConfig`: Returned cache configuration
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceSetCacheConfig`,
+ `cudaFuncSetCacheConfig` (C API),
+ `cudaFuncSetCacheConfig` (C++ API),
+ `cuCtxGetCacheConfig`*/
     pub fn cudaDeviceGetCacheConfig(pCacheConfig: *mut cudaFuncCache) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns numerical values that correspond to the least and
+ greatest stream priorities.
+
+ Returns in `*leastPriority` and `*greatestPriority` the numerical values that correspond
+ to the least and greatest stream priorities respectively. Stream priorities
+ follow a convention where lower numbers imply greater priorities. The range of
+ meaningful stream priorities is given by \[`*greatestPriority`, `*leastPriority`\].
+ If the user attempts to create a stream with a priority value that is
+ outside the the meaningful range as specified by this API, the priority is
+ automatically clamped down or up to either `*leastPriority` or `*greatestPriority`
+ respectively. See `cudaStreamCreateWithPriority` for details on creating a
+ priority stream.
+ A NULL may be passed in for `*leastPriority` or `*greatestPriority` if the value
+ is not desired.
+
+ This function will return '0' in both `*leastPriority` and `*greatestPriority` if
+ the current context's device does not support stream priorities
+ (see `cudaDeviceGetAttribute`).
+
+ Parameters:
+ - `leastPriority`: Pointer to an int in which the numerical value for least
+ stream priority is returned
+ - `greatestPriority`: Pointer to an int in which the numerical value for greatest
+ stream priority is returned
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreateWithPriority`,
+ `cudaStreamGetPriority`,
+ `cuCtxGetStreamPriorityRange`*/
     pub fn cudaDeviceGetStreamPriorityRange(
         leastPriority: *mut ::core::ffi::c_int,
         greatestPriority: *mut ::core::ffi::c_int,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets the preferred cache configuration for the current device.
+
+ On devices where the L1 cache and shared memory use the same hardware
+ resources, this sets through `cacheConfig` the preferred cache
+ configuration for the current device. This is only a preference. The
+ runtime will use the requested configuration if possible, but it is free to
+ choose a different configuration if required to execute the function. Any
+ function preference set via
+ `cudaFuncSetCacheConfig` (C API)
+ or
+ `cudaFuncSetCacheConfig` (C++ API)
+ will be preferred over this device-wide setting. Setting the device-wide
+ cache configuration to `cudaFuncCachePreferNone` will cause subsequent
+ kernel launches to prefer to not change the cache configuration unless
+ required to launch the kernel.
+
+ This setting does nothing on devices where the size of the L1 cache and
+ shared memory are fixed.
+
+ Launching a kernel with a different preference than the most recent
+ preference setting may insert a device-side synchronization point.
+
+ The supported cache configurations are:
+ - `cudaFuncCachePreferNone`: no preference for shared memory or L1 (default)
+ - `cudaFuncCachePreferShared`: prefer larger shared memory and smaller L1 cache
+ - `cudaFuncCachePreferL1`: prefer larger L1 cache and smaller shared memory
+ - `cudaFuncCachePreferEqual`: prefer equal size L1 cache and shared memory
+
+ Parameters:
+ - `cacheConfig`: Requested cache configuration
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceGetCacheConfig`,
+ `cudaFuncSetCacheConfig` (C API),
+ `cudaFuncSetCacheConfig` (C++ API),
+ `cuCtxSetCacheConfig`*/
     pub fn cudaDeviceSetCacheConfig(cacheConfig: cudaFuncCache) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a handle to a compute device
+
+ Returns in `*device` a device ordinal given a PCI bus ID string.
+
+ Parameters:
+ - `device`: Returned device ordinal
+
+ - `pciBusId`: String in one of the following forms:
+ \[domain\]:\[bus\]:\[device\].\[function\]
+ \[domain\]:\[bus\]:\[device\]
+ \[bus\]:\[device\].\[function\]
+ where `domain`, `bus`, `device`, and `function` are all hexadecimal values
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaDeviceGetPCIBusId`,
+ `cuDeviceGetByPCIBusId`*/
     pub fn cudaDeviceGetByPCIBusId(
         device: *mut ::core::ffi::c_int,
         pciBusId: *const ::core::ffi::c_char,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a PCI Bus Id string for the device
+
+ Returns an ASCII string identifying the device `dev` in the NULL-terminated
+ string pointed to by `pciBusId`. `len` specifies the maximum length of the
+ string that may be returned.
+
+ Parameters:
+ - `pciBusId`: Returned identifier string for the device in the following format
+ \[domain\]:\[bus\]:\[device\].\[function\]
+ where `domain`, `bus`, `device`, and `function` are all hexadecimal values.
+ pciBusId should be large enough to store 13 characters including the NULL-terminator.
+
+ - `len`: Maximum length of string to store in `name`
+
+ - `device`: Device to get identifier string for
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaDeviceGetByPCIBusId`,
+ `cuDeviceGetPCIBusId`*/
     pub fn cudaDeviceGetPCIBusId(
         pciBusId: *mut ::core::ffi::c_char,
         len: ::core::ffi::c_int,
@@ -5840,24 +8163,227 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Gets an interprocess handle for a previously allocated event
+
+ Takes as input a previously allocated event. This event must have been
+ created with the `cudaEventInterprocess` and `cudaEventDisableTiming`
+ flags set. This opaque handle may be copied into other processes and
+ opened with `cudaIpcOpenEventHandle` to allow efficient hardware
+ synchronization between GPU work in different processes.
+
+ After the event has been been opened in the importing process,
+ `cudaEventRecord`, `cudaEventSynchronize`, `cudaStreamWaitEvent` and
+ `cudaEventQuery` may be used in either process. Performing operations
+ on the imported event after the exported event has been freed
+ with `cudaEventDestroy` will result in undefined behavior.
+
+ IPC functionality is restricted to devices with support for unified
+ addressing on Linux and Windows operating systems.
+ IPC functionality on Windows is supported for compatibility purposes
+ but not recommended as it comes with performance cost.
+ Users can test their device for IPC functionality by calling
+ `cudaDeviceGetAttribute` with `cudaDevAttrIpcEventSupport`
+
+ Parameters:
+ - `handle`: Pointer to a user allocated cudaIpcEventHandle
+ in which to return the opaque event handle
+ - `event`: Event allocated with `cudaEventInterprocess` and
+ `cudaEventDisableTiming` flags.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorMemoryAllocation`,
+ `cudaErrorMapBufferObjectFailed`,
+ `cudaErrorNotSupported`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaEventCreate`,
+ `cudaEventDestroy`,
+ `cudaEventSynchronize`,
+ `cudaEventQuery`,
+ `cudaStreamWaitEvent`,
+ `cudaIpcOpenEventHandle`,
+ `cudaIpcGetMemHandle`,
+ `cudaIpcOpenMemHandle`,
+ `cudaIpcCloseMemHandle`,
+ `cuIpcGetEventHandle`*/
     pub fn cudaIpcGetEventHandle(
         handle: *mut cudaIpcEventHandle_t,
         event: cudaEvent_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Opens an interprocess event handle for use in the current process
+
+ Opens an interprocess event handle exported from another process with
+ `cudaIpcGetEventHandle`. This function returns a `cudaEvent_t` that behaves like
+ a locally created event with the `cudaEventDisableTiming` flag specified.
+ This event must be freed with `cudaEventDestroy`.
+
+ Performing operations on the imported event after the exported event has
+ been freed with `cudaEventDestroy` will result in undefined behavior.
+
+ IPC functionality is restricted to devices with support for unified
+ addressing on Linux and Windows operating systems.
+ IPC functionality on Windows is supported for compatibility purposes
+ but not recommended as it comes with performance cost.
+ Users can test their device for IPC functionality by calling
+ `cudaDeviceGetAttribute` with `cudaDevAttrIpcEventSupport`
+
+ Parameters:
+ - `event`: Returns the imported event
+ - `handle`: Interprocess handle to open
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorMapBufferObjectFailed`,
+ `cudaErrorNotSupported`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorDeviceUninitialized`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaEventCreate`,
+ `cudaEventDestroy`,
+ `cudaEventSynchronize`,
+ `cudaEventQuery`,
+ `cudaStreamWaitEvent`,
+ `cudaIpcGetEventHandle`,
+ `cudaIpcGetMemHandle`,
+ `cudaIpcOpenMemHandle`,
+ `cudaIpcCloseMemHandle`,
+ `cuIpcOpenEventHandle`*/
     pub fn cudaIpcOpenEventHandle(
         event: *mut cudaEvent_t,
         handle: cudaIpcEventHandle_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Gets an interprocess memory handle for an existing device memory
+ allocation
+
+ Takes a pointer to the base of an existing device memory allocation created
+ with `cudaMalloc` and exports it for use in another process. This is a
+ lightweight operation and may be called multiple times on an allocation
+ without adverse effects.
+
+ If a region of memory is freed with `cudaFree` and a subsequent call
+ to `cudaMalloc` returns memory with the same device address,
+ `cudaIpcGetMemHandle` will return a unique handle for the
+ new memory.
+
+ IPC functionality is restricted to devices with support for unified
+ addressing on Linux and Windows operating systems.
+ IPC functionality on Windows is supported for compatibility purposes
+ but not recommended as it comes with performance cost.
+ Users can test their device for IPC functionality by calling
+ `cudaDeviceGetAttribute` with `cudaDevAttrIpcEventSupport`
+
+ Parameters:
+ - `handle`: Pointer to user allocated `cudaIpcMemHandle` to return
+ the handle in.
+ - `devPtr`: Base pointer to previously allocated device memory
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorMemoryAllocation`,
+ `cudaErrorMapBufferObjectFailed`,
+ `cudaErrorNotSupported`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaMalloc`,
+ `cudaFree`,
+ `cudaIpcGetEventHandle`,
+ `cudaIpcOpenEventHandle`,
+ `cudaIpcOpenMemHandle`,
+ `cudaIpcCloseMemHandle`,
+ `cuIpcGetMemHandle`*/
     pub fn cudaIpcGetMemHandle(
         handle: *mut cudaIpcMemHandle_t,
         devPtr: *mut ::core::ffi::c_void,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Opens an interprocess memory handle exported from another process
+ and returns a device pointer usable in the local process.
+
+ Maps memory exported from another process with `cudaIpcGetMemHandle` into
+ the current device address space. For contexts on different devices
+ `cudaIpcOpenMemHandle` can attempt to enable peer access between the
+ devices as if the user called `cudaDeviceEnablePeerAccess`. This behavior is
+ controlled by the `cudaIpcMemLazyEnablePeerAccess` flag.
+ `cudaDeviceCanAccessPeer` can determine if a mapping is possible.
+
+ `cudaIpcOpenMemHandle` can open handles to devices that may not be visible
+ in the process calling the API.
+
+ Contexts that may open `cudaIpcMemHandles` are restricted in the following way.
+ `cudaIpcMemHandles` from each device in a given process may only be opened
+ by one context per device per other process.
+
+ If the memory handle has already been opened by the current context, the
+ reference count on the handle is incremented by 1 and the existing device pointer
+ is returned.
+
+ Memory returned from `cudaIpcOpenMemHandle` must be freed with
+ `cudaIpcCloseMemHandle`.
+
+ Calling `cudaFree` on an exported memory region before calling
+ `cudaIpcCloseMemHandle` in the importing context will result in undefined
+ behavior.
+
+ IPC functionality is restricted to devices with support for unified
+ addressing on Linux and Windows operating systems.
+ IPC functionality on Windows is supported for compatibility purposes
+ but not recommended as it comes with performance cost.
+ Users can test their device for IPC functionality by calling
+ `cudaDeviceGetAttribute` with `cudaDevAttrIpcEventSupport`
+
+ Parameters:
+ - `devPtr`: Returned device pointer
+ - `handle`: `cudaIpcMemHandle` to open
+ - `flags`: Flags for this operation. Must be specified as `cudaIpcMemLazyEnablePeerAccess`
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorMapBufferObjectFailed`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorDeviceUninitialized`,
+ `cudaErrorTooManyPeers`,
+ `cudaErrorNotSupported`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Note: No guarantees are made about the address returned in `*devPtr`.
+ In particular, multiple processes may not receive the same address for the same `handle`.
+
+ See also:
+ `cudaMalloc`,
+ `cudaFree`,
+ `cudaIpcGetEventHandle`,
+ `cudaIpcOpenEventHandle`,
+ `cudaIpcGetMemHandle`,
+ `cudaIpcCloseMemHandle`,
+ `cudaDeviceEnablePeerAccess`,
+ `cudaDeviceCanAccessPeer`,
+ `cuIpcOpenMemHandle`*/
     pub fn cudaIpcOpenMemHandle(
         devPtr: *mut *mut ::core::ffi::c_void,
         handle: cudaIpcMemHandle_t,
@@ -5865,6 +8391,44 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Attempts to close memory mapped with cudaIpcOpenMemHandle
+
+ Decrements the reference count of the memory returnd by `cudaIpcOpenMemHandle` by 1.
+ When the reference count reaches 0, this API unmaps the memory. The original allocation
+ in the exporting process as well as imported mappings in other processes
+ will be unaffected.
+
+ Any resources used to enable peer access will be freed if this is the
+ last mapping using them.
+
+ IPC functionality is restricted to devices with support for unified
+ addressing on Linux and Windows operating systems.
+ IPC functionality on Windows is supported for compatibility purposes
+ but not recommended as it comes with performance cost.
+ Users can test their device for IPC functionality by calling
+ `cudaDeviceGetAttribute` with `cudaDevAttrIpcEventSupport`
+
+ Parameters:
+ - `devPtr`: Device pointer returned by `cudaIpcOpenMemHandle`
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorMapBufferObjectFailed`,
+ `cudaErrorNotSupported`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaMalloc`,
+ `cudaFree`,
+ `cudaIpcGetEventHandle`,
+ `cudaIpcOpenEventHandle`,
+ `cudaIpcGetMemHandle`,
+ `cudaIpcOpenMemHandle`,
+ `cuIpcCloseMemHandle`*/
     pub fn cudaIpcCloseMemHandle(devPtr: *mut ::core::ffi::c_void) -> cudaError_t;
 }
 unsafe extern "C" {
@@ -5874,6 +8438,41 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Registers a callback function to receive async notifications
+
+ Registers `callbackFunc` to receive async notifications.
+
+ The `userData` parameter is passed to the callback function at async notification time.
+ Likewise, `callback` is also passed to the callback function to distinguish between
+ multiple registered callbacks.
+
+ The callback function being registered should be designed to return quickly (\~10ms).
+ Any long running tasks should be queued for execution on an application thread.
+
+ Callbacks may not call cudaDeviceRegisterAsyncNotification or cudaDeviceUnregisterAsyncNotification.
+ Doing so will result in `cudaErrorNotPermitted`. Async notification callbacks execute
+ in an undefined order and may be serialized.
+
+ Returns in `*callback` a handle representing the registered callback instance.
+
+ Parameters:
+ - `device`: The device on which to register the callback
+ - `callbackFunc`: The function to register as a callback
+ - `userData`: A generic pointer to user data. This is passed into the callback function.
+ - `callback`: A handle representing the registered callback instance
+
+ Returns:
+ `cudaSuccess`
+ `cudaErrorNotSupported`
+ `cudaErrorInvalidDevice`
+ `cudaErrorInvalidValue`
+ `cudaErrorNotPermitted`
+ `cudaErrorUnknown`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaDeviceUnregisterAsyncNotification`*/
     pub fn cudaDeviceRegisterAsyncNotification(
         device: ::core::ffi::c_int,
         callbackFunc: cudaAsyncCallback,
@@ -5882,50 +8481,515 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Unregisters an async notification callback
+
+ Unregisters `callback` so that the corresponding callback function will stop receiving
+ async notifications.
+
+ Parameters:
+ - `device`: The device from which to remove `callback`.
+ - `callback`: The callback instance to unregister from receiving async notifications.
+
+ Returns:
+ `cudaSuccess`
+ `cudaErrorNotSupported`
+ `cudaErrorInvalidDevice`
+ `cudaErrorInvalidValue`
+ `cudaErrorNotPermitted`
+ `cudaErrorUnknown`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaDeviceRegisterAsyncNotification`*/
     pub fn cudaDeviceUnregisterAsyncNotification(
         device: ::core::ffi::c_int,
         callback: cudaAsyncCallbackHandle_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the shared memory configuration for the current device.
+
+ Deprecated:
+
+ This function will return in `pConfig` the current size of shared memory banks
+ on the current device. On devices with configurable shared memory banks,
+ `cudaDeviceSetSharedMemConfig` can be used to change this setting, so that all
+ subsequent kernel launches will by default use the new bank size. When
+ `cudaDeviceGetSharedMemConfig` is called on devices without configurable shared
+ memory, it will return the fixed bank size of the hardware.
+
+ The returned bank configurations can be either:
+ - `cudaSharedMemBankSizeFourByte` - shared memory bank width is four bytes.
+ - `cudaSharedMemBankSizeEightByte` - shared memory bank width is eight bytes.
+
+ Parameters:
+ - `pConfig`: Returned cache configuration
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceSetCacheConfig`,
+ `cudaDeviceGetCacheConfig`,
+ `cudaDeviceSetSharedMemConfig`,
+ `cudaFuncSetCacheConfig`,
+ `cuCtxGetSharedMemConfig`*/
     pub fn cudaDeviceGetSharedMemConfig(
         pConfig: *mut cudaSharedMemConfig,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets the shared memory configuration for the current device.
+
+ Deprecated:
+
+ On devices with configurable shared memory banks, this function will set
+ the shared memory bank size which is used for all subsequent kernel launches.
+ Any per-function setting of shared memory set via `cudaFuncSetSharedMemConfig`
+ will override the device wide setting.
+
+ Changing the shared memory configuration between launches may introduce
+ a device side synchronization point.
+
+ Changing the shared memory bank size will not increase shared memory usage
+ or affect occupancy of kernels, but may have major effects on performance.
+ Larger bank sizes will allow for greater potential bandwidth to shared memory,
+ but will change what kinds of accesses to shared memory will result in bank
+ conflicts.
+
+ This function will do nothing on devices with fixed shared memory bank size.
+
+ The supported bank configurations are:
+ - `cudaSharedMemBankSizeDefault`: set bank width the device default (currently,
+ four bytes)
+ - `cudaSharedMemBankSizeFourByte`: set shared memory bank width to be four bytes
+ natively.
+ - `cudaSharedMemBankSizeEightByte`: set shared memory bank width to be eight
+ bytes natively.
+
+ Parameters:
+ - `config`: Requested cache configuration
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceSetCacheConfig`,
+ `cudaDeviceGetCacheConfig`,
+ `cudaDeviceGetSharedMemConfig`,
+ `cudaFuncSetCacheConfig`,
+ `cuCtxSetSharedMemConfig`*/
     pub fn cudaDeviceSetSharedMemConfig(config: cudaSharedMemConfig) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Exit and clean up from CUDA launches
+
+ Deprecated:
+
+ Note that this function is deprecated because its name does not
+ reflect its behavior.  Its functionality is identical to the
+ non-deprecated function `cudaDeviceReset()`, which should be used
+ instead.
+
+ Explicitly destroys all cleans up all resources associated with the current
+ device in the current process.  Any subsequent API call to this device will
+ reinitialize the device.
+
+ Note that this function will reset the device immediately.  It is the caller's
+ responsibility to ensure that the device is not being accessed by any
+ other host threads from the process when this function is called.
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceReset`*/
     pub fn cudaThreadExit() -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Wait for compute device to finish
+
+ Deprecated:
+
+ Note that this function is deprecated because its name does not
+ reflect its behavior.  Its functionality is similar to the
+ non-deprecated function `cudaDeviceSynchronize()`, which should be used
+ instead.
+
+ Blocks until the device has completed all preceding requested tasks.
+ `cudaThreadSynchronize()` returns an error if one of the preceding tasks
+ has failed. If the `cudaDeviceScheduleBlockingSync` flag was set for
+ this device, the host thread will block until the device has finished
+ its work.
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceSynchronize`*/
     pub fn cudaThreadSynchronize() -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Set resource limits
+
+ Deprecated:
+
+ Note that this function is deprecated because its name does not
+ reflect its behavior.  Its functionality is identical to the
+ non-deprecated function `cudaDeviceSetLimit()`, which should be used
+ instead.
+
+ Setting `limit` to `value` is a request by the application to update
+ the current limit maintained by the device.  The driver is free to
+ modify the requested value to meet h/w requirements (this could be
+ clamping to minimum or maximum values, rounding up to nearest element
+ size, etc).  The application can use `cudaThreadGetLimit()` to find out
+ exactly what the limit has been set to.
+
+ Setting each `cudaLimit` has its own specific restrictions, so each is
+ discussed here.
+
+ - `cudaLimitStackSize` controls the stack size of each GPU thread.
+
+ - `cudaLimitPrintfFifoSize` controls the size of the shared FIFO
+ used by the `printf()` device system call.
+ Setting `cudaLimitPrintfFifoSize` must be performed before
+ launching any kernel that uses the `printf()` device
+ system call, otherwise `cudaErrorInvalidValue` will be returned.
+
+ - `cudaLimitMallocHeapSize` controls the size of the heap used
+ by the `malloc()` and `free()` device system calls.  Setting
+ `cudaLimitMallocHeapSize` must be performed before launching
+ any kernel that uses the `malloc()` or `free()` device system calls,
+ otherwise `cudaErrorInvalidValue` will be returned.
+
+ Parameters:
+ - `limit`: Limit to set
+ - `value`: Size in bytes of limit
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorUnsupportedLimit`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceSetLimit`*/
     pub fn cudaThreadSetLimit(limit: cudaLimit, value: usize) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns resource limits
+
+ Deprecated:
+
+ Note that this function is deprecated because its name does not
+ reflect its behavior.  Its functionality is identical to the
+ non-deprecated function `cudaDeviceGetLimit()`, which should be used
+ instead.
+
+ Returns in `*pValue` the current size of `limit`.  The supported
+ `cudaLimit` values are:
+ - `cudaLimitStackSize`: stack size of each GPU thread;
+ - `cudaLimitPrintfFifoSize`: size of the shared FIFO used by the
+ `printf()` device system call.
+ - `cudaLimitMallocHeapSize`: size of the heap used by the
+ `malloc()` and `free()` device system calls;
+
+ Parameters:
+ - `limit`: Limit to query
+ - `pValue`: Returned size in bytes of limit
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorUnsupportedLimit`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceGetLimit`*/
     pub fn cudaThreadGetLimit(pValue: *mut usize, limit: cudaLimit) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the preferred cache configuration for the current device.
+
+ Deprecated:
+
+ Note that this function is deprecated because its name does not
+ reflect its behavior.  Its functionality is identical to the
+ non-deprecated function `cudaDeviceGetCacheConfig()`, which should be
+ used instead.
+
+ On devices where the L1 cache and shared memory use the same hardware
+ resources, this returns through `pCacheConfig` the preferred cache
+ configuration for the current device. This is only a preference. The
+ runtime will use the requested configuration if possible, but it is free to
+ choose a different configuration if required to execute functions.
+
+ This will return a `pCacheConfig` of `cudaFuncCachePreferNone` on devices
+ where the size of the L1 cache and shared memory are fixed.
+
+ The supported cache configurations are:
+ - `cudaFuncCachePreferNone`: no preference for shared memory or L1 (default)
+ - `cudaFuncCachePreferShared`: prefer larger shared memory and smaller L1 cache
+ - `cudaFuncCachePreferL1`: prefer larger L1 cache and smaller shared memory
+
+ Parameters:
+ - `pCacheConfig`: Returned cache configuration
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceGetCacheConfig`*/
     pub fn cudaThreadGetCacheConfig(pCacheConfig: *mut cudaFuncCache) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets the preferred cache configuration for the current device.
+
+ Deprecated:
+
+ Note that this function is deprecated because its name does not
+ reflect its behavior.  Its functionality is identical to the
+ non-deprecated function `cudaDeviceSetCacheConfig()`, which should be
+ used instead.
+
+ On devices where the L1 cache and shared memory use the same hardware
+ resources, this sets through `cacheConfig` the preferred cache
+ configuration for the current device. This is only a preference. The
+ runtime will use the requested configuration if possible, but it is free to
+ choose a different configuration if required to execute the function. Any
+ function preference set via
+ `cudaFuncSetCacheConfig` (C API)
+ or
+ `cudaFuncSetCacheConfig` (C++ API)
+ will be preferred over this device-wide setting. Setting the device-wide
+ cache configuration to `cudaFuncCachePreferNone` will cause subsequent
+ kernel launches to prefer to not change the cache configuration unless
+ required to launch the kernel.
+
+ This setting does nothing on devices where the size of the L1 cache and
+ shared memory are fixed.
+
+ Launching a kernel with a different preference than the most recent
+ preference setting may insert a device-side synchronization point.
+
+ The supported cache configurations are:
+ - `cudaFuncCachePreferNone`: no preference for shared memory or L1 (default)
+ - `cudaFuncCachePreferShared`: prefer larger shared memory and smaller L1 cache
+ - `cudaFuncCachePreferL1`: prefer larger L1 cache and smaller shared memory
+
+ Parameters:
+ - `cacheConfig`: Requested cache configuration
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceSetCacheConfig`*/
     pub fn cudaThreadSetCacheConfig(cacheConfig: cudaFuncCache) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the last error from a runtime call
+
+ Returns the last error that has been produced by any of the runtime calls
+ in the same instance of the CUDA Runtime library in the host thread and
+ resets it to `cudaSuccess`.
+
+ Note: Multiple instances of the CUDA Runtime library can be present in an
+ application when using a library that statically links the CUDA Runtime.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorMissingConfiguration`,
+ `cudaErrorMemoryAllocation`,
+ `cudaErrorInitializationError`,
+ `cudaErrorLaunchFailure`,
+ `cudaErrorLaunchTimeout`,
+ `cudaErrorLaunchOutOfResources`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidConfiguration`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidPitchValue`,
+ `cudaErrorInvalidSymbol`,
+ `cudaErrorUnmapBufferObjectFailed`,
+ `cudaErrorInvalidDevicePointer`,
+ `cudaErrorInvalidTexture`,
+ `cudaErrorInvalidTextureBinding`,
+ `cudaErrorInvalidChannelDescriptor`,
+ `cudaErrorInvalidMemcpyDirection`,
+ `cudaErrorInvalidFilterSetting`,
+ `cudaErrorInvalidNormSetting`,
+ `cudaErrorUnknown`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorInsufficientDriver`,
+ `cudaErrorNoDevice`,
+ `cudaErrorSetOnActiveProcess`,
+ `cudaErrorStartupFailure`,
+ `cudaErrorInvalidPtx`,
+ `cudaErrorUnsupportedPtxVersion`,
+ `cudaErrorNoKernelImageForDevice`,
+ `cudaErrorJitCompilerNotFound`,
+ `cudaErrorJitCompilationDisabled`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaPeekAtLastError`, `cudaGetErrorName`, `cudaGetErrorString`, `cudaError`*/
     pub fn cudaGetLastError() -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the last error from a runtime call
+
+ Returns the last error that has been produced by any of the runtime calls
+ in the same instance of the CUDA Runtime library in the host thread. This
+ call does not reset the error to `cudaSuccess` like `cudaGetLastError()`.
+
+ Note: Multiple instances of the CUDA Runtime library can be present in an
+ application when using a library that statically links the CUDA Runtime.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorMissingConfiguration`,
+ `cudaErrorMemoryAllocation`,
+ `cudaErrorInitializationError`,
+ `cudaErrorLaunchFailure`,
+ `cudaErrorLaunchTimeout`,
+ `cudaErrorLaunchOutOfResources`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidConfiguration`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidPitchValue`,
+ `cudaErrorInvalidSymbol`,
+ `cudaErrorUnmapBufferObjectFailed`,
+ `cudaErrorInvalidDevicePointer`,
+ `cudaErrorInvalidTexture`,
+ `cudaErrorInvalidTextureBinding`,
+ `cudaErrorInvalidChannelDescriptor`,
+ `cudaErrorInvalidMemcpyDirection`,
+ `cudaErrorInvalidFilterSetting`,
+ `cudaErrorInvalidNormSetting`,
+ `cudaErrorUnknown`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorInsufficientDriver`,
+ `cudaErrorNoDevice`,
+ `cudaErrorSetOnActiveProcess`,
+ `cudaErrorStartupFailure`,
+ `cudaErrorInvalidPtx`,
+ `cudaErrorUnsupportedPtxVersion`,
+ `cudaErrorNoKernelImageForDevice`,
+ `cudaErrorJitCompilerNotFound`,
+ `cudaErrorJitCompilationDisabled`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetLastError`, `cudaGetErrorName`, `cudaGetErrorString`, `cudaError`*/
     pub fn cudaPeekAtLastError() -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the string representation of an error code enum name
+
+ Returns a string containing the name of an error code in the enum.  If the error
+ code is not recognized, "unrecognized error code" is returned.
+
+ Parameters:
+ - `error`: Error code to convert to string
+
+ Returns:
+ `char`\* pointer to a NULL-terminated string
+
+ See also: `cudaGetErrorString`, `cudaGetLastError`, `cudaPeekAtLastError`, `cudaError`,
+ `cuGetErrorName`*/
     pub fn cudaGetErrorName(error: cudaError_t) -> *const ::core::ffi::c_char;
 }
 unsafe extern "C" {
+    /** Returns the description string for an error code
+
+ Returns the description string for an error code.  If the error
+ code is not recognized, "unrecognized error code" is returned.
+
+ Parameters:
+ - `error`: Error code to convert to string
+
+ Returns:
+ `char`\* pointer to a NULL-terminated string
+
+ See also: `cudaGetErrorName`, `cudaGetLastError`, `cudaPeekAtLastError`, `cudaError`,
+ `cuGetErrorString`*/
     pub fn cudaGetErrorString(error: cudaError_t) -> *const ::core::ffi::c_char;
 }
 unsafe extern "C" {
+    /** Returns the number of compute-capable devices
+
+ Returns in `*count` the number of devices with compute capability greater
+ or equal to 2.0 that are available for execution.
+
+ Parameters:
+ - `count`: Returns the number of devices with compute capability
+ greater or equal to 2.0
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetDevice`, `cudaSetDevice`, `cudaGetDeviceProperties`,
+ `cudaChooseDevice`,
+ `cudaInitDevice`,
+ `cuDeviceGetCount`*/
     pub fn cudaGetDeviceCount(count: *mut ::core::ffi::c_int) -> cudaError_t;
 }
 unsafe extern "C" {
@@ -5935,6 +8999,212 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns information about the device
+
+ Returns in `*value` the integer value of the attribute `attr` on device
+ `device`. The supported attributes are:
+ - `cudaDevAttrMaxThreadsPerBlock`: Maximum number of threads per block
+ - `cudaDevAttrMaxBlockDimX`: Maximum x-dimension of a block
+ - `cudaDevAttrMaxBlockDimY`: Maximum y-dimension of a block
+ - `cudaDevAttrMaxBlockDimZ`: Maximum z-dimension of a block
+ - `cudaDevAttrMaxGridDimX`: Maximum x-dimension of a grid
+ - `cudaDevAttrMaxGridDimY`: Maximum y-dimension of a grid
+ - `cudaDevAttrMaxGridDimZ`: Maximum z-dimension of a grid
+ - `cudaDevAttrMaxSharedMemoryPerBlock`: Maximum amount of shared memory
+ available to a thread block in bytes
+ - `cudaDevAttrTotalConstantMemory`: Memory available on device for
+ \_\_constant\_\_ variables in a CUDA C kernel in bytes
+ - `cudaDevAttrWarpSize`: Warp size in threads
+ - `cudaDevAttrMaxPitch`: Maximum pitch in bytes allowed by the memory copy
+ functions that involve memory regions allocated through `cudaMallocPitch()`
+ - `cudaDevAttrMaxTexture1DWidth`: Maximum 1D texture width
+ - `cudaDevAttrMaxTexture1DLinearWidth`: Maximum width for a 1D texture bound
+ to linear memory
+ - `cudaDevAttrMaxTexture1DMipmappedWidth`: Maximum mipmapped 1D texture width
+ - `cudaDevAttrMaxTexture2DWidth`: Maximum 2D texture width
+ - `cudaDevAttrMaxTexture2DHeight`: Maximum 2D texture height
+ - `cudaDevAttrMaxTexture2DLinearWidth`: Maximum width for a 2D texture
+ bound to linear memory
+ - `cudaDevAttrMaxTexture2DLinearHeight`: Maximum height for a 2D texture
+ bound to linear memory
+ - `cudaDevAttrMaxTexture2DLinearPitch`: Maximum pitch in bytes for a 2D
+ texture bound to linear memory
+ - `cudaDevAttrMaxTexture2DMipmappedWidth`: Maximum mipmapped 2D texture
+ width
+ - `cudaDevAttrMaxTexture2DMipmappedHeight`: Maximum mipmapped 2D texture
+ height
+ - `cudaDevAttrMaxTexture3DWidth`: Maximum 3D texture width
+ - `cudaDevAttrMaxTexture3DHeight`: Maximum 3D texture height
+ - `cudaDevAttrMaxTexture3DDepth`: Maximum 3D texture depth
+ - `cudaDevAttrMaxTexture3DWidthAlt`: Alternate maximum 3D texture width,
+ 0 if no alternate maximum 3D texture size is supported
+ - `cudaDevAttrMaxTexture3DHeightAlt`: Alternate maximum 3D texture height,
+ 0 if no alternate maximum 3D texture size is supported
+ - `cudaDevAttrMaxTexture3DDepthAlt`: Alternate maximum 3D texture depth,
+ 0 if no alternate maximum 3D texture size is supported
+ - `cudaDevAttrMaxTextureCubemapWidth`: Maximum cubemap texture width or
+ height
+ - `cudaDevAttrMaxTexture1DLayeredWidth`: Maximum 1D layered texture width
+ - `cudaDevAttrMaxTexture1DLayeredLayers`: Maximum layers in a 1D layered
+ texture
+ - `cudaDevAttrMaxTexture2DLayeredWidth`: Maximum 2D layered texture width
+ - `cudaDevAttrMaxTexture2DLayeredHeight`: Maximum 2D layered texture height
+ - `cudaDevAttrMaxTexture2DLayeredLayers`: Maximum layers in a 2D layered
+ texture
+ - `cudaDevAttrMaxTextureCubemapLayeredWidth`: Maximum cubemap layered
+ texture width or height
+ - `cudaDevAttrMaxTextureCubemapLayeredLayers`: Maximum layers in a cubemap
+ layered texture
+ - `cudaDevAttrMaxSurface1DWidth`: Maximum 1D surface width
+ - `cudaDevAttrMaxSurface2DWidth`: Maximum 2D surface width
+ - `cudaDevAttrMaxSurface2DHeight`: Maximum 2D surface height
+ - `cudaDevAttrMaxSurface3DWidth`: Maximum 3D surface width
+ - `cudaDevAttrMaxSurface3DHeight`: Maximum 3D surface height
+ - `cudaDevAttrMaxSurface3DDepth`: Maximum 3D surface depth
+ - `cudaDevAttrMaxSurface1DLayeredWidth`: Maximum 1D layered surface width
+ - `cudaDevAttrMaxSurface1DLayeredLayers`: Maximum layers in a 1D layered
+ surface
+ - `cudaDevAttrMaxSurface2DLayeredWidth`: Maximum 2D layered surface width
+ - `cudaDevAttrMaxSurface2DLayeredHeight`: Maximum 2D layered surface height
+ - `cudaDevAttrMaxSurface2DLayeredLayers`: Maximum layers in a 2D layered
+ surface
+ - `cudaDevAttrMaxSurfaceCubemapWidth`: Maximum cubemap surface width
+ - `cudaDevAttrMaxSurfaceCubemapLayeredWidth`: Maximum cubemap layered
+ surface width
+ - `cudaDevAttrMaxSurfaceCubemapLayeredLayers`: Maximum layers in a cubemap
+ layered surface
+ - `cudaDevAttrMaxRegistersPerBlock`: Maximum number of 32-bit registers
+ available to a thread block
+ - `cudaDevAttrClockRate`: Peak clock frequency in kilohertz
+ - `cudaDevAttrTextureAlignment`: Alignment requirement; texture base
+ addresses aligned to `textureAlign` bytes do not need an offset applied
+ to texture fetches
+ - `cudaDevAttrTexturePitchAlignment`: Pitch alignment requirement for 2D
+ texture references bound to pitched memory
+ - `cudaDevAttrGpuOverlap`: 1 if the device can concurrently copy memory
+ between host and device while executing a kernel, or 0 if not
+ - `cudaDevAttrMultiProcessorCount`: Number of multiprocessors on the device
+ - `cudaDevAttrKernelExecTimeout`: 1 if there is a run time limit for kernels
+ executed on the device, or 0 if not
+ - `cudaDevAttrIntegrated`: 1 if the device is integrated with the memory
+ subsystem, or 0 if not
+ - `cudaDevAttrCanMapHostMemory`: 1 if the device can map host memory into
+ the CUDA address space, or 0 if not
+ - `cudaDevAttrComputeMode`: Compute mode is the compute mode that the device
+ is currently in. Available modes are as follows:
+ - `cudaComputeModeDefault`: Default mode - Device is not restricted and
+ multiple threads can use `cudaSetDevice()` with this device.
+ - `cudaComputeModeProhibited`: Compute-prohibited mode - No threads can use
+ `cudaSetDevice()` with this device.
+ - `cudaComputeModeExclusiveProcess`: Compute-exclusive-process mode - Many
+ threads in one process will be able to use `cudaSetDevice()` with this
+ device.
+ - `cudaDevAttrConcurrentKernels`: 1 if the device supports executing
+ multiple kernels within the same context simultaneously, or 0 if
+ not. It is not guaranteed that multiple kernels will be resident on the
+ device concurrently so this feature should not be relied upon for
+ correctness.
+ - `cudaDevAttrEccEnabled`: 1 if error correction is enabled on the device,
+ 0 if error correction is disabled or not supported by the device
+ - `cudaDevAttrPciBusId`: PCI bus identifier of the device
+ - `cudaDevAttrPciDeviceId`: PCI device (also known as slot) identifier of
+ the device
+ - `cudaDevAttrTccDriver`: 1 if the device is using a TCC driver. TCC is only
+ available on Tesla hardware running Windows Vista or later.
+ - `cudaDevAttrMemoryClockRate`: Peak memory clock frequency in kilohertz
+ - `cudaDevAttrGlobalMemoryBusWidth`: Global memory bus width in bits
+ - `cudaDevAttrL2CacheSize`: Size of L2 cache in bytes. 0 if the device
+ doesn't have L2 cache.
+ - `cudaDevAttrMaxThreadsPerMultiProcessor`: Maximum resident threads per
+ multiprocessor
+ - `cudaDevAttrUnifiedAddressing`: 1 if the device shares a unified address
+ space with the host, or 0 if not
+ - `cudaDevAttrComputeCapabilityMajor`: Major compute capability version
+ number
+ - `cudaDevAttrComputeCapabilityMinor`: Minor compute capability version
+ number
+ - `cudaDevAttrStreamPrioritiesSupported`: 1 if the device supports stream
+ priorities, or 0 if not
+ - `cudaDevAttrGlobalL1CacheSupported`: 1 if device supports caching globals
+ in L1 cache, 0 if not
+ - `cudaDevAttrLocalL1CacheSupported`: 1 if device supports caching locals
+ in L1 cache, 0 if not
+ - `cudaDevAttrMaxSharedMemoryPerMultiprocessor`: Maximum amount of shared memory
+ available to a multiprocessor in bytes; this amount is shared by all
+ thread blocks simultaneously resident on a multiprocessor
+ - `cudaDevAttrMaxRegistersPerMultiprocessor`: Maximum number of 32-bit registers
+ available to a multiprocessor; this number is shared by all thread blocks
+ simultaneously resident on a multiprocessor
+ - `cudaDevAttrManagedMemory`: 1 if device supports allocating
+ managed memory, 0 if not
+ - `cudaDevAttrIsMultiGpuBoard`: 1 if device is on a multi-GPU board, 0 if not
+ - `cudaDevAttrMultiGpuBoardGroupID`: Unique identifier for a group of devices on the
+ same multi-GPU board
+ - `cudaDevAttrHostNativeAtomicSupported`: 1 if the link between the device and the
+ host supports native atomic operations
+ - `cudaDevAttrSingleToDoublePrecisionPerfRatio`: Ratio of single precision performance
+ (in floating-point operations per second) to double precision performance
+ - `cudaDevAttrPageableMemoryAccess`: 1 if the device supports coherently accessing
+ pageable memory without calling cudaHostRegister on it, and 0 otherwise
+ - `cudaDevAttrConcurrentManagedAccess`: 1 if the device can coherently access managed
+ memory concurrently with the CPU, and 0 otherwise
+ - `cudaDevAttrComputePreemptionSupported`: 1 if the device supports
+ Compute Preemption, 0 if not
+ - `cudaDevAttrCanUseHostPointerForRegisteredMem`: 1 if the device can access host
+ registered memory at the same virtual address as the CPU, and 0 otherwise
+ - `cudaDevAttrCooperativeLaunch`: 1 if the device supports launching cooperative kernels
+ via `cudaLaunchCooperativeKernel`, and 0 otherwise
+ - `cudaDevAttrCooperativeMultiDeviceLaunch`: 1 if the device supports launching cooperative
+ kernels via `cudaLaunchCooperativeKernelMultiDevice`, and 0 otherwise
+ - `cudaDevAttrCanFlushRemoteWrites`: 1 if the device supports flushing of outstanding
+ remote writes, and 0 otherwise
+ - `cudaDevAttrHostRegisterSupported`: 1 if the device supports host memory registration
+ via `cudaHostRegister`, and 0 otherwise
+ - `cudaDevAttrPageableMemoryAccessUsesHostPageTables`: 1 if the device accesses pageable memory via the
+ host's page tables, and 0 otherwise
+ - `cudaDevAttrDirectManagedMemAccessFromHost`: 1 if the host can directly access managed memory on the device
+ without migration, and 0 otherwise
+ - `cudaDevAttrMaxSharedMemoryPerBlockOptin`: Maximum per block shared memory size on the device. This value can
+ be opted into when using `cudaFuncSetAttribute`
+ - `cudaDevAttrMaxBlocksPerMultiprocessor`: Maximum number of thread blocks that can reside on a multiprocessor
+ - `cudaDevAttrMaxPersistingL2CacheSize`: Maximum L2 persisting lines capacity setting in bytes
+ - `cudaDevAttrMaxAccessPolicyWindowSize`: Maximum value of cudaAccessPolicyWindow::num_bytes
+ - `cudaDevAttrReservedSharedMemoryPerBlock`: Shared memory reserved by CUDA driver per block in bytes
+ - `cudaDevAttrSparseCudaArraySupported`: 1 if the device supports sparse CUDA arrays and sparse CUDA mipmapped arrays.
+ - `cudaDevAttrHostRegisterReadOnlySupported`: Device supports using the `cudaHostRegister` flag cudaHostRegisterReadOnly
+ to register memory that must be mapped as read-only to the GPU
+ - `cudaDevAttrMemoryPoolsSupported`: 1 if the device supports using the cudaMallocAsync and cudaMemPool family of APIs, and 0 otherwise
+ - `cudaDevAttrGPUDirectRDMASupported`: 1 if the device supports GPUDirect RDMA APIs, and 0 otherwise
+ - `cudaDevAttrGPUDirectRDMAFlushWritesOptions`: bitmask to be interpreted according to the `cudaFlushGPUDirectRDMAWritesOptions` enum
+ - `cudaDevAttrGPUDirectRDMAWritesOrdering`: see the `cudaGPUDirectRDMAWritesOrdering` enum for numerical values
+ - `cudaDevAttrMemoryPoolSupportedHandleTypes`: Bitmask of handle types supported with mempool based IPC
+ - `cudaDevAttrDeferredMappingCudaArraySupported` : 1 if the device supports deferred mapping CUDA arrays and CUDA mipmapped arrays.
+ - `cudaDevAttrIpcEventSupport`: 1 if the device supports IPC Events.
+ - `cudaDevAttrNumaConfig`: NUMA configuration of a device: value is of type `cudaDeviceNumaConfig` enum
+ - `cudaDevAttrNumaId`: NUMA node ID of the GPU memory
+ - `cudaDevAttrGpuPciDeviceId`: The combined 16-bit PCI device ID and 16-bit PCI vendor ID.
+ - `cudaDevAttrGpuPciSubsystemId`: The combined 16-bit PCI subsystem ID and 16-bit PCI vendor subsystem ID.
+
+ Parameters:
+ - `value`: Returned device attribute value
+ - `attr`: Device attribute to query
+ - `device`: Device number to query
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetDeviceCount`, `cudaGetDevice`, `cudaSetDevice`, `cudaChooseDevice`,
+ `cudaGetDeviceProperties`,
+ `cudaInitDevice`,
+ `cuDeviceGetAttribute`*/
     pub fn cudaDeviceGetAttribute(
         value: *mut ::core::ffi::c_int,
         attr: cudaDeviceAttr,
@@ -5942,24 +9212,140 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the default mempool of a device
+
+ The default mempool of a device contains device memory from that device.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidValue`
+ `cudaErrorNotSupported`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cuDeviceGetDefaultMemPool`, `cudaMallocAsync`, `cudaMemPoolTrimTo`, `cudaMemPoolGetAttribute`, `cudaDeviceSetMemPool`, `cudaMemPoolSetAttribute`, `cudaMemPoolSetAccess`*/
     pub fn cudaDeviceGetDefaultMemPool(
         memPool: *mut cudaMemPool_t,
         device: ::core::ffi::c_int,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets the current memory pool of a device
+
+ The memory pool must be local to the specified device.
+ Unless a mempool is specified in the `cudaMallocAsync` call,
+ `cudaMallocAsync` allocates from the current mempool of the provided stream's device.
+ By default, a device's current memory pool is its default memory pool.
+
+ Note: Use `cudaMallocFromPoolAsync` to specify asynchronous allocations from a device different
+ than the one the stream runs on.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+ `cudaErrorInvalidDevice`
+ `cudaErrorNotSupported`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cuDeviceSetMemPool`, `cudaDeviceGetMemPool`, `cudaDeviceGetDefaultMemPool`, `cudaMemPoolCreate`, `cudaMemPoolDestroy`, `cudaMallocFromPoolAsync`*/
     pub fn cudaDeviceSetMemPool(
         device: ::core::ffi::c_int,
         memPool: cudaMemPool_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Gets the current mempool for a device
+
+ Returns the last pool provided to `cudaDeviceSetMemPool` for this device
+ or the device's default memory pool if `cudaDeviceSetMemPool` has never been called.
+ By default the current mempool is the default mempool for a device,
+ otherwise the returned pool must have been set with `cuDeviceSetMemPool` or `cudaDeviceSetMemPool`.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+ `cudaErrorNotSupported`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cuDeviceGetMemPool`, `cudaDeviceGetDefaultMemPool`, `cudaDeviceSetMemPool`*/
     pub fn cudaDeviceGetMemPool(
         memPool: *mut cudaMemPool_t,
         device: ::core::ffi::c_int,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Return NvSciSync attributes that this device can support.
+
+ Returns in `nvSciSyncAttrList`, the properties of NvSciSync that
+ this CUDA device, `dev` can support. The returned `nvSciSyncAttrList`
+ can be used to create an NvSciSync that matches this device's capabilities.
+
+ If NvSciSyncAttrKey_RequiredPerm field in `nvSciSyncAttrList` is
+ already set this API will return `cudaErrorInvalidValue`.
+
+ The applications should set `nvSciSyncAttrList` to a valid
+ NvSciSyncAttrList failing which this API will return
+ `cudaErrorInvalidHandle`.
+
+ The `flags` controls how applications intends to use
+ the NvSciSync created from the `nvSciSyncAttrList`. The valid flags are:
+ - `cudaNvSciSyncAttrSignal`, specifies that the applications intends to
+ signal an NvSciSync on this CUDA device.
+ - `cudaNvSciSyncAttrWait`, specifies that the applications intends to
+ wait on an NvSciSync on this CUDA device.
+
+ At least one of these flags must be set, failing which the API
+ returns `cudaErrorInvalidValue`. Both the flags are orthogonal
+ to one another: a developer may set both these flags that allows to
+ set both wait and signal specific attributes in the same `nvSciSyncAttrList`.
+
+ Note that this API updates the input `nvSciSyncAttrList` with values equivalent
+ to the following public attribute key-values:
+ NvSciSyncAttrKey_RequiredPerm is set to
+ - NvSciSyncAccessPerm_SignalOnly if `cudaNvSciSyncAttrSignal` is set in `flags`.
+ - NvSciSyncAccessPerm_WaitOnly if `cudaNvSciSyncAttrWait` is set in `flags`.
+ - NvSciSyncAccessPerm_WaitSignal if both `cudaNvSciSyncAttrWait` and
+ `cudaNvSciSyncAttrSignal` are set in `flags`.
+ NvSciSyncAttrKey_PrimitiveInfo is set to
+ - NvSciSyncAttrValPrimitiveType_SysmemSemaphore on any valid `device`.
+ - NvSciSyncAttrValPrimitiveType_Syncpoint if `device` is a Tegra device.
+ - NvSciSyncAttrValPrimitiveType_SysmemSemaphorePayload64b if `device` is GA10X+.
+ NvSciSyncAttrKey_GpuId is set to the same UUID that is returned in
+ `cudaDeviceProp.uuid` from `cudaDeviceGetProperties` for this `device`.
+
+ Parameters:
+ - `nvSciSyncAttrList`: Return NvSciSync attributes supported.
+ - `device`: Valid Cuda Device to get NvSciSync attributes for.
+ - `flags`: flags describing NvSciSync usage.
+
+ Returns:
+
+ `cudaSuccess`,
+ `cudaErrorDeviceUninitialized`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidHandle`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorNotSupported`,
+ `cudaErrorMemoryAllocation`
+
+ See also:
+ `cudaImportExternalSemaphore`,
+ `cudaDestroyExternalSemaphore`,
+ `cudaSignalExternalSemaphoresAsync`,
+ `cudaWaitExternalSemaphoresAsync`*/
     pub fn cudaDeviceGetNvSciSyncAttributes(
         nvSciSyncAttrList: *mut ::core::ffi::c_void,
         device: ::core::ffi::c_int,
@@ -5967,6 +9353,46 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Queries attributes of the link between two devices.
+
+ Returns in `*value` the value of the requested attribute `attrib` of the
+ link between `srcDevice` and `dstDevice`. The supported attributes are:
+ - `cudaDevP2PAttrPerformanceRank`: A relative value indicating the
+ performance of the link between two devices. Lower value means better
+ performance (0 being the value used for most performant link).
+ - `cudaDevP2PAttrAccessSupported`: 1 if peer access is enabled.
+ - `cudaDevP2PAttrNativeAtomicSupported`: 1 if native atomic operations over
+ the link are supported.
+ - `cudaDevP2PAttrCudaArrayAccessSupported`: 1 if accessing CUDA arrays over
+ the link is supported.
+
+ Returns `cudaErrorInvalidDevice` if `srcDevice` or `dstDevice` are not valid
+ or if they represent the same device.
+
+ Returns `cudaErrorInvalidValue` if `attrib` is not valid or if `value` is
+ a null pointer.
+
+ Parameters:
+ - `value`: Returned value of the requested attribute
+ - `attrib`: The requested attribute of the link between `srcDevice` and `dstDevice`.
+ - `srcDevice`: The source device of the target link.
+ - `dstDevice`: The destination device of the target link.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceEnablePeerAccess`,
+ `cudaDeviceDisablePeerAccess`,
+ `cudaDeviceCanAccessPeer`,
+ `cuDeviceGetP2PAttribute`*/
     pub fn cudaDeviceGetP2PAttribute(
         value: *mut ::core::ffi::c_int,
         attr: cudaDeviceP2PAttr,
@@ -5975,12 +9401,64 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Select compute-device which best matches criteria
+
+ Returns in `*device` the device which has properties that best match
+ `*prop`.
+
+ Parameters:
+ - `device`: Device with best match
+ - `prop`: Desired device properties
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetDeviceCount`, `cudaGetDevice`, `cudaSetDevice`,
+ `cudaGetDeviceProperties`,
+ `cudaInitDevice`*/
     pub fn cudaChooseDevice(
         device: *mut ::core::ffi::c_int,
         prop: *const cudaDeviceProp,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Initialize device to be used for GPU executions
+
+ This function will initialize the CUDA Runtime structures and primary context on `device` when called,
+ but the context will not be made current to `device`.
+
+ When `cudaInitDeviceFlagsAreValid` is set in `flags`, deviceFlags are applied to the requested device.
+ The values of deviceFlags match those of the flags parameters in `cudaSetDeviceFlags`.
+ The effect may be verified by `cudaGetDeviceFlags`.
+
+ This function will return an error if the device is in `cudaComputeModeExclusiveProcess`
+ and is occupied by another process or if the device is in `cudaComputeModeProhibited`.
+
+ Parameters:
+ - `device`: Device on which the runtime will initialize itself.
+ - `deviceFlags`: Parameters for device operation.
+ - `flags`: Flags for controlling the device initialization.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetDeviceCount`, `cudaGetDevice`, `cudaGetDeviceProperties`,
+ `cudaChooseDevice`, `cudaSetDevice`
+ `cuCtxSetCurrent`*/
     pub fn cudaInitDevice(
         device: ::core::ffi::c_int,
         deviceFlags: ::core::ffi::c_uint,
@@ -5988,33 +9466,367 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Set device to be used for GPU executions
+
+ Sets `device` as the current device for the calling host thread.
+ Valid device id's are 0 to (`cudaGetDeviceCount()` - 1).
+
+ Any device memory subsequently allocated from this host thread
+ using `cudaMalloc()`, `cudaMallocPitch()` or `cudaMallocArray()`
+ will be physically resident on `device`.  Any host memory allocated
+ from this host thread using `cudaMallocHost()` or `cudaHostAlloc()`
+ or `cudaHostRegister()` will have its lifetime associated  with
+ `device`.  Any streams or events created from this host thread will
+ be associated with `device`.  Any kernels launched from this host
+ thread using the \<\<\<>>> operator or `cudaLaunchKernel()` will be executed
+ on `device`.
+
+ This call may be made from any host thread, to any device, and at
+ any time.  This function will do no synchronization with the previous
+ or new device,
+ and should only take significant time when it initializes the runtime's context state.
+ This call will bind the primary context of the specified device to the calling thread and all the
+ subsequent memory allocations, stream and event creations, and kernel launches
+ will be associated with the primary context.
+ This function will also immediately initialize the runtime state on the primary context,
+ and the context will be current on `device` immediately. This function will return an
+ error if the device is in `cudaComputeModeExclusiveProcess` and is occupied by another
+ process or if the device is in `cudaComputeModeProhibited`.
+
+ It is not required to call `cudaInitDevice` before using this function.
+
+ Parameters:
+ - `device`: Device on which the active host thread should execute the
+ device code.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorDeviceUnavailable`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetDeviceCount`, `cudaGetDevice`, `cudaGetDeviceProperties`,
+ `cudaChooseDevice`,
+ `cudaInitDevice`,
+ `cuCtxSetCurrent`*/
     pub fn cudaSetDevice(device: ::core::ffi::c_int) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns which device is currently being used
+
+ Returns in `*device` the current device for the calling host thread.
+
+ Parameters:
+ - `device`: Returns the device on which the active host thread
+ executes the device code.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorDeviceUnavailable`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetDeviceCount`, `cudaSetDevice`, `cudaGetDeviceProperties`,
+ `cudaChooseDevice`,
+ `cuCtxGetCurrent`*/
     pub fn cudaGetDevice(device: *mut ::core::ffi::c_int) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Set a list of devices that can be used for CUDA
+
+ Sets a list of devices for CUDA execution in priority order using
+ `device_arr`. The parameter `len` specifies the number of elements in the
+ list.  CUDA will try devices from the list sequentially until it finds one
+ that works.  If this function is not called, or if it is called with a `len`
+ of 0, then CUDA will go back to its default behavior of trying devices
+ sequentially from a default list containing all of the available CUDA
+ devices in the system. If a specified device ID in the list does not exist,
+ this function will return `cudaErrorInvalidDevice`. If `len` is not 0 and
+ `device_arr` is NULL or if `len` exceeds the number of devices in
+ the system, then `cudaErrorInvalidValue` is returned.
+
+ Parameters:
+ - `device_arr`: List of devices to try
+ - `len`: Number of devices in specified list
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetDeviceCount`, `cudaSetDevice`, `cudaGetDeviceProperties`,
+ `cudaSetDeviceFlags`,
+ `cudaChooseDevice`*/
     pub fn cudaSetValidDevices(
         device_arr: *mut ::core::ffi::c_int,
         len: ::core::ffi::c_int,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets flags to be used for device executions
+
+ Records `flags` as the flags for the current device. If the current device
+ has been set and that device has already been initialized, the previous flags
+ are overwritten. If the current device has not been initialized, it is
+ initialized with the provided flags. If no device has been made current to
+ the calling thread, a default device is selected and initialized with the
+ provided flags.
+
+ The three LSBs of the `flags` parameter can be used to control how the CPU
+ thread interacts with the OS scheduler when waiting for results from the
+ device.
+
+ - `cudaDeviceScheduleAuto`: The default value if the `flags` parameter is
+ zero, uses a heuristic based on the number of active CUDA contexts in the
+ process `C` and the number of logical processors in the system `P`. If
+ `C` > `P`, then CUDA will yield to other OS threads when waiting for the
+ device, otherwise CUDA will not yield while waiting for results and
+ actively spin on the processor. Additionally, on Tegra devices,
+ `cudaDeviceScheduleAuto` uses a heuristic based on the power profile of
+ the platform and may choose `cudaDeviceScheduleBlockingSync` for low-powered
+ devices.
+ - `cudaDeviceScheduleSpin`: Instruct CUDA to actively spin when waiting for
+ results from the device. This can decrease latency when waiting for the
+ device, but may lower the performance of CPU threads if they are performing
+ work in parallel with the CUDA thread.
+ - `cudaDeviceScheduleYield`: Instruct CUDA to yield its thread when waiting
+ for results from the device. This can increase latency when waiting for the
+ device, but can increase the performance of CPU threads performing work in
+ parallel with the device.
+ - `cudaDeviceScheduleBlockingSync`: Instruct CUDA to block the CPU thread
+ on a synchronization primitive when waiting for the device to finish work.
+ - `cudaDeviceBlockingSync`: Instruct CUDA to block the CPU thread on a
+ synchronization primitive when waiting for the device to finish work. \<br>
+ Deprecated: This flag was deprecated as of CUDA 4.0 and
+ replaced with `cudaDeviceScheduleBlockingSync`.
+ - `cudaDeviceMapHost`: This flag enables allocating pinned
+ host memory that is accessible to the device. It is implicit for the
+ runtime but may be absent if a context is created using the driver API.
+ If this flag is not set, `cudaHostGetDevicePointer()` will always return
+ a failure code.
+ - `cudaDeviceLmemResizeToMax`: Instruct CUDA to not reduce local memory
+ after resizing local memory for a kernel. This can prevent thrashing by
+ local memory allocations when launching many kernels with high local
+ memory usage at the cost of potentially increased memory usage. \<br>
+ Deprecated: This flag is deprecated and the behavior enabled
+ by this flag is now the default and cannot be disabled.
+ - `cudaDeviceSyncMemops`: Ensures that synchronous memory operations initiated
+ on this context will always synchronize. See further documentation in the
+ section titled "API Synchronization behavior" to learn more about cases when
+ synchronous memory operations can exhibit asynchronous behavior.
+
+ Parameters:
+ - `flags`: Parameters for device operation
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetDeviceFlags`, `cudaGetDeviceCount`, `cudaGetDevice`, `cudaGetDeviceProperties`,
+ `cudaSetDevice`, `cudaSetValidDevices`,
+ `cudaInitDevice`,
+ `cudaChooseDevice`,
+ `cuDevicePrimaryCtxSetFlags`*/
     pub fn cudaSetDeviceFlags(flags: ::core::ffi::c_uint) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Gets the flags for the current device
+
+ Returns in `flags` the flags for the current device. If there is a current
+ device for the calling thread, the flags for the device are returned. If
+ there is no current device, the flags for the first device are returned,
+ which may be the default flags.  Compare to the behavior of
+ `cudaSetDeviceFlags`.
+
+ Typically, the flags returned should match the behavior that will be seen
+ if the calling thread uses a device after this call, without any change to
+ the flags or current device inbetween by this or another thread.  Note that
+ if the device is not initialized, it is possible for another thread to
+ change the flags for the current device before it is initialized.
+ Additionally, when using exclusive mode, if this thread has not requested a
+ specific device, it may use a device other than the first device, contrary
+ to the assumption made by this function.
+
+ If a context has been created via the driver API and is current to the
+ calling thread, the flags for that context are always returned.
+
+ Flags returned by this function may specifically include `cudaDeviceMapHost`
+ even though it is not accepted by `cudaSetDeviceFlags` because it is
+ implicit in runtime API flags.  The reason for this is that the current
+ context may have been created via the driver API in which case the flag is
+ not implicit and may be unset.
+
+ Parameters:
+ - `flags`: Pointer to store the device flags
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetDevice`, `cudaGetDeviceProperties`,
+ `cudaSetDevice`, `cudaSetDeviceFlags`,
+ `cudaInitDevice`,
+ `cuCtxGetFlags`,
+ `cuDevicePrimaryCtxGetState`*/
     pub fn cudaGetDeviceFlags(flags: *mut ::core::ffi::c_uint) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Create an asynchronous stream
+
+ Creates a new asynchronous stream on the context that is current to the calling host thread.
+ If no context is current to the calling host thread, then the primary context for a device
+ is selected, made current to the calling thread, and initialized before creating a stream on it.
+
+ Parameters:
+ - `pStream`: Pointer to new stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreateWithPriority`,
+ `cudaStreamCreateWithFlags`,
+ `cudaStreamGetPriority`,
+ `cudaStreamGetFlags`,
+ `cudaStreamGetDevice`,
+ `cudaStreamQuery`,
+ `cudaStreamSynchronize`,
+ `cudaStreamWaitEvent`,
+ `cudaStreamAddCallback`,
+ `cudaSetDevice`,
+ `cudaStreamDestroy`,
+ `cuStreamCreate`*/
     pub fn cudaStreamCreate(pStream: *mut cudaStream_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Create an asynchronous stream
+
+ Creates a new asynchronous stream on the context that is current to the calling host thread.
+ If no context is current to the calling host thread, then the primary context for a device
+ is selected, made current to the calling thread, and initialized before creating a stream on it.
+ The `flags` argument determines the behaviors of the stream.  Valid values for `flags` are
+ - `cudaStreamDefault`: Default stream creation flag.
+ - `cudaStreamNonBlocking`: Specifies that work running in the created
+ stream may run concurrently with work in stream 0 (the NULL stream), and that
+ the created stream should perform no implicit synchronization with stream 0.
+
+ Parameters:
+ - `pStream`: Pointer to new stream identifier
+ - `flags`: Parameters for stream creation
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreate`,
+ `cudaStreamCreateWithPriority`,
+ `cudaStreamGetFlags`,
+ `cudaStreamGetDevice`,
+ `cudaStreamQuery`,
+ `cudaStreamSynchronize`,
+ `cudaStreamWaitEvent`,
+ `cudaStreamAddCallback`,
+ `cudaSetDevice`,
+ `cudaStreamDestroy`,
+ `cuStreamCreate`*/
     pub fn cudaStreamCreateWithFlags(
         pStream: *mut cudaStream_t,
         flags: ::core::ffi::c_uint,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Create an asynchronous stream with the specified priority
+
+ Creates a stream with the specified priority and returns a handle in `pStream`.
+ The stream is created on the context that is current to the calling host thread.
+ If no context is current to the calling host thread, then the primary context for a device
+ is selected, made current to the calling thread, and initialized before creating a stream on it.
+ This affects the scheduling priority of work in the stream. Priorities provide a
+ hint to preferentially run work with higher priority when possible, but do
+ not preempt already-running work or provide any other functional guarantee on
+ execution order.
+
+ `priority` follows a convention where lower numbers represent higher priorities.
+ '0' represents default priority. The range of meaningful numerical priorities can
+ be queried using `cudaDeviceGetStreamPriorityRange`. If the specified priority is
+ outside the numerical range returned by `cudaDeviceGetStreamPriorityRange`,
+ it will automatically be clamped to the lowest or the highest number in the range.
+
+ Parameters:
+ - `pStream`: Pointer to new stream identifier
+ - `flags`: Flags for stream creation. See `cudaStreamCreateWithFlags` for a list of valid flags that can be passed
+ - `priority`: Priority of the stream. Lower numbers represent higher priorities.
+ See `cudaDeviceGetStreamPriorityRange` for more information about
+ the meaningful stream priorities that can be passed.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Note: Stream priorities are supported only on GPUs
+ with compute capability 3.5 or higher.
+
+ Note: In the current implementation, only compute kernels launched in
+ priority streams are affected by the stream's priority. Stream priorities have
+ no effect on host-to-device and device-to-host memory operations.
+
+ See also: `cudaStreamCreate`,
+ `cudaStreamCreateWithFlags`,
+ `cudaDeviceGetStreamPriorityRange`,
+ `cudaStreamGetPriority`,
+ `cudaStreamQuery`,
+ `cudaStreamWaitEvent`,
+ `cudaStreamAddCallback`,
+ `cudaStreamSynchronize`,
+ `cudaSetDevice`,
+ `cudaStreamDestroy`,
+ `cuStreamCreateWithPriority`*/
     pub fn cudaStreamCreateWithPriority(
         pStream: *mut cudaStream_t,
         flags: ::core::ffi::c_uint,
@@ -6022,36 +9834,205 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Query the priority of a stream
+
+ Query the priority of a stream. The priority is returned in in `priority`.
+ Note that if the stream was created with a priority outside the meaningful
+ numerical range returned by `cudaDeviceGetStreamPriorityRange`,
+ this function returns the clamped priority.
+ See `cudaStreamCreateWithPriority` for details about priority clamping.
+
+ Parameters:
+ - `hStream`: Handle to the stream to be queried
+ - `priority`: Pointer to a signed integer in which the stream's priority is returned
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreateWithPriority`,
+ `cudaDeviceGetStreamPriorityRange`,
+ `cudaStreamGetFlags`,
+ `cudaStreamGetDevice`,
+ `cuStreamGetPriority`*/
     pub fn cudaStreamGetPriority(
         hStream: cudaStream_t,
         priority: *mut ::core::ffi::c_int,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Query the flags of a stream
+
+ Query the flags of a stream. The flags are returned in `flags`.
+ See `cudaStreamCreateWithFlags` for a list of valid flags.
+
+ Parameters:
+ - `hStream`: Handle to the stream to be queried
+ - `flags`: Pointer to an unsigned integer in which the stream's flags are returned
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreateWithPriority`,
+ `cudaStreamCreateWithFlags`,
+ `cudaStreamGetPriority`,
+ `cudaStreamGetDevice`,
+ `cuStreamGetFlags`*/
     pub fn cudaStreamGetFlags(
         hStream: cudaStream_t,
         flags: *mut ::core::ffi::c_uint,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Query the Id of a stream
+
+ Query the Id of a stream. The Id is returned in `streamId`.
+ The Id is unique for the life of the program.
+
+ The stream handle `hStream` can refer to any of the following:
+ \<ul>
+ \<li>a stream created via any of the CUDA runtime APIs such as `cudaStreamCreate`,
+ `cudaStreamCreateWithFlags` and `cudaStreamCreateWithPriority`, or their driver
+ API equivalents such as `cuStreamCreate` or `cuStreamCreateWithPriority`.
+ Passing an invalid handle will result in undefined behavior.\</li>
+ \<li>any of the special streams such as the NULL stream, `cudaStreamLegacy`
+ and `cudaStreamPerThread` respectively.  The driver API equivalents of these
+ are also accepted which are NULL, `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.\</li>
+ \</ul>
+
+ Parameters:
+ - `hStream`: Handle to the stream to be queried
+ - `streamId`: Pointer to an unsigned long long in which the stream Id is returned
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreateWithPriority`,
+ `cudaStreamCreateWithFlags`,
+ `cudaStreamGetPriority`,
+ `cudaStreamGetFlags`,
+ `cuStreamGetId`*/
     pub fn cudaStreamGetId(
         hStream: cudaStream_t,
         streamId: *mut ::core::ffi::c_ulonglong,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Query the device of a stream
+
+ Returns in `*device` the device of the stream.
+
+ Parameters:
+ - `hStream`: Handle to the stream to be queried
+ - `device`: Returns the device to which the stream belongs
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorDeviceUnavailable`,
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaSetDevice`,
+ `cudaGetDevice`,
+ `cudaStreamCreate`,
+ `cudaStreamGetPriority`,
+ `cudaStreamGetFlags`,
+ `cuStreamGetId`*/
     pub fn cudaStreamGetDevice(
         hStream: cudaStream_t,
         device: *mut ::core::ffi::c_int,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Resets all persisting lines in cache to normal status.
+
+ Resets all persisting lines in cache to normal status.
+ Takes effect on function return.
+
+ Returns:
+ `cudaSuccess`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaAccessPolicyWindow`*/
     pub fn cudaCtxResetPersistingL2Cache() -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies attributes from source stream to destination stream.
+
+ Copies attributes from source stream `src` to destination stream `dst`.
+ Both streams must have the same context.
+
+ Parameters:
+ - `dst` (out): Destination stream
+ - `src` (in): Source stream
+ For attributes see `cudaStreamAttrID`
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorNotSupported`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaAccessPolicyWindow`*/
     pub fn cudaStreamCopyAttributes(dst: cudaStream_t, src: cudaStream_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Queries stream attribute.
+
+ Queries attribute `attr` from `hStream` and stores it in corresponding
+ member of `value_out`.
+
+ Parameters:
+ - `hStream` (in):
+ - `attr` (in):
+ - `value_out` (out):
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaAccessPolicyWindow`*/
     pub fn cudaStreamGetAttribute(
         hStream: cudaStream_t,
         attr: cudaLaunchAttributeID,
@@ -6059,6 +10040,26 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets stream attribute.
+
+ Sets attribute `attr` on `hStream` from corresponding attribute of
+ `value`. The updated attribute will be applied to subsequent work
+ submitted to the stream. It will not affect previously submitted work.
+
+ Parameters:
+ - `hStream` (out):
+ - `attr` (in):
+ - `value` (in):
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaAccessPolicyWindow`*/
     pub fn cudaStreamSetAttribute(
         hStream: cudaStream_t,
         attr: cudaLaunchAttributeID,
@@ -6066,15 +10067,87 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Destroys and cleans up an asynchronous stream
+
+ Destroys and cleans up the asynchronous stream specified by `stream`.
+
+ In case the device is still doing work in the stream `stream`
+ when `cudaStreamDestroy()` is called, the function will return immediately
+ and the resources associated with `stream` will be released automatically
+ once the device has completed all work in `stream`.
+
+ Parameters:
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Use of the handle after this call is undefined behavior.
+
+ See also: `cudaStreamCreate`,
+ `cudaStreamCreateWithFlags`,
+ `cudaStreamQuery`,
+ `cudaStreamWaitEvent`,
+ `cudaStreamSynchronize`,
+ `cudaStreamAddCallback`,
+ `cuStreamDestroy`*/
     pub fn cudaStreamDestroy(stream: cudaStream_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Make a compute stream wait on an event
+
+ Makes all future work submitted to `stream` wait for all work captured in
+ `event`.  See `cudaEventRecord()` for details on what is captured by an event.
+ The synchronization will be performed efficiently on the device when applicable.
+ `event` may be from a different device than `stream`.
+
+ flags include:
+ - `cudaEventWaitDefault`: Default event creation flag.
+ - `cudaEventWaitExternal`: Event is captured in the graph as an external
+ event node when performing stream capture.
+
+ Parameters:
+ - `stream`: Stream to wait
+ - `event`: Event to wait on
+ - `flags`: Parameters for the operation(See above)
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreate`, `cudaStreamCreateWithFlags`, `cudaStreamQuery`, `cudaStreamSynchronize`, `cudaStreamAddCallback`, `cudaStreamDestroy`,
+ `cuStreamWaitEvent`*/
     pub fn cudaStreamWaitEvent(
         stream: cudaStream_t,
         event: cudaEvent_t,
         flags: ::core::ffi::c_uint,
     ) -> cudaError_t;
 }
+/** Type of stream callback functions.
+
+ Parameters:
+ - `stream`: The stream as passed to `cudaStreamAddCallback`, may be NULL.
+ - `status`: `cudaSuccess` or any persistent error on the stream.
+ - `userData`: User parameter provided at registration.*/
 pub type cudaStreamCallback_t = ::core::option::Option<
     unsafe extern "C" fn(
         stream: cudaStream_t,
@@ -6083,6 +10156,74 @@ pub type cudaStreamCallback_t = ::core::option::Option<
     ),
 >;
 unsafe extern "C" {
+    /** Add a callback to a compute stream
+
+ Note: This function is slated for eventual deprecation and removal. If
+ you do not require the callback to execute in case of a device error,
+ consider using `cudaLaunchHostFunc`. Additionally, this function is not
+ supported with `cudaStreamBeginCapture` and `cudaStreamEndCapture`, unlike
+ `cudaLaunchHostFunc`.
+
+ Adds a callback to be called on the host after all currently enqueued
+ items in the stream have completed.  For each
+ cudaStreamAddCallback call, a callback will be executed exactly once.
+ The callback will block later work in the stream until it is finished.
+
+ The callback may be passed `cudaSuccess` or an error code.  In the event
+ of a device error, all subsequently executed callbacks will receive an
+ appropriate `cudaError_t`.
+
+ Callbacks must not make any CUDA API calls.  Attempting to use CUDA APIs
+ may result in `cudaErrorNotPermitted`.  Callbacks must not perform any
+ synchronization that may depend on outstanding device work or other callbacks
+ that are not mandated to run earlier.  Callbacks without a mandated order
+ (in independent streams) execute in undefined order and may be serialized.
+
+ For the purposes of Unified Memory, callback execution makes a number of
+ guarantees:
+ \<ul>
+ \<li>The callback stream is considered idle for the duration of the
+ callback.  Thus, for example, a callback may always use memory attached
+ to the callback stream.\</li>
+ \<li>The start of execution of a callback has the same effect as
+ synchronizing an event recorded in the same stream immediately prior to
+ the callback.  It thus synchronizes streams which have been "joined"
+ prior to the callback.\</li>
+ \<li>Adding device work to any stream does not have the effect of making
+ the stream active until all preceding callbacks have executed.  Thus, for
+ example, a callback might use global attached memory even if work has
+ been added to another stream, if it has been properly ordered with an
+ event.\</li>
+ \<li>Completion of a callback does not cause a stream to become
+ active except as described above.  The callback stream will remain idle
+ if no device work follows the callback, and will remain idle across
+ consecutive callbacks without device work in between.  Thus, for example,
+ stream synchronization can be done by signaling from a callback at the
+ end of the stream.\</li>
+ \</ul>
+
+ Parameters:
+ - `stream`: Stream to add callback to
+ - `callback`: The function to call once preceding stream operations are complete
+ - `userData`: User specified data to be passed to the callback function
+ - `flags`: Reserved for future use, must be 0
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorNotSupported`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreate`, `cudaStreamCreateWithFlags`, `cudaStreamQuery`, `cudaStreamSynchronize`, `cudaStreamWaitEvent`, `cudaStreamDestroy`, `cudaMallocManaged`, `cudaStreamAttachMemAsync`,
+ `cudaLaunchHostFunc`, `cuStreamAddCallback`*/
     pub fn cudaStreamAddCallback(
         stream: cudaStream_t,
         callback: cudaStreamCallback_t,
@@ -6091,9 +10232,59 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Waits for stream tasks to complete
+
+ Blocks until `stream` has completed all operations. If the
+ `cudaDeviceScheduleBlockingSync` flag was set for this device,
+ the host thread will block until the stream is finished with
+ all of its tasks.
+
+ Parameters:
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidResourceHandle`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreate`, `cudaStreamCreateWithFlags`, `cudaStreamQuery`, `cudaStreamWaitEvent`, `cudaStreamAddCallback`, `cudaStreamDestroy`,
+ `cuStreamSynchronize`*/
     pub fn cudaStreamSynchronize(stream: cudaStream_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Queries an asynchronous stream for completion status
+
+ Returns `cudaSuccess` if all operations in `stream` have
+ completed, or `cudaErrorNotReady` if not.
+
+ For the purposes of Unified Memory, a return value of `cudaSuccess`
+ is equivalent to having called `cudaStreamSynchronize()`.
+
+ Parameters:
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorNotReady`,
+ `cudaErrorInvalidResourceHandle`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreate`, `cudaStreamCreateWithFlags`, `cudaStreamWaitEvent`, `cudaStreamSynchronize`, `cudaStreamAddCallback`, `cudaStreamDestroy`,
+ `cuStreamQuery`*/
     pub fn cudaStreamQuery(stream: cudaStream_t) -> cudaError_t;
 }
 unsafe extern "C" {
@@ -6105,12 +10296,85 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Begins graph capture on a stream
+
+ Begin graph capture on `stream`. When a stream is in capture mode, all operations
+ pushed into the stream will not be executed, but will instead be captured into
+ a graph, which will be returned via `cudaStreamEndCapture`. Capture may not be initiated
+ if `stream` is `cudaStreamLegacy`. Capture must be ended on the same stream in which
+ it was initiated, and it may only be initiated if the stream is not already in capture
+ mode. The capture mode may be queried via `cudaStreamIsCapturing`. A unique id
+ representing the capture sequence may be queried via `cudaStreamGetCaptureInfo`.
+
+ If `mode` is not `cudaStreamCaptureModeRelaxed`, `cudaStreamEndCapture` must be
+ called on this stream from the same thread.
+
+ Note: Kernels captured using this API must not use texture and surface references.
+ Reading or writing through any texture or surface reference is undefined
+ behavior. This restriction does not apply to texture and surface objects.
+
+ Parameters:
+ - `stream`: Stream in which to initiate capture
+ - `mode`: Controls the interaction of this capture sequence with other API
+ calls that are potentially unsafe. For more details see
+ `cudaThreadExchangeStreamCaptureMode`.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaStreamCreate`,
+ `cudaStreamIsCapturing`,
+ `cudaStreamEndCapture`,
+ `cudaThreadExchangeStreamCaptureMode`*/
     pub fn cudaStreamBeginCapture(
         stream: cudaStream_t,
         mode: cudaStreamCaptureMode,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Begins graph capture on a stream to an existing graph
+
+ Begin graph capture on `stream`. When a stream is in capture mode, all operations
+ pushed into the stream will not be executed, but will instead be captured into
+ `graph`, which will be returned via `cudaStreamEndCapture`.
+
+ Capture may not be initiated if `stream` is `cudaStreamLegacy`. Capture must be ended on the
+ same stream in which it was initiated, and it may only be initiated if the stream is not
+ already in capture mode. The capture mode may be queried via `cudaStreamIsCapturing`. A unique id
+ representing the capture sequence may be queried via `cudaStreamGetCaptureInfo`.
+
+ If `mode` is not `cudaStreamCaptureModeRelaxed`, `cudaStreamEndCapture` must be
+ called on this stream from the same thread.
+
+ Note: Kernels captured using this API must not use texture and surface references.
+ Reading or writing through any texture or surface reference is undefined
+ behavior. This restriction does not apply to texture and surface objects.
+
+ Parameters:
+ - `stream`: Stream in which to initiate capture.
+ - `graph`: Graph to capture into.
+ - `dependencies`: Dependencies of the first node captured in the stream.  Can be NULL if numDependencies is 0.
+ - `dependencyData`: Optional array of data associated with each dependency.
+ - `numDependencies`: Number of dependencies.
+ - `mode`: Controls the interaction of this capture sequence with other API
+ calls that are potentially unsafe. For more details see
+ `cudaThreadExchangeStreamCaptureMode`.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaStreamCreate`,
+ `cudaStreamIsCapturing`,
+ `cudaStreamEndCapture`,
+ `cudaThreadExchangeStreamCaptureMode`*/
     pub fn cudaStreamBeginCaptureToGraph(
         stream: cudaStream_t,
         graph: cudaGraph_t,
@@ -6121,17 +10385,131 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Swaps the stream capture interaction mode for a thread
+
+ Sets the calling thread's stream capture interaction mode to the value contained
+ in `*mode`, and overwrites `*mode` with the previous mode for the thread. To
+ facilitate deterministic behavior across function or module boundaries, callers
+ are encouraged to use this API in a push-pop fashion:
+
+ ```c
+ cudaStreamCaptureMode mode = desiredMode;
+ cudaThreadExchangeStreamCaptureMode(&mode);
+ ...
+ cudaThreadExchangeStreamCaptureMode(&mode); // restore previous mode
+ ```
+
+ During stream capture (see `cudaStreamBeginCapture`), some actions, such as a call
+ to `cudaMalloc`, may be unsafe. In the case of `cudaMalloc`, the operation is
+ not enqueued asynchronously to a stream, and is not observed by stream capture.
+ Therefore, if the sequence of operations captured via `cudaStreamBeginCapture`
+ depended on the allocation being replayed whenever the graph is launched, the
+ captured graph would be invalid.
+
+ Therefore, stream capture places restrictions on API calls that can be made within
+ or concurrently to a `cudaStreamBeginCapture`-`cudaStreamEndCapture` sequence. This
+ behavior can be controlled via this API and flags to `cudaStreamBeginCapture`.
+
+ A thread's mode is one of the following:
+ - `cudaStreamCaptureModeGlobal`: This is the default mode. If the local thread has
+ an ongoing capture sequence that was not initiated with
+ `cudaStreamCaptureModeRelaxed` at `cuStreamBeginCapture`, or if any other thread
+ has a concurrent capture sequence initiated with `cudaStreamCaptureModeGlobal`,
+ this thread is prohibited from potentially unsafe API calls.
+ - `cudaStreamCaptureModeThreadLocal`: If the local thread has an ongoing capture
+ sequence not initiated with `cudaStreamCaptureModeRelaxed`, it is prohibited
+ from potentially unsafe API calls. Concurrent capture sequences in other threads
+ are ignored.
+ - `cudaStreamCaptureModeRelaxed`: The local thread is not prohibited from potentially
+ unsafe API calls. Note that the thread is still prohibited from API calls which
+ necessarily conflict with stream capture, for example, attempting `cudaEventQuery`
+ on an event that was last recorded inside a capture sequence.
+
+ Parameters:
+ - `mode`: Pointer to mode value to swap with the current mode
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaStreamBeginCapture`*/
     pub fn cudaThreadExchangeStreamCaptureMode(
         mode: *mut cudaStreamCaptureMode,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Ends capture on a stream, returning the captured graph
+
+ End capture on `stream`, returning the captured graph via `pGraph`.
+ Capture must have been initiated on `stream` via a call to `cudaStreamBeginCapture`.
+ If capture was invalidated, due to a violation of the rules of stream capture, then
+ a NULL graph will be returned.
+
+ If the `mode` argument to `cudaStreamBeginCapture` was not
+ `cudaStreamCaptureModeRelaxed`, this call must be from the same thread as
+ `cudaStreamBeginCapture`.
+
+ Parameters:
+ - `stream`: Stream to query
+ - `pGraph`: The captured graph
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorStreamCaptureWrongThread`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaStreamCreate`,
+ `cudaStreamBeginCapture`,
+ `cudaStreamIsCapturing`,
+ `cudaGraphDestroy`*/
     pub fn cudaStreamEndCapture(
         stream: cudaStream_t,
         pGraph: *mut cudaGraph_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a stream's capture status
+
+ Return the capture status of `stream` via `pCaptureStatus`. After a successful
+ call, `*pCaptureStatus` will contain one of the following:
+ - `cudaStreamCaptureStatusNone`: The stream is not capturing.
+ - `cudaStreamCaptureStatusActive`: The stream is capturing.
+ - `cudaStreamCaptureStatusInvalidated`: The stream was capturing but an error
+ has invalidated the capture sequence. The capture sequence must be terminated
+ with `cudaStreamEndCapture` on the stream where it was initiated in order to
+ continue using `stream`.
+
+ Note that, if this is called on `cudaStreamLegacy` (the "null stream") while
+ a blocking stream on the same device is capturing, it will return
+ `cudaErrorStreamCaptureImplicit` and `*pCaptureStatus` is unspecified
+ after the call. The blocking stream capture is not invalidated.
+
+ When a blocking stream is capturing, the legacy stream is in an
+ unusable state until the blocking stream capture is terminated. The legacy
+ stream is not supported for stream capture, but attempted use would have an
+ implicit dependency on the capturing stream(s).
+
+ Parameters:
+ - `stream`: Stream to query
+ - `pCaptureStatus`: Returns the stream's capture status
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorStreamCaptureImplicit`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaStreamCreate`,
+ `cudaStreamBeginCapture`,
+ `cudaStreamEndCapture`*/
     pub fn cudaStreamIsCapturing(
         stream: cudaStream_t,
         pCaptureStatus: *mut cudaStreamCaptureStatus,
@@ -6148,6 +10526,64 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Query a stream's capture state (12.3+)
+
+ Query stream state related to stream capture.
+
+ If called on `cudaStreamLegacy` (the "null stream") while a stream not created
+ with `cudaStreamNonBlocking` is capturing, returns `cudaErrorStreamCaptureImplicit`.
+
+ Valid data (other than capture status) is returned only if both of the following are true:
+ - the call returns cudaSuccess
+ - the returned capture status is `cudaStreamCaptureStatusActive`
+
+ If `edgeData_out` is non-NULL then `dependencies_out` must be as well. If
+ `dependencies_out` is non-NULL and `edgeData_out` is NULL, but there is non-zero edge
+ data for one or more of the current stream dependencies, the call will return
+ `cudaErrorLossyQuery`.
+
+ Parameters:
+ - `stream`: The stream to query
+ - `captureStatus_out`: Location to return the capture status of the stream; required
+ - `id_out`: Optional location to return an id for the capture sequence, which is
+ unique over the lifetime of the process
+ - `graph_out`: Optional location to return the graph being captured into. All
+ operations other than destroy and node removal are permitted on the graph
+ while the capture sequence is in progress. This API does not transfer
+ ownership of the graph, which is transferred or destroyed at
+ `cudaStreamEndCapture`. Note that the graph handle may be invalidated before
+ end of capture for certain errors. Nodes that are or become
+ unreachable from the original stream at `cudaStreamEndCapture` due to direct
+ actions on the graph do not trigger `cudaErrorStreamCaptureUnjoined`.
+ - `dependencies_out`: Optional location to store a pointer to an array of nodes.
+ The next node to be captured in the stream will depend on this set of nodes,
+ absent operations such as event wait which modify this set. The array pointer
+ is valid until the next API call which operates on the stream or until the
+ capture is terminated. The node handles may be copied out and are valid until
+ they or the graph is destroyed. The driver-owned array may also be passed
+ directly to APIs that operate on the graph (not the stream) without copying.
+ - `edgeData_out`: Optional location to store a pointer to an array of graph edge
+ data. This array parallels `dependencies_out`; the next node to be added
+ has an edge to `dependencies_out[i]` with annotation `edgeData_out[i]` for
+ each `i`. The array pointer is valid until the next API call which operates
+ on the stream or until the capture is terminated.
+ - `numDependencies_out`: Optional location to store the size of the array
+ returned in dependencies_out.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorStreamCaptureImplicit`,
+ `cudaErrorLossyQuery`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaStreamBeginCapture`,
+ `cudaStreamIsCapturing`,
+ `cudaStreamUpdateCaptureDependencies`*/
     pub fn cudaStreamGetCaptureInfo_v3(
         stream: cudaStream_t,
         captureStatus_out: *mut cudaStreamCaptureStatus,
@@ -6159,6 +10595,41 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Update the set of dependencies in a capturing stream (11.3+)
+
+ Modifies the dependency set of a capturing stream. The dependency set is the set
+ of nodes that the next captured node in the stream will depend on.
+
+ Valid flags are `cudaStreamAddCaptureDependencies` and
+ `cudaStreamSetCaptureDependencies`. These control whether the set passed to
+ the API is added to the existing set or replaces it. A flags value of 0 defaults
+ to `cudaStreamAddCaptureDependencies`.
+
+ Nodes that are removed from the dependency set via this API do not result in
+ `cudaErrorStreamCaptureUnjoined` if they are unreachable from the stream at
+ `cudaStreamEndCapture`.
+
+ Returns `cudaErrorIllegalState` if the stream is not capturing.
+
+ This API is new in CUDA 11.3. Developers requiring compatibility across minor
+ versions of the CUDA driver to 11.0 should not use this API or provide a fallback.
+
+ Parameters:
+ - `stream`: The stream to update
+ - `dependencies`: The set of dependencies to add
+ - `numDependencies`: The size of the dependencies array
+ - `flags`: See above
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorIllegalState`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaStreamBeginCapture`,
+ `cudaStreamGetCaptureInfo`,*/
     pub fn cudaStreamUpdateCaptureDependencies(
         stream: cudaStream_t,
         dependencies: *mut cudaGraphNode_t,
@@ -6167,6 +10638,39 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Update the set of dependencies in a capturing stream (12.3+)
+
+ Modifies the dependency set of a capturing stream. The dependency set is the set
+ of nodes that the next captured node in the stream will depend on.
+
+ Valid flags are `cudaStreamAddCaptureDependencies` and
+ `cudaStreamSetCaptureDependencies`. These control whether the set passed to
+ the API is added to the existing set or replaces it. A flags value of 0 defaults
+ to `cudaStreamAddCaptureDependencies`.
+
+ Nodes that are removed from the dependency set via this API do not result in
+ `cudaErrorStreamCaptureUnjoined` if they are unreachable from the stream at
+ `cudaStreamEndCapture`.
+
+ Returns `cudaErrorIllegalState` if the stream is not capturing.
+
+ Parameters:
+ - `stream`: The stream to update
+ - `dependencies`: The set of dependencies to add
+ - `dependencyData`: Optional array of data associated with each dependency.
+ - `numDependencies`: The size of the dependencies array
+ - `flags`: See above
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorIllegalState`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaStreamBeginCapture`,
+ `cudaStreamGetCaptureInfo`,*/
     pub fn cudaStreamUpdateCaptureDependencies_v2(
         stream: cudaStream_t,
         dependencies: *mut cudaGraphNode_t,
@@ -6176,15 +10680,119 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates an event object
+
+ Creates an event object for the current device using `cudaEventDefault`.
+
+ Parameters:
+ - `event`: Newly created event
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorLaunchFailure`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaEventCreate` (C++ API),
+ `cudaEventCreateWithFlags`, `cudaEventRecord`, `cudaEventQuery`,
+ `cudaEventSynchronize`, `cudaEventDestroy`, `cudaEventElapsedTime`,
+ `cudaStreamWaitEvent`,
+ `cuEventCreate`*/
     pub fn cudaEventCreate(event: *mut cudaEvent_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates an event object with the specified flags
+
+ Creates an event object for the current device with the specified flags. Valid
+ flags include:
+ - `cudaEventDefault`: Default event creation flag.
+ - `cudaEventBlockingSync`: Specifies that event should use blocking
+ synchronization. A host thread that uses `cudaEventSynchronize()` to wait
+ on an event created with this flag will block until the event actually
+ completes.
+ - `cudaEventDisableTiming`: Specifies that the created event does not need
+ to record timing data.  Events created with this flag specified and
+ the `cudaEventBlockingSync` flag not specified will provide the best
+ performance when used with `cudaStreamWaitEvent()` and `cudaEventQuery()`.
+ - `cudaEventInterprocess`: Specifies that the created event may be used as an
+ interprocess event by `cudaIpcGetEventHandle()`. `cudaEventInterprocess` must
+ be specified along with `cudaEventDisableTiming`.
+
+ Parameters:
+ - `event`: Newly created event
+ - `flags`: Flags for new event
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorLaunchFailure`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaEventCreate` (C API),
+ `cudaEventSynchronize`, `cudaEventDestroy`, `cudaEventElapsedTime`,
+ `cudaStreamWaitEvent`,
+ `cuEventCreate`*/
     pub fn cudaEventCreateWithFlags(
         event: *mut cudaEvent_t,
         flags: ::core::ffi::c_uint,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Records an event
+
+ Captures in `event` the contents of `stream` at the time of this call.
+ `event` and `stream` must be on the same CUDA context.
+ Calls such as `cudaEventQuery()` or `cudaStreamWaitEvent()` will then
+ examine or wait for completion of the work that was captured. Uses of
+ `stream` after this call do not modify `event`. See note on default
+ stream behavior for what is captured in the default case.
+
+ `cudaEventRecord()` can be called multiple times on the same event and
+ will overwrite the previously captured state. Other APIs such as
+ `cudaStreamWaitEvent()` use the most recently captured state at the time
+ of the API call, and are not affected by later calls to
+ `cudaEventRecord()`. Before the first call to `cudaEventRecord()`, an
+ event represents an empty set of work, so for example `cudaEventQuery()`
+ would return `cudaSuccess`.
+
+ Parameters:
+ - `event`: Event to record
+ - `stream`: Stream in which to record event
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorLaunchFailure`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Returns `cudaErrorInvalidResourceHandle` in the event of being passed NULL as the input event.
+
+ See also: `cudaEventCreate` (C API),
+ `cudaEventCreateWithFlags`, `cudaEventQuery`,
+ `cudaEventSynchronize`, `cudaEventDestroy`, `cudaEventElapsedTime`,
+ `cudaStreamWaitEvent`,
+ `cudaEventRecordWithFlags`,
+ `cuEventRecord`*/
     pub fn cudaEventRecord(event: cudaEvent_t, stream: cudaStream_t) -> cudaError_t;
 }
 unsafe extern "C" {
@@ -6195,15 +10803,158 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Queries an event's status
+
+ Queries the status of all work currently captured by `event`. See
+ `cudaEventRecord()` for details on what is captured by an event.
+
+ Returns `cudaSuccess` if all captured work has been completed, or
+ `cudaErrorNotReady` if any captured work is incomplete.
+
+ For the purposes of Unified Memory, a return value of `cudaSuccess`
+ is equivalent to having called `cudaEventSynchronize()`.
+
+ Parameters:
+ - `event`: Event to query
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorNotReady`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorLaunchFailure`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Returns `cudaErrorInvalidResourceHandle` in the event of being passed NULL as the input event.
+
+ See also: `cudaEventCreate` (C API),
+ `cudaEventCreateWithFlags`, `cudaEventRecord`,
+ `cudaEventSynchronize`, `cudaEventDestroy`, `cudaEventElapsedTime`,
+ `cuEventQuery`*/
     pub fn cudaEventQuery(event: cudaEvent_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Waits for an event to complete
+
+ Waits until the completion of all work currently captured in `event`.
+ See `cudaEventRecord()` for details on what is captured by an event.
+
+ Waiting for an event that was created with the `cudaEventBlockingSync`
+ flag will cause the calling CPU thread to block until the event has
+ been completed by the device.  If the `cudaEventBlockingSync` flag has
+ not been set, then the CPU thread will busy-wait until the event has
+ been completed by the device.
+
+ Parameters:
+ - `event`: Event to wait for
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorLaunchFailure`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Returns `cudaErrorInvalidResourceHandle` in the event of being passed NULL as the input event.
+
+ See also: `cudaEventCreate` (C API),
+ `cudaEventCreateWithFlags`, `cudaEventRecord`,
+ `cudaEventQuery`, `cudaEventDestroy`, `cudaEventElapsedTime`,
+ `cuEventSynchronize`*/
     pub fn cudaEventSynchronize(event: cudaEvent_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Destroys an event object
+
+ Destroys the event specified by `event`.
+
+ An event may be destroyed before it is complete (i.e., while
+ `cudaEventQuery()` would return `cudaErrorNotReady`). In this case, the
+ call does not block on completion of the event, and any associated
+ resources will automatically be released asynchronously at completion.
+
+ Parameters:
+ - `event`: Event to destroy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorLaunchFailure`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Use of the handle after this call is undefined behavior.
+
+ Returns `cudaErrorInvalidResourceHandle` in the event of being passed NULL as the input event.
+
+ See also: `cudaEventCreate` (C API),
+ `cudaEventCreateWithFlags`, `cudaEventQuery`,
+ `cudaEventSynchronize`, `cudaEventRecord`, `cudaEventElapsedTime`,
+ `cuEventDestroy`*/
     pub fn cudaEventDestroy(event: cudaEvent_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Computes the elapsed time between events
+
+ Computes the elapsed time between two events (in milliseconds with a
+ resolution of around 0.5 microseconds).
+
+ If either event was last recorded in a non-NULL stream, the resulting time
+ may be greater than expected (even if both used the same stream handle). This
+ happens because the `cudaEventRecord()` operation takes place asynchronously
+ and there is no guarantee that the measured latency is actually just between
+ the two events. Any number of other different stream operations could execute
+ in between the two measured events, thus altering the timing in a significant
+ way.
+
+ If `cudaEventRecord()` has not been called on either event, then
+ `cudaErrorInvalidResourceHandle` is returned. If `cudaEventRecord()` has been
+ called on both events but one or both of them has not yet been completed
+ (that is, `cudaEventQuery()` would return `cudaErrorNotReady` on at least one
+ of the events), `cudaErrorNotReady` is returned. If either event was created
+ with the `cudaEventDisableTiming` flag, then this function will return
+ `cudaErrorInvalidResourceHandle`.
+
+ Parameters:
+ - `ms`: Time between `start` and `end` in ms
+ - `start`: Starting event
+ - `end`: Ending event
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorNotReady`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorLaunchFailure`,
+ `cudaErrorUnknown`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Returns `cudaErrorInvalidResourceHandle` in the event of being passed NULL as the input event.
+
+ See also: `cudaEventCreate` (C API),
+ `cudaEventCreateWithFlags`, `cudaEventQuery`,
+ `cudaEventSynchronize`, `cudaEventDestroy`, `cudaEventRecord`,
+ `cuEventElapsedTime`*/
     pub fn cudaEventElapsedTime(
         ms: *mut f32,
         start: cudaEvent_t,
@@ -6211,6 +10962,55 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Computes the elapsed time between events
+
+ Computes the elapsed time between two events (in milliseconds with a
+ resolution of around 0.5 microseconds). Note this API is not guaranteed
+ to return the latest errors for pending work. As such this API is intended to
+ serve as a elapsed time calculation only and polling for completion on the
+ events to be compared should be done with `cudaEventQuery` instead.
+
+ If either event was last recorded in a non-NULL stream, the resulting time
+ may be greater than expected (even if both used the same stream handle). This
+ happens because the `cudaEventRecord()` operation takes place asynchronously
+ and there is no guarantee that the measured latency is actually just between
+ the two events. Any number of other different stream operations could execute
+ in between the two measured events, thus altering the timing in a significant
+ way.
+
+ If `cudaEventRecord()` has not been called on either event, then
+ `cudaErrorInvalidResourceHandle` is returned. If `cudaEventRecord()` has been
+ called on both events but one or both of them has not yet been completed
+ (that is, `cudaEventQuery()` would return `cudaErrorNotReady` on at least one
+ of the events), `cudaErrorNotReady` is returned. If either event was created
+ with the `cudaEventDisableTiming` flag, then this function will return
+ `cudaErrorInvalidResourceHandle`.
+
+ Parameters:
+ - `ms`: Time between `start` and `end` in ms
+ - `start`: Starting event
+ - `end`: Ending event
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorNotReady`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorLaunchFailure`,
+ `cudaErrorUnknown`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Returns `cudaErrorInvalidResourceHandle` in the event of being passed NULL as the input event.
+
+ See also: `cudaEventCreate` (C API),
+ `cudaEventCreateWithFlags`, `cudaEventQuery`,
+ `cudaEventSynchronize`, `cudaEventDestroy`, `cudaEventRecord`,
+ `cuEventElapsedTime`*/
     pub fn cudaEventElapsedTime_v2(
         ms: *mut f32,
         start: cudaEvent_t,
@@ -6218,12 +11018,233 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Imports an external memory object
+
+ Imports an externally allocated memory object and returns
+ a handle to that in `extMem_out`.
+
+ The properties of the handle being imported must be described in
+ `memHandleDesc`. The `cudaExternalMemoryHandleDesc` structure
+ is defined as follows:
+
+ ```c
+ typedef struct cudaExternalMemoryHandleDesc_st {
+ cudaExternalMemoryHandleType type;
+ union {
+ int fd;
+ struct {
+ void *handle;
+ const void *name;
+ } win32;
+ const void *nvSciBufObject;
+ } handle;
+ unsigned long long size;
+ unsigned int flags;
+ } cudaExternalMemoryHandleDesc;
+ ```
+
+ where `cudaExternalMemoryHandleDesc::type` specifies the type
+ of handle being imported. `cudaExternalMemoryHandleType` is
+ defined as:
+
+ ```c
+ typedef enum cudaExternalMemoryHandleType_enum {
+ cudaExternalMemoryHandleTypeOpaqueFd         = 1,
+ cudaExternalMemoryHandleTypeOpaqueWin32      = 2,
+ cudaExternalMemoryHandleTypeOpaqueWin32Kmt   = 3,
+ cudaExternalMemoryHandleTypeD3D12Heap        = 4,
+ cudaExternalMemoryHandleTypeD3D12Resource    = 5,
+ cudaExternalMemoryHandleTypeD3D11Resource    = 6,
+ cudaExternalMemoryHandleTypeD3D11ResourceKmt = 7,
+ cudaExternalMemoryHandleTypeNvSciBuf         = 8
+ } cudaExternalMemoryHandleType;
+ ```
+
+ If `cudaExternalMemoryHandleDesc::type` is
+ `cudaExternalMemoryHandleTypeOpaqueFd`, then
+ `cudaExternalMemoryHandleDesc::handle::fd` must be a valid
+ file descriptor referencing a memory object. Ownership of
+ the file descriptor is transferred to the CUDA driver when the
+ handle is imported successfully. Performing any operations on the
+ file descriptor after it is imported results in undefined behavior.
+
+ If `cudaExternalMemoryHandleDesc::type` is
+ `cudaExternalMemoryHandleTypeOpaqueWin32`, then exactly one
+ of `cudaExternalMemoryHandleDesc::handle::win32::handle` and
+ `cudaExternalMemoryHandleDesc::handle::win32::name` must not be
+ NULL. If `cudaExternalMemoryHandleDesc::handle::win32::handle`
+ is not NULL, then it must represent a valid shared NT handle that
+ references a memory object. Ownership of this handle is
+ not transferred to CUDA after the import operation, so the
+ application must release the handle using the appropriate system
+ call. If `cudaExternalMemoryHandleDesc::handle::win32::name`
+ is not NULL, then it must point to a NULL-terminated array of
+ UTF-16 characters that refers to a memory object.
+
+ If `cudaExternalMemoryHandleDesc::type` is
+ `cudaExternalMemoryHandleTypeOpaqueWin32Kmt`, then
+ `cudaExternalMemoryHandleDesc::handle::win32::handle` must
+ be non-NULL and
+ `cudaExternalMemoryHandleDesc::handle::win32::name`
+ must be NULL. The handle specified must be a globally shared KMT
+ handle. This handle does not hold a reference to the underlying
+ object, and thus will be invalid when all references to the
+ memory object are destroyed.
+
+ If `cudaExternalMemoryHandleDesc::type` is
+ `cudaExternalMemoryHandleTypeD3D12Heap`, then exactly one
+ of `cudaExternalMemoryHandleDesc::handle::win32::handle` and
+ `cudaExternalMemoryHandleDesc::handle::win32::name` must not be
+ NULL. If `cudaExternalMemoryHandleDesc::handle::win32::handle`
+ is not NULL, then it must represent a valid shared NT handle that
+ is returned by ID3D12Device::CreateSharedHandle when referring to a
+ ID3D12Heap object. This handle holds a reference to the underlying
+ object. If `cudaExternalMemoryHandleDesc::handle::win32::name`
+ is not NULL, then it must point to a NULL-terminated array of
+ UTF-16 characters that refers to a ID3D12Heap object.
+
+ If `cudaExternalMemoryHandleDesc::type` is
+ `cudaExternalMemoryHandleTypeD3D12Resource`, then exactly one
+ of `cudaExternalMemoryHandleDesc::handle::win32::handle` and
+ `cudaExternalMemoryHandleDesc::handle::win32::name` must not be
+ NULL. If `cudaExternalMemoryHandleDesc::handle::win32::handle`
+ is not NULL, then it must represent a valid shared NT handle that
+ is returned by ID3D12Device::CreateSharedHandle when referring to a
+ ID3D12Resource object. This handle holds a reference to the
+ underlying object. If
+ `cudaExternalMemoryHandleDesc::handle::win32::name`
+ is not NULL, then it must point to a NULL-terminated array of
+ UTF-16 characters that refers to a ID3D12Resource object.
+
+ If `cudaExternalMemoryHandleDesc::type` is
+ `cudaExternalMemoryHandleTypeD3D11Resource`,then exactly one
+ of `cudaExternalMemoryHandleDesc::handle::win32::handle` and
+ `cudaExternalMemoryHandleDesc::handle::win32::name` must not be
+ NULL. If `cudaExternalMemoryHandleDesc::handle::win32::handle` is
+ not NULL, then it must represent a valid shared NT handle that is
+ returned by  IDXGIResource1::CreateSharedHandle when referring to a
+ ID3D11Resource object. If
+ `cudaExternalMemoryHandleDesc::handle::win32::name`
+ is not NULL, then it must point to a NULL-terminated array of
+ UTF-16 characters that refers to a ID3D11Resource object.
+
+ If `cudaExternalMemoryHandleDesc::type` is
+ `cudaExternalMemoryHandleTypeD3D11ResourceKmt`, then
+ `cudaExternalMemoryHandleDesc::handle::win32::handle` must
+ be non-NULL and `cudaExternalMemoryHandleDesc::handle::win32::name`
+ must be NULL. The handle specified must be a valid shared KMT
+ handle that is returned by IDXGIResource::GetSharedHandle when
+ referring to a ID3D11Resource object.
+
+ If `cudaExternalMemoryHandleDesc::type` is
+ `cudaExternalMemoryHandleTypeNvSciBuf`, then
+ `cudaExternalMemoryHandleDesc::handle::nvSciBufObject` must be NON-NULL
+ and reference a valid NvSciBuf object.
+ If the NvSciBuf object imported into CUDA is also mapped by other drivers, then the
+ application must use `cudaWaitExternalSemaphoresAsync` or `cudaSignalExternalSemaphoresAsync`
+ as approprriate barriers to maintain coherence between CUDA and the other drivers.
+ See `cudaExternalSemaphoreWaitSkipNvSciBufMemSync` and `cudaExternalSemaphoreSignalSkipNvSciBufMemSync`
+ for memory synchronization.
+
+ The size of the memory object must be specified in
+ `cudaExternalMemoryHandleDesc::size`.
+
+ Specifying the flag `cudaExternalMemoryDedicated` in
+ `cudaExternalMemoryHandleDesc::flags` indicates that the
+ resource is a dedicated resource. The definition of what a
+ dedicated resource is outside the scope of this extension.
+ This flag must be set if `cudaExternalMemoryHandleDesc::type`
+ is one of the following:
+ `cudaExternalMemoryHandleTypeD3D12Resource`
+ `cudaExternalMemoryHandleTypeD3D11Resource`
+ `cudaExternalMemoryHandleTypeD3D11ResourceKmt`
+
+ Parameters:
+ - `extMem_out`: Returned handle to an external memory object
+ - `memHandleDesc`: Memory import handle descriptor
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorOperatingSystem`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Note: If the Vulkan memory imported into CUDA is mapped on the CPU then the
+ application must use vkInvalidateMappedMemoryRanges/vkFlushMappedMemoryRanges
+ as well as appropriate Vulkan pipeline barriers to maintain coherence between
+ CPU and GPU. For more information on these APIs, please refer to "Synchronization
+ and Cache Control" chapter from Vulkan specification.
+
+ See also: `cudaDestroyExternalMemory`,
+ `cudaExternalMemoryGetMappedBuffer`,
+ `cudaExternalMemoryGetMappedMipmappedArray`*/
     pub fn cudaImportExternalMemory(
         extMem_out: *mut cudaExternalMemory_t,
         memHandleDesc: *const cudaExternalMemoryHandleDesc,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Maps a buffer onto an imported memory object
+
+ Maps a buffer onto an imported memory object and returns a device
+ pointer in `devPtr`.
+
+ The properties of the buffer being mapped must be described in
+ `bufferDesc`. The `cudaExternalMemoryBufferDesc` structure is
+ defined as follows:
+
+ ```c
+ typedef struct cudaExternalMemoryBufferDesc_st {
+ unsigned long long offset;
+ unsigned long long size;
+ unsigned int flags;
+ } cudaExternalMemoryBufferDesc;
+ ```
+
+ where `cudaExternalMemoryBufferDesc::offset` is the offset in
+ the memory object where the buffer's base address is.
+ `cudaExternalMemoryBufferDesc::size` is the size of the buffer.
+ `cudaExternalMemoryBufferDesc::flags` must be zero.
+
+ The offset and size have to be suitably aligned to match the
+ requirements of the external API. Mapping two buffers whose ranges
+ overlap may or may not result in the same virtual address being
+ returned for the overlapped portion. In such cases, the application
+ must ensure that all accesses to that region from the GPU are
+ volatile. Otherwise writes made via one address are not guaranteed
+ to be visible via the other address, even if they're issued by the
+ same thread. It is recommended that applications map the combined
+ range instead of mapping separate buffers and then apply the
+ appropriate offsets to the returned pointer to derive the
+ individual buffers.
+
+ The returned pointer `devPtr` must be freed using `cudaFree`.
+
+ Parameters:
+ - `devPtr`: Returned device pointer to buffer
+ - `extMem`: Handle to external memory object
+ - `bufferDesc`: Buffer descriptor
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaImportExternalMemory`,
+ `cudaDestroyExternalMemory`,
+ `cudaExternalMemoryGetMappedMipmappedArray`*/
     pub fn cudaExternalMemoryGetMappedBuffer(
         devPtr: *mut *mut ::core::ffi::c_void,
         extMem: cudaExternalMemory_t,
@@ -6231,6 +11252,66 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Maps a CUDA mipmapped array onto an external memory object
+
+ Maps a CUDA mipmapped array onto an external object and returns a
+ handle to it in `mipmap`.
+
+ The properties of the CUDA mipmapped array being mapped must be
+ described in `mipmapDesc`. The structure
+ `cudaExternalMemoryMipmappedArrayDesc` is defined as follows:
+
+ ```c
+ typedef struct cudaExternalMemoryMipmappedArrayDesc_st {
+ unsigned long long offset;
+ cudaChannelFormatDesc formatDesc;
+ cudaExtent extent;
+ unsigned int flags;
+ unsigned int numLevels;
+ } cudaExternalMemoryMipmappedArrayDesc;
+ ```
+
+ where `cudaExternalMemoryMipmappedArrayDesc::offset` is the
+ offset in the memory object where the base level of the mipmap
+ chain is.
+ `cudaExternalMemoryMipmappedArrayDesc::formatDesc` describes the
+ format of the data.
+ `cudaExternalMemoryMipmappedArrayDesc::extent` specifies the
+ dimensions of the base level of the mipmap chain.
+ `cudaExternalMemoryMipmappedArrayDesc::flags` are flags associated
+ with CUDA mipmapped arrays. For further details, please refer to
+ the documentation for `cudaMalloc3DArray`. Note that if the mipmapped
+ array is bound as a color target in the graphics API, then the flag
+ `cudaArrayColorAttachment` must be specified in
+ `cudaExternalMemoryMipmappedArrayDesc::flags`.
+ `cudaExternalMemoryMipmappedArrayDesc::numLevels` specifies
+ the total number of levels in the mipmap chain.
+
+ The returned CUDA mipmapped array must be freed using `cudaFreeMipmappedArray`.
+
+ Parameters:
+ - `mipmap`: Returned CUDA mipmapped array
+ - `extMem`: Handle to external memory object
+ - `mipmapDesc`: CUDA array descriptor
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaImportExternalMemory`,
+ `cudaDestroyExternalMemory`,
+ `cudaExternalMemoryGetMappedBuffer`
+
+ Note: If `cudaExternalMemoryHandleDesc::type` is
+ `cudaExternalMemoryHandleTypeNvSciBuf`, then
+ `cudaExternalMemoryMipmappedArrayDesc::numLevels` must not be greater than 1.*/
     pub fn cudaExternalMemoryGetMappedMipmappedArray(
         mipmap: *mut cudaMipmappedArray_t,
         extMem: cudaExternalMemory_t,
@@ -6238,9 +11319,188 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Destroys an external memory object.
+
+ Destroys the specified external memory object. Any existing buffers
+ and CUDA mipmapped arrays mapped onto this object must no longer be
+ used and must be explicitly freed using `cudaFree` and
+ `cudaFreeMipmappedArray` respectively.
+
+ Parameters:
+ - `extMem`: External memory object to be destroyed
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Use of the handle after this call is undefined behavior.
+
+ See also: `cudaImportExternalMemory`,
+ `cudaExternalMemoryGetMappedBuffer`,
+ `cudaExternalMemoryGetMappedMipmappedArray`*/
     pub fn cudaDestroyExternalMemory(extMem: cudaExternalMemory_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Imports an external semaphore
+
+ Imports an externally allocated synchronization object and returns
+ a handle to that in `extSem_out`.
+
+ The properties of the handle being imported must be described in
+ `semHandleDesc`. The `cudaExternalSemaphoreHandleDesc` is defined
+ as follows:
+
+ ```c
+ typedef struct cudaExternalSemaphoreHandleDesc_st {
+ cudaExternalSemaphoreHandleType type;
+ union {
+ int fd;
+ struct {
+ void *handle;
+ const void *name;
+ } win32;
+ const void* NvSciSyncObj;
+ } handle;
+ unsigned int flags;
+ } cudaExternalSemaphoreHandleDesc;
+ ```
+
+ where `cudaExternalSemaphoreHandleDesc::type` specifies the type of
+ handle being imported. `cudaExternalSemaphoreHandleType` is defined
+ as:
+
+ ```c
+ typedef enum cudaExternalSemaphoreHandleType_enum {
+ cudaExternalSemaphoreHandleTypeOpaqueFd                = 1,
+ cudaExternalSemaphoreHandleTypeOpaqueWin32             = 2,
+ cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt          = 3,
+ cudaExternalSemaphoreHandleTypeD3D12Fence              = 4,
+ cudaExternalSemaphoreHandleTypeD3D11Fence              = 5,
+ cudaExternalSemaphoreHandleTypeNvSciSync               = 6,
+ cudaExternalSemaphoreHandleTypeKeyedMutex              = 7,
+ cudaExternalSemaphoreHandleTypeKeyedMutexKmt           = 8,
+ cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd     = 9,
+ cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32  = 10
+ } cudaExternalSemaphoreHandleType;
+ ```
+
+ If `cudaExternalSemaphoreHandleDesc::type` is
+ `cudaExternalSemaphoreHandleTypeOpaqueFd`, then
+ `cudaExternalSemaphoreHandleDesc::handle::fd` must be a valid file
+ descriptor referencing a synchronization object. Ownership of the
+ file descriptor is transferred to the CUDA driver when the handle
+ is imported successfully. Performing any operations on the file
+ descriptor after it is imported results in undefined behavior.
+
+ If `cudaExternalSemaphoreHandleDesc::type` is
+ `cudaExternalSemaphoreHandleTypeOpaqueWin32`, then exactly one of
+ `cudaExternalSemaphoreHandleDesc::handle::win32::handle` and
+ `cudaExternalSemaphoreHandleDesc::handle::win32::name` must not be
+ NULL. If `cudaExternalSemaphoreHandleDesc::handle::win32::handle`
+ is not NULL, then it must represent a valid shared NT handle that
+ references a synchronization object. Ownership of this handle is
+ not transferred to CUDA after the import operation, so the
+ application must release the handle using the appropriate system
+ call. If `cudaExternalSemaphoreHandleDesc::handle::win32::name` is
+ not NULL, then it must name a valid synchronization object.
+
+ If `cudaExternalSemaphoreHandleDesc::type` is
+ `cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt`, then
+ `cudaExternalSemaphoreHandleDesc::handle::win32::handle` must be
+ non-NULL and `cudaExternalSemaphoreHandleDesc::handle::win32::name`
+ must be NULL. The handle specified must be a globally shared KMT
+ handle. This handle does not hold a reference to the underlying
+ object, and thus will be invalid when all references to the
+ synchronization object are destroyed.
+
+ If `cudaExternalSemaphoreHandleDesc::type` is
+ `cudaExternalSemaphoreHandleTypeD3D12Fence`, then exactly one of
+ `cudaExternalSemaphoreHandleDesc::handle::win32::handle` and
+ `cudaExternalSemaphoreHandleDesc::handle::win32::name` must not be
+ NULL. If `cudaExternalSemaphoreHandleDesc::handle::win32::handle`
+ is not NULL, then it must represent a valid shared NT handle that
+ is returned by ID3D12Device::CreateSharedHandle when referring to a
+ ID3D12Fence object. This handle holds a reference to the underlying
+ object. If `cudaExternalSemaphoreHandleDesc::handle::win32::name`
+ is not NULL, then it must name a valid synchronization object that
+ refers to a valid ID3D12Fence object.
+
+ If `cudaExternalSemaphoreHandleDesc::type` is
+ `cudaExternalSemaphoreHandleTypeD3D11Fence`, then exactly one of
+ `cudaExternalSemaphoreHandleDesc::handle::win32::handle` and
+ `cudaExternalSemaphoreHandleDesc::handle::win32::name` must not be
+ NULL. If `cudaExternalSemaphoreHandleDesc::handle::win32::handle`
+ is not NULL, then it must represent a valid shared NT handle that
+ is returned by ID3D11Fence::CreateSharedHandle. If
+ `cudaExternalSemaphoreHandleDesc::handle::win32::name`
+ is not NULL, then it must name a valid synchronization object that
+ refers to a valid ID3D11Fence object.
+
+ If `cudaExternalSemaphoreHandleDesc::type` is
+ `cudaExternalSemaphoreHandleTypeNvSciSync`, then
+ `cudaExternalSemaphoreHandleDesc::handle::nvSciSyncObj`
+ represents a valid NvSciSyncObj.
+
+ `cudaExternalSemaphoreHandleTypeKeyedMutex`, then exactly one of
+ `cudaExternalSemaphoreHandleDesc::handle::win32::handle` and
+ `cudaExternalSemaphoreHandleDesc::handle::win32::name` must not be
+ NULL. If `cudaExternalSemaphoreHandleDesc::handle::win32::handle`
+ is not NULL, then it represent a valid shared NT handle that
+ is returned by IDXGIResource1::CreateSharedHandle when referring to
+ a IDXGIKeyedMutex object.
+
+ If `cudaExternalSemaphoreHandleDesc::type` is
+ `cudaExternalSemaphoreHandleTypeKeyedMutexKmt`, then
+ `cudaExternalSemaphoreHandleDesc::handle::win32::handle` must be
+ non-NULL and `cudaExternalSemaphoreHandleDesc::handle::win32::name`
+ must be NULL. The handle specified must represent a valid KMT
+ handle that is returned by IDXGIResource::GetSharedHandle when
+ referring to a IDXGIKeyedMutex object.
+
+ If `cudaExternalSemaphoreHandleDesc::type` is
+ `cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd`, then
+ `cudaExternalSemaphoreHandleDesc::handle::fd` must be a valid file
+ descriptor referencing a synchronization object. Ownership of the
+ file descriptor is transferred to the CUDA driver when the handle
+ is imported successfully. Performing any operations on the file
+ descriptor after it is imported results in undefined behavior.
+
+ If `cudaExternalSemaphoreHandleDesc::type` is
+ `cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32`, then exactly one of
+ `cudaExternalSemaphoreHandleDesc::handle::win32::handle` and
+ `cudaExternalSemaphoreHandleDesc::handle::win32::name` must not be
+ NULL. If `cudaExternalSemaphoreHandleDesc::handle::win32::handle`
+ is not NULL, then it must represent a valid shared NT handle that
+ references a synchronization object. Ownership of this handle is
+ not transferred to CUDA after the import operation, so the
+ application must release the handle using the appropriate system
+ call. If `cudaExternalSemaphoreHandleDesc::handle::win32::name` is
+ not NULL, then it must name a valid synchronization object.
+
+ Parameters:
+ - `extSem_out`: Returned handle to an external semaphore
+ - `semHandleDesc`: Semaphore import handle descriptor
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorOperatingSystem`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDestroyExternalSemaphore`,
+ `cudaSignalExternalSemaphoresAsync`,
+ `cudaWaitExternalSemaphoresAsync`*/
     pub fn cudaImportExternalSemaphore(
         extSem_out: *mut cudaExternalSemaphore_t,
         semHandleDesc: *const cudaExternalSemaphoreHandleDesc,
@@ -6263,9 +11523,86 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Destroys an external semaphore
+
+ Destroys an external semaphore object and releases any references
+ to the underlying resource. Any outstanding signals or waits must
+ have completed before the semaphore is destroyed.
+
+ Parameters:
+ - `extSem`: External semaphore to be destroyed
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Use of the handle after this call is undefined behavior.
+
+ See also: `cudaImportExternalSemaphore`,
+ `cudaSignalExternalSemaphoresAsync`,
+ `cudaWaitExternalSemaphoresAsync`*/
     pub fn cudaDestroyExternalSemaphore(extSem: cudaExternalSemaphore_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Launches a device function
+
+ The function invokes kernel `func` on `gridDim` (`gridDim.x` &times; `gridDim.y`
+ &times; `gridDim.z`) grid of blocks. Each block contains `blockDim` (`blockDim.x` &times;
+ `blockDim.y` &times; `blockDim.z`) threads.
+
+ If the kernel has N parameters the `args` should point to array of N pointers.
+ Each pointer, from \<tt>args\[0\]\</tt> to \<tt>args\[N - 1\]\</tt>, point to the region
+ of memory from which the actual parameter will be copied.
+
+ For templated functions, pass the function symbol as follows:
+ func_name\<template_arg_0,...,template_arg_N>
+
+ `sharedMem` sets the amount of dynamic shared memory that will be available to
+ each thread block.
+
+ `stream` specifies a stream the invocation is associated to.
+
+ Parameters:
+ - `func`: Device function symbol
+ - `gridDim`: Grid dimentions
+ - `blockDim`: Block dimentions
+ - `args`: Arguments
+ - `sharedMem`: Shared memory
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidConfiguration`,
+ `cudaErrorLaunchFailure`,
+ `cudaErrorLaunchTimeout`,
+ `cudaErrorLaunchOutOfResources`,
+ `cudaErrorSharedObjectInitFailed`,
+ `cudaErrorInvalidPtx`,
+ `cudaErrorUnsupportedPtxVersion`,
+ `cudaErrorNoKernelImageForDevice`,
+ `cudaErrorJitCompilerNotFound`,
+ `cudaErrorJitCompilationDisabled`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also:
+ `cudaLaunchKernel` (C++ API),
+ `cuLaunchKernel`*/
     pub fn cudaLaunchKernel(
         func: *const ::core::ffi::c_void,
         gridDim: dim3,
@@ -6276,6 +11613,71 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Launches a CUDA function with launch-time configuration
+
+ Note that the functionally equivalent variadic template `cudaLaunchKernelEx`
+ is available for C++11 and newer.
+
+ Invokes the kernel `func` on `config->gridDim` (`config->gridDim.x`
+ &times; `config->gridDim.y` &times; `config->gridDim.z`) grid of blocks.
+ Each block contains `config->blockDim` (`config->blockDim.x` &times;
+ `config->blockDim.y` &times; `config->blockDim.z`) threads.
+
+ `config->dynamicSmemBytes` sets the amount of dynamic shared memory that
+ will be available to each thread block.
+
+ `config->stream` specifies a stream the invocation is associated to.
+
+ Configuration beyond grid and block dimensions, dynamic shared memory size,
+ and stream can be provided with the following two fields of `config`:
+
+ `config->attrs` is an array of `config->numAttrs` contiguous
+ `cudaLaunchAttribute` elements. The value of this pointer is not considered
+ if `config->numAttrs` is zero. However, in that case, it is recommended to
+ set the pointer to NULL.
+ `config->numAttrs` is the number of attributes populating the first
+ `config->numAttrs` positions of the `config->attrs` array.
+
+ If the kernel has N parameters the `args` should point to array of N
+ pointers. Each pointer, from \<tt>args\[0\]\</tt> to \<tt>args\[N - 1\]\</tt>, point
+ to the region of memory from which the actual parameter will be copied.
+
+ N.B. This function is so named to avoid unintentionally invoking the
+ templated version, `cudaLaunchKernelEx`, for kernels taking a single
+ void\*\* or void\* parameter.
+
+ Parameters:
+ - `config`: Launch configuration
+ - `func`: Kernel to launch
+ - `args`: Array of pointers to kernel parameters
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidConfiguration`,
+ `cudaErrorLaunchFailure`,
+ `cudaErrorLaunchTimeout`,
+ `cudaErrorLaunchOutOfResources`,
+ `cudaErrorSharedObjectInitFailed`,
+ `cudaErrorInvalidPtx`,
+ `cudaErrorUnsupportedPtxVersion`,
+ `cudaErrorNoKernelImageForDevice`,
+ `cudaErrorJitCompilerNotFound`,
+ `cudaErrorJitCompilationDisabled`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also:
+ `cudaLaunchKernelEx` (C++ API),
+ `cuLaunchKernelEx`*/
     pub fn cudaLaunchKernelExC(
         config: *const cudaLaunchConfig_t,
         func: *const ::core::ffi::c_void,
@@ -6283,6 +11685,66 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Launches a device function where thread blocks can cooperate and synchronize as they execute
+
+ The function invokes kernel `func` on `gridDim` (`gridDim.x` &times; `gridDim.y`
+ &times; `gridDim.z`) grid of blocks. Each block contains `blockDim` (`blockDim.x` &times;
+ `blockDim.y` &times; `blockDim.z`) threads.
+
+ The device on which this kernel is invoked must have a non-zero value for
+ the device attribute `cudaDevAttrCooperativeLaunch`.
+
+ The total number of blocks launched cannot exceed the maximum number of blocks per
+ multiprocessor as returned by `cudaOccupancyMaxActiveBlocksPerMultiprocessor` (or
+ `cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`) times the number of multiprocessors
+ as specified by the device attribute `cudaDevAttrMultiProcessorCount`.
+
+ The kernel cannot make use of CUDA dynamic parallelism.
+
+ If the kernel has N parameters the `args` should point to array of N pointers.
+ Each pointer, from \<tt>args\[0\]\</tt> to \<tt>args\[N - 1\]\</tt>, point to the region
+ of memory from which the actual parameter will be copied.
+
+ For templated functions, pass the function symbol as follows:
+ func_name\<template_arg_0,...,template_arg_N>
+
+ `sharedMem` sets the amount of dynamic shared memory that will be available to
+ each thread block.
+
+ `stream` specifies a stream the invocation is associated to.
+
+ Parameters:
+ - `func`: Device function symbol
+ - `gridDim`: Grid dimentions
+ - `blockDim`: Block dimentions
+ - `args`: Arguments
+ - `sharedMem`: Shared memory
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidConfiguration`,
+ `cudaErrorLaunchFailure`,
+ `cudaErrorLaunchTimeout`,
+ `cudaErrorLaunchOutOfResources`,
+ `cudaErrorCooperativeLaunchTooLarge`,
+ `cudaErrorSharedObjectInitFailed`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also:
+ `cudaLaunchCooperativeKernel` (C++ API),
+ `cudaLaunchCooperativeKernelMultiDevice`,
+ `cuLaunchCooperativeKernel`*/
     pub fn cudaLaunchCooperativeKernel(
         func: *const ::core::ffi::c_void,
         gridDim: dim3,
@@ -6293,6 +11755,110 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Launches device functions on multiple devices where thread blocks can cooperate and synchronize as they execute
+
+ Deprecated: This function is deprecated as of CUDA 11.3.
+
+ Invokes kernels as specified in the `launchParamsList` array where each element
+ of the array specifies all the parameters required to perform a single kernel launch.
+ These kernels can cooperate and synchronize as they execute. The size of the array is
+ specified by `numDevices`.
+
+ No two kernels can be launched on the same device. All the devices targeted by this
+ multi-device launch must be identical. All devices must have a non-zero value for the
+ device attribute `cudaDevAttrCooperativeMultiDeviceLaunch`.
+
+ The same kernel must be launched on all devices. Note that any \_\_device\_\_ or \_\_constant\_\_
+ variables are independently instantiated on every device. It is the application's
+ responsiblity to ensure these variables are initialized and used appropriately.
+
+ The size of the grids as specified in blocks, the size of the blocks themselves and the
+ amount of shared memory used by each thread block must also match across all launched kernels.
+
+ The streams used to launch these kernels must have been created via either `cudaStreamCreate`
+ or `cudaStreamCreateWithPriority` or `cudaStreamCreateWithPriority`. The NULL stream or
+ `cudaStreamLegacy` or `cudaStreamPerThread` cannot be used.
+
+ The total number of blocks launched per kernel cannot exceed the maximum number of blocks
+ per multiprocessor as returned by `cudaOccupancyMaxActiveBlocksPerMultiprocessor` (or
+ `cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`) times the number of multiprocessors
+ as specified by the device attribute `cudaDevAttrMultiProcessorCount`. Since the
+ total number of blocks launched per device has to match across all devices, the maximum
+ number of blocks that can be launched per device will be limited by the device with the
+ least number of multiprocessors.
+
+ The kernel cannot make use of CUDA dynamic parallelism.
+
+ The `cudaLaunchParams` structure is defined as:
+
+ ```c
+ struct cudaLaunchParams
+ {
+ void *func;
+ dim3 gridDim;
+ dim3 blockDim;
+ void **args;
+ size_t sharedMem;
+ cudaStream_t stream;
+ };
+ ```
+
+ where:
+ - `cudaLaunchParams::func` specifies the kernel to be launched. This same functions must
+ be launched on all devices. For templated functions, pass the function symbol as follows:
+ func_name\<template_arg_0,...,template_arg_N>
+ - `cudaLaunchParams::gridDim` specifies the width, height and depth of the grid in blocks.
+ This must match across all kernels launched.
+ - `cudaLaunchParams::blockDim` is the width, height and depth of each thread block. This
+ must match across all kernels launched.
+ - `cudaLaunchParams::args` specifies the arguments to the kernel. If the kernel has
+ N parameters then `cudaLaunchParams::args` should point to array of N pointers. Each
+ pointer, from \<tt>`cudaLaunchParams::args[0]`\</tt> to \<tt>`cudaLaunchParams::args`\[N - 1\]\</tt>,
+ point to the region of memory from which the actual parameter will be copied.
+ - `cudaLaunchParams::sharedMem` is the dynamic shared-memory size per thread block in bytes.
+ This must match across all kernels launched.
+ - `cudaLaunchParams::stream` is the handle to the stream to perform the launch in. This cannot
+ be the NULL stream or `cudaStreamLegacy` or `cudaStreamPerThread`.
+
+ By default, the kernel won't begin execution on any GPU until all prior work in all the specified
+ streams has completed. This behavior can be overridden by specifying the flag
+ `cudaCooperativeLaunchMultiDeviceNoPreSync`. When this flag is specified, each kernel
+ will only wait for prior work in the stream corresponding to that GPU to complete before it begins
+ execution.
+
+ Similarly, by default, any subsequent work pushed in any of the specified streams will not begin
+ execution until the kernels on all GPUs have completed. This behavior can be overridden by specifying
+ the flag `cudaCooperativeLaunchMultiDeviceNoPostSync`. When this flag is specified,
+ any subsequent work pushed in any of the specified streams will only wait for the kernel launched
+ on the GPU corresponding to that stream to complete before it begins execution.
+
+ Parameters:
+ - `launchParamsList`: List of launch parameters, one per device
+ - `numDevices`: Size of the `launchParamsList` array
+ - `flags`: Flags to control launch behavior
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidConfiguration`,
+ `cudaErrorLaunchFailure`,
+ `cudaErrorLaunchTimeout`,
+ `cudaErrorLaunchOutOfResources`,
+ `cudaErrorCooperativeLaunchTooLarge`,
+ `cudaErrorSharedObjectInitFailed`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaLaunchCooperativeKernel` (C++ API),
+ `cudaLaunchCooperativeKernel`,
+ `cuLaunchCooperativeKernelMultiDevice`*/
     pub fn cudaLaunchCooperativeKernelMultiDevice(
         launchParamsList: *mut cudaLaunchParams,
         numDevices: ::core::ffi::c_uint,
@@ -6300,18 +11866,165 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets the preferred cache configuration for a device function
+
+ On devices where the L1 cache and shared memory use the same hardware
+ resources, this sets through `cacheConfig` the preferred cache configuration
+ for the function specified via `func`. This is only a preference. The
+ runtime will use the requested configuration if possible, but it is free to
+ choose a different configuration if required to execute `func`.
+
+ `func` is a device function symbol and must be declared as a
+ `__global__` function. If the specified function does not exist,
+ then `cudaErrorInvalidDeviceFunction` is returned. For templated functions,
+ pass the function symbol as follows: func_name\<template_arg_0,...,template_arg_N>
+
+ This setting does nothing on devices where the size of the L1 cache and
+ shared memory are fixed.
+
+ Launching a kernel with a different preference than the most recent
+ preference setting may insert a device-side synchronization point.
+
+ The supported cache configurations are:
+ - `cudaFuncCachePreferNone`: no preference for shared memory or L1 (default)
+ - `cudaFuncCachePreferShared`: prefer larger shared memory and smaller L1 cache
+ - `cudaFuncCachePreferL1`: prefer larger L1 cache and smaller shared memory
+ - `cudaFuncCachePreferEqual`: prefer equal size L1 cache and shared memory
+
+ Parameters:
+ - `func`: Device function symbol
+ - `cacheConfig`: Requested cache configuration
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Use of a string naming a function as the `func` parameter was deprecated in CUDA 4.1 and removed in CUDA 5.0.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Note: This API does not accept a `cudaKernel_t` casted as void\*. If cache config modification
+ is required for a `cudaKernel_t` (or a \_\_global\_\_ function), it can be replaced with a call to
+ `cudaFuncSetAttributes` with the attribute `cudaFuncAttributePreferredSharedMemoryCarveout`
+ to specify a more granular L1 cache and shared memory split configuration.
+
+ See also:
+ `cudaFuncSetCacheConfig` (C++ API),
+ `cudaFuncGetAttributes` (C API),
+ `cudaLaunchKernel` (C API),
+ `cuFuncSetCacheConfig`*/
     pub fn cudaFuncSetCacheConfig(
         func: *const ::core::ffi::c_void,
         cacheConfig: cudaFuncCache,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Find out attributes for a given function
+
+ This function obtains the attributes of a function specified via `func`.
+ `func` is a device function symbol and must be declared as a
+ `__global__` function. The fetched attributes are placed in `attr`.
+ If the specified function does not exist, then it is assumed to
+ be a `cudaKernel_t` and used as is.
+ For templated functions, pass the function symbol as follows:
+ func_name\<template_arg_0,...,template_arg_N>
+
+ Note that some function attributes such as
+ `maxThreadsPerBlock`
+ may vary based on the device that is currently being used.
+
+ Parameters:
+ - `attr`: Return pointer to function's attributes
+ - `func`: Device function symbol
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Use of a string naming a function as the `func` parameter was deprecated in CUDA 4.1 and removed in CUDA 5.0.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also:
+ `cudaFuncSetCacheConfig` (C API),
+ `cudaFuncGetAttributes` (C++ API),
+ `cudaLaunchKernel` (C API),
+ `cuFuncGetAttribute`*/
     pub fn cudaFuncGetAttributes(
         attr: *mut cudaFuncAttributes,
         func: *const ::core::ffi::c_void,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Set attributes for a given function
+
+ This function sets the attributes of a function specified via `func`.
+ The parameter `func` must be a pointer to a function that executes
+ on the device. The parameter specified by `func` must be declared as a `__global__`
+ function. The enumeration defined by `attr` is set to the value defined by `value`.
+ If the specified function does not exist, then it is assumed to
+ be a `cudaKernel_t` and used as is.
+ If the specified attribute cannot be written, or if the value is incorrect,
+ then `cudaErrorInvalidValue` is returned.
+
+ Valid values for `attr` are:
+ - `cudaFuncAttributeMaxDynamicSharedMemorySize` - The requested maximum size in bytes of dynamically-allocated shared memory. The sum of this value and the function attribute `sharedSizeBytes`
+ cannot exceed the device attribute `cudaDevAttrMaxSharedMemoryPerBlockOptin`. The maximal size of requestable dynamic shared memory may differ by GPU architecture.
+ - `cudaFuncAttributePreferredSharedMemoryCarveout` - On devices where the L1 cache and shared memory use the same hardware resources,
+ this sets the shared memory carveout preference, in percent of the total shared memory. See `cudaDevAttrMaxSharedMemoryPerMultiprocessor`.
+ This is only a hint, and the driver can choose a different ratio if required to execute the function.
+ - `cudaFuncAttributeRequiredClusterWidth`: The required cluster width in
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
+ - `cudaFuncAttributeRequiredClusterHeight`: The required cluster height in
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
+ - `cudaFuncAttributeRequiredClusterDepth`: The required cluster depth in
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
+ - `cudaFuncAttributeNonPortableClusterSizeAllowed`: Indicates whether the
+ function can be launched with non-portable cluster size. 1 is allowed, 0 is
+ disallowed.
+ - `cudaFuncAttributeClusterSchedulingPolicyPreference`: The block
+ scheduling policy of a function. The value type is cudaClusterSchedulingPolicy.
+
+ Parameters:
+ - `func`: Function to get attributes of
+ - `attr`: Attribute to set
+ - `value`: Value to set
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ `cudaLaunchKernel` (C++ API),
+ `cudaFuncSetCacheConfig` (C++ API),
+ `cudaFuncGetAttributes` (C API),*/
     pub fn cudaFuncSetAttribute(
         func: *const ::core::ffi::c_void,
         attr: cudaFuncAttribute,
@@ -6319,12 +12032,61 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the function name for a device entry function pointer.
+
+ Returns in `**name` the function name associated with the symbol `func` .
+ The function name is returned as a null-terminated string. This API may
+ return a mangled name if the function is not declared as having C linkage.
+ If `**name` is NULL, `cudaErrorInvalidValue` is returned.
+ If `func` is not a device entry function, then it is assumed to
+ be a `cudaKernel_t` and used as is.
+
+ Parameters:
+ - `name`: The returned name of the function
+ - `func`: The function pointer to retrieve name for
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDeviceFunction`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ `cudaFuncGetName` (C++ API)*/
     pub fn cudaFuncGetName(
         name: *mut *const ::core::ffi::c_char,
         func: *const ::core::ffi::c_void,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the offset and size of a kernel parameter in the device-side parameter layout.
+
+ Queries the kernel parameter at `paramIndex` in `func`'s list of parameters and returns
+ parameter information via `paramOffset` and `paramSize`. `paramOffset` returns the
+ offset of the parameter in the device-side parameter layout. `paramSize` returns the size
+ in bytes of the parameter. This information can be used to update kernel node parameters
+ from the device via `cudaGraphKernelNodeSetParam()` and `cudaGraphKernelNodeUpdatesApply()`.
+ `paramIndex` must be less than the number of parameters that `func` takes.
+
+ Parameters:
+ - `func`: The function to query
+ - `paramIndex`: The parameter index to query
+ - `paramOffset`: The offset into the device-side parameter layout at which the parameter resides
+ - `paramSize`: The size of the parameter in the device-side parameter layout
+
+ Returns:
+ `CUDA_SUCCESS`,
+ `CUDA_ERROR_INVALID_VALUE`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.*/
     pub fn cudaFuncGetParamInfo(
         func: *const ::core::ffi::c_void,
         paramIndex: usize,
@@ -6333,12 +12095,127 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Converts a double argument to be executed on a device
+
+ Parameters:
+ - `d`: Double to convert
+
+ Deprecated: This function is deprecated as of CUDA 7.5
+
+ Converts the double value of `d` to an internal float representation if
+ the device does not support double arithmetic. If the device does natively
+ support doubles, then this function does nothing.
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaFuncSetCacheConfig` (C API),
+ `cudaFuncGetAttributes` (C API),
+ `cudaSetDoubleForHost`*/
     pub fn cudaSetDoubleForDevice(d: *mut f64) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Converts a double argument after execution on a device
+
+ Deprecated: This function is deprecated as of CUDA 7.5
+
+ Converts the double value of `d` from a potentially internal float
+ representation if the device does not support double arithmetic. If the
+ device does natively support doubles, then this function does nothing.
+
+ Parameters:
+ - `d`: Double to convert
+
+ Returns:
+ `cudaSuccess`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaFuncSetCacheConfig` (C API),
+ `cudaFuncGetAttributes` (C API),
+ `cudaSetDoubleForDevice`*/
     pub fn cudaSetDoubleForHost(d: *mut f64) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Enqueues a host function call in a stream
+
+ Enqueues a host function to run in a stream.  The function will be called
+ after currently enqueued work and will block work added after it.
+
+ The host function must not make any CUDA API calls.  Attempting to use a
+ CUDA API may result in `cudaErrorNotPermitted`, but this is not required.
+ The host function must not perform any synchronization that may depend on
+ outstanding CUDA work not mandated to run earlier.  Host functions without a
+ mandated order (such as in independent streams) execute in undefined order
+ and may be serialized.
+
+ For the purposes of Unified Memory, execution makes a number of guarantees:
+ \<ul>
+ \<li>The stream is considered idle for the duration of the function's
+ execution.  Thus, for example, the function may always use memory attached
+ to the stream it was enqueued in.\</li>
+ \<li>The start of execution of the function has the same effect as
+ synchronizing an event recorded in the same stream immediately prior to
+ the function.  It thus synchronizes streams which have been "joined"
+ prior to the function.\</li>
+ \<li>Adding device work to any stream does not have the effect of making
+ the stream active until all preceding host functions and stream callbacks
+ have executed.  Thus, for
+ example, a function might use global attached memory even if work has
+ been added to another stream, if the work has been ordered behind the
+ function call with an event.\</li>
+ \<li>Completion of the function does not cause a stream to become
+ active except as described above.  The stream will remain idle
+ if no device work follows the function, and will remain idle across
+ consecutive host functions or stream callbacks without device work in
+ between.  Thus, for example,
+ stream synchronization can be done by signaling from a host function at the
+ end of the stream.\</li>
+ \</ul>
+
+ Note that, in constrast to `cuStreamAddCallback`, the function will not be
+ called in the event of an error in the CUDA context.
+
+ Parameters:
+ - `hStream`: Stream to enqueue function call in
+ - `fn`: The function to call once preceding stream operations are complete
+ - `userData`: User-specified data to be passed to the function
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorNotSupported`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaStreamCreate`,
+ `cudaStreamQuery`,
+ `cudaStreamSynchronize`,
+ `cudaStreamWaitEvent`,
+ `cudaStreamDestroy`,
+ `cudaMallocManaged`,
+ `cudaStreamAttachMemAsync`,
+ `cudaStreamAddCallback`,
+ `cuLaunchHostFunc`*/
     pub fn cudaLaunchHostFunc(
         stream: cudaStream_t,
         fn_: cudaHostFn_t,
@@ -6346,12 +12223,103 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets the shared memory configuration for a device function
+
+ Deprecated:
+
+ On devices with configurable shared memory banks, this function will
+ force all subsequent launches of the specified device function to have
+ the given shared memory bank size configuration. On any given launch of the
+ function, the shared memory configuration of the device will be temporarily
+ changed if needed to suit the function's preferred configuration. Changes in
+ shared memory configuration between subsequent launches of functions,
+ may introduce a device side synchronization point.
+
+ Any per-function setting of shared memory bank size set via
+ `cudaFuncSetSharedMemConfig` will override the device wide setting set by
+ `cudaDeviceSetSharedMemConfig`.
+
+ Changing the shared memory bank size will not increase shared memory usage
+ or affect occupancy of kernels, but may have major effects on performance.
+ Larger bank sizes will allow for greater potential bandwidth to shared memory,
+ but will change what kinds of accesses to shared memory will result in bank
+ conflicts.
+
+ This function will do nothing on devices with fixed shared memory bank size.
+
+ For templated functions, pass the function symbol as follows:
+ func_name\<template_arg_0,...,template_arg_N>
+
+ The supported bank configurations are:
+ - `cudaSharedMemBankSizeDefault`: use the device's shared memory configuration
+ when launching this function.
+ - `cudaSharedMemBankSizeFourByte`: set shared memory bank width to be
+ four bytes natively when launching this function.
+ - `cudaSharedMemBankSizeEightByte`: set shared memory bank width to be eight
+ bytes natively when launching this function.
+
+ Parameters:
+ - `func`: Device function symbol
+ - `config`: Requested shared memory configuration
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidValue`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Use of a string naming a function as the `func` parameter was deprecated in CUDA 4.1 and removed in CUDA 5.0.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceSetSharedMemConfig`,
+ `cudaDeviceGetSharedMemConfig`,
+ `cudaDeviceSetCacheConfig`,
+ `cudaDeviceGetCacheConfig`,
+ `cudaFuncSetCacheConfig`,
+ `cuFuncSetSharedMemConfig`*/
     pub fn cudaFuncSetSharedMemConfig(
         func: *const ::core::ffi::c_void,
         config: cudaSharedMemConfig,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns occupancy for a device function
+
+ Returns in `*numBlocks` the maximum number of active blocks per
+ streaming multiprocessor for the device function.
+
+ Parameters:
+ - `numBlocks`: Returned occupancy
+ - `func`: Kernel function for which occupancy is calculated
+ - `blockSize`: Block size the kernel is intended to be launched with
+ - `dynamicSMemSize`: Per-block dynamic shared memory usage intended, in bytes
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorUnknown`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also: `cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`,
+ `cudaOccupancyMaxPotentialBlockSize` (C++ API),
+ `cudaOccupancyMaxPotentialBlockSizeWithFlags` (C++ API),
+ `cudaOccupancyMaxPotentialBlockSizeVariableSMem` (C++ API),
+ `cudaOccupancyMaxPotentialBlockSizeVariableSMemWithFlags` (C++ API),
+ `cudaOccupancyAvailableDynamicSMemPerBlock` (C++ API),
+ `cuOccupancyMaxActiveBlocksPerMultiprocessor`*/
     pub fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         numBlocks: *mut ::core::ffi::c_int,
         func: *const ::core::ffi::c_void,
@@ -6360,6 +12328,37 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns dynamic shared memory available per block when launching `numBlocks` blocks on SM.
+
+ Returns in `*dynamicSmemSize` the maximum size of dynamic shared memory to allow `numBlocks` blocks per SM.
+
+ Parameters:
+ - `dynamicSmemSize`: Returned maximum dynamic shared memory
+ - `func`: Kernel function for which occupancy is calculated
+ - `numBlocks`: Number of blocks to fit on SM
+ - `blockSize`: Size of the block
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorUnknown`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also: `cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`,
+ `cudaOccupancyMaxPotentialBlockSize` (C++ API),
+ `cudaOccupancyMaxPotentialBlockSizeWithFlags` (C++ API),
+ `cudaOccupancyMaxPotentialBlockSizeVariableSMem` (C++ API),
+ `cudaOccupancyMaxPotentialBlockSizeVariableSMemWithFlags` (C++ API),
+ `cudaOccupancyAvailableDynamicSMemPerBlock`*/
     pub fn cudaOccupancyAvailableDynamicSMemPerBlock(
         dynamicSmemSize: *mut usize,
         func: *const ::core::ffi::c_void,
@@ -6368,6 +12367,53 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns occupancy for a device function with the specified flags
+
+ Returns in `*numBlocks` the maximum number of active blocks per
+ streaming multiprocessor for the device function.
+
+ The `flags` parameter controls how special cases are handled. Valid flags include:
+
+ - `cudaOccupancyDefault`: keeps the default behavior as
+ `cudaOccupancyMaxActiveBlocksPerMultiprocessor`
+
+ - `cudaOccupancyDisableCachingOverride`: This flag suppresses the default behavior
+ on platform where global caching affects occupancy. On such platforms, if caching
+ is enabled, but per-block SM resource usage would result in zero occupancy, the
+ occupancy calculator will calculate the occupancy as if caching is disabled.
+ Setting this flag makes the occupancy calculator to return 0 in such cases.
+ More information can be found about this feature in the "Unified L1/Texture Cache"
+ section of the Maxwell tuning guide.
+
+ Parameters:
+ - `numBlocks`: Returned occupancy
+ - `func`: Kernel function for which occupancy is calculated
+ - `blockSize`: Block size the kernel is intended to be launched with
+ - `dynamicSMemSize`: Per-block dynamic shared memory usage intended, in bytes
+ - `flags`: Requested behavior for the occupancy calculator
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorUnknown`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also: `cudaOccupancyMaxActiveBlocksPerMultiprocessor`,
+ `cudaOccupancyMaxPotentialBlockSize` (C++ API),
+ `cudaOccupancyMaxPotentialBlockSizeWithFlags` (C++ API),
+ `cudaOccupancyMaxPotentialBlockSizeVariableSMem` (C++ API),
+ `cudaOccupancyMaxPotentialBlockSizeVariableSMemWithFlags` (C++ API),
+ `cudaOccupancyAvailableDynamicSMemPerBlock` (C++ API),
+ `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`*/
     pub fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
         numBlocks: *mut ::core::ffi::c_int,
         func: *const ::core::ffi::c_void,
@@ -6377,6 +12423,43 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Given the kernel function (`func`) and launch configuration
+ (`config`), return the maximum cluster size in `*clusterSize`.
+
+ The cluster dimensions in `config` are ignored. If func has a required
+ cluster size set (see `cudaFuncGetAttributes`),`*clusterSize` will reflect
+ the required cluster size.
+
+ By default this function will always return a value that's portable on
+ future hardware. A higher value may be returned if the kernel function
+ allows non-portable cluster sizes.
+
+ This function will respect the compile time launch bounds.
+
+ Parameters:
+ - `clusterSize`: Returned maximum cluster size that can be launched
+ for the given kernel function and launch configuration
+ - `func`: Kernel function for which maximum cluster
+ size is calculated
+ - `config`: Launch configuration for the given kernel function
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorUnknown`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also: `cudaFuncGetAttributes`
+ `cudaOccupancyMaxPotentialClusterSize` (C++ API),
+ `cuOccupancyMaxPotentialClusterSize`*/
     pub fn cudaOccupancyMaxPotentialClusterSize(
         clusterSize: *mut ::core::ffi::c_int,
         func: *const ::core::ffi::c_void,
@@ -6384,6 +12467,46 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Given the kernel function (`func`) and launch configuration
+ (`config`), return the maximum number of clusters that could co-exist
+ on the target device in `*numClusters`.
+
+ If the function has required cluster size already set (see
+ `cudaFuncGetAttributes`), the cluster size from config must either be
+ unspecified or match the required size.
+ Without required sizes, the cluster size must be specified in config,
+ else the function will return an error.
+
+ Note that various attributes of the kernel function may affect occupancy
+ calculation. Runtime environment may affect how the hardware schedules
+ the clusters, so the calculated occupancy is not guaranteed to be achievable.
+
+ Parameters:
+ - `numClusters`: Returned maximum number of clusters that
+ could co-exist on the target device
+ - `func`: Kernel function for which maximum number
+ of clusters are calculated
+ - `config`: Launch configuration for the given kernel function
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidClusterSize`,
+ `cudaErrorUnknown`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also:
+ `cudaFuncGetAttributes`
+ `cudaOccupancyMaxActiveClusters` (C++ API),
+ `cuOccupancyMaxActiveClusters`*/
     pub fn cudaOccupancyMaxActiveClusters(
         numClusters: *mut ::core::ffi::c_int,
         func: *const ::core::ffi::c_void,
@@ -6398,15 +12521,126 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Allocate memory on the device
+
+ Allocates `size` bytes of linear memory on the device and returns in
+ `*devPtr` a pointer to the allocated memory. The allocated memory is
+ suitably aligned for any kind of variable. The memory is not cleared.
+ `cudaMalloc()` returns `cudaErrorMemoryAllocation` in case of failure.
+
+ The device version of `cudaFree` cannot be used with a `*devPtr`
+ allocated using the host API, and vice versa.
+
+ Parameters:
+ - `devPtr`: Pointer to allocated device memory
+ - `size`: Requested allocation size in bytes
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMallocPitch`, `cudaFree`, `cudaMallocArray`, `cudaFreeArray`,
+ `cudaMalloc3D`, `cudaMalloc3DArray`,
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`, `cudaHostAlloc`,
+ `cuMemAlloc`*/
     pub fn cudaMalloc(devPtr: *mut *mut ::core::ffi::c_void, size: usize) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Allocates page-locked memory on the host
+
+ Allocates `size` bytes of host memory that is page-locked and accessible
+ to the device. The driver tracks the virtual memory ranges allocated with
+ this function and automatically accelerates calls to functions such as
+ `cudaMemcpy`\*(). Since the memory can be accessed directly by the device,
+ it can be read or written with much higher bandwidth than pageable memory
+ obtained with functions such as `malloc()`.
+
+ On systems where `pageableMemoryAccessUsesHostPageTables`
+ is true, `cudaMallocHost` may not page-lock the allocated memory.
+
+ Page-locking excessive amounts of memory with `cudaMallocHost()` may degrade
+ system performance, since it reduces the amount of memory available to the
+ system for paging. As a result, this function is best used sparingly to allocate
+ staging areas for data exchange between host and device.
+
+ Parameters:
+ - `ptr`: Pointer to allocated host memory
+ - `size`: Requested allocation size in bytes
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc`, `cudaMallocPitch`, `cudaMallocArray`, `cudaMalloc3D`,
+ `cudaMalloc3DArray`, `cudaHostAlloc`, `cudaFree`, `cudaFreeArray`,
+ `cudaMallocHost` (C++ API),
+ `cudaFreeHost`, `cudaHostAlloc`,
+ `cuMemAllocHost`*/
     pub fn cudaMallocHost(
         ptr: *mut *mut ::core::ffi::c_void,
         size: usize,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Allocates pitched memory on the device
+
+ Allocates at least `width` (in bytes) \* `height` bytes of linear memory
+ on the device and returns in `*devPtr` a pointer to the allocated memory.
+ The function may pad the allocation to ensure that corresponding pointers
+ in any given row will continue to meet the alignment requirements for
+ coalescing as the address is updated from row to row. The pitch returned in
+ `*pitch` by `cudaMallocPitch()` is the width in bytes of the allocation.
+ The intended usage of `pitch` is as a separate parameter of the allocation,
+ used to compute addresses within the 2D array. Given the row and column of
+ an array element of type `T`, the address is computed as:
+
+ ```c
+ T* pElement = (T*)((char*)BaseAddress + Row * pitch) + Column;
+ ```
+
+ For allocations of 2D arrays, it is recommended that programmers consider
+ performing pitch allocations using `cudaMallocPitch()`. Due to pitch
+ alignment restrictions in the hardware, this is especially true if the
+ application will be performing 2D memory copies between different regions
+ of device memory (whether linear memory or CUDA arrays).
+
+ Parameters:
+ - `devPtr`: Pointer to allocated pitched device memory
+ - `pitch`: Pitch for allocation
+ - `width`: Requested pitched allocation width (in bytes)
+ - `height`: Requested pitched allocation height
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc`, `cudaFree`, `cudaMallocArray`, `cudaFreeArray`,
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`, `cudaMalloc3D`, `cudaMalloc3DArray`,
+ `cudaHostAlloc`,
+ `cuMemAllocPitch`*/
     pub fn cudaMallocPitch(
         devPtr: *mut *mut ::core::ffi::c_void,
         pitch: *mut usize,
@@ -6415,6 +12649,60 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Allocate an array on the device
+
+ Allocates a CUDA array according to the `cudaChannelFormatDesc` structure
+ `desc` and returns a handle to the new CUDA array in `*array`.
+
+ The `cudaChannelFormatDesc` is defined as:
+
+ ```c
+ struct cudaChannelFormatDesc {
+ int x, y, z, w;
+ enum cudaChannelFormatKind f;
+ };
+ ```
+
+ where `cudaChannelFormatKind` is one of `cudaChannelFormatKindSigned`,
+ `cudaChannelFormatKindUnsigned`, or `cudaChannelFormatKindFloat`.
+
+ The `flags` parameter enables different options to be specified that affect
+ the allocation, as follows.
+ - `cudaArrayDefault`: This flag's value is defined to be 0 and provides default array allocation
+ - `cudaArraySurfaceLoadStore`: Allocates an array that can be read from or written to using a surface reference
+ - `cudaArrayTextureGather`: This flag indicates that texture gather operations will be performed on the array.
+ - `cudaArraySparse`: Allocates a CUDA array without physical backing memory. The subregions within this sparse array
+ can later be mapped onto a physical memory allocation by calling `cuMemMapArrayAsync`.
+ The physical backing memory must be allocated via `cuMemCreate`.
+ - `cudaArrayDeferredMapping`: Allocates a CUDA array without physical backing memory. The entire array can
+ later be mapped onto a physical memory allocation by calling `cuMemMapArrayAsync`.
+ The physical backing memory must be allocated via `cuMemCreate`.
+
+ `width` and `height` must meet certain size requirements. See `cudaMalloc3DArray()` for more details.
+
+ Parameters:
+ - `array`: Pointer to allocated array in device memory
+ - `desc`: Requested channel format
+ - `width`: Requested array allocation width
+ - `height`: Requested array allocation height
+ - `flags`: Requested properties of allocated array
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc`, `cudaMallocPitch`, `cudaFree`, `cudaFreeArray`,
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`, `cudaMalloc3D`, `cudaMalloc3DArray`,
+ `cudaHostAlloc`,
+ `cuArrayCreate`*/
     pub fn cudaMallocArray(
         array: *mut cudaArray_t,
         desc: *const cudaChannelFormatDesc,
@@ -6424,18 +12712,191 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Frees memory on the device
+
+ Frees the memory space pointed to by `devPtr`, which must have been
+ returned by a previous call to one of the following memory allocation APIs -
+ `cudaMalloc()`, `cudaMallocPitch()`, `cudaMallocManaged()`, `cudaMallocAsync()`,
+ `cudaMallocFromPoolAsync()`.
+
+ Note - This API will not perform any implicit synchronization when the pointer was
+ allocated with `cudaMallocAsync` or `cudaMallocFromPoolAsync`. Callers must ensure
+ that all accesses to these pointer have completed before invoking `cudaFree`. For
+ best performance and memory reuse, users should use `cudaFreeAsync` to free memory
+ allocated via the stream ordered memory allocator.
+ For all other pointers, this API may perform implicit synchronization.
+
+ If `cudaFree`(`devPtr`) has already been called before,
+ an error is returned. If `devPtr` is 0, no operation is performed.
+ `cudaFree()` returns `cudaErrorValue` in case of failure.
+
+ The device version of `cudaFree` cannot be used with a `*devPtr`
+ allocated using the host API, and vice versa.
+
+ Parameters:
+ - `devPtr`: Device pointer to memory to free
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc`, `cudaMallocPitch`, `cudaMallocManaged`, `cudaMallocArray`, `cudaFreeArray`, `cudaMallocAsync`, `cudaMallocFromPoolAsync`
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`, `cudaMalloc3D`, `cudaMalloc3DArray`, `cudaFreeAsync`
+ `cudaHostAlloc`,
+ `cuMemFree`*/
     pub fn cudaFree(devPtr: *mut ::core::ffi::c_void) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Frees page-locked memory
+
+ Frees the memory space pointed to by `hostPtr`, which must have been
+ returned by a previous call to `cudaMallocHost()` or `cudaHostAlloc()`.
+
+ Parameters:
+ - `ptr`: Pointer to memory to free
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc`, `cudaMallocPitch`, `cudaFree`, `cudaMallocArray`,
+ `cudaFreeArray`,
+ `cudaMallocHost` (C API),
+ `cudaMalloc3D`, `cudaMalloc3DArray`, `cudaHostAlloc`,
+ `cuMemFreeHost`*/
     pub fn cudaFreeHost(ptr: *mut ::core::ffi::c_void) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Frees an array on the device
+
+ Frees the CUDA array `array`, which must have been returned by a
+ previous call to `cudaMallocArray()`. If `devPtr` is 0,
+ no operation is performed.
+
+ Parameters:
+ - `array`: Pointer to array to free
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc`, `cudaMallocPitch`, `cudaFree`, `cudaMallocArray`,
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`, `cudaHostAlloc`,
+ `cuArrayDestroy`*/
     pub fn cudaFreeArray(array: cudaArray_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Frees a mipmapped array on the device
+
+ Frees the CUDA mipmapped array `mipmappedArray`, which must have been
+ returned by a previous call to `cudaMallocMipmappedArray()`. If `devPtr`
+ is 0, no operation is performed.
+
+ Parameters:
+ - `mipmappedArray`: Pointer to mipmapped array to free
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc`, `cudaMallocPitch`, `cudaFree`, `cudaMallocArray`,
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`, `cudaHostAlloc`,
+ `cuMipmappedArrayDestroy`*/
     pub fn cudaFreeMipmappedArray(mipmappedArray: cudaMipmappedArray_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Allocates page-locked memory on the host
+
+ Allocates `size` bytes of host memory that is page-locked and accessible
+ to the device. The driver tracks the virtual memory ranges allocated with
+ this function and automatically accelerates calls to functions such as
+ `cudaMemcpy()`. Since the memory can be accessed directly by the device, it
+ can be read or written with much higher bandwidth than pageable memory
+ obtained with functions such as `malloc()`. Allocating excessive amounts of
+ pinned memory may degrade system performance, since it reduces the amount
+ of memory available to the system for paging. As a result, this function is
+ best used sparingly to allocate staging areas for data exchange between host
+ and device.
+
+ The `flags` parameter enables different options to be specified that affect
+ the allocation, as follows.
+ - `cudaHostAllocDefault`: This flag's value is defined to be 0 and causes
+ `cudaHostAlloc()` to emulate `cudaMallocHost()`.
+ - `cudaHostAllocPortable`: The memory returned by this call will be
+ considered as pinned memory by all CUDA contexts, not just the one that
+ performed the allocation.
+ - `cudaHostAllocMapped`: Maps the allocation into the CUDA address space.
+ The device pointer to the memory may be obtained by calling
+ `cudaHostGetDevicePointer()`.
+ - `cudaHostAllocWriteCombined`: Allocates the memory as write-combined (WC).
+ WC memory can be transferred across the PCI Express bus more quickly on some
+ system configurations, but cannot be read efficiently by most CPUs.  WC
+ memory is a good option for buffers that will be written by the CPU and read
+ by the device via mapped pinned memory or host->device transfers.
+
+ All of these flags are orthogonal to one another: a developer may allocate
+ memory that is portable, mapped and/or write-combined with no restrictions.
+
+ In order for the `cudaHostAllocMapped` flag to have any effect, the CUDA context
+ must support the `cudaDeviceMapHost` flag, which can be checked via
+ `cudaGetDeviceFlags()`. The `cudaDeviceMapHost` flag is implicitly set for
+ contexts created via the runtime API.
+
+ The `cudaHostAllocMapped` flag may be specified on CUDA contexts for devices
+ that do not support mapped pinned memory. The failure is deferred to
+ `cudaHostGetDevicePointer()` because the memory may be mapped into other
+ CUDA contexts via the `cudaHostAllocPortable` flag.
+
+ Memory allocated by this function must be freed with `cudaFreeHost()`.
+
+ Parameters:
+ - `pHost`: Device pointer to allocated memory
+ - `size`: Requested allocation size in bytes
+ - `flags`: Requested properties of allocated memory
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaSetDeviceFlags`,
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`,
+ `cudaGetDeviceFlags`,
+ `cuMemHostAlloc`*/
     pub fn cudaHostAlloc(
         pHost: *mut *mut ::core::ffi::c_void,
         size: usize,
@@ -6443,6 +12904,103 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Registers an existing host memory range for use by CUDA
+
+ Page-locks the memory range specified by `ptr` and `size` and maps it
+ for the device(s) as specified by `flags`. This memory range also is added
+ to the same tracking mechanism as `cudaHostAlloc()` to automatically accelerate
+ calls to functions such as `cudaMemcpy()`. Since the memory can be accessed
+ directly by the device, it can be read or written with much higher bandwidth
+ than pageable memory that has not been registered.  Page-locking excessive
+ amounts of memory may degrade system performance, since it reduces the amount
+ of memory available to the system for paging. As a result, this function is
+ best used sparingly to register staging areas for data exchange between
+ host and device.
+
+ On systems where `pageableMemoryAccessUsesHostPageTables` is true, `cudaHostRegister`
+ will not page-lock the memory range specified by `ptr` but only populate
+ unpopulated pages.
+
+ `cudaHostRegister` is supported only on I/O coherent devices that have a non-zero
+ value for the device attribute `cudaDevAttrHostRegisterSupported`.
+
+ The `flags` parameter enables different options to be specified that
+ affect the allocation, as follows.
+
+ - `cudaHostRegisterDefault`: On a system with unified virtual addressing,
+ the memory will be both mapped and portable.  On a system with no unified
+ virtual addressing, the memory will be neither mapped nor portable.
+
+ - `cudaHostRegisterPortable`: The memory returned by this call will be
+ considered as pinned memory by all CUDA contexts, not just the one that
+ performed the allocation.
+
+ - `cudaHostRegisterMapped`: Maps the allocation into the CUDA address
+ space. The device pointer to the memory may be obtained by calling
+ `cudaHostGetDevicePointer()`.
+
+ - `cudaHostRegisterIoMemory`: The passed memory pointer is treated as
+ pointing to some memory-mapped I/O space, e.g. belonging to a
+ third-party PCIe device, and it will marked as non cache-coherent and
+ contiguous.
+
+ - `cudaHostRegisterReadOnly`: The passed memory pointer is treated as
+ pointing to memory that is considered read-only by the device.  On
+ platforms without `cudaDevAttrPageableMemoryAccessUsesHostPageTables`, this
+ flag is required in order to register memory mapped to the CPU as
+ read-only.  Support for the use of this flag can be queried from the device
+ attribute `cudaDevAttrHostRegisterReadOnlySupported`.  Using this flag with
+ a current context associated with a device that does not have this attribute
+ set will cause `cudaHostRegister` to error with cudaErrorNotSupported.
+
+ All of these flags are orthogonal to one another: a developer may page-lock
+ memory that is portable or mapped with no restrictions.
+
+ The CUDA context must have been created with the `cudaMapHost` flag in
+ order for the `cudaHostRegisterMapped` flag to have any effect.
+
+ The `cudaHostRegisterMapped` flag may be specified on CUDA contexts for
+ devices that do not support mapped pinned memory. The failure is deferred
+ to `cudaHostGetDevicePointer()` because the memory may be mapped into
+ other CUDA contexts via the `cudaHostRegisterPortable` flag.
+
+ For devices that have a non-zero value for the device attribute
+ `cudaDevAttrCanUseHostPointerForRegisteredMem`, the memory
+ can also be accessed from the device using the host pointer `ptr`.
+ The device pointer returned by `cudaHostGetDevicePointer()` may or may not
+ match the original host pointer `ptr` and depends on the devices visible to the
+ application. If all devices visible to the application have a non-zero value for the
+ device attribute, the device pointer returned by `cudaHostGetDevicePointer()`
+ will match the original pointer `ptr`. If any device visible to the application
+ has a zero value for the device attribute, the device pointer returned by
+ `cudaHostGetDevicePointer()` will not match the original host pointer `ptr`,
+ but it will be suitable for use on all devices provided Unified Virtual Addressing
+ is enabled. In such systems, it is valid to access the memory using either pointer
+ on devices that have a non-zero value for the device attribute. Note however that
+ such devices should access the memory using only of the two pointers and not both.
+
+ The memory page-locked by this function must be unregistered with `cudaHostUnregister()`.
+
+ Parameters:
+ - `ptr`: Host pointer to memory to page-lock
+ - `size`: Size in bytes of the address range to page-lock in bytes
+ - `flags`: Flags for allocation request
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`,
+ `cudaErrorHostMemoryAlreadyRegistered`,
+ `cudaErrorNotSupported`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaHostUnregister`, `cudaHostGetFlags`, `cudaHostGetDevicePointer`,
+ `cuMemHostRegister`*/
     pub fn cudaHostRegister(
         ptr: *mut ::core::ffi::c_void,
         size: usize,
@@ -6450,9 +13008,77 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Unregisters a memory range that was registered with cudaHostRegister
+
+ Unmaps the memory range whose base address is specified by `ptr`, and makes
+ it pageable again.
+
+ The base address must be the same one specified to `cudaHostRegister()`.
+
+ Parameters:
+ - `ptr`: Host pointer to memory to unregister
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorHostMemoryNotRegistered`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaHostUnregister`,
+ `cuMemHostUnregister`*/
     pub fn cudaHostUnregister(ptr: *mut ::core::ffi::c_void) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Passes back device pointer of mapped host memory allocated by
+ cudaHostAlloc or registered by cudaHostRegister
+
+ Passes back the device pointer corresponding to the mapped, pinned host
+ buffer allocated by `cudaHostAlloc()` or registered by `cudaHostRegister()`.
+
+ `cudaHostGetDevicePointer()` will fail if the `cudaDeviceMapHost` flag was
+ not specified before deferred context creation occurred, or if called on a
+ device that does not support mapped, pinned memory.
+
+ For devices that have a non-zero value for the device attribute
+ `cudaDevAttrCanUseHostPointerForRegisteredMem`, the memory
+ can also be accessed from the device using the host pointer `pHost`.
+ The device pointer returned by `cudaHostGetDevicePointer()` may or may not
+ match the original host pointer `pHost` and depends on the devices visible to the
+ application. If all devices visible to the application have a non-zero value for the
+ device attribute, the device pointer returned by `cudaHostGetDevicePointer()`
+ will match the original pointer `pHost`. If any device visible to the application
+ has a zero value for the device attribute, the device pointer returned by
+ `cudaHostGetDevicePointer()` will not match the original host pointer `pHost`,
+ but it will be suitable for use on all devices provided Unified Virtual Addressing
+ is enabled. In such systems, it is valid to access the memory using either pointer
+ on devices that have a non-zero value for the device attribute. Note however that
+ such devices should access the memory using only of the two pointers and not both.
+
+ `flags` provides for future releases.  For now, it must be set to 0.
+
+ Parameters:
+ - `pDevice`: Returned device pointer for mapped memory
+ - `pHost`: Requested host pointer mapping
+ - `flags`: Flags for extensions (must be 0 for now)
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaSetDeviceFlags`, `cudaHostAlloc`,
+ `cuMemHostGetDevicePointer`*/
     pub fn cudaHostGetDevicePointer(
         pDevice: *mut *mut ::core::ffi::c_void,
         pHost: *mut ::core::ffi::c_void,
@@ -6460,18 +13086,173 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Passes back flags used to allocate pinned host memory allocated by
+ cudaHostAlloc
+
+ `cudaHostGetFlags()` will fail if the input pointer does not
+ reside in an address range allocated by `cudaHostAlloc()`.
+
+ Parameters:
+ - `pFlags`: Returned flags word
+ - `pHost`: Host pointer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaHostAlloc`,
+ `cuMemHostGetFlags`*/
     pub fn cudaHostGetFlags(
         pFlags: *mut ::core::ffi::c_uint,
         pHost: *mut ::core::ffi::c_void,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Allocates logical 1D, 2D, or 3D memory objects on the device
+
+ Allocates at least `width` \* `height` \* `depth` bytes of linear memory
+ on the device and returns a `cudaPitchedPtr` in which `ptr` is a pointer
+ to the allocated memory. The function may pad the allocation to ensure
+ hardware alignment requirements are met. The pitch returned in the `pitch`
+ field of `pitchedDevPtr` is the width in bytes of the allocation.
+
+ The returned `cudaPitchedPtr` contains additional fields `xsize` and
+ `ysize`, the logical width and height of the allocation, which are
+ equivalent to the `width` and `height` `extent` parameters provided by
+ the programmer during allocation.
+
+ For allocations of 2D and 3D objects, it is highly recommended that
+ programmers perform allocations using `cudaMalloc3D()` or
+ `cudaMallocPitch()`. Due to alignment restrictions in the hardware, this is
+ especially true if the application will be performing memory copies
+ involving 2D or 3D objects (whether linear memory or CUDA arrays).
+
+ Parameters:
+ - `pitchedDevPtr`: Pointer to allocated pitched device memory
+ - `extent`: Requested allocation size (`width` field in bytes)
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMallocPitch`, `cudaFree`, `cudaMemcpy3D`, `cudaMemset3D`,
+ `cudaMalloc3DArray`, `cudaMallocArray`, `cudaFreeArray`,
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`, `cudaHostAlloc`, `make_cudaPitchedPtr`, `make_cudaExtent`,
+ `cuMemAllocPitch`*/
     pub fn cudaMalloc3D(
         pitchedDevPtr: *mut cudaPitchedPtr,
         extent: cudaExtent,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Allocate an array on the device
+
+ Allocates a CUDA array according to the `cudaChannelFormatDesc` structure
+ `desc` and returns a handle to the new CUDA array in `*array`.
+
+ The `cudaChannelFormatDesc` is defined as:
+
+ ```c
+ struct cudaChannelFormatDesc {
+ int x, y, z, w;
+ enum cudaChannelFormatKind f;
+ };
+ ```
+
+ where `cudaChannelFormatKind` is one of `cudaChannelFormatKindSigned`,
+ `cudaChannelFormatKindUnsigned`, or `cudaChannelFormatKindFloat`.
+
+ `cudaMalloc3DArray()` can allocate the following:
+
+ - A 1D array is allocated if the height and depth extents are both zero.
+ - A 2D array is allocated if only the depth extent is zero.
+ - A 3D array is allocated if all three extents are non-zero.
+ - A 1D layered CUDA array is allocated if only the height extent is zero and
+ the cudaArrayLayered flag is set. Each layer is a 1D array. The number of layers is
+ determined by the depth extent.
+ - A 2D layered CUDA array is allocated if all three extents are non-zero and
+ the cudaArrayLayered flag is set. Each layer is a 2D array. The number of layers is
+ determined by the depth extent.
+ - A cubemap CUDA array is allocated if all three extents are non-zero and the
+ cudaArrayCubemap flag is set. Width must be equal to height, and depth must be six. A cubemap is
+ a special type of 2D layered CUDA array, where the six layers represent the six faces of a cube.
+ The order of the six layers in memory is the same as that listed in `cudaGraphicsCubeFace`.
+ - A cubemap layered CUDA array is allocated if all three extents are non-zero, and both,
+ cudaArrayCubemap and cudaArrayLayered flags are set. Width must be equal to height, and depth must be
+ a multiple of six. A cubemap layered CUDA array is a special type of 2D layered CUDA array that consists
+ of a collection of cubemaps. The first six layers represent the first cubemap, the next six layers form
+ the second cubemap, and so on.
+
+ The `flags` parameter enables different options to be specified that affect
+ the allocation, as follows.
+ - `cudaArrayDefault`: This flag's value is defined to be 0 and provides default array allocation
+ - `cudaArrayLayered`: Allocates a layered CUDA array, with the depth extent indicating the number of layers
+ - `cudaArrayCubemap`: Allocates a cubemap CUDA array. Width must be equal to height, and depth must be six.
+ If the cudaArrayLayered flag is also set, depth must be a multiple of six.
+ - `cudaArraySurfaceLoadStore`: Allocates a CUDA array that could be read from or written to using a surface
+ reference.
+ - `cudaArrayTextureGather`: This flag indicates that texture gather operations will be performed on the CUDA
+ array. Texture gather can only be performed on 2D CUDA arrays.
+ - `cudaArraySparse`: Allocates a CUDA array without physical backing memory. The subregions within this sparse array
+ can later be mapped onto a physical memory allocation by calling `cuMemMapArrayAsync`. This flag can only be used for
+ creating 2D, 3D or 2D layered sparse CUDA arrays. The physical backing memory must be allocated via `cuMemCreate`.
+ - `cudaArrayDeferredMapping`: Allocates a CUDA array without physical backing memory. The entire array can
+ later be mapped onto a physical memory allocation by calling `cuMemMapArrayAsync`. The physical backing memory must be allocated
+ via `cuMemCreate`.
+
+ The width, height and depth extents must meet certain size requirements as listed in the following table.
+ All values are specified in elements.
+
+ Note that 2D CUDA arrays have different size requirements if the `cudaArrayTextureGather` flag is set. In that
+ case, the valid range for (width, height, depth) is ((1,maxTexture2DGather\[0\]), (1,maxTexture2DGather\[1\]), 0).
+
+ | CUDA array type | Valid extents that must always be met {(width range in elements), (height range), (depth range)} | Valid extents with cudaArraySurfaceLoadStore set {(width range in elements), (height range), (depth range)} |
+ |---|---|---|
+ | 1D | { (1,maxTexture1D), 0, 0 } | { (1,maxSurface1D), 0, 0 } |
+ | 2D | { (1,maxTexture2D\[0\]), (1,maxTexture2D\[1\]), 0 } | { (1,maxSurface2D\[0\]), (1,maxSurface2D\[1\]), 0 } |
+ | 3D | { (1,maxTexture3D\[0\]), (1,maxTexture3D\[1\]), (1,maxTexture3D\[2\]) } OR { (1,maxTexture3DAlt\[0\]), (1,maxTexture3DAlt\[1\]), (1,maxTexture3DAlt\[2\]) } | { (1,maxSurface3D\[0\]), (1,maxSurface3D\[1\]), (1,maxSurface3D\[2\]) } |
+ | 1D Layered | { (1,maxTexture1DLayered\[0\]), 0, (1,maxTexture1DLayered\[1\]) } | { (1,maxSurface1DLayered\[0\]), 0, (1,maxSurface1DLayered\[1\]) } |
+ | 2D Layered | { (1,maxTexture2DLayered\[0\]), (1,maxTexture2DLayered\[1\]), (1,maxTexture2DLayered\[2\]) } | { (1,maxSurface2DLayered\[0\]), (1,maxSurface2DLayered\[1\]), (1,maxSurface2DLayered\[2\]) } |
+ | Cubemap | { (1,maxTextureCubemap), (1,maxTextureCubemap), 6 } | { (1,maxSurfaceCubemap), (1,maxSurfaceCubemap), 6 } |
+ | Cubemap Layered | { (1,maxTextureCubemapLayered\[0\]), (1,maxTextureCubemapLayered\[0\]), (1,maxTextureCubemapLayered\[1\]) } | { (1,maxSurfaceCubemapLayered\[0\]), (1,maxSurfaceCubemapLayered\[0\]), (1,maxSurfaceCubemapLayered\[1\]) } |
+
+ Parameters:
+ - `array`: Pointer to allocated array in device memory
+ - `desc`: Requested channel format
+ - `extent`: Requested allocation size (`width` field in elements)
+ - `flags`: Flags for extensions
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc3D`, `cudaMalloc`, `cudaMallocPitch`, `cudaFree`,
+ `cudaFreeArray`,
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`, `cudaHostAlloc`,
+ `make_cudaExtent`,
+ `cuArray3DCreate`*/
     pub fn cudaMalloc3DArray(
         array: *mut cudaArray_t,
         desc: *const cudaChannelFormatDesc,
@@ -6480,6 +13261,100 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Allocate a mipmapped array on the device
+
+ Allocates a CUDA mipmapped array according to the `cudaChannelFormatDesc` structure
+ `desc` and returns a handle to the new CUDA mipmapped array in `*mipmappedArray`.
+ `numLevels` specifies the number of mipmap levels to be allocated. This value is
+ clamped to the range \[1, 1 + floor(log2(max(width, height, depth)))\].
+
+ The `cudaChannelFormatDesc` is defined as:
+
+ ```c
+ struct cudaChannelFormatDesc {
+ int x, y, z, w;
+ enum cudaChannelFormatKind f;
+ };
+ ```
+
+ where `cudaChannelFormatKind` is one of `cudaChannelFormatKindSigned`,
+ `cudaChannelFormatKindUnsigned`, or `cudaChannelFormatKindFloat`.
+
+ `cudaMallocMipmappedArray()` can allocate the following:
+
+ - A 1D mipmapped array is allocated if the height and depth extents are both zero.
+ - A 2D mipmapped array is allocated if only the depth extent is zero.
+ - A 3D mipmapped array is allocated if all three extents are non-zero.
+ - A 1D layered CUDA mipmapped array is allocated if only the height extent is zero and
+ the cudaArrayLayered flag is set. Each layer is a 1D mipmapped array. The number of layers is
+ determined by the depth extent.
+ - A 2D layered CUDA mipmapped array is allocated if all three extents are non-zero and
+ the cudaArrayLayered flag is set. Each layer is a 2D mipmapped array. The number of layers is
+ determined by the depth extent.
+ - A cubemap CUDA mipmapped array is allocated if all three extents are non-zero and the
+ cudaArrayCubemap flag is set. Width must be equal to height, and depth must be six.
+ The order of the six layers in memory is the same as that listed in `cudaGraphicsCubeFace`.
+ - A cubemap layered CUDA mipmapped array is allocated if all three extents are non-zero, and both,
+ cudaArrayCubemap and cudaArrayLayered flags are set. Width must be equal to height, and depth must be
+ a multiple of six. A cubemap layered CUDA mipmapped array is a special type of 2D layered CUDA mipmapped
+ array that consists of a collection of cubemap mipmapped arrays. The first six layers represent the
+ first cubemap mipmapped array, the next six layers form the second cubemap mipmapped array, and so on.
+
+ The `flags` parameter enables different options to be specified that affect
+ the allocation, as follows.
+ - `cudaArrayDefault`: This flag's value is defined to be 0 and provides default mipmapped array allocation
+ - `cudaArrayLayered`: Allocates a layered CUDA mipmapped array, with the depth extent indicating the number of layers
+ - `cudaArrayCubemap`: Allocates a cubemap CUDA mipmapped array. Width must be equal to height, and depth must be six.
+ If the cudaArrayLayered flag is also set, depth must be a multiple of six.
+ - `cudaArraySurfaceLoadStore`: This flag indicates that individual mipmap levels of the CUDA mipmapped array
+ will be read from or written to using a surface reference.
+ - `cudaArrayTextureGather`: This flag indicates that texture gather operations will be performed on the CUDA
+ array. Texture gather can only be performed on 2D CUDA mipmapped arrays, and the gather operations are
+ performed only on the most detailed mipmap level.
+ - `cudaArraySparse`: Allocates a CUDA mipmapped array without physical backing memory. The subregions within this sparse array
+ can later be mapped onto a physical memory allocation by calling `cuMemMapArrayAsync`. This flag can only be used for creating
+ 2D, 3D or 2D layered sparse CUDA mipmapped arrays. The physical backing memory must be allocated via `cuMemCreate`.
+ - `cudaArrayDeferredMapping`: Allocates a CUDA mipmapped array without physical backing memory. The entire array can
+ later be mapped onto a physical memory allocation by calling `cuMemMapArrayAsync`. The physical backing memory must be allocated
+ via `cuMemCreate`.
+
+ The width, height and depth extents must meet certain size requirements as listed in the following table.
+ All values are specified in elements.
+
+ | CUDA array type | Valid extents that must always be met {(width range in elements), (height range), (depth range)} | Valid extents with cudaArraySurfaceLoadStore set {(width range in elements), (height range), (depth range)} |
+ |---|---|---|
+ | 1D | { (1,maxTexture1DMipmap), 0, 0 } | { (1,maxSurface1D), 0, 0 } |
+ | 2D | { (1,maxTexture2DMipmap\[0\]), (1,maxTexture2DMipmap\[1\]), 0 } | { (1,maxSurface2D\[0\]), (1,maxSurface2D\[1\]), 0 } |
+ | 3D | { (1,maxTexture3D\[0\]), (1,maxTexture3D\[1\]), (1,maxTexture3D\[2\]) } OR { (1,maxTexture3DAlt\[0\]), (1,maxTexture3DAlt\[1\]), (1,maxTexture3DAlt\[2\]) } | { (1,maxSurface3D\[0\]), (1,maxSurface3D\[1\]), (1,maxSurface3D\[2\]) } |
+ | 1D Layered | { (1,maxTexture1DLayered\[0\]), 0, (1,maxTexture1DLayered\[1\]) } | { (1,maxSurface1DLayered\[0\]), 0, (1,maxSurface1DLayered\[1\]) } |
+ | 2D Layered | { (1,maxTexture2DLayered\[0\]), (1,maxTexture2DLayered\[1\]), (1,maxTexture2DLayered\[2\]) } | { (1,maxSurface2DLayered\[0\]), (1,maxSurface2DLayered\[1\]), (1,maxSurface2DLayered\[2\]) } |
+ | Cubemap | { (1,maxTextureCubemap), (1,maxTextureCubemap), 6 } | { (1,maxSurfaceCubemap), (1,maxSurfaceCubemap), 6 } |
+ | Cubemap Layered | { (1,maxTextureCubemapLayered\[0\]), (1,maxTextureCubemapLayered\[0\]), (1,maxTextureCubemapLayered\[1\]) } | { (1,maxSurfaceCubemapLayered\[0\]), (1,maxSurfaceCubemapLayered\[0\]), (1,maxSurfaceCubemapLayered\[1\]) } |
+
+ Parameters:
+ - `mipmappedArray`: Pointer to allocated mipmapped array in device memory
+ - `desc`: Requested channel format
+ - `extent`: Requested allocation size (`width` field in elements)
+ - `numLevels`: Number of mipmap levels to allocate
+ - `flags`: Flags for extensions
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc3D`, `cudaMalloc`, `cudaMallocPitch`, `cudaFree`,
+ `cudaFreeArray`,
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`, `cudaHostAlloc`,
+ `make_cudaExtent`,
+ `cuMipmappedArrayCreate`*/
     pub fn cudaMallocMipmappedArray(
         mipmappedArray: *mut cudaMipmappedArray_t,
         desc: *const cudaChannelFormatDesc,
@@ -6489,6 +13364,39 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Gets a mipmap level of a CUDA mipmapped array
+
+ Returns in `*levelArray` a CUDA array that represents a single mipmap level
+ of the CUDA mipmapped array `mipmappedArray`.
+
+ If `level` is greater than the maximum number of levels in this mipmapped array,
+ `cudaErrorInvalidValue` is returned.
+
+ If `mipmappedArray` is NULL,
+ `cudaErrorInvalidResourceHandle` is returned.
+
+ Parameters:
+ - `levelArray`: Returned mipmap level CUDA array
+ - `mipmappedArray`: CUDA mipmapped array
+ - `level`: Mipmap level
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc3D`, `cudaMalloc`, `cudaMallocPitch`, `cudaFree`,
+ `cudaFreeArray`,
+ `cudaMallocHost` (C API),
+ `cudaFreeHost`, `cudaHostAlloc`,
+ `make_cudaExtent`,
+ `cuMipmappedArrayGetLevel`*/
     pub fn cudaGetMipmappedArrayLevel(
         levelArray: *mut cudaArray_t,
         mipmappedArray: cudaMipmappedArray_const_t,
@@ -6496,27 +13404,377 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between 3D objects
+
+ ```c
+ struct cudaExtent {
+ size_t width;
+ size_t height;
+ size_t depth;
+ };
+ struct cudaExtent make_cudaExtent(size_t w, size_t h, size_t d);
+
+ struct cudaPos {
+ size_t x;
+ size_t y;
+ size_t z;
+ };
+ struct cudaPos make_cudaPos(size_t x, size_t y, size_t z);
+
+ struct cudaMemcpy3DParms {
+ cudaArray_t           srcArray;
+ struct cudaPos        srcPos;
+ struct cudaPitchedPtr srcPtr;
+ cudaArray_t           dstArray;
+ struct cudaPos        dstPos;
+ struct cudaPitchedPtr dstPtr;
+ struct cudaExtent     extent;
+ enum cudaMemcpyKind   kind;
+ };
+ ```
+
+ `cudaMemcpy3D()` copies data betwen two 3D objects. The source and
+ destination objects may be in either host memory, device memory, or a CUDA
+ array. The source, destination, extent, and kind of copy performed is
+ specified by the `cudaMemcpy3DParms` struct which should be initialized to
+ zero before use:
+
+ ```c
+ cudaMemcpy3DParms myParms = {0};
+ ```
+
+ The struct passed to `cudaMemcpy3D()` must specify one of `srcArray` or
+ `srcPtr` and one of `dstArray` or `dstPtr`. Passing more than one
+ non-zero source or destination will cause `cudaMemcpy3D()` to return an
+ error.
+
+ The `srcPos` and `dstPos` fields are optional offsets into the source and
+ destination objects and are defined in units of each object's elements. The
+ element for a host or device pointer is assumed to be \<b>unsigned char\</b>.
+
+ The `extent` field defines the dimensions of the transferred area in
+ elements. If a CUDA array is participating in the copy, the extent is
+ defined in terms of that array's elements. If no CUDA array is
+ participating in the copy then the extents are defined in elements of
+ \<b>unsigned char\</b>.
+
+ The `kind` field defines the direction of the copy. It must be one of
+ `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+ For `cudaMemcpyHostToHost` or `cudaMemcpyHostToDevice` or `cudaMemcpyDeviceToHost`
+ passed as kind and cudaArray type passed as source or destination, if the kind
+ implies cudaArray type to be present on the host, `cudaMemcpy3D()` will
+ disregard that implication and silently correct the kind based on the fact that
+ cudaArray type can only be present on the device.
+
+ If the source and destination are both arrays, `cudaMemcpy3D()` will return
+ an error if they do not have the same element size.
+
+ The source and destination object may not overlap. If overlapping source
+ and destination objects are specified, undefined behavior will result.
+
+ The source object must entirely contain the region defined by `srcPos`
+ and `extent`. The destination object must entirely contain the region
+ defined by `dstPos` and `extent`.
+
+ `cudaMemcpy3D()` returns an error if the pitch of `srcPtr` or `dstPtr`
+ exceeds the maximum allowed. The pitch of a `cudaPitchedPtr` allocated
+ with `cudaMalloc3D()` will always be valid.
+
+ Parameters:
+ - `p`: 3D memory copy parameters
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidPitchValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc3D`, `cudaMalloc3DArray`, `cudaMemset3D`, `cudaMemcpy3DAsync`,
+ `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `make_cudaExtent`, `make_cudaPos`,
+ `cuMemcpy3D`*/
     pub fn cudaMemcpy3D(p: *const cudaMemcpy3DParms) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies memory between devices
+
+ Perform a 3D memory copy according to the parameters specified in
+ `p`.  See the definition of the `cudaMemcpy3DPeerParms` structure
+ for documentation of its parameters.
+
+ Note that this function is synchronous with respect to the host only if
+ the source or destination of the transfer is host memory.  Note also
+ that this copy is serialized with respect to all pending and future
+ asynchronous work in to the current device, the copy's source device,
+ and the copy's destination device (use `cudaMemcpy3DPeerAsync` to avoid
+ this synchronization).
+
+ Parameters:
+ - `p`: Parameters for the memory copy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidPitchValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpyPeer`, `cudaMemcpyAsync`, `cudaMemcpyPeerAsync`,
+ `cudaMemcpy3DPeerAsync`,
+ `cuMemcpy3DPeer`*/
     pub fn cudaMemcpy3DPeer(p: *const cudaMemcpy3DPeerParms) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between 3D objects
+
+ ```c
+ struct cudaExtent {
+ size_t width;
+ size_t height;
+ size_t depth;
+ };
+ struct cudaExtent make_cudaExtent(size_t w, size_t h, size_t d);
+
+ struct cudaPos {
+ size_t x;
+ size_t y;
+ size_t z;
+ };
+ struct cudaPos make_cudaPos(size_t x, size_t y, size_t z);
+
+ struct cudaMemcpy3DParms {
+ cudaArray_t           srcArray;
+ struct cudaPos        srcPos;
+ struct cudaPitchedPtr srcPtr;
+ cudaArray_t           dstArray;
+ struct cudaPos        dstPos;
+ struct cudaPitchedPtr dstPtr;
+ struct cudaExtent     extent;
+ enum cudaMemcpyKind   kind;
+ };
+ ```
+
+ `cudaMemcpy3DAsync()` copies data betwen two 3D objects. The source and
+ destination objects may be in either host memory, device memory, or a CUDA
+ array. The source, destination, extent, and kind of copy performed is
+ specified by the `cudaMemcpy3DParms` struct which should be initialized to
+ zero before use:
+
+ ```c
+ cudaMemcpy3DParms myParms = {0};
+ ```
+
+ The struct passed to `cudaMemcpy3DAsync()` must specify one of `srcArray`
+ or `srcPtr` and one of `dstArray` or `dstPtr`. Passing more than one
+ non-zero source or destination will cause `cudaMemcpy3DAsync()` to return an
+ error.
+
+ The `srcPos` and `dstPos` fields are optional offsets into the source and
+ destination objects and are defined in units of each object's elements. The
+ element for a host or device pointer is assumed to be \<b>unsigned char\</b>.
+ For CUDA arrays, positions must be in the range \[0, 2048) for any
+ dimension.
+
+ The `extent` field defines the dimensions of the transferred area in
+ elements. If a CUDA array is participating in the copy, the extent is
+ defined in terms of that array's elements. If no CUDA array is
+ participating in the copy then the extents are defined in elements of
+ \<b>unsigned char\</b>.
+
+ The `kind` field defines the direction of the copy. It must be one of
+ `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+ For `cudaMemcpyHostToHost` or `cudaMemcpyHostToDevice` or `cudaMemcpyDeviceToHost`
+ passed as kind and cudaArray type passed as source or destination, if the kind
+ implies cudaArray type to be present on the host, `cudaMemcpy3DAsync()` will
+ disregard that implication and silently correct the kind based on the fact that
+ cudaArray type can only be present on the device.
+
+ If the source and destination are both arrays, `cudaMemcpy3DAsync()` will
+ return an error if they do not have the same element size.
+
+ The source and destination object may not overlap. If overlapping source
+ and destination objects are specified, undefined behavior will result.
+
+ The source object must lie entirely within the region defined by `srcPos`
+ and `extent`. The destination object must lie entirely within the region
+ defined by `dstPos` and `extent`.
+
+ `cudaMemcpy3DAsync()` returns an error if the pitch of `srcPtr` or
+ `dstPtr` exceeds the maximum allowed. The pitch of a
+ `cudaPitchedPtr` allocated with `cudaMalloc3D()` will always be valid.
+
+ `cudaMemcpy3DAsync()` is asynchronous with respect to the host, so
+ the call may return before the copy is complete. The copy can optionally
+ be associated to a stream by passing a non-zero `stream` argument. If
+ `kind` is `cudaMemcpyHostToDevice` or `cudaMemcpyDeviceToHost` and `stream`
+ is non-zero, the copy may overlap with operations in other streams.
+
+ The device version of this function only handles device to device copies and
+ cannot be given local or shared pointers.
+
+ Parameters:
+ - `p`: 3D memory copy parameters
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidPitchValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMalloc3D`, `cudaMalloc3DArray`, `cudaMemset3D`, `cudaMemcpy3D`,
+ `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, :`cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `make_cudaExtent`, `make_cudaPos`,
+ `cuMemcpy3DAsync`*/
     pub fn cudaMemcpy3DAsync(
         p: *const cudaMemcpy3DParms,
         stream: cudaStream_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies memory between devices asynchronously.
+
+ Perform a 3D memory copy according to the parameters specified in
+ `p`.  See the definition of the `cudaMemcpy3DPeerParms` structure
+ for documentation of its parameters.
+
+ Parameters:
+ - `p`: Parameters for the memory copy
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidPitchValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpyPeer`, `cudaMemcpyAsync`, `cudaMemcpyPeerAsync`,
+ `cudaMemcpy3DPeerAsync`,
+ `cuMemcpy3DPeerAsync`*/
     pub fn cudaMemcpy3DPeerAsync(
         p: *const cudaMemcpy3DPeerParms,
         stream: cudaStream_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Gets free and total device memory
+
+ Returns in `*total` the total amount of memory available to the the current context.
+ Returns in `*free` the amount of memory on the device that is free according to the OS.
+ CUDA is not guaranteed to be able to allocate all of the memory that the OS reports as free.
+ In a multi-tenet situation, free estimate returned is prone to race condition where
+ a new allocation/free done by a different process or a different thread in the same
+ process between the time when free memory was estimated and reported, will result in
+ deviation in free value reported and actual free memory.
+
+ The integrated GPU on Tegra shares memory with CPU and other component
+ of the SoC. The free and total values returned by the API excludes
+ the SWAP memory space maintained by the OS on some platforms.
+ The OS may move some of the memory pages into swap area as the GPU or
+ CPU allocate or access memory. See Tegra app note on how to calculate
+ total and free memory on Tegra.
+
+ Parameters:
+ - `free`: Returned free memory in bytes
+ - `total`: Returned total memory in bytes
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorLaunchFailure`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cuMemGetInfo`*/
     pub fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Gets info about the specified cudaArray
+
+ Returns in `*desc`, `*extent` and `*flags` respectively, the type, shape
+ and flags of `array`.
+
+ Any of `*desc`, `*extent` and `*flags` may be specified as NULL.
+
+ Parameters:
+ - `desc`: Returned array type
+ - `extent`: Returned array shape. 2D arrays will have depth of zero
+ - `flags`: Returned array flags
+ - `array`: The `cudaArray` to get info for
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cuArrayGetDescriptor`,
+ `cuArray3DGetDescriptor`*/
     pub fn cudaArrayGetInfo(
         desc: *mut cudaChannelFormatDesc,
         extent: *mut cudaExtent,
@@ -6525,6 +13783,33 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Gets a CUDA array plane from a CUDA array
+
+ Returns in `pPlaneArray` a CUDA array that represents a single format plane
+ of the CUDA array `hArray`.
+
+ If `planeIdx` is greater than the maximum number of planes in this array or if the array does
+ not have a multi-planar format e.g: `cudaChannelFormatKindNV12`, then `cudaErrorInvalidValue` is returned.
+
+ Note that if the `hArray` has format `cudaChannelFormatKindNV12`, then passing in 0 for `planeIdx` returns
+ a CUDA array of the same size as `hArray` but with one 8-bit channel and `cudaChannelFormatKindUnsigned` as its format kind.
+ If 1 is passed for `planeIdx`, then the returned CUDA array has half the height and width
+ of `hArray` with two 8-bit channels and `cudaChannelFormatKindUnsigned` as its format kind.
+
+ Parameters:
+ - `pPlaneArray`: Returned CUDA array referenced by the `planeIdx`
+ - `hArray`: CUDA array
+ - `planeIdx`: Plane index
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cuArrayGetPlane`*/
     pub fn cudaArrayGetPlane(
         pPlaneArray: *mut cudaArray_t,
         hArray: cudaArray_t,
@@ -6532,6 +13817,27 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the memory requirements of a CUDA array
+
+ Returns the memory requirements of a CUDA array in `memoryRequirements`
+ If the CUDA array is not allocated with flag `cudaArrayDeferredMapping`
+ `cudaErrorInvalidValue` will be returned.
+
+ The returned value in `cudaArrayMemoryRequirements::size`
+ represents the total size of the CUDA array.
+ The returned value in `cudaArrayMemoryRequirements::alignment`
+ represents the alignment necessary for mapping the CUDA array.
+
+ Returns:
+ `cudaSuccess`
+ `cudaErrorInvalidValue`
+
+ Parameters:
+ - `memoryRequirements` (out): Pointer to `cudaArrayMemoryRequirements`
+ - `array` (in): CUDA array to get the memory requirements of
+ - `device` (in): Device to get the memory requirements for
+
+ See also: `cudaMipmappedArrayGetMemoryRequirements`*/
     pub fn cudaArrayGetMemoryRequirements(
         memoryRequirements: *mut cudaArrayMemoryRequirements,
         array: cudaArray_t,
@@ -6539,6 +13845,28 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the memory requirements of a CUDA mipmapped array
+
+ Returns the memory requirements of a CUDA mipmapped array in `memoryRequirements`
+ If the CUDA mipmapped array is not allocated with flag `cudaArrayDeferredMapping`
+ `cudaErrorInvalidValue` will be returned.
+
+ The returned value in `cudaArrayMemoryRequirements::size`
+ represents the total size of the CUDA mipmapped array.
+ The returned value in `cudaArrayMemoryRequirements::alignment`
+ represents the alignment necessary for mapping the CUDA mipmapped
+ array.
+
+ Returns:
+ `cudaSuccess`
+ `cudaErrorInvalidValue`
+
+ Parameters:
+ - `memoryRequirements` (out): Pointer to `cudaArrayMemoryRequirements`
+ - `mipmap` (in): CUDA mipmapped array to get the memory requirements of
+ - `device` (in): Device to get the memory requirements for
+
+ See also: `cudaArrayGetMemoryRequirements`*/
     pub fn cudaMipmappedArrayGetMemoryRequirements(
         memoryRequirements: *mut cudaArrayMemoryRequirements,
         mipmap: cudaMipmappedArray_t,
@@ -6558,6 +13886,51 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Copies `count` bytes from the memory area pointed to by `src` to the
+ memory area pointed to by `dst`, where `kind` specifies the direction
+ of the copy, and must be one of `cudaMemcpyHostToHost`,
+ `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing. Calling
+ `cudaMemcpy()` with dst and src pointers that do not match the direction of
+ the copy results in an undefined behavior.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `src`: Source memory address
+ - `count`: Size in bytes to copy
+ - `kind`: Type of transfer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Memory regions requested must be either entirely registered with CUDA, or in the case of host pageable transfers, not registered at all. Memory regions spanning over allocations that are both registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.
+
+ See also: `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpyDtoH`,
+ `cuMemcpyHtoD`,
+ `cuMemcpyDtoD`,
+ `cuMemcpy`*/
     pub fn cudaMemcpy(
         dst: *mut ::core::ffi::c_void,
         src: *const ::core::ffi::c_void,
@@ -6566,6 +13939,42 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies memory between two devices
+
+ Copies memory from one device to memory on another device.  `dst` is the
+ base device pointer of the destination memory and `dstDevice` is the
+ destination device.  `src` is the base device pointer of the source memory
+ and `srcDevice` is the source device.  `count` specifies the number of bytes
+ to copy.
+
+ Note that this function is asynchronous with respect to the host, but
+ serialized with respect all pending and future asynchronous work in to the
+ current device, `srcDevice`, and `dstDevice` (use `cudaMemcpyPeerAsync`
+ to avoid this synchronization).
+
+ Parameters:
+ - `dst`: Destination device pointer
+ - `dstDevice`: Destination device
+ - `src`: Source device pointer
+ - `srcDevice`: Source device
+ - `count`: Size of memory copy in bytes
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpyAsync`, `cudaMemcpyPeerAsync`,
+ `cudaMemcpy3DPeerAsync`,
+ `cuMemcpyPeer`*/
     pub fn cudaMemcpyPeer(
         dst: *mut ::core::ffi::c_void,
         dstDevice: ::core::ffi::c_int,
@@ -6575,6 +13984,56 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Copies a matrix (`height` rows of `width` bytes each) from the memory
+ area pointed to by `src` to the memory area pointed to by `dst`, where
+ `kind` specifies the direction of the copy, and must be one of
+ `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing. `dpitch` and
+ `spitch` are the widths in memory in bytes of the 2D arrays pointed to by
+ `dst` and `src`, including any padding added to the end of each row. The
+ memory areas may not overlap. `width` must not exceed either `dpitch` or
+ `spitch`. Calling `cudaMemcpy2D()` with `dst` and `src` pointers that do
+ not match the direction of the copy results in an undefined behavior.
+ `cudaMemcpy2D()` returns an error if `dpitch` or `spitch` exceeds
+ the maximum allowed.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `dpitch`: Pitch of destination memory
+ - `src`: Source memory address
+ - `spitch`: Pitch of source memory
+ - `width`: Width of matrix transfer (columns in bytes)
+ - `height`: Height of matrix transfer (rows)
+ - `kind`: Type of transfer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidPitchValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Memory regions requested must be either entirely registered with CUDA, or in the case of host pageable transfers, not registered at all. Memory regions spanning over allocations that are both registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.
+
+ See also: `cudaMemcpy`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpy2D`,
+ `cuMemcpy2DUnaligned`*/
     pub fn cudaMemcpy2D(
         dst: *mut ::core::ffi::c_void,
         dpitch: usize,
@@ -6586,6 +14045,58 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Copies a matrix (`height` rows of `width` bytes each) from the memory
+ area pointed to by `src` to the CUDA array `dst` starting at
+ `hOffset` rows and `wOffset` bytes from the upper left corner,
+ where `kind` specifies the direction of the copy, and must be one
+ of `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+ `spitch` is the width in memory in bytes of the 2D array pointed to by
+ `src`, including any padding added to the end of each row. `wOffset` +
+ `width` must not exceed the width of the CUDA array `dst`. `width` must
+ not exceed `spitch`. `cudaMemcpy2DToArray()` returns an error if `spitch`
+ exceeds the maximum allowed.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `wOffset`: Destination starting X offset (columns in bytes)
+ - `hOffset`: Destination starting Y offset (rows)
+ - `src`: Source memory address
+ - `spitch`: Pitch of source memory
+ - `width`: Width of matrix transfer (columns in bytes)
+ - `height`: Height of matrix transfer (rows)
+ - `kind`: Type of transfer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidPitchValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Memory regions requested must be either entirely registered with CUDA, or in the case of host pageable transfers, not registered at all. Memory regions spanning over allocations that are both registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpy2D`,
+ `cuMemcpy2DUnaligned`*/
     pub fn cudaMemcpy2DToArray(
         dst: cudaArray_t,
         wOffset: usize,
@@ -6598,6 +14109,58 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Copies a matrix (`height` rows of `width` bytes each) from the CUDA
+ array `src` starting at `hOffset` rows and `wOffset` bytes from the
+ upper left corner to the memory area pointed to by `dst`, where
+ `kind` specifies the direction of the copy, and must be one of
+ `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing. `dpitch` is the
+ width in memory in bytes of the 2D array pointed to by `dst`, including any
+ padding added to the end of each row. `wOffset` + `width` must not exceed
+ the width of the CUDA array `src`. `width` must not exceed `dpitch`.
+ `cudaMemcpy2DFromArray()` returns an error if `dpitch` exceeds the maximum
+ allowed.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `dpitch`: Pitch of destination memory
+ - `src`: Source memory address
+ - `wOffset`: Source starting X offset (columns in bytes)
+ - `hOffset`: Source starting Y offset (rows)
+ - `width`: Width of matrix transfer (columns in bytes)
+ - `height`: Height of matrix transfer (rows)
+ - `kind`: Type of transfer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidPitchValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Memory regions requested must be either entirely registered with CUDA, or in the case of host pageable transfers, not registered at all. Memory regions spanning over allocations that are both registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpy2D`,
+ `cuMemcpy2DUnaligned`*/
     pub fn cudaMemcpy2DFromArray(
         dst: *mut ::core::ffi::c_void,
         dpitch: usize,
@@ -6610,6 +14173,54 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Copies a matrix (`height` rows of `width` bytes each) from the CUDA
+ array `src` starting at `hOffsetSrc` rows and `wOffsetSrc` bytes from the
+ upper left corner to the CUDA array `dst` starting at `hOffsetDst` rows
+ and `wOffsetDst` bytes from the upper left corner, where `kind`
+ specifies the direction of the copy, and must be one of
+ `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+ `wOffsetDst` + `width` must not exceed the width of the CUDA array `dst`.
+ `wOffsetSrc` + `width` must not exceed the width of the CUDA array `src`.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `wOffsetDst`: Destination starting X offset (columns in bytes)
+ - `hOffsetDst`: Destination starting Y offset (rows)
+ - `src`: Source memory address
+ - `wOffsetSrc`: Source starting X offset (columns in bytes)
+ - `hOffsetSrc`: Source starting Y offset (rows)
+ - `width`: Width of matrix transfer (columns in bytes)
+ - `height`: Height of matrix transfer (rows)
+ - `kind`: Type of transfer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpy2D`,
+ `cuMemcpy2DUnaligned`*/
     pub fn cudaMemcpy2DArrayToArray(
         dst: cudaArray_t,
         wOffsetDst: usize,
@@ -6623,6 +14234,51 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data to the given symbol on the device
+
+ Copies `count` bytes from the memory area pointed to by `src`
+ to the memory area pointed to by `offset` bytes from the start of symbol
+ `symbol`. The memory areas may not overlap. `symbol` is a variable that
+ resides in global or constant memory space. `kind` can be either
+ `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`.
+ Passing `cudaMemcpyDefault` is recommended, in which case the type of
+ transfer is inferred from the pointer values. However, `cudaMemcpyDefault`
+ is only allowed on systems that support unified virtual addressing.
+
+ Parameters:
+ - `symbol`: Device symbol address
+ - `src`: Source memory address
+ - `count`: Size in bytes to copy
+ - `offset`: Offset from start of symbol in bytes
+ - `kind`: Type of transfer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidSymbol`,
+ `cudaErrorInvalidMemcpyDirection`,
+ `cudaErrorNoKernelImageForDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Use of a string naming a variable as the `symbol` parameter was deprecated in CUDA 4.1 and removed in CUDA 5.0.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`,  `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpy`,
+ `cuMemcpyHtoD`,
+ `cuMemcpyDtoD`*/
     pub fn cudaMemcpyToSymbol(
         symbol: *const ::core::ffi::c_void,
         src: *const ::core::ffi::c_void,
@@ -6632,6 +14288,51 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data from the given symbol on the device
+
+ Copies `count` bytes from the memory area pointed to by `offset` bytes
+ from the start of symbol `symbol` to the memory area pointed to by `dst`.
+ The memory areas may not overlap. `symbol` is a variable that
+ resides in global or constant memory space. `kind` can be either
+ `cudaMemcpyDeviceToHost`, `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`.
+ Passing `cudaMemcpyDefault` is recommended, in which case the type of
+ transfer is inferred from the pointer values. However, `cudaMemcpyDefault`
+ is only allowed on systems that support unified virtual addressing.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `symbol`: Device symbol address
+ - `count`: Size in bytes to copy
+ - `offset`: Offset from start of symbol in bytes
+ - `kind`: Type of transfer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidSymbol`,
+ `cudaErrorInvalidMemcpyDirection`,
+ `cudaErrorNoKernelImageForDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Use of a string naming a variable as the `symbol` parameter was deprecated in CUDA 4.1 and removed in CUDA 5.0.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpy`,
+ `cuMemcpyDtoH`,
+ `cuMemcpyDtoD`*/
     pub fn cudaMemcpyFromSymbol(
         dst: *mut ::core::ffi::c_void,
         symbol: *const ::core::ffi::c_void,
@@ -6641,6 +14342,65 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Copies `count` bytes from the memory area pointed to by `src` to the
+ memory area pointed to by `dst`, where `kind` specifies the
+ direction of the copy, and must be one of `cudaMemcpyHostToHost`,
+ `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+
+ The memory areas may not overlap. Calling `cudaMemcpyAsync()` with `dst` and
+ `src` pointers that do not match the direction of the copy results in an
+ undefined behavior.
+
+ `cudaMemcpyAsync()` is asynchronous with respect to the host, so the call
+ may return before the copy is complete. The copy can optionally be
+ associated to a stream by passing a non-zero `stream` argument. If `kind`
+ is `cudaMemcpyHostToDevice` or `cudaMemcpyDeviceToHost` and the `stream` is
+ non-zero, the copy may overlap with operations in other streams.
+
+ The device version of this function only handles device to device copies and
+ cannot be given local or shared pointers.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `src`: Source memory address
+ - `count`: Size in bytes to copy
+ - `kind`: Type of transfer
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Memory regions requested must be either entirely registered with CUDA, or in the case of host pageable transfers, not registered at all. Memory regions spanning over allocations that are both registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpyAsync`,
+ `cuMemcpyDtoHAsync`,
+ `cuMemcpyHtoDAsync`,
+ `cuMemcpyDtoDAsync`*/
     pub fn cudaMemcpyAsync(
         dst: *mut ::core::ffi::c_void,
         src: *const ::core::ffi::c_void,
@@ -6650,6 +14410,43 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies memory between two devices asynchronously.
+
+ Copies memory from one device to memory on another device.  `dst` is the
+ base device pointer of the destination memory and `dstDevice` is the
+ destination device.  `src` is the base device pointer of the source memory
+ and `srcDevice` is the source device.  `count` specifies the number of bytes
+ to copy.
+
+ Note that this function is asynchronous with respect to the host and all work
+ on other devices.
+
+ Parameters:
+ - `dst`: Destination device pointer
+ - `dstDevice`: Destination device
+ - `src`: Source device pointer
+ - `srcDevice`: Source device
+ - `count`: Size of memory copy in bytes
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpyPeer`, `cudaMemcpyAsync`,
+ `cudaMemcpy3DPeerAsync`,
+ `cuMemcpyPeerAsync`*/
     pub fn cudaMemcpyPeerAsync(
         dst: *mut ::core::ffi::c_void,
         dstDevice: ::core::ffi::c_int,
@@ -6660,6 +14457,78 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Performs a batch of memory copies asynchronously.
+
+ Performs a batch of memory copies. The batch as a whole executes in stream order but copies within a
+ batch are not guaranteed to execute in any specific order. This API only supports pointer-to-pointer copies.
+ For copies involving CUDA arrays, please see `cudaMemcpy3DBatchAsync`.
+
+ Performs memory copies from source buffers specified in `srcs` to destination buffers specified in `dsts`.
+ The size of each copy is specified in `sizes`. All three arrays must be of the same length as specified
+ by `count`. Since there are no ordering guarantees for copies within a batch, specifying any dependent copies
+ within a batch will result in undefined behavior.
+
+ Every copy in the batch has to be associated with a set of attributes specified in the `attrs` array.
+ Each entry in this array can apply to more than one copy. This can be done by specifying in the `attrsIdxs` array,
+ the index of the first copy that the corresponding entry in the `attrs` array applies to. Both `attrs` and
+ `attrsIdxs` must be of the same length as specified by `numAttrs`. For example, if a batch has 10 copies listed
+ in dst/src/sizes, the first 6 of which have one set of attributes and the remaining 4 another, then `numAttrs`
+ will be 2, `attrsIdxs` will be {0, 6} and `attrs` will contains the two sets of attributes. Note that the first entry
+ in `attrsIdxs` must always be 0. Also, each entry must be greater than the previous entry and the last entry should be
+ less than `count`. Furthermore, `numAttrs` must be lesser than or equal to `count`.
+
+ The `cudaMemcpyAttributes::srcAccessOrder` indicates the source access ordering to be observed for copies associated
+ with the attribute. If the source access order is set to `cudaMemcpySrcAccessOrderStream`, then the source will
+ be accessed in stream order. If the source access order is set to `cudaMemcpySrcAccessOrderDuringApiCall` then
+ it indicates that access to the source pointer can be out of stream order and all accesses must be complete before the
+ API call returns. This flag is suited for ephemeral sources (ex., stack variables) when it's known that no prior
+ operations in the stream can be accessing the memory and also that the lifetime of the memory is limited to the scope
+ that the source variable was declared in. Specifying this flag allows the driver to optimize the copy and removes the
+ need for the user to synchronize the stream after the API call. If the source access order is set to
+ `cudaMemcpySrcAccessOrderAny` then it indicates that access to the source pointer can be out of stream order and the
+ accesses can happen even after the API call returns. This flag is suited for host pointers allocated
+ outside CUDA (ex., via malloc) when it's known that no prior operations in the stream can be accessing the memory.
+ Specifying this flag allows the driver to optimize the copy on certain platforms. Each memcpy operation in the batch
+ must have a valid `cudaMemcpyAttributes` corresponding to it including the appropriate srcAccessOrder setting,
+ otherwise the API will return `cudaErrorInvalidValue`.
+
+ The `cudaMemcpyAttributes::srcLocHint` and `cudaMemcpyAttributes::dstLocHint` allows applications to specify hint locations
+ for operands of a copy when the operand doesn't have a fixed location. That is, these hints are
+ only applicable for managed memory pointers on devices where `cudaDevAttrConcurrentManagedAccess` is true or
+ system-allocated pageable memory on devices where `cudaDevAttrPageableMemoryAccess` is true.
+ For other cases, these hints are ignored.
+
+ The `cudaMemcpyAttributes::flags` field can be used to specify certain flags for copies. Setting the
+ `cudaMemcpyFlagPreferOverlapWithCompute` flag indicates that the associated copies should preferably overlap with
+ any compute work. Note that this flag is a hint and can be ignored depending on the platform and other parameters of the copy.
+
+ If any error is encountered while parsing the batch, the index within the batch where the error was encountered
+ will be returned in `failIdx`.
+
+ Parameters:
+ - `dsts`: Array of destination pointers.
+ - `srcs`: Array of memcpy source pointers.
+ - `sizes`: Array of sizes for memcpy operations.
+ - `count`: Size of `dsts`, `srcs` and `sizes` arrays
+ - `attrs`: Array of memcpy attributes.
+ - `attrsIdxs`: Array of indices to specify which copies each entry in the `attrs` array applies to.
+ The attributes specified in attrs\[k\] will be applied to copies starting from attrsIdxs\[k\]
+ through attrsIdxs\[k+1\] - 1. Also attrs\[numAttrs-1\] will apply to copies starting from
+ attrsIdxs\[numAttrs-1\] through count - 1.
+ - `numAttrs`: Size of `attrs` and `attrsIdxs` arrays.
+ - `failIdx`: Pointer to a location to return the index of the copy where a failure was encountered.
+ The value will be SIZE_MAX if the error doesn't pertain to any specific copy.
+ - `hStream`: The stream to enqueue the operations in. Must not be legacy NULL stream.
+
+ Returns:
+ `cudaSuccess`
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ Memory regions requested must be either entirely registered with CUDA, or in the case of host pageable transfers, not registered at all. Memory regions spanning over allocations that are both registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.*/
     pub fn cudaMemcpyBatchAsync(
         dsts: *mut *mut ::core::ffi::c_void,
         srcs: *mut *mut ::core::ffi::c_void,
@@ -6673,6 +14542,74 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Performs a batch of 3D memory copies asynchronously.
+
+ Performs a batch of memory copies. The batch as a whole executes in stream order but copies within a
+ batch are not guaranteed to execute in any specific order. Note that this means specifying any dependent
+ copies within a batch will result in undefined behavior.
+
+ Performs memory copies as specified in the `opList` array. The length of this array is specified in `numOps`.
+ Each entry in this array describes a copy operation. This includes among other things, the source and destination
+ operands for the copy as specified in `cudaMemcpy3DBatchOp::src` and `cudaMemcpy3DBatchOp::dst` respectively.
+ The source and destination operands of a copy can either be a pointer or a CUDA array. The width, height and depth
+ of a copy is specified in `cudaMemcpy3DBatchOp::extent`. The width, height and depth of a copy are specified in
+ elements and must not be zero. For pointer-to-pointer copies, the element size is considered to be 1. For pointer
+ to CUDA array or vice versa copies, the element size is determined by the CUDA array. For CUDA array to CUDA array copies,
+ the element size of the two CUDA arrays must match.
+
+ For a given operand, if `cudaMemcpy3DOperand::type` is specified as `cudaMemcpyOperandTypePointer`, then
+ `cudaMemcpy3DOperand::op::ptr` will be used. The `cudaMemcpy3DOperand::op::ptr::ptr` field must contain the pointer where
+ the copy should begin. The `cudaMemcpy3DOperand::op::ptr::rowLength` field specifies the length of each row in elements and
+ must either be zero or be greater than or equal to the width of the copy specified in `cudaMemcpy3DBatchOp::extent::width`.
+ The `cudaMemcpy3DOperand::op::ptr::layerHeight` field specifies the height of each layer and must either be
+ zero or be greater than or equal to the height of the copy specified in `cudaMemcpy3DBatchOp::extent::height`.
+ When either of these values is zero, that aspect of the operand is considered to be tightly packed according to the copy extent.
+ For managed memory pointers on devices where `cudaDevAttrConcurrentManagedAccess` is true or system-allocated pageable memory
+ on devices where `cudaDevAttrPageableMemoryAccess` is true, the `cudaMemcpy3DOperand::op::ptr::locHint` field can be used to hint
+ the location of the operand.
+
+ If an operand's type is specified as `cudaMemcpyOperandTypeArray`, then `cudaMemcpy3DOperand::op::array` will be used.
+ The `cudaMemcpy3DOperand::op::array::array` field specifies the CUDA array and `cudaMemcpy3DOperand::op::array::offset` specifies
+ the 3D offset into that array where the copy begins.
+
+ The `cudaMemcpyAttributes::srcAccessOrder` indicates the source access ordering to be observed for copies associated
+ with the attribute. If the source access order is set to `cudaMemcpySrcAccessOrderStream`, then the source will
+ be accessed in stream order. If the source access order is set to `cudaMemcpySrcAccessOrderDuringApiCall` then
+ it indicates that access to the source pointer can be out of stream order and all accesses must be complete before the
+ API call returns. This flag is suited for ephemeral sources (ex., stack variables) when it's known that no prior
+ operations in the stream can be accessing the memory and also that the lifetime of the memory is limited to the scope
+ that the source variable was declared in. Specifying this flag allows the driver to optimize the copy and removes the
+ need for the user to synchronize the stream after the API call. If the source access order is set to
+ `cudaMemcpySrcAccessOrderAny` then it indicates that access to the source pointer can be out of stream order and the
+ accesses can happen even after the API call returns. This flag is suited for host pointers allocated
+ outside CUDA (ex., via malloc) when it's known that no prior operations in the stream can be accessing the memory.
+ Specifying this flag allows the driver to optimize the copy on certain platforms. Each memcopy operation in `opList`
+ must have a valid srcAccessOrder setting, otherwise this API will return `cudaErrorInvalidValue`.
+
+ The `cudaMemcpyAttributes::flags` field can be used to specify certain flags for copies. Setting the
+ `cudaMemcpyFlagPreferOverlapWithCompute` flag indicates that the associated copies should preferably overlap with
+ any compute work. Note that this flag is a hint and can be ignored depending on the platform and other parameters of the copy.
+
+ If any error is encountered while parsing the batch, the index within the batch where the error was encountered
+ will be returned in `failIdx`.
+
+ Parameters:
+ - `numOps`: Total number of memcpy operations.
+ - `opList`: Array of size `numOps` containing the actual memcpy operations.
+ - `failIdx`: Pointer to a location to return the index of the copy where a failure was encountered.
+ The value will be SIZE_MAX if the error doesn't pertain to any specific copy.
+ - `flags`: Flags for future use, must be zero now.
+ - `hStream`: The stream to enqueue the operations in. Must not be default NULL stream.
+
+ Returns:
+ `cudaSuccess`
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ Memory regions requested must be either entirely registered with CUDA, or in the case of host pageable transfers, not registered at all. Memory regions spanning over allocations that are both registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.*/
     pub fn cudaMemcpy3DBatchAsync(
         numOps: usize,
         opList: *mut cudaMemcpy3DBatchOp,
@@ -6682,6 +14619,72 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Copies a matrix (`height` rows of `width` bytes each) from the memory
+ area pointed to by `src` to the memory area pointed to by `dst`, where
+ `kind` specifies the direction of the copy, and must be one of
+ `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+ `dpitch` and `spitch` are the widths in memory in bytes of the 2D arrays
+ pointed to by `dst` and `src`, including any padding added to the end of
+ each row. The memory areas may not overlap. `width` must not exceed either
+ `dpitch` or `spitch`.
+
+ Calling `cudaMemcpy2DAsync()` with `dst` and `src` pointers that do not
+ match the direction of the copy results in an undefined behavior.
+ `cudaMemcpy2DAsync()` returns an error if `dpitch` or `spitch` is greater
+ than the maximum allowed.
+
+ `cudaMemcpy2DAsync()` is asynchronous with respect to the host, so
+ the call may return before the copy is complete. The copy can optionally
+ be associated to a stream by passing a non-zero `stream` argument. If
+ `kind` is `cudaMemcpyHostToDevice` or `cudaMemcpyDeviceToHost` and
+ `stream` is non-zero, the copy may overlap with operations in other
+ streams.
+
+ The device version of this function only handles device to device copies and
+ cannot be given local or shared pointers.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `dpitch`: Pitch of destination memory
+ - `src`: Source memory address
+ - `spitch`: Pitch of source memory
+ - `width`: Width of matrix transfer (columns in bytes)
+ - `height`: Height of matrix transfer (rows)
+ - `kind`: Type of transfer
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidPitchValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Memory regions requested must be either entirely registered with CUDA, or in the case of host pageable transfers, not registered at all. Memory regions spanning over allocations that are both registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpy2DAsync`*/
     pub fn cudaMemcpy2DAsync(
         dst: *mut ::core::ffi::c_void,
         dpitch: usize,
@@ -6694,6 +14697,67 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Copies a matrix (`height` rows of `width` bytes each) from the memory
+ area pointed to by `src` to the CUDA array `dst` starting at `hOffset`
+ rows and `wOffset` bytes from the upper left corner, where `kind` specifies
+ the direction of the copy, and must be one of `cudaMemcpyHostToHost`,
+ `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+ `spitch` is the width in memory in bytes of the 2D array pointed to by
+ `src`, including any padding added to the end of each row. `wOffset` +
+ `width` must not exceed the width of the CUDA array `dst`. `width` must
+ not exceed `spitch`. `cudaMemcpy2DToArrayAsync()` returns an error if
+ `spitch` exceeds the maximum allowed.
+
+ `cudaMemcpy2DToArrayAsync()` is asynchronous with respect to the host, so
+ the call may return before the copy is complete. The copy can optionally
+ be associated to a stream by passing a non-zero `stream` argument. If
+ `kind` is `cudaMemcpyHostToDevice` or `cudaMemcpyDeviceToHost` and
+ `stream` is non-zero, the copy may overlap with operations in other
+ streams.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `wOffset`: Destination starting X offset (columns in bytes)
+ - `hOffset`: Destination starting Y offset (rows)
+ - `src`: Source memory address
+ - `spitch`: Pitch of source memory
+ - `width`: Width of matrix transfer (columns in bytes)
+ - `height`: Height of matrix transfer (rows)
+ - `kind`: Type of transfer
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidPitchValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Memory regions requested must be either entirely registered with CUDA, or in the case of host pageable transfers, not registered at all. Memory regions spanning over allocations that are both registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpy2DAsync`*/
     pub fn cudaMemcpy2DToArrayAsync(
         dst: cudaArray_t,
         wOffset: usize,
@@ -6707,6 +14771,66 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Copies a matrix (`height` rows of `width` bytes each) from the CUDA
+ array `src` starting at `hOffset` rows and `wOffset` bytes from the
+ upper left corner to the memory area pointed to by `dst`,
+ where `kind` specifies the direction of the copy, and must be one of
+ `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+ `dpitch` is the width in memory in bytes of the 2D
+ array pointed to by `dst`, including any padding added to the end of each
+ row. `wOffset` + `width` must not exceed the width of the CUDA array
+ `src`. `width` must not exceed `dpitch`. `cudaMemcpy2DFromArrayAsync()`
+ returns an error if `dpitch` exceeds the maximum allowed.
+
+ `cudaMemcpy2DFromArrayAsync()` is asynchronous with respect to the host, so
+ the call may return before the copy is complete. The copy can optionally be
+ associated to a stream by passing a non-zero `stream` argument. If `kind`
+ is `cudaMemcpyHostToDevice` or `cudaMemcpyDeviceToHost` and `stream` is
+ non-zero, the copy may overlap with operations in other streams.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `dpitch`: Pitch of destination memory
+ - `src`: Source memory address
+ - `wOffset`: Source starting X offset (columns in bytes)
+ - `hOffset`: Source starting Y offset (rows)
+ - `width`: Width of matrix transfer (columns in bytes)
+ - `height`: Height of matrix transfer (rows)
+ - `kind`: Type of transfer
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidPitchValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Memory regions requested must be either entirely registered with CUDA, or in the case of host pageable transfers, not registered at all. Memory regions spanning over allocations that are both registered and not registered with CUDA are not supported and will return CUDA_ERROR_INVALID_VALUE.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpy2DAsync`*/
     pub fn cudaMemcpy2DFromArrayAsync(
         dst: *mut ::core::ffi::c_void,
         dpitch: usize,
@@ -6720,6 +14844,60 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data to the given symbol on the device
+
+ Copies `count` bytes from the memory area pointed to by `src`
+ to the memory area pointed to by `offset` bytes from the start of symbol
+ `symbol`. The memory areas may not overlap. `symbol` is a variable that
+ resides in global or constant memory space. `kind` can be either
+ `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`.
+ Passing `cudaMemcpyDefault` is recommended, in which case the type of transfer
+ is inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+
+ `cudaMemcpyToSymbolAsync()` is asynchronous with respect to the host, so
+ the call may return before the copy is complete. The copy can optionally
+ be associated to a stream by passing a non-zero `stream` argument. If
+ `kind` is `cudaMemcpyHostToDevice` and `stream` is non-zero, the copy
+ may overlap with operations in other streams.
+
+ Parameters:
+ - `symbol`: Device symbol address
+ - `src`: Source memory address
+ - `count`: Size in bytes to copy
+ - `offset`: Offset from start of symbol in bytes
+ - `kind`: Type of transfer
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidSymbol`,
+ `cudaErrorInvalidMemcpyDirection`,
+ `cudaErrorNoKernelImageForDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Use of a string naming a variable as the `symbol` parameter was deprecated in CUDA 4.1 and removed in CUDA 5.0.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpyAsync`,
+ `cuMemcpyHtoDAsync`,
+ `cuMemcpyDtoDAsync`*/
     pub fn cudaMemcpyToSymbolAsync(
         symbol: *const ::core::ffi::c_void,
         src: *const ::core::ffi::c_void,
@@ -6730,6 +14908,60 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data from the given symbol on the device
+
+ Copies `count` bytes from the memory area pointed to by `offset` bytes
+ from the start of symbol `symbol` to the memory area pointed to by `dst`.
+ The memory areas may not overlap. `symbol` is a variable that resides in
+ global or constant memory space. `kind` can be either
+ `cudaMemcpyDeviceToHost`, `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`.
+ Passing `cudaMemcpyDefault` is recommended, in which case the type of transfer
+ is inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+
+ `cudaMemcpyFromSymbolAsync()` is asynchronous with respect to the host, so
+ the call may return before the copy is complete. The copy can optionally be
+ associated to a stream by passing a non-zero `stream` argument. If `kind`
+ is `cudaMemcpyDeviceToHost` and `stream` is non-zero, the copy may overlap
+ with operations in other streams.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `symbol`: Device symbol address
+ - `count`: Size in bytes to copy
+ - `offset`: Offset from start of symbol in bytes
+ - `kind`: Type of transfer
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidSymbol`,
+ `cudaErrorInvalidMemcpyDirection`,
+ `cudaErrorNoKernelImageForDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Use of a string naming a variable as the `symbol` parameter was deprecated in CUDA 4.1 and removed in CUDA 5.0.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`,
+ `cuMemcpyAsync`,
+ `cuMemcpyDtoHAsync`,
+ `cuMemcpyDtoDAsync`*/
     pub fn cudaMemcpyFromSymbolAsync(
         dst: *mut ::core::ffi::c_void,
         symbol: *const ::core::ffi::c_void,
@@ -6740,6 +14972,35 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Initializes or sets device memory to a value
+
+ Fills the first `count` bytes of the memory area pointed to by `devPtr`
+ with the constant byte value `value`.
+
+ Note that this function is asynchronous with respect to the host unless
+ `devPtr` refers to pinned host memory.
+
+ Parameters:
+ - `devPtr`: Pointer to device memory
+ - `value`: Value to set for each byte of specified memory
+ - `count`: Size in bytes to set
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also memset synchronization details (<https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html#api-sync-behavior__memset>).
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cuMemsetD8`,
+ `cuMemsetD16`,
+ `cuMemsetD32`*/
     pub fn cudaMemset(
         devPtr: *mut ::core::ffi::c_void,
         value: ::core::ffi::c_int,
@@ -6747,6 +15008,41 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Initializes or sets device memory to a value
+
+ Sets to the specified value `value` a matrix (`height` rows of `width`
+ bytes each) pointed to by `dstPtr`. `pitch` is the width in bytes of the
+ 2D array pointed to by `dstPtr`, including any padding added to the end
+ of each row. This function performs fastest when the pitch is one that has
+ been passed back by `cudaMallocPitch()`.
+
+ Note that this function is asynchronous with respect to the host unless
+ `devPtr` refers to pinned host memory.
+
+ Parameters:
+ - `devPtr`: Pointer to 2D device memory
+ - `pitch`: Pitch in bytes of 2D device memory(Unused if `height` is 1)
+ - `value`: Value to set for each byte of specified memory
+ - `width`: Width of matrix set (columns in bytes)
+ - `height`: Height of matrix set (rows)
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also memset synchronization details (<https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html#api-sync-behavior__memset>).
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemset`, `cudaMemset3D`, `cudaMemsetAsync`,
+ `cudaMemset2DAsync`, `cudaMemset3DAsync`,
+ `cuMemsetD2D8`,
+ `cuMemsetD2D16`,
+ `cuMemsetD2D32`*/
     pub fn cudaMemset2D(
         devPtr: *mut ::core::ffi::c_void,
         pitch: usize,
@@ -6756,6 +15052,53 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Initializes or sets device memory to a value
+
+ Initializes each element of a 3D array to the specified value `value`.
+ The object to initialize is defined by `pitchedDevPtr`. The `pitch` field
+ of `pitchedDevPtr` is the width in memory in bytes of the 3D array pointed
+ to by `pitchedDevPtr`, including any padding added to the end of each row.
+ The `xsize` field specifies the logical width of each row in bytes, while
+ the `ysize` field specifies the height of each 2D slice in rows.
+ The `pitch` field of `pitchedDevPtr` is ignored when `height` and `depth`
+ are both equal to 1.
+
+ The extents of the initialized region are specified as a `width` in bytes,
+ a `height` in rows, and a `depth` in slices.
+
+ Extents with `width` greater than or equal to the `xsize` of
+ `pitchedDevPtr` may perform significantly faster than extents narrower
+ than the `xsize`. Secondarily, extents with `height` equal to the
+ `ysize` of `pitchedDevPtr` will perform faster than when the `height` is
+ shorter than the `ysize`.
+
+ This function performs fastest when the `pitchedDevPtr` has been allocated
+ by `cudaMalloc3D()`.
+
+ Note that this function is asynchronous with respect to the host unless
+ `pitchedDevPtr` refers to pinned host memory.
+
+ Parameters:
+ - `pitchedDevPtr`: Pointer to pitched device memory
+ - `value`: Value to set for each byte of specified memory
+ - `extent`: Size parameters for where to set device memory (`width` field in bytes)
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also memset synchronization details (<https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html#api-sync-behavior__memset>).
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemset`, `cudaMemset2D`,
+ `cudaMemsetAsync`, `cudaMemset2DAsync`, `cudaMemset3DAsync`,
+ `cudaMalloc3D`, `make_cudaPitchedPtr`,
+ `make_cudaExtent`*/
     pub fn cudaMemset3D(
         pitchedDevPtr: cudaPitchedPtr,
         value: ::core::ffi::c_int,
@@ -6763,6 +15106,44 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Initializes or sets device memory to a value
+
+ Fills the first `count` bytes of the memory area pointed to by `devPtr`
+ with the constant byte value `value`.
+
+ `cudaMemsetAsync()` is asynchronous with respect to the host, so
+ the call may return before the memset is complete. The operation can optionally
+ be associated to a stream by passing a non-zero `stream` argument.
+ If `stream` is non-zero, the operation may overlap with operations in other streams.
+
+ The device version of this function only handles device to device copies and
+ cannot be given local or shared pointers.
+
+ Parameters:
+ - `devPtr`: Pointer to device memory
+ - `value`: Value to set for each byte of specified memory
+ - `count`: Size in bytes to set
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also memset synchronization details (<https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html#api-sync-behavior__memset>).
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemset`, `cudaMemset2D`, `cudaMemset3D`,
+ `cudaMemset2DAsync`, `cudaMemset3DAsync`,
+ `cuMemsetD8Async`,
+ `cuMemsetD16Async`,
+ `cuMemsetD32Async`*/
     pub fn cudaMemsetAsync(
         devPtr: *mut ::core::ffi::c_void,
         value: ::core::ffi::c_int,
@@ -6771,6 +15152,49 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Initializes or sets device memory to a value
+
+ Sets to the specified value `value` a matrix (`height` rows of `width`
+ bytes each) pointed to by `dstPtr`. `pitch` is the width in bytes of the
+ 2D array pointed to by `dstPtr`, including any padding added to the end
+ of each row. This function performs fastest when the pitch is one that has
+ been passed back by `cudaMallocPitch()`.
+
+ `cudaMemset2DAsync()` is asynchronous with respect to the host, so
+ the call may return before the memset is complete. The operation can optionally
+ be associated to a stream by passing a non-zero `stream` argument.
+ If `stream` is non-zero, the operation may overlap with operations in other streams.
+
+ The device version of this function only handles device to device copies and
+ cannot be given local or shared pointers.
+
+ Parameters:
+ - `devPtr`: Pointer to 2D device memory
+ - `pitch`: Pitch in bytes of 2D device memory(Unused if `height` is 1)
+ - `value`: Value to set for each byte of specified memory
+ - `width`: Width of matrix set (columns in bytes)
+ - `height`: Height of matrix set (rows)
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also memset synchronization details (<https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html#api-sync-behavior__memset>).
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemset`, `cudaMemset2D`, `cudaMemset3D`,
+ `cudaMemsetAsync`, `cudaMemset3DAsync`,
+ `cuMemsetD2D8Async`,
+ `cuMemsetD2D16Async`,
+ `cuMemsetD2D32Async`*/
     pub fn cudaMemset2DAsync(
         devPtr: *mut ::core::ffi::c_void,
         pitch: usize,
@@ -6781,6 +15205,61 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Initializes or sets device memory to a value
+
+ Initializes each element of a 3D array to the specified value `value`.
+ The object to initialize is defined by `pitchedDevPtr`. The `pitch` field
+ of `pitchedDevPtr` is the width in memory in bytes of the 3D array pointed
+ to by `pitchedDevPtr`, including any padding added to the end of each row.
+ The `xsize` field specifies the logical width of each row in bytes, while
+ the `ysize` field specifies the height of each 2D slice in rows.
+ The `pitch` field of `pitchedDevPtr` is ignored when `height` and `depth`
+ are both equal to 1.
+
+ The extents of the initialized region are specified as a `width` in bytes,
+ a `height` in rows, and a `depth` in slices.
+
+ Extents with `width` greater than or equal to the `xsize` of
+ `pitchedDevPtr` may perform significantly faster than extents narrower
+ than the `xsize`. Secondarily, extents with `height` equal to the
+ `ysize` of `pitchedDevPtr` will perform faster than when the `height` is
+ shorter than the `ysize`.
+
+ This function performs fastest when the `pitchedDevPtr` has been allocated
+ by `cudaMalloc3D()`.
+
+ `cudaMemset3DAsync()` is asynchronous with respect to the host, so
+ the call may return before the memset is complete. The operation can optionally
+ be associated to a stream by passing a non-zero `stream` argument.
+ If `stream` is non-zero, the operation may overlap with operations in other streams.
+
+ The device version of this function only handles device to device copies and
+ cannot be given local or shared pointers.
+
+ Parameters:
+ - `pitchedDevPtr`: Pointer to pitched device memory
+ - `value`: Value to set for each byte of specified memory
+ - `extent`: Size parameters for where to set device memory (`width` field in bytes)
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also memset synchronization details (<https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html#api-sync-behavior__memset>).
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemset`, `cudaMemset2D`, `cudaMemset3D`,
+ `cudaMemsetAsync`, `cudaMemset2DAsync`,
+ `cudaMalloc3D`, `make_cudaPitchedPtr`,
+ `make_cudaExtent`*/
     pub fn cudaMemset3DAsync(
         pitchedDevPtr: cudaPitchedPtr,
         value: ::core::ffi::c_int,
@@ -6789,18 +15268,149 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Finds the address associated with a CUDA symbol
+
+ Returns in `*devPtr` the address of symbol `symbol` on the device.
+ `symbol` is a variable that resides in global or constant memory space.
+ If `symbol` cannot be found, or if `symbol` is not declared in the
+ global or constant memory space, `*devPtr` is unchanged and the error
+ `cudaErrorInvalidSymbol` is returned.
+
+ Parameters:
+ - `devPtr`: Return device pointer associated with symbol
+ - `symbol`: Device symbol address
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidSymbol`,
+ `cudaErrorNoKernelImageForDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Use of a string naming a variable as the `symbol` parameter was deprecated in CUDA 4.1 and removed in CUDA 5.0.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGetSymbolAddress` (C++ API),
+ `cudaGetSymbolSize` (C API),
+ `cuModuleGetGlobal`*/
     pub fn cudaGetSymbolAddress(
         devPtr: *mut *mut ::core::ffi::c_void,
         symbol: *const ::core::ffi::c_void,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Finds the size of the object associated with a CUDA symbol
+
+ Returns in `*size` the size of symbol `symbol`. `symbol` is a variable that
+ resides in global or constant memory space. If `symbol` cannot be found, or
+ if `symbol` is not declared in global or constant memory space, `*size` is
+ unchanged and the error `cudaErrorInvalidSymbol` is returned.
+
+ Parameters:
+ - `size`: Size of object associated with symbol
+ - `symbol`: Device symbol address
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidSymbol`,
+ `cudaErrorNoKernelImageForDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Use of a string naming a variable as the `symbol` parameter was deprecated in CUDA 4.1 and removed in CUDA 5.0.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGetSymbolAddress` (C API),
+ `cudaGetSymbolSize` (C++ API),
+ `cuModuleGetGlobal`*/
     pub fn cudaGetSymbolSize(
         size: *mut usize,
         symbol: *const ::core::ffi::c_void,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Prefetches memory to the specified destination device
+
+ Prefetches memory to the specified destination device.  `devPtr` is the
+ base device pointer of the memory to be prefetched and `dstDevice` is the
+ destination device. `count` specifies the number of bytes to copy. `stream`
+ is the stream in which the operation is enqueued. The memory range must refer
+ to managed memory allocated via `cudaMallocManaged` or declared via \_\_managed\_\_ variables,
+ or it may also refer to system-allocated memory on systems with non-zero
+ cudaDevAttrPageableMemoryAccess.
+
+ Passing in cudaCpuDeviceId for `dstDevice` will prefetch the data to host memory. If
+ `dstDevice` is a GPU, then the device attribute `cudaDevAttrConcurrentManagedAccess`
+ must be non-zero. Additionally, `stream` must be associated with a device that has a
+ non-zero value for the device attribute `cudaDevAttrConcurrentManagedAccess`.
+
+ The start address and end address of the memory range will be rounded down and rounded up
+ respectively to be aligned to CPU page size before the prefetch operation is enqueued
+ in the stream.
+
+ If no physical memory has been allocated for this region, then this memory region
+ will be populated and mapped on the destination device. If there's insufficient
+ memory to prefetch the desired region, the Unified Memory driver may evict pages from other
+ `cudaMallocManaged` allocations to host memory in order to make room. Device memory
+ allocated using `cudaMalloc` or `cudaMallocArray` will not be evicted.
+
+ By default, any mappings to the previous location of the migrated pages are removed and
+ mappings for the new location are only setup on `dstDevice`. The exact behavior however
+ also depends on the settings applied to this memory range via `cudaMemAdvise` as described
+ below:
+
+ If `cudaMemAdviseSetReadMostly` was set on any subset of this memory range,
+ then that subset will create a read-only copy of the pages on `dstDevice`.
+
+ If `cudaMemAdviseSetPreferredLocation` was called on any subset of this memory
+ range, then the pages will be migrated to `dstDevice` even if `dstDevice` is not the
+ preferred location of any pages in the memory range.
+
+ If `cudaMemAdviseSetAccessedBy` was called on any subset of this memory range,
+ then mappings to those pages from all the appropriate processors are updated to
+ refer to the new location if establishing such a mapping is possible. Otherwise,
+ those mappings are cleared.
+
+ Note that this API is not required for functionality and only serves to improve performance
+ by allowing the application to migrate data to a suitable location before it is accessed.
+ Memory accesses to this range are always coherent and are allowed even when the data is
+ actively being migrated.
+
+ Note that this function is asynchronous with respect to the host and all work
+ on other devices.
+
+ Parameters:
+ - `devPtr`: Pointer to be prefetched
+ - `count`: Size in bytes
+ - `dstDevice`: Destination device to prefetch to
+ - `stream`: Stream to enqueue prefetch operation
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpyPeer`, `cudaMemcpyAsync`,
+ `cudaMemcpy3DPeerAsync`, `cudaMemAdvise`, `cudaMemAdvise_v2`
+ `cuMemPrefetchAsync`*/
     pub fn cudaMemPrefetchAsync(
         devPtr: *const ::core::ffi::c_void,
         count: usize,
@@ -6809,6 +15419,89 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Prefetches memory to the specified destination location
+
+ Prefetches memory to the specified destination location.  `devPtr` is the
+ base device pointer of the memory to be prefetched and `location` specifies the
+ destination location. `count` specifies the number of bytes to copy. `stream`
+ is the stream in which the operation is enqueued. The memory range must refer
+ to managed memory allocated via `cudaMallocManaged` or declared via \_\_managed\_\_ variables,
+ or it may also refer to system-allocated memory on systems with non-zero
+ cudaDevAttrPageableMemoryAccess.
+
+ Specifying `cudaMemLocationTypeDevice` for `cudaMemLocation::type` will prefetch memory to GPU
+ specified by device ordinal `cudaMemLocation::id` which must have non-zero value for the device attribute
+ `concurrentManagedAccess`. Additionally, `stream` must be associated with a device
+ that has a non-zero value for the device attribute `concurrentManagedAccess`.
+ Specifying `cudaMemLocationTypeHost` as `cudaMemLocation::type` will prefetch data to host memory.
+ Applications can request prefetching memory to a specific host NUMA node by specifying
+ `cudaMemLocationTypeHostNuma` for `cudaMemLocation::type` and a valid host NUMA node id in `cudaMemLocation::id`
+ Users can also request prefetching memory to the host NUMA node closest to the current thread's CPU by specifying
+ `cudaMemLocationTypeHostNumaCurrent` for `cudaMemLocation::type`. Note when `cudaMemLocation::type` is etiher
+ `cudaMemLocationTypeHost` OR `cudaMemLocationTypeHostNumaCurrent`, `cudaMemLocation::id` will be ignored.
+
+ The start address and end address of the memory range will be rounded down and rounded up
+ respectively to be aligned to CPU page size before the prefetch operation is enqueued
+ in the stream.
+
+ If no physical memory has been allocated for this region, then this memory region
+ will be populated and mapped on the destination device. If there's insufficient
+ memory to prefetch the desired region, the Unified Memory driver may evict pages from other
+ `cudaMallocManaged` allocations to host memory in order to make room. Device memory
+ allocated using `cudaMalloc` or `cudaMallocArray` will not be evicted.
+
+ By default, any mappings to the previous location of the migrated pages are removed and
+ mappings for the new location are only setup on the destination location. The exact behavior however
+ also depends on the settings applied to this memory range via `cuMemAdvise` as described
+ below:
+
+ If `cudaMemAdviseSetReadMostly` was set on any subset of this memory range,
+ then that subset will create a read-only copy of the pages on destination location.
+ If however the destination location is a host NUMA node, then any pages of that subset
+ that are already in another host NUMA node will be transferred to the destination.
+
+ If `cudaMemAdviseSetPreferredLocation` was called on any subset of this memory
+ range, then the pages will be migrated to `location` even if `location` is not the
+ preferred location of any pages in the memory range.
+
+ If `cudaMemAdviseSetAccessedBy` was called on any subset of this memory range,
+ then mappings to those pages from all the appropriate processors are updated to
+ refer to the new location if establishing such a mapping is possible. Otherwise,
+ those mappings are cleared.
+
+ Note that this API is not required for functionality and only serves to improve performance
+ by allowing the application to migrate data to a suitable location before it is accessed.
+ Memory accesses to this range are always coherent and are allowed even when the data is
+ actively being migrated.
+
+ Note that this function is asynchronous with respect to the host and all work
+ on other devices.
+
+ Parameters:
+ - `devPtr`: Pointer to be prefetched
+ - `count`: Size in bytes
+ - `location`: location to prefetch to
+ - `flags`: flags for future use, must be zero now.
+ - `stream`: Stream to enqueue prefetch operation
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpyPeer`, `cudaMemcpyAsync`,
+ `cudaMemcpy3DPeerAsync`, `cudaMemAdvise`, `cudaMemAdvise_v2`
+ `cuMemPrefetchAsync`*/
     pub fn cudaMemPrefetchAsync_v2(
         devPtr: *const ::core::ffi::c_void,
         count: usize,
@@ -6818,6 +15511,122 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Advise about the usage of a given memory range
+
+ Advise the Unified Memory subsystem about the usage pattern for the memory range
+ starting at `devPtr` with a size of `count` bytes. The start address and end address of the memory
+ range will be rounded down and rounded up respectively to be aligned to CPU page size before the
+ advice is applied. The memory range must refer to managed memory allocated via `cudaMallocManaged`
+ or declared via \_\_managed\_\_ variables. The memory range could also refer to system-allocated pageable
+ memory provided it represents a valid, host-accessible region of memory and all additional constraints
+ imposed by `advice` as outlined below are also satisfied. Specifying an invalid system-allocated pageable
+ memory range results in an error being returned.
+
+ The `advice` parameter can take the following values:
+ - `cudaMemAdviseSetReadMostly`: This implies that the data is mostly going to be read
+ from and only occasionally written to. Any read accesses from any processor to this region will create a
+ read-only copy of at least the accessed pages in that processor's memory. Additionally, if `cudaMemPrefetchAsync`
+ is called on this region, it will create a read-only copy of the data on the destination processor.
+ If any processor writes to this region, all copies of the corresponding page will be invalidated
+ except for the one where the write occurred. The `device` argument is ignored for this advice.
+ Note that for a page to be read-duplicated, the accessing processor must either be the CPU or a GPU
+ that has a non-zero value for the device attribute `cudaDevAttrConcurrentManagedAccess`.
+ Also, if a context is created on a device that does not have the device attribute
+ `cudaDevAttrConcurrentManagedAccess` set, then read-duplication will not occur until
+ all such contexts are destroyed.
+ If the memory region refers to valid system-allocated pageable memory, then the accessing device must
+ have a non-zero value for the device attribute `cudaDevAttrPageableMemoryAccess` for a read-only
+ copy to be created on that device. Note however that if the accessing device also has a non-zero value for the
+ device attribute `cudaDevAttrPageableMemoryAccessUsesHostPageTables`, then setting this advice
+ will not create a read-only copy when that device accesses this memory region.
+
+ - `cudaMemAdviceUnsetReadMostly`: Undoes the effect of `cudaMemAdviceReadMostly` and also prevents the
+ Unified Memory driver from attempting heuristic read-duplication on the memory range. Any read-duplicated
+ copies of the data will be collapsed into a single copy. The location for the collapsed
+ copy will be the preferred location if the page has a preferred location and one of the read-duplicated
+ copies was resident at that location. Otherwise, the location chosen is arbitrary.
+
+ - `cudaMemAdviseSetPreferredLocation`: This advice sets the preferred location for the
+ data to be the memory belonging to `device`. Passing in cudaCpuDeviceId for `device` sets the
+ preferred location as host memory. If `device` is a GPU, then it must have a non-zero value for the
+ device attribute `cudaDevAttrConcurrentManagedAccess`. Setting the preferred location
+ does not cause data to migrate to that location immediately. Instead, it guides the migration policy
+ when a fault occurs on that memory region. If the data is already in its preferred location and the
+ faulting processor can establish a mapping without requiring the data to be migrated, then
+ data migration will be avoided. On the other hand, if the data is not in its preferred location
+ or if a direct mapping cannot be established, then it will be migrated to the processor accessing
+ it. It is important to note that setting the preferred location does not prevent data prefetching
+ done using `cudaMemPrefetchAsync`.
+ Having a preferred location can override the page thrash detection and resolution logic in the Unified
+ Memory driver. Normally, if a page is detected to be constantly thrashing between for example host and device
+ memory, the page may eventually be pinned to host memory by the Unified Memory driver. But
+ if the preferred location is set as device memory, then the page will continue to thrash indefinitely.
+ If `cudaMemAdviseSetReadMostly` is also set on this memory region or any subset of it, then the
+ policies associated with that advice will override the policies of this advice, unless read accesses from
+ `device` will not result in a read-only copy being created on that device as outlined in description for
+ the advice `cudaMemAdviseSetReadMostly`.
+ If the memory region refers to valid system-allocated pageable memory, then `device` must have a non-zero
+ value for the device attribute `cudaDevAttrPageableMemoryAccess`.
+
+ - `cudaMemAdviseUnsetPreferredLocation`: Undoes the effect of `cudaMemAdviseSetPreferredLocation`
+ and changes the preferred location to none.
+
+ - `cudaMemAdviseSetAccessedBy`: This advice implies that the data will be accessed by `device`.
+ Passing in `cudaCpuDeviceId` for `device` will set the advice for the CPU. If `device` is a GPU, then
+ the device attribute `cudaDevAttrConcurrentManagedAccess` must be non-zero.
+ This advice does not cause data migration and has no impact on the location of the data per se. Instead,
+ it causes the data to always be mapped in the specified processor's page tables, as long as the
+ location of the data permits a mapping to be established. If the data gets migrated for any reason,
+ the mappings are updated accordingly.
+ This advice is recommended in scenarios where data locality is not important, but avoiding faults is.
+ Consider for example a system containing multiple GPUs with peer-to-peer access enabled, where the
+ data located on one GPU is occasionally accessed by peer GPUs. In such scenarios, migrating data
+ over to the other GPUs is not as important because the accesses are infrequent and the overhead of
+ migration may be too high. But preventing faults can still help improve performance, and so having
+ a mapping set up in advance is useful. Note that on CPU access of this data, the data may be migrated
+ to host memory because the CPU typically cannot access device memory directly. Any GPU that had the
+ `cudaMemAdviceSetAccessedBy` flag set for this data will now have its mapping updated to point to the
+ page in host memory.
+ If `cudaMemAdviseSetReadMostly` is also set on this memory region or any subset of it, then the
+ policies associated with that advice will override the policies of this advice. Additionally, if the
+ preferred location of this memory region or any subset of it is also `device`, then the policies
+ associated with `cudaMemAdviseSetPreferredLocation` will override the policies of this advice.
+ If the memory region refers to valid system-allocated pageable memory, then `device` must have a non-zero
+ value for the device attribute `cudaDevAttrPageableMemoryAccess`. Additionally, if `device` has
+ a non-zero value for the device attribute `cudaDevAttrPageableMemoryAccessUsesHostPageTables`,
+ then this call has no effect.
+
+ - `cudaMemAdviseUnsetAccessedBy`: Undoes the effect of `cudaMemAdviseSetAccessedBy`. Any mappings to
+ the data from `device` may be removed at any time causing accesses to result in non-fatal page faults.
+ If the memory region refers to valid system-allocated pageable memory, then `device` must have a non-zero
+ value for the device attribute `cudaDevAttrPageableMemoryAccess`. Additionally, if `device` has
+ a non-zero value for the device attribute `cudaDevAttrPageableMemoryAccessUsesHostPageTables`,
+ then this call has no effect.
+
+ Parameters:
+ - `devPtr`: Pointer to memory to set the advice for
+ - `count`: Size in bytes of the memory range
+ - `advice`: Advice to be applied for the specified memory range
+ - `device`: Device to apply the advice for
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpyPeer`, `cudaMemcpyAsync`,
+ `cudaMemcpy3DPeerAsync`, `cudaMemPrefetchAsync`,
+ `cuMemAdvise`*/
     pub fn cudaMemAdvise(
         devPtr: *const ::core::ffi::c_void,
         count: usize,
@@ -6826,6 +15635,131 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Advise about the usage of a given memory range
+
+ Advise the Unified Memory subsystem about the usage pattern for the memory range
+ starting at `devPtr` with a size of `count` bytes. The start address and end address of the memory
+ range will be rounded down and rounded up respectively to be aligned to CPU page size before the
+ advice is applied. The memory range must refer to managed memory allocated via `cudaMallocManaged`
+ or declared via \_\_managed\_\_ variables. The memory range could also refer to system-allocated pageable
+ memory provided it represents a valid, host-accessible region of memory and all additional constraints
+ imposed by `advice` as outlined below are also satisfied. Specifying an invalid system-allocated pageable
+ memory range results in an error being returned.
+
+ The `advice` parameter can take the following values:
+ - `cudaMemAdviseSetReadMostly`: This implies that the data is mostly going to be read
+ from and only occasionally written to. Any read accesses from any processor to this region will create a
+ read-only copy of at least the accessed pages in that processor's memory. Additionally, if `cudaMemPrefetchAsync`
+ or `cudaMemPrefetchAsync_v2` is called on this region, it will create a read-only copy of the data on the destination processor.
+ If the target location for `cudaMemPrefetchAsync_v2` is a host NUMA node and a read-only copy already exists on
+ another host NUMA node, that copy will be migrated to the targeted host NUMA node.
+ If any processor writes to this region, all copies of the corresponding page will be invalidated
+ except for the one where the write occurred. If the writing processor is the CPU and the preferred location of
+ the page is a host NUMA node, then the page will also be migrated to that host NUMA node. The `location` argument is ignored for this advice.
+ Note that for a page to be read-duplicated, the accessing processor must either be the CPU or a GPU
+ that has a non-zero value for the device attribute `cudaDevAttrConcurrentManagedAccess`.
+ Also, if a context is created on a device that does not have the device attribute
+ `cudaDevAttrConcurrentManagedAccess` set, then read-duplication will not occur until
+ all such contexts are destroyed.
+ If the memory region refers to valid system-allocated pageable memory, then the accessing device must
+ have a non-zero value for the device attribute `cudaDevAttrPageableMemoryAccess` for a read-only
+ copy to be created on that device. Note however that if the accessing device also has a non-zero value for the
+ device attribute `cudaDevAttrPageableMemoryAccessUsesHostPageTables`, then setting this advice
+ will not create a read-only copy when that device accesses this memory region.
+
+ - `cudaMemAdviceUnsetReadMostly`:  Undoes the effect of `cudaMemAdviseSetReadMostly` and also prevents the
+ Unified Memory driver from attempting heuristic read-duplication on the memory range. Any read-duplicated
+ copies of the data will be collapsed into a single copy. The location for the collapsed
+ copy will be the preferred location if the page has a preferred location and one of the read-duplicated
+ copies was resident at that location. Otherwise, the location chosen is arbitrary.
+ Note: The `location` argument is ignored for this advice.
+
+ - `cudaMemAdviseSetPreferredLocation`: This advice sets the preferred location for the
+ data to be the memory belonging to `location`. When `cudaMemLocation::type` is `cudaMemLocationTypeHost`,
+ `cudaMemLocation::id` is ignored and the preferred location is set to be host memory. To set the preferred location
+ to a specific host NUMA node, applications must set `cudaMemLocation::type` to `cudaMemLocationTypeHostNuma` and
+ `cudaMemLocation::id` must specify the NUMA ID of the host NUMA node. If `cudaMemLocation::type` is set to `cudaMemLocationTypeHostNumaCurrent`,
+ `cudaMemLocation::id` will be ignored and the host NUMA node closest to the calling thread's CPU will be used as the preferred location.
+ If `cudaMemLocation::type` is a `cudaMemLocationTypeDevice`, then `cudaMemLocation::id` must be a valid device ordinal
+ and the device must have a non-zero value for the device attribute `cudaDevAttrConcurrentManagedAccess`.
+ Setting the preferred location does not cause data to migrate to that location immediately. Instead, it guides the migration policy
+ when a fault occurs on that memory region. If the data is already in its preferred location and the
+ faulting processor can establish a mapping without requiring the data to be migrated, then
+ data migration will be avoided. On the other hand, if the data is not in its preferred location
+ or if a direct mapping cannot be established, then it will be migrated to the processor accessing
+ it. It is important to note that setting the preferred location does not prevent data prefetching
+ done using `cudaMemPrefetchAsync`.
+ Having a preferred location can override the page thrash detection and resolution logic in the Unified
+ Memory driver. Normally, if a page is detected to be constantly thrashing between for example host and device
+ memory, the page may eventually be pinned to host memory by the Unified Memory driver. But
+ if the preferred location is set as device memory, then the page will continue to thrash indefinitely.
+ If `cudaMemAdviseSetReadMostly` is also set on this memory region or any subset of it, then the
+ policies associated with that advice will override the policies of this advice, unless read accesses from
+ `location` will not result in a read-only copy being created on that procesor as outlined in description for
+ the advice `cudaMemAdviseSetReadMostly`.
+ If the memory region refers to valid system-allocated pageable memory, and `cudaMemLocation::type` is `cudaMemLocationTypeDevice`
+ then `cudaMemLocation::id` must be a valid device that has a non-zero alue for the device attribute `cudaDevAttrPageableMemoryAccess`.
+
+ - `cudaMemAdviseUnsetPreferredLocation`: Undoes the effect of `cudaMemAdviseSetPreferredLocation`
+ and changes the preferred location to none. The `location` argument is ignored for this advice.
+
+ - `cudaMemAdviseSetAccessedBy`: This advice implies that the data will be accessed by processor `location`.
+ The `cudaMemLocation::type` must be either `cudaMemLocationTypeDevice` with `cudaMemLocation::id` representing a valid device
+ ordinal or `cudaMemLocationTypeHost` and `cudaMemLocation::id` will be ignored. All other location types are invalid.
+ If `cudaMemLocation::id` is a GPU, then the device attribute `cudaDevAttrConcurrentManagedAccess` must be non-zero.
+ This advice does not cause data migration and has no impact on the location of the data per se. Instead,
+ it causes the data to always be mapped in the specified processor's page tables, as long as the
+ location of the data permits a mapping to be established. If the data gets migrated for any reason,
+ the mappings are updated accordingly.
+ This advice is recommended in scenarios where data locality is not important, but avoiding faults is.
+ Consider for example a system containing multiple GPUs with peer-to-peer access enabled, where the
+ data located on one GPU is occasionally accessed by peer GPUs. In such scenarios, migrating data
+ over to the other GPUs is not as important because the accesses are infrequent and the overhead of
+ migration may be too high. But preventing faults can still help improve performance, and so having
+ a mapping set up in advance is useful. Note that on CPU access of this data, the data may be migrated
+ to host memory because the CPU typically cannot access device memory directly. Any GPU that had the
+ `cudaMemAdviseSetAccessedBy` flag set for this data will now have its mapping updated to point to the
+ page in host memory.
+ If `cudaMemAdviseSetReadMostly` is also set on this memory region or any subset of it, then the
+ policies associated with that advice will override the policies of this advice. Additionally, if the
+ preferred location of this memory region or any subset of it is also `location`, then the policies
+ associated with `CU_MEM_ADVISE_SET_PREFERRED_LOCATION` will override the policies of this advice.
+ If the memory region refers to valid system-allocated pageable memory, and `cudaMemLocation::type` is `cudaMemLocationTypeDevice`
+ then device in `cudaMemLocation::id` must have a non-zero value for the device attribute `cudaDevAttrPageableMemoryAccess`.
+ Additionally, if `cudaMemLocation::id` has a non-zero value for the device attribute `cudaDevAttrPageableMemoryAccessUsesHostPageTables`,
+ then this call has no effect.
+
+ - `CU_MEM_ADVISE_UNSET_ACCESSED_BY`: Undoes the effect of `cudaMemAdviseSetAccessedBy`. Any mappings to
+ the data from `location` may be removed at any time causing accesses to result in non-fatal page faults.
+ If the memory region refers to valid system-allocated pageable memory, and `cudaMemLocation::type` is `cudaMemLocationTypeDevice`
+ then device in `cudaMemLocation::id` must have a non-zero value for the device attribute `cudaDevAttrPageableMemoryAccess`.
+ Additionally, if `cudaMemLocation::id` has a non-zero value for the device attribute `cudaDevAttrPageableMemoryAccessUsesHostPageTables`,
+ then this call has no effect.
+
+ Parameters:
+ - `devPtr`: Pointer to memory to set the advice for
+ - `count`: Size in bytes of the memory range
+ - `advice`: Advice to be applied for the specified memory range
+ - `location`: location to apply the advice for
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpyPeer`, `cudaMemcpyAsync`,
+ `cudaMemcpy3DPeerAsync`, `cudaMemPrefetchAsync`,
+ `cuMemAdvise`, `cuMemAdvise_v2`*/
     pub fn cudaMemAdvise_v2(
         devPtr: *const ::core::ffi::c_void,
         count: usize,
@@ -6834,6 +15768,90 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Query an attribute of a given memory range
+
+ Query an attribute about the memory range starting at `devPtr` with a size of `count` bytes. The
+ memory range must refer to managed memory allocated via `cudaMallocManaged` or declared via
+ \_\_managed\_\_ variables.
+
+ The `attribute` parameter can take the following values:
+ - `cudaMemRangeAttributeReadMostly`: If this attribute is specified, `data` will be interpreted
+ as a 32-bit integer, and `dataSize` must be 4. The result returned will be 1 if all pages in the given
+ memory range have read-duplication enabled, or 0 otherwise.
+ - `cudaMemRangeAttributePreferredLocation`: If this attribute is specified, `data` will be
+ interpreted as a 32-bit integer, and `dataSize` must be 4. The result returned will be a GPU device
+ id if all pages in the memory range have that GPU as their preferred location, or it will be cudaCpuDeviceId
+ if all pages in the memory range have the CPU as their preferred location, or it will be cudaInvalidDeviceId
+ if either all the pages don't have the same preferred location or some of the pages don't have a
+ preferred location at all. Note that the actual location of the pages in the memory range at the time of
+ the query may be different from the preferred location.
+ - `cudaMemRangeAttributeAccessedBy`: If this attribute is specified, `data` will be interpreted
+ as an array of 32-bit integers, and `dataSize` must be a non-zero multiple of 4. The result returned
+ will be a list of device ids that had `cudaMemAdviceSetAccessedBy` set for that entire memory range.
+ If any device does not have that advice set for the entire memory range, that device will not be included.
+ If `data` is larger than the number of devices that have that advice set for that memory range,
+ cudaInvalidDeviceId will be returned in all the extra space provided. For ex., if `dataSize` is 12
+ (i.e. `data` has 3 elements) and only device 0 has the advice set, then the result returned will be
+ { 0, cudaInvalidDeviceId, cudaInvalidDeviceId }. If `data` is smaller than the number of devices that have
+ that advice set, then only as many devices will be returned as can fit in the array. There is no
+ guarantee on which specific devices will be returned, however.
+ - `cudaMemRangeAttributeLastPrefetchLocation`: If this attribute is specified, `data` will be
+ interpreted as a 32-bit integer, and `dataSize` must be 4. The result returned will be the last location
+ to which all pages in the memory range were prefetched explicitly via `cudaMemPrefetchAsync`. This will either be
+ a GPU id or cudaCpuDeviceId depending on whether the last location for prefetch was a GPU or the CPU
+ respectively. If any page in the memory range was never explicitly prefetched or if all pages were not
+ prefetched to the same location, cudaInvalidDeviceId will be returned. Note that this simply returns the
+ last location that the applicaton requested to prefetch the memory range to. It gives no indication as to
+ whether the prefetch operation to that location has completed or even begun.
+ - `cudaMemRangeAttributePreferredLocationType`: If this attribute is specified, `data` will be
+ interpreted as a `cudaMemLocationType`, and `dataSize` must be sizeof(cudaMemLocationType). The `cudaMemLocationType` returned will be
+ `cudaMemLocationTypeDevice` if all pages in the memory range have the same GPU as their preferred location, or `cudaMemLocationType`
+ will be `cudaMemLocationTypeHost` if all pages in the memory range have the CPU as their preferred location, or or it will be `cudaMemLocationTypeHostNuma`
+ if all the pages in the memory range have the same host NUMA node ID as their preferred location or it will be `cudaMemLocationTypeInvalid`
+ if either all the pages don't have the same preferred location or some of the pages don't have a preferred location at all.
+ Note that the actual location type of the pages in the memory range at the time of the query may be different from the preferred location type.
+ - `cudaMemRangeAttributePreferredLocationId`: If this attribute is specified, `data` will be
+ interpreted as a 32-bit integer, and `dataSize` must be 4. If the `cudaMemRangeAttributePreferredLocationType` query for the same address range
+ returns `cudaMemLocationTypeDevice`, it will be a valid device ordinal or if it returns `cudaMemLocationTypeHostNuma`, it will be a valid host NUMA node ID
+ or if it returns any other location type, the id should be ignored.
+ - `cudaMemRangeAttributeLastPrefetchLocationType`: If this attribute is specified, `data` will be
+ interpreted as a `cudaMemLocationType`, and `dataSize` must be sizeof(cudaMemLocationType). The result returned will be the last location type
+ to which all pages in the memory range were prefetched explicitly via `cuMemPrefetchAsync`. The `cudaMemLocationType` returned
+ will be `cudaMemLocationTypeDevice` if the last prefetch location was the GPU or `cudaMemLocationTypeHost` if it was the CPU or `cudaMemLocationTypeHostNuma` if
+ the last prefetch location was a specific host NUMA node. If any page in the memory range was never explicitly prefetched or if all pages were not
+ prefetched to the same location, `CUmemLocationType` will be `cudaMemLocationTypeInvalid`.
+ Note that this simply returns the last location type that the application requested to prefetch the memory range to. It gives no indication as to
+ whether the prefetch operation to that location has completed or even begun.
+ - `cudaMemRangeAttributeLastPrefetchLocationId`: If this attribute is specified, `data` will be
+ interpreted as a 32-bit integer, and `dataSize` must be 4. If the `cudaMemRangeAttributeLastPrefetchLocationType` query for the same address range
+ returns `cudaMemLocationTypeDevice`, it will be a valid device ordinal or if it returns `cudaMemLocationTypeHostNuma`, it will be a valid host NUMA node ID
+ or if it returns any other location type, the id should be ignored.
+
+ Parameters:
+ - `data`: A pointers to a memory location where the result
+ of each attribute query will be written to.
+ - `dataSize`: Array containing the size of data
+ - `attribute`: The attribute to query
+ - `devPtr`: Start of the range to query
+ - `count`: Size of the range to query
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemRangeGetAttributes`, `cudaMemPrefetchAsync`,
+ `cudaMemAdvise`,
+ `cuMemRangeGetAttribute`*/
     pub fn cudaMemRangeGetAttribute(
         data: *mut ::core::ffi::c_void,
         dataSize: usize,
@@ -6843,6 +15861,49 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Query attributes of a given memory range.
+
+ Query attributes of the memory range starting at `devPtr` with a size of `count` bytes. The
+ memory range must refer to managed memory allocated via `cudaMallocManaged` or declared via
+ \_\_managed\_\_ variables. The `attributes` array will be interpreted to have `numAttributes`
+ entries. The `dataSizes` array will also be interpreted to have `numAttributes` entries.
+ The results of the query will be stored in `data`.
+
+ The list of supported attributes are given below. Please refer to `cudaMemRangeGetAttribute` for
+ attribute descriptions and restrictions.
+
+ - `cudaMemRangeAttributeReadMostly`
+ - `cudaMemRangeAttributePreferredLocation`
+ - `cudaMemRangeAttributeAccessedBy`
+ - `cudaMemRangeAttributeLastPrefetchLocation`
+ - :: cudaMemRangeAttributePreferredLocationType
+ - :: cudaMemRangeAttributePreferredLocationId
+ - :: cudaMemRangeAttributeLastPrefetchLocationType
+ - :: cudaMemRangeAttributeLastPrefetchLocationId
+
+ Parameters:
+ - `data`: A two-dimensional array containing pointers to memory
+ locations where the result of each attribute query will be written to.
+ - `dataSizes`: Array containing the sizes of each result
+ - `attributes`: An array of attributes to query
+ (numAttributes and the number of attributes in this array should match)
+ - `numAttributes`: Number of attributes to query
+ - `devPtr`: Start of the range to query
+ - `count`: Size of the range to query
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemRangeGetAttribute`, `cudaMemAdvise`,
+ `cudaMemPrefetchAsync`,
+ `cuMemRangeGetAttributes`*/
     pub fn cudaMemRangeGetAttributes(
         data: *mut *mut ::core::ffi::c_void,
         dataSizes: *mut usize,
@@ -6853,6 +15914,50 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Deprecated:
+
+ Copies `count` bytes from the memory area pointed to by `src` to the
+ CUDA array `dst` starting at `hOffset` rows and `wOffset` bytes from
+ the upper left corner, where `kind` specifies the direction
+ of the copy, and must be one of `cudaMemcpyHostToHost`,
+ `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `wOffset`: Destination starting X offset (columns in bytes)
+ - `hOffset`: Destination starting Y offset (rows)
+ - `src`: Source memory address
+ - `count`: Size in bytes to copy
+ - `kind`: Type of transfer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`,
+ `cudaMemcpy2DToArray`, `cudaMemcpyFromArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpyArrayToArray`, `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpyToArrayAsync`, `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpyFromArrayAsync`, `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpyHtoA`,
+ `cuMemcpyDtoA`*/
     pub fn cudaMemcpyToArray(
         dst: cudaArray_t,
         wOffset: usize,
@@ -6863,6 +15968,49 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Deprecated:
+
+ Copies `count` bytes from the CUDA array `src` starting at `hOffset` rows
+ and `wOffset` bytes from the upper left corner to the memory area pointed to
+ by `dst`, where `kind` specifies the direction of the copy, and must be one of
+ `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `src`: Source memory address
+ - `wOffset`: Source starting X offset (columns in bytes)
+ - `hOffset`: Source starting Y offset (rows)
+ - `count`: Size in bytes to copy
+ - `kind`: Type of transfer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits synchronous behavior for most use cases.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`, `cudaMemcpyToArray`,
+ `cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpyArrayToArray`, `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpyToArrayAsync`, `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpyFromArrayAsync`, `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpyAtoH`,
+ `cuMemcpyAtoD`*/
     pub fn cudaMemcpyFromArray(
         dst: *mut ::core::ffi::c_void,
         src: cudaArray_const_t,
@@ -6873,6 +16021,49 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Deprecated:
+
+ Copies `count` bytes from the CUDA array `src` starting at `hOffsetSrc`
+ rows and `wOffsetSrc` bytes from the upper left corner to the CUDA array
+ `dst` starting at `hOffsetDst` rows and `wOffsetDst` bytes from the upper
+ left corner, where `kind` specifies the direction of the copy, and must be one of
+ `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `wOffsetDst`: Destination starting X offset (columns in bytes)
+ - `hOffsetDst`: Destination starting Y offset (rows)
+ - `src`: Source memory address
+ - `wOffsetSrc`: Source starting X offset (columns in bytes)
+ - `hOffsetSrc`: Source starting Y offset (rows)
+ - `count`: Size in bytes to copy
+ - `kind`: Type of transfer
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`, `cudaMemcpyToArray`,
+ `cudaMemcpy2DToArray`, `cudaMemcpyFromArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpyToArrayAsync`, `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpyFromArrayAsync`, `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpyAtoA`*/
     pub fn cudaMemcpyArrayToArray(
         dst: cudaArray_t,
         wOffsetDst: usize,
@@ -6885,6 +16076,59 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Deprecated:
+
+ Copies `count` bytes from the memory area pointed to by `src` to the
+ CUDA array `dst` starting at `hOffset` rows and `wOffset` bytes from
+ the upper left corner, where `kind` specifies the
+ direction of the copy, and must be one of `cudaMemcpyHostToHost`,
+ `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+
+ `cudaMemcpyToArrayAsync()` is asynchronous with respect to the host, so
+ the call may return before the copy is complete. The copy can optionally
+ be associated to a stream by passing a non-zero `stream` argument. If
+ kind is `cudaMemcpyHostToDevice` or `cudaMemcpyDeviceToHost` and `stream`
+ is non-zero, the copy may overlap with operations in other streams.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `wOffset`: Destination starting X offset (columns in bytes)
+ - `hOffset`: Destination starting Y offset (rows)
+ - `src`: Source memory address
+ - `count`: Size in bytes to copy
+ - `kind`: Type of transfer
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`, `cudaMemcpyToArray`,
+ `cudaMemcpy2DToArray`, `cudaMemcpyFromArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpyArrayToArray`, `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpyFromArrayAsync`, `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpyHtoAAsync`,
+ `cuMemcpy2DAsync`*/
     pub fn cudaMemcpyToArrayAsync(
         dst: cudaArray_t,
         wOffset: usize,
@@ -6896,6 +16140,58 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies data between host and device
+
+ Deprecated:
+
+ Copies `count` bytes from the CUDA array `src` starting at `hOffset` rows
+ and `wOffset` bytes from the upper left corner to the memory area pointed to
+ by `dst`, where `kind` specifies the direction of the copy, and must be one of
+ `cudaMemcpyHostToHost`, `cudaMemcpyHostToDevice`, `cudaMemcpyDeviceToHost`,
+ `cudaMemcpyDeviceToDevice`, or `cudaMemcpyDefault`. Passing
+ `cudaMemcpyDefault` is recommended, in which case the type of transfer is
+ inferred from the pointer values. However, `cudaMemcpyDefault` is only
+ allowed on systems that support unified virtual addressing.
+
+ `cudaMemcpyFromArrayAsync()` is asynchronous with respect to the host, so
+ the call may return before the copy is complete. The copy can optionally
+ be associated to a stream by passing a non-zero `stream` argument. If
+ kind is `cudaMemcpyHostToDevice` or `cudaMemcpyDeviceToHost` and `stream`
+ is non-zero, the copy may overlap with operations in other streams.
+
+ Parameters:
+ - `dst`: Destination memory address
+ - `src`: Source memory address
+ - `wOffset`: Source starting X offset (columns in bytes)
+ - `hOffset`: Source starting Y offset (rows)
+ - `count`: Size in bytes to copy
+ - `kind`: Type of transfer
+ - `stream`: Stream identifier
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidMemcpyDirection`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function exhibits asynchronous behavior for most use cases.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaMemcpy`, `cudaMemcpy2D`, `cudaMemcpyToArray`,
+ `cudaMemcpy2DToArray`, `cudaMemcpyFromArray`, `cudaMemcpy2DFromArray`,
+ `cudaMemcpyArrayToArray`, `cudaMemcpy2DArrayToArray`, `cudaMemcpyToSymbol`,
+ `cudaMemcpyFromSymbol`, `cudaMemcpyAsync`, `cudaMemcpy2DAsync`,
+ `cudaMemcpyToArrayAsync`, `cudaMemcpy2DToArrayAsync`,
+ `cudaMemcpy2DFromArrayAsync`,
+ `cudaMemcpyToSymbolAsync`, `cudaMemcpyFromSymbolAsync`,
+ `cuMemcpyAtoHAsync`,
+ `cuMemcpy2DAsync`*/
     pub fn cudaMemcpyFromArrayAsync(
         dst: *mut ::core::ffi::c_void,
         src: cudaArray_const_t,
@@ -6907,6 +16203,45 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Allocates memory with stream ordered semantics
+
+ Inserts an allocation operation into `hStream`.
+ A pointer to the allocated memory is returned immediately in \*dptr.
+ The allocation must not be accessed until the the allocation operation completes.
+ The allocation comes from the memory pool associated with the stream's device.
+
+ Note: The default memory pool of a device contains device memory from that device.
+
+ Note: Basic stream ordering allows future work submitted into the same stream to use the allocation.
+ Stream query, stream synchronize, and CUDA events can be used to guarantee that the allocation
+ operation completes before work submitted in a separate stream runs.
+
+ Note: During stream capture, this function results in the creation of an allocation node.  In this case,
+ the allocation is owned by the graph instead of the memory pool. The memory pool's properties
+ are used to set the node's creation parameters.
+
+ Parameters:
+ - `devPtr` (out): Returned device pointer
+ - `size` (in): Number of bytes to allocate
+ - `hStream` (in): The stream establishing the stream ordering contract and the memory pool to allocate from
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorNotSupported`,
+ `cudaErrorOutOfMemory`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cuMemAllocAsync`,
+ `cudaMallocAsync` (C++ API),
+ `cudaMallocFromPoolAsync`, `cudaFreeAsync`, `cudaDeviceSetMemPool`, `cudaDeviceGetDefaultMemPool`, `cudaDeviceGetMemPool`, `cudaMemPoolSetAccess`, `cudaMemPoolSetAttribute`, `cudaMemPoolGetAttribute`*/
     pub fn cudaMallocAsync(
         devPtr: *mut *mut ::core::ffi::c_void,
         size: usize,
@@ -6914,18 +16249,112 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Frees memory with stream ordered semantics
+
+ Inserts a free operation into `hStream`.
+ The allocation must not be accessed after stream execution reaches the free.
+ After this API returns, accessing the memory from any subsequent work launched on the GPU
+ or querying its pointer attributes results in undefined behavior.
+
+ Note: During stream capture, this function results in the creation of a free node and
+ must therefore be passed the address of a graph allocation.
+
+ Parameters:
+ - `dptr`: memory to free
+ - `hStream`: The stream establishing the stream ordering promise
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorNotSupported`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cuMemFreeAsync`, `cudaMallocAsync`*/
     pub fn cudaFreeAsync(
         devPtr: *mut ::core::ffi::c_void,
         hStream: cudaStream_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Tries to release memory back to the OS
+
+ Releases memory back to the OS until the pool contains fewer than minBytesToKeep
+ reserved bytes, or there is no more memory that the allocator can safely release.
+ The allocator cannot release OS allocations that back outstanding asynchronous allocations.
+ The OS allocations may happen at different granularity from the user allocations.
+
+ Note: Allocations that have not been freed count as outstanding.
+
+ Note: Allocations that have been asynchronously freed but whose completion has
+ not been observed on the host (eg. by a synchronize) can count as outstanding.
+
+ Parameters:
+ - `pool` (in): The memory pool to trim
+ - `minBytesToKeep` (in): If the pool has less than minBytesToKeep reserved,
+ the TrimTo operation is a no-op.  Otherwise the pool will be guaranteed to have
+ at least minBytesToKeep bytes reserved after the operation.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cuMemPoolTrimTo`, `cudaMallocAsync`, `cudaFreeAsync`, `cudaDeviceGetDefaultMemPool`, `cudaDeviceGetMemPool`, `cudaMemPoolCreate`*/
     pub fn cudaMemPoolTrimTo(
         memPool: cudaMemPool_t,
         minBytesToKeep: usize,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets attributes of a memory pool
+
+ Supported attributes are:
+ - `cudaMemPoolAttrReleaseThreshold`: (value type = cuuint64_t)
+ Amount of reserved memory in bytes to hold onto before trying
+ to release memory back to the OS. When more than the release
+ threshold bytes of memory are held by the memory pool, the
+ allocator will try to release memory back to the OS on the
+ next call to stream, event or context synchronize. (default 0)
+ - `cudaMemPoolReuseFollowEventDependencies`: (value type = int)
+ Allow `cudaMallocAsync` to use memory asynchronously freed
+ in another stream as long as a stream ordering dependency
+ of the allocating stream on the free action exists.
+ Cuda events and null stream interactions can create the required
+ stream ordered dependencies. (default enabled)
+ - `cudaMemPoolReuseAllowOpportunistic`: (value type = int)
+ Allow reuse of already completed frees when there is no dependency
+ between the free and allocation. (default enabled)
+ - `cudaMemPoolReuseAllowInternalDependencies`: (value type = int)
+ Allow `cudaMallocAsync` to insert new stream dependencies
+ in order to establish the stream ordering required to reuse
+ a piece of memory released by `cudaFreeAsync` (default enabled).
+ - `cudaMemPoolAttrReservedMemHigh`: (value type = cuuint64_t)
+ Reset the high watermark that tracks the amount of backing memory that was
+ allocated for the memory pool. It is illegal to set this attribute to a non-zero value.
+ - `cudaMemPoolAttrUsedMemHigh`: (value type = cuuint64_t)
+ Reset the high watermark that tracks the amount of used memory that was
+ allocated for the memory pool. It is illegal to set this attribute to a non-zero value.
+
+ Parameters:
+ - `pool` (in): The memory pool to modify
+ - `attr` (in): The attribute to modify
+ - `value` (in): Pointer to the value to assign
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cuMemPoolSetAttribute`, `cudaMallocAsync`, `cudaFreeAsync`, `cudaDeviceGetDefaultMemPool`, `cudaDeviceGetMemPool`, `cudaMemPoolCreate`*/
     pub fn cudaMemPoolSetAttribute(
         memPool: cudaMemPool_t,
         attr: cudaMemPoolAttr,
@@ -6933,6 +16362,51 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Gets attributes of a memory pool
+
+ Supported attributes are:
+ - `cudaMemPoolAttrReleaseThreshold`: (value type = cuuint64_t)
+ Amount of reserved memory in bytes to hold onto before trying
+ to release memory back to the OS. When more than the release
+ threshold bytes of memory are held by the memory pool, the
+ allocator will try to release memory back to the OS on the
+ next call to stream, event or context synchronize. (default 0)
+ - `cudaMemPoolReuseFollowEventDependencies`: (value type = int)
+ Allow `cudaMallocAsync` to use memory asynchronously freed
+ in another stream as long as a stream ordering dependency
+ of the allocating stream on the free action exists.
+ Cuda events and null stream interactions can create the required
+ stream ordered dependencies. (default enabled)
+ - `cudaMemPoolReuseAllowOpportunistic`: (value type = int)
+ Allow reuse of already completed frees when there is no dependency
+ between the free and allocation. (default enabled)
+ - `cudaMemPoolReuseAllowInternalDependencies`: (value type = int)
+ Allow `cudaMallocAsync` to insert new stream dependencies
+ in order to establish the stream ordering required to reuse
+ a piece of memory released by `cudaFreeAsync` (default enabled).
+ - `cudaMemPoolAttrReservedMemCurrent`: (value type = cuuint64_t)
+ Amount of backing memory currently allocated for the mempool.
+ - `cudaMemPoolAttrReservedMemHigh`: (value type = cuuint64_t)
+ High watermark of backing memory allocated for the mempool since
+ the last time it was reset.
+ - `cudaMemPoolAttrUsedMemCurrent`: (value type = cuuint64_t)
+ Amount of memory from the pool that is currently in use by the application.
+ - `cudaMemPoolAttrUsedMemHigh`: (value type = cuuint64_t)
+ High watermark of the amount of memory from the pool that was in use by the
+ application since the last time it was reset.
+
+ Parameters:
+ - `pool` (in): The memory pool to get attributes of
+ - `attr` (in): The attribute to get
+ - `value` (in): Retrieved value
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cuMemPoolGetAttribute`, `cudaMallocAsync`, `cudaFreeAsync`, `cudaDeviceGetDefaultMemPool`, `cudaDeviceGetMemPool`, `cudaMemPoolCreate`*/
     pub fn cudaMemPoolGetAttribute(
         memPool: cudaMemPool_t,
         attr: cudaMemPoolAttr,
@@ -6940,6 +16414,18 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Controls visibility of pools between devices
+
+ Parameters:
+ - `pool` (in): The pool being modified
+ - `map` (in): Array of access descriptors. Each descriptor instructs the access to enable for a single gpu
+ - `count` (in): Number of descriptors in the map array.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ See also: `cuMemPoolSetAccess`, `cudaMemPoolGetAccess`, `cudaMallocAsync`, cudaFreeAsync*/
     pub fn cudaMemPoolSetAccess(
         memPool: cudaMemPool_t,
         descList: *const cudaMemAccessDesc,
@@ -6947,6 +16433,16 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the accessibility of a pool from a device
+
+ Returns the accessibility of the pool's memory from the specified location.
+
+ Parameters:
+ - `flags` (out): the accessibility of the pool from the specified location
+ - `memPool` (in): the pool being queried
+ - `location` (in): the location accessing the pool
+
+ See also: `cuMemPoolGetAccess`, `cudaMemPoolSetAccess`*/
     pub fn cudaMemPoolGetAccess(
         flags: *mut cudaMemAccessFlags,
         memPool: cudaMemPool_t,
@@ -6954,15 +16450,105 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates a memory pool
+
+ Creates a CUDA memory pool and returns the handle in `pool`.  The `poolProps` determines
+ the properties of the pool such as the backing device and IPC capabilities.
+
+ To create a memory pool targeting a specific host NUMA node, applications must
+ set `cudaMemPoolProps::cudaMemLocation::type` to `cudaMemLocationTypeHostNuma` and
+ `cudaMemPoolProps::cudaMemLocation::id` must specify the NUMA ID of the host memory node.
+ Specifying `cudaMemLocationTypeHostNumaCurrent` or `cudaMemLocationTypeHost` as the
+ `cudaMemPoolProps::cudaMemLocation::type` will result in `cudaErrorInvalidValue`.
+ By default, the pool's memory will be accessible from the device it is allocated on.
+ In the case of pools created with `cudaMemLocationTypeHostNuma`, their default accessibility
+ will be from the host CPU.
+ Applications can control the maximum size of the pool by specifying a non-zero value for `cudaMemPoolProps::maxSize`.
+ If set to 0, the maximum size of the pool will default to a system dependent value.
+
+ Applications that intend to use `CU_MEM_HANDLE_TYPE_FABRIC` based memory sharing must ensure:
+ (1) `nvidia-caps-imex-channels` character device is created by the driver and is listed under /proc/devices
+ (2) have at least one IMEX channel file accessible by the user launching the application.
+
+ When exporter and importer CUDA processes have been granted access to the same IMEX channel, they can securely
+ share memory.
+
+ The IMEX channel security model works on a per user basis. Which means all processes under a user can share
+ memory if the user has access to a valid IMEX channel. When multi-user isolation is desired, a separate IMEX
+ channel is required for each user.
+
+ These channel files exist in /dev/nvidia-caps-imex-channels/channel\* and can be created using standard OS
+ native calls like mknod on Linux. For example: To create channel0 with the major number from /proc/devices
+ users can execute the following command: `mknod /dev/nvidia-caps-imex-channels/channel0 c <major number> 0`
+
+ Note: Specifying cudaMemHandleTypeNone creates a memory pool that will not support IPC.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorNotSupported`
+
+ See also: `cuMemPoolCreate`, `cudaDeviceSetMemPool`, `cudaMallocFromPoolAsync`, `cudaMemPoolExportToShareableHandle`, `cudaDeviceGetDefaultMemPool`, `cudaDeviceGetMemPool`*/
     pub fn cudaMemPoolCreate(
         memPool: *mut cudaMemPool_t,
         poolProps: *const cudaMemPoolProps,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Destroys the specified memory pool
+
+ If any pointers obtained from this pool haven't been freed or
+ the pool has free operations that haven't completed
+ when `cudaMemPoolDestroy` is invoked, the function will return immediately and the
+ resources associated with the pool will be released automatically
+ once there are no more outstanding allocations.
+
+ Destroying the current mempool of a device sets the default mempool of
+ that device as the current mempool for that device.
+
+ Note: A device's default memory pool cannot be destroyed.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ See also: cuMemPoolDestroy, `cudaFreeAsync`, `cudaDeviceSetMemPool`, `cudaDeviceGetDefaultMemPool`, `cudaDeviceGetMemPool`, `cudaMemPoolCreate`*/
     pub fn cudaMemPoolDestroy(memPool: cudaMemPool_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Allocates memory from a specified pool with stream ordered semantics.
+
+ Inserts an allocation operation into `hStream`.
+ A pointer to the allocated memory is returned immediately in \*dptr.
+ The allocation must not be accessed until the the allocation operation completes.
+ The allocation comes from the specified memory pool.
+
+ Note:
+ -  The specified memory pool may be from a device different than that of the specified `hStream`.
+
+ -  Basic stream ordering allows future work submitted into the same stream to use the allocation.
+ Stream query, stream synchronize, and CUDA events can be used to guarantee that the allocation
+ operation completes before work submitted in a separate stream runs.
+
+ Note: During stream capture, this function results in the creation of an allocation node.  In this case,
+ the allocation is owned by the graph instead of the memory pool. The memory pool's properties
+ are used to set the node's creation parameters.
+
+ Parameters:
+ - `ptr` (out): Returned device pointer
+ - `bytesize` (in): Number of bytes to allocate
+ - `memPool` (in): The pool to allocate from
+ - `stream` (in): The stream establishing the stream ordering semantic
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorNotSupported`,
+ `cudaErrorOutOfMemory`
+
+ See also: `cuMemAllocFromPoolAsync`,
+ `cudaMallocAsync` (C++ API),
+ `cudaMallocAsync`, `cudaFreeAsync`, `cudaDeviceGetDefaultMemPool`, `cudaMemPoolCreate`, `cudaMemPoolSetAccess`, `cudaMemPoolSetAttribute`*/
     pub fn cudaMallocFromPoolAsync(
         ptr: *mut *mut ::core::ffi::c_void,
         size: usize,
@@ -6971,6 +16557,28 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Exports a memory pool to the requested handle type.
+
+ Given an IPC capable mempool, create an OS handle to share the pool with another process.
+ A recipient process can convert the shareable handle into a mempool with `cudaMemPoolImportFromShareableHandle`.
+ Individual pointers can then be shared with the `cudaMemPoolExportPointer` and `cudaMemPoolImportPointer` APIs.
+ The implementation of what the shareable handle is and how it can be transferred is defined by the requested
+ handle type.
+
+ Note: To create an IPC capable mempool, create a mempool with a CUmemAllocationHandleType other than cudaMemHandleTypeNone.
+
+ Parameters:
+ - `handle_out` (out): pointer to the location in which to store the requested handle
+ - `pool` (in): pool to export
+ - `handleType` (in): the type of handle to create
+ - `flags` (in): must be 0
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorOutOfMemory`
+
+ See also: `cuMemPoolExportToShareableHandle`, `cudaMemPoolImportFromShareableHandle`, `cudaMemPoolExportPointer`, `cudaMemPoolImportPointer`*/
     pub fn cudaMemPoolExportToShareableHandle(
         shareableHandle: *mut ::core::ffi::c_void,
         memPool: cudaMemPool_t,
@@ -6979,6 +16587,26 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** imports a memory pool from a shared handle.
+
+ Specific allocations can be imported from the imported pool with `cudaMemPoolImportPointer`.
+
+ Note: Imported memory pools do not support creating new allocations.
+ As such imported memory pools may not be used in `cudaDeviceSetMemPool`
+ or `cudaMallocFromPoolAsync` calls.
+
+ Parameters:
+ - `pool_out` (out): Returned memory pool
+ - `handle` (in): OS handle of the pool to open
+ - `handleType` (in): The type of handle being imported
+ - `flags` (in): must be 0
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorOutOfMemory`
+
+ See also: `cuMemPoolImportFromShareableHandle`, `cudaMemPoolExportToShareableHandle`, `cudaMemPoolExportPointer`, `cudaMemPoolImportPointer`*/
     pub fn cudaMemPoolImportFromShareableHandle(
         memPool: *mut cudaMemPool_t,
         shareableHandle: *mut ::core::ffi::c_void,
@@ -6987,12 +16615,54 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Export data to share a memory pool allocation between processes.
+
+ Constructs `shareData_out` for sharing a specific allocation from an already shared memory pool.
+ The recipient process can import the allocation with the `cudaMemPoolImportPointer` api.
+ The data is not a handle and may be shared through any IPC mechanism.
+
+ Parameters:
+ - `shareData_out` (out): Returned export data
+ - `ptr` (in): pointer to memory being exported
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorOutOfMemory`
+
+ See also: `cuMemPoolExportPointer`, `cudaMemPoolExportToShareableHandle`, `cudaMemPoolImportFromShareableHandle`, `cudaMemPoolImportPointer`*/
     pub fn cudaMemPoolExportPointer(
         exportData: *mut cudaMemPoolPtrExportData,
         ptr: *mut ::core::ffi::c_void,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Import a memory pool allocation from another process.
+
+ Returns in `ptr_out` a pointer to the imported memory.
+ The imported memory must not be accessed before the allocation operation completes
+ in the exporting process. The imported memory must be freed from all importing processes before
+ being freed in the exporting process. The pointer may be freed with cudaFree
+ or cudaFreeAsync.  If `cudaFreeAsync` is used, the free must be completed
+ on the importing process before the free operation on the exporting process.
+
+ Note: The `cudaFreeAsync` api may be used in the exporting process before
+ the `cudaFreeAsync` operation completes in its stream as long as the
+ `cudaFreeAsync` in the exporting process specifies a stream with
+ a stream dependency on the importing process's `cudaFreeAsync`.
+
+ Parameters:
+ - `ptr_out` (out): pointer to imported memory
+ - `pool` (in): pool from which to import
+ - `shareData` (in): data specifying the memory to import
+
+ Returns:
+ `CUDA_SUCCESS`,
+ `CUDA_ERROR_INVALID_VALUE`,
+ `CUDA_ERROR_NOT_INITIALIZED`,
+ `CUDA_ERROR_OUT_OF_MEMORY`
+
+ See also: `cuMemPoolImportPointer`, `cudaMemPoolExportToShareableHandle`, `cudaMemPoolImportFromShareableHandle`, `cudaMemPoolExportPointer`*/
     pub fn cudaMemPoolImportPointer(
         ptr: *mut *mut ::core::ffi::c_void,
         memPool: cudaMemPool_t,
@@ -7000,12 +16670,103 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns attributes about a specified pointer
+
+ Returns in `*attributes` the attributes of the pointer `ptr`.
+ If pointer was not allocated in, mapped by or registered with context
+ supporting unified addressing `cudaErrorInvalidValue` is returned.
+
+ Note: In CUDA 11.0 forward passing host pointer will return `cudaMemoryTypeUnregistered`
+ in `cudaPointerAttributes::type` and call will return `cudaSuccess`.
+
+ The `cudaPointerAttributes` structure is defined as:
+
+ ```c
+ struct cudaPointerAttributes {
+ enum cudaMemoryType type;
+ int device;
+ void *devicePointer;
+ void *hostPointer;
+ }
+ ```
+
+ In this structure, the individual fields mean
+
+ - `cudaPointerAttributes::type` identifies type of memory. It can be
+ `cudaMemoryTypeUnregistered` for unregistered host memory,
+ `cudaMemoryTypeHost` for registered host memory, `cudaMemoryTypeDevice` for device
+ memory or  `cudaMemoryTypeManaged` for managed memory.
+
+ - `device` is the device against which
+ `ptr` was allocated.  If `ptr` has memory type `cudaMemoryTypeDevice`
+ then this identifies the device on which the memory referred to by `ptr`
+ physically resides.  If `ptr` has memory type `cudaMemoryTypeHost` then this
+ identifies the device which was current when the allocation was made
+ (and if that device is deinitialized then this allocation will vanish
+ with that device's state).
+
+ - `devicePointer` is
+ the device pointer alias through which the memory referred to by `ptr`
+ may be accessed on the current device.
+ If the memory referred to by `ptr` cannot be accessed directly by the
+ current device then this is NULL.
+
+ - `hostPointer` is
+ the host pointer alias through which the memory referred to by `ptr`
+ may be accessed on the host.
+ If the memory referred to by `ptr` cannot be accessed directly by the
+ host then this is NULL.
+
+ Parameters:
+ - `attributes`: Attributes for the specified pointer
+ - `ptr`: Pointer to get attributes for
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaGetDeviceCount`, `cudaGetDevice`, `cudaSetDevice`,
+ `cudaChooseDevice`,
+ `cudaInitDevice`,
+ `cuPointerGetAttributes`*/
     pub fn cudaPointerGetAttributes(
         attributes: *mut cudaPointerAttributes,
         ptr: *const ::core::ffi::c_void,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Queries if a device may directly access a peer device's memory.
+
+ Returns in `*canAccessPeer` a value of 1 if device `device` is capable of
+ directly accessing memory from `peerDevice` and 0 otherwise.  If direct
+ access of `peerDevice` from `device` is possible, then access may be
+ enabled by calling `cudaDeviceEnablePeerAccess()`.
+
+ Parameters:
+ - `canAccessPeer`: Returned access capability
+ - `device`: Device from which allocations on `peerDevice` are to
+ be directly accessed.
+ - `peerDevice`: Device on which the allocations to be directly accessed
+ by `device` reside.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceEnablePeerAccess`,
+ `cudaDeviceDisablePeerAccess`,
+ `cuDeviceCanAccessPeer`*/
     pub fn cudaDeviceCanAccessPeer(
         canAccessPeer: *mut ::core::ffi::c_int,
         device: ::core::ffi::c_int,
@@ -7013,26 +16774,196 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Enables direct access to memory allocations on a peer device.
+
+ On success, all allocations from `peerDevice` will immediately be accessible by
+ the current device.  They will remain accessible until access is explicitly
+ disabled using `cudaDeviceDisablePeerAccess()` or either device is reset using
+ `cudaDeviceReset()`.
+
+ Note that access granted by this call is unidirectional and that in order to access
+ memory on the current device from `peerDevice`, a separate symmetric call
+ to `cudaDeviceEnablePeerAccess()` is required.
+
+ Note that there are both device-wide and system-wide limitations per system
+ configuration, as noted in the CUDA Programming Guide under the section
+ "Peer-to-Peer Memory Access".
+
+ Returns `cudaErrorInvalidDevice` if `cudaDeviceCanAccessPeer()` indicates
+ that the current device cannot directly access memory from `peerDevice`.
+
+ Returns `cudaErrorPeerAccessAlreadyEnabled` if direct access of
+ `peerDevice` from the current device has already been enabled.
+
+ Returns `cudaErrorInvalidValue` if `flags` is not 0.
+
+ Parameters:
+ - `peerDevice`: Peer device to enable direct access to from the current device
+ - `flags`: Reserved for future use and must be set to 0
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDevice`,
+ `cudaErrorPeerAccessAlreadyEnabled`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceCanAccessPeer`,
+ `cudaDeviceDisablePeerAccess`,
+ `cuCtxEnablePeerAccess`*/
     pub fn cudaDeviceEnablePeerAccess(
         peerDevice: ::core::ffi::c_int,
         flags: ::core::ffi::c_uint,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Disables direct access to memory allocations on a peer device.
+
+ Returns `cudaErrorPeerAccessNotEnabled` if direct access to memory on
+ `peerDevice` has not yet been enabled from the current device.
+
+ Parameters:
+ - `peerDevice`: Peer device to disable direct access to
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorPeerAccessNotEnabled`,
+ `cudaErrorInvalidDevice`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaDeviceCanAccessPeer`,
+ `cudaDeviceEnablePeerAccess`,
+ `cuCtxDisablePeerAccess`*/
     pub fn cudaDeviceDisablePeerAccess(peerDevice: ::core::ffi::c_int) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Unregisters a graphics resource for access by CUDA
+
+ Unregisters the graphics resource `resource` so it is not accessible by
+ CUDA unless registered again.
+
+ If `resource` is invalid then `cudaErrorInvalidResourceHandle` is
+ returned.
+
+ Parameters:
+ - `resource`: Resource to unregister
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorUnknown`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Use of the handle after this call is undefined behavior.
+
+ See also:
+ `cudaGraphicsD3D9RegisterResource`,
+ `cudaGraphicsD3D10RegisterResource`,
+ `cudaGraphicsD3D11RegisterResource`,
+ `cudaGraphicsGLRegisterBuffer`,
+ `cudaGraphicsGLRegisterImage`,
+ `cuGraphicsUnregisterResource`*/
     pub fn cudaGraphicsUnregisterResource(
         resource: cudaGraphicsResource_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Set usage flags for mapping a graphics resource
+
+ Set `flags` for mapping the graphics resource `resource`.
+
+ Changes to `flags` will take effect the next time `resource` is mapped.
+ The `flags` argument may be any of the following:
+ - `cudaGraphicsMapFlagsNone`: Specifies no hints about how `resource` will
+ be used. It is therefore assumed that CUDA may read from or write to `resource`.
+ - `cudaGraphicsMapFlagsReadOnly`: Specifies that CUDA will not write to `resource`.
+ - `cudaGraphicsMapFlagsWriteDiscard`: Specifies CUDA will not read from `resource` and will
+ write over the entire contents of `resource`, so none of the data
+ previously stored in `resource` will be preserved.
+
+ If `resource` is presently mapped for access by CUDA then `cudaErrorUnknown` is returned.
+ If `flags` is not one of the above values then `cudaErrorInvalidValue` is returned.
+
+ Parameters:
+ - `resource`: Registered resource to set flags for
+ - `flags`: Parameters for resource mapping
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorUnknown`,
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphicsMapResources`,
+ `cuGraphicsResourceSetMapFlags`*/
     pub fn cudaGraphicsResourceSetMapFlags(
         resource: cudaGraphicsResource_t,
         flags: ::core::ffi::c_uint,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Map graphics resources for access by CUDA
+
+ Maps the `count` graphics resources in `resources` for access by CUDA.
+
+ The resources in `resources` may be accessed by CUDA until they
+ are unmapped. The graphics API from which `resources` were registered
+ should not access any resources while they are mapped by CUDA. If an
+ application does so, the results are undefined.
+
+ This function provides the synchronization guarantee that any graphics calls
+ issued before `cudaGraphicsMapResources()` will complete before any subsequent CUDA
+ work issued in `stream` begins.
+
+ If `resources` contains any duplicate entries then `cudaErrorInvalidResourceHandle`
+ is returned. If any of `resources` are presently mapped for access by
+ CUDA then `cudaErrorUnknown` is returned.
+
+ Parameters:
+ - `count`: Number of resources to map
+ - `resources`: Resources to map for CUDA
+ - `stream`: Stream for synchronization
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorUnknown`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphicsResourceGetMappedPointer`,
+ `cudaGraphicsSubResourceGetMappedArray`,
+ `cudaGraphicsUnmapResources`,
+ `cuGraphicsMapResources`*/
     pub fn cudaGraphicsMapResources(
         count: ::core::ffi::c_int,
         resources: *mut cudaGraphicsResource_t,
@@ -7040,6 +16971,42 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Unmap graphics resources.
+
+ Unmaps the `count` graphics resources in `resources`.
+
+ Once unmapped, the resources in `resources` may not be accessed by CUDA
+ until they are mapped again.
+
+ This function provides the synchronization guarantee that any CUDA work issued
+ in `stream` before `cudaGraphicsUnmapResources()` will complete before any
+ subsequently issued graphics work begins.
+
+ If `resources` contains any duplicate entries then `cudaErrorInvalidResourceHandle`
+ is returned. If any of `resources` are not presently mapped for access by
+ CUDA then `cudaErrorUnknown` is returned.
+
+ Parameters:
+ - `count`: Number of resources to unmap
+ - `resources`: Resources to unmap
+ - `stream`: Stream for synchronization
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorUnknown`
+
+ This function uses standard default stream semantics.
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphicsMapResources`,
+ `cuGraphicsUnmapResources`*/
     pub fn cudaGraphicsUnmapResources(
         count: ::core::ffi::c_int,
         resources: *mut cudaGraphicsResource_t,
@@ -7047,6 +17014,38 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Get an device pointer through which to access a mapped graphics resource.
+
+ Returns in `*devPtr` a pointer through which the mapped graphics resource
+ `resource` may be accessed.
+ Returns in `*size` the size of the memory in bytes which may be accessed from that pointer.
+ The value set in `devPtr` may change every time that `resource` is mapped.
+
+ If `resource` is not a buffer then it cannot be accessed via a pointer and
+ `cudaErrorUnknown` is returned.
+ If `resource` is not mapped then `cudaErrorUnknown` is returned.
+
+ Parameters:
+ - `devPtr`: Returned pointer through which `resource` may be accessed
+ - `size`: Returned size of the buffer accessible starting at `*devPtr`
+ - `resource`: Mapped resource to access
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorUnknown`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphicsMapResources`,
+ `cudaGraphicsSubResourceGetMappedArray`,
+ `cuGraphicsResourceGetMappedPointer`*/
     pub fn cudaGraphicsResourceGetMappedPointer(
         devPtr: *mut *mut ::core::ffi::c_void,
         size: *mut usize,
@@ -7054,6 +17053,44 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Get an array through which to access a subresource of a mapped graphics resource.
+
+ Returns in `*array` an array through which the subresource of the mapped
+ graphics resource `resource` which corresponds to array index `arrayIndex`
+ and mipmap level `mipLevel` may be accessed.  The value set in `array` may
+ change every time that `resource` is mapped.
+
+ If `resource` is not a texture then it cannot be accessed via an array and
+ `cudaErrorUnknown` is returned.
+ If `arrayIndex` is not a valid array index for `resource` then
+ `cudaErrorInvalidValue` is returned.
+ If `mipLevel` is not a valid mipmap level for `resource` then
+ `cudaErrorInvalidValue` is returned.
+ If `resource` is not mapped then `cudaErrorUnknown` is returned.
+
+ Parameters:
+ - `array`: Returned array through which a subresource of `resource` may be accessed
+ - `resource`: Mapped resource to access
+ - `arrayIndex`: Array index for array textures or cubemap face
+ index as defined by `cudaGraphicsCubeFace` for
+ cubemap textures for the subresource to access
+ - `mipLevel`: Mipmap level for the subresource to access
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorUnknown`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphicsResourceGetMappedPointer`,
+ `cuGraphicsSubResourceGetMappedArray`*/
     pub fn cudaGraphicsSubResourceGetMappedArray(
         array: *mut cudaArray_t,
         resource: cudaGraphicsResource_t,
@@ -7062,18 +17099,95 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Get a mipmapped array through which to access a mapped graphics resource.
+
+ Returns in `*mipmappedArray` a mipmapped array through which the mapped
+ graphics resource `resource` may be accessed. The value set in `mipmappedArray` may
+ change every time that `resource` is mapped.
+
+ If `resource` is not a texture then it cannot be accessed via an array and
+ `cudaErrorUnknown` is returned.
+ If `resource` is not mapped then `cudaErrorUnknown` is returned.
+
+ Parameters:
+ - `mipmappedArray`: Returned mipmapped array through which `resource` may be accessed
+ - `resource`: Mapped resource to access
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorUnknown`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphicsResourceGetMappedPointer`,
+ `cuGraphicsResourceGetMappedMipmappedArray`*/
     pub fn cudaGraphicsResourceGetMappedMipmappedArray(
         mipmappedArray: *mut cudaMipmappedArray_t,
         resource: cudaGraphicsResource_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Get the channel descriptor of an array
+
+ Returns in `*desc` the channel descriptor of the CUDA array `array`.
+
+ Parameters:
+ - `desc`: Channel format
+ - `array`: Memory array on device
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also: `cudaCreateChannelDesc` (C API),
+ `cudaCreateTextureObject`, `cudaCreateSurfaceObject`*/
     pub fn cudaGetChannelDesc(
         desc: *mut cudaChannelFormatDesc,
         array: cudaArray_const_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a channel descriptor using the specified format
+
+ Returns a channel descriptor with format `f` and number of bits of each
+ component `x`, `y`, `z`, and `w`.  The `cudaChannelFormatDesc` is
+ defined as:
+
+ ```c
+ struct cudaChannelFormatDesc {
+ int x, y, z, w;
+ enum cudaChannelFormatKind f;
+ };
+ ```
+
+ where `cudaChannelFormatKind` is one of `cudaChannelFormatKindSigned`,
+ `cudaChannelFormatKindUnsigned`, or `cudaChannelFormatKindFloat`.
+
+ Parameters:
+ - `x`: X component
+ - `y`: Y component
+ - `z`: Z component
+ - `w`: W component
+ - `f`: Channel format
+
+ Returns:
+ Channel descriptor with format `f`
+
+ See also: `cudaCreateChannelDesc` (C++ API),
+ `cudaGetChannelDesc`, `cudaCreateTextureObject`, `cudaCreateSurfaceObject`*/
     pub fn cudaCreateChannelDesc(
         x: ::core::ffi::c_int,
         y: ::core::ffi::c_int,
@@ -7083,6 +17197,236 @@ unsafe extern "C" {
     ) -> cudaChannelFormatDesc;
 }
 unsafe extern "C" {
+    /** Creates a texture object
+
+ Creates a texture object and returns it in `pTexObject`. `pResDesc` describes
+ the data to texture from. `pTexDesc` describes how the data should be sampled.
+ `pResViewDesc` is an optional argument that specifies an alternate format for
+ the data described by `pResDesc`, and also describes the subresource region
+ to restrict access to when texturing. `pResViewDesc` can only be specified if
+ the type of resource is a CUDA array or a CUDA mipmapped array not in a block
+ compressed format.
+
+ Texture objects are only supported on devices of compute capability 3.0 or higher.
+ Additionally, a texture object is an opaque value, and, as such, should only be
+ accessed through CUDA API calls.
+
+ The `cudaResourceDesc` structure is defined as:
+
+ ```c
+ struct cudaResourceDesc {
+ enum cudaResourceType resType;
+
+ union {
+ struct {
+ cudaArray_t array;
+ } array;
+ struct {
+ cudaMipmappedArray_t mipmap;
+ } mipmap;
+ struct {
+ void *devPtr;
+ struct cudaChannelFormatDesc desc;
+ size_t sizeInBytes;
+ } linear;
+ struct {
+ void *devPtr;
+ struct cudaChannelFormatDesc desc;
+ size_t width;
+ size_t height;
+ size_t pitchInBytes;
+ } pitch2D;
+ } res;
+ };
+ ```
+
+ where:
+ - `cudaResourceDesc::resType` specifies the type of resource to texture from.
+ CUresourceType is defined as:
+
+ ```c
+ enum cudaResourceType {
+ cudaResourceTypeArray          = 0x00,
+ cudaResourceTypeMipmappedArray = 0x01,
+ cudaResourceTypeLinear         = 0x02,
+ cudaResourceTypePitch2D        = 0x03
+ };
+ ```
+
+ If `cudaResourceDesc::resType` is set to `cudaResourceTypeArray`, `cudaResourceDesc::res::array::array`
+ must be set to a valid CUDA array handle.
+
+ If `cudaResourceDesc::resType` is set to `cudaResourceTypeMipmappedArray`, `cudaResourceDesc::res::mipmap::mipmap`
+ must be set to a valid CUDA mipmapped array handle and `cudaTextureDesc::normalizedCoords` must be set to true.
+
+ If `cudaResourceDesc::resType` is set to `cudaResourceTypeLinear`, `cudaResourceDesc::res::linear::devPtr`
+ must be set to a valid device pointer, that is aligned to `cudaDeviceProp::textureAlignment`.
+ `cudaResourceDesc::res::linear::desc` describes the format and the number of components per array element. `cudaResourceDesc::res::linear::sizeInBytes`
+ specifies the size of the array in bytes. The total number of elements in the linear address range cannot exceed
+ `cudaDeviceProp::maxTexture1DLinear`. The number of elements is computed as (sizeInBytes / sizeof(desc)).
+
+ If `cudaResourceDesc::resType` is set to `cudaResourceTypePitch2D`, `cudaResourceDesc::res::pitch2D::devPtr`
+ must be set to a valid device pointer, that is aligned to `cudaDeviceProp::textureAlignment`.
+ `cudaResourceDesc::res::pitch2D::desc` describes the format and the number of components per array element. `cudaResourceDesc::res::pitch2D::width`
+ and `cudaResourceDesc::res::pitch2D::height` specify the width and height of the array in elements, and cannot exceed
+ `cudaDeviceProp::maxTexture2DLinear[0]` and `cudaDeviceProp::maxTexture2DLinear[1]` respectively.
+ `cudaResourceDesc::res::pitch2D::pitchInBytes` specifies the pitch between two rows in bytes and has to be aligned to
+ `cudaDeviceProp::texturePitchAlignment`. Pitch cannot exceed `cudaDeviceProp::maxTexture2DLinear[2]`.
+
+ The `cudaTextureDesc` struct is defined as
+
+ ```c
+ struct cudaTextureDesc {
+ enum cudaTextureAddressMode addressMode[3];
+ enum cudaTextureFilterMode  filterMode;
+ enum cudaTextureReadMode    readMode;
+ int                         sRGB;
+ float                       borderColor[4];
+ int                         normalizedCoords;
+ unsigned int                maxAnisotropy;
+ enum cudaTextureFilterMode  mipmapFilterMode;
+ float                       mipmapLevelBias;
+ float                       minMipmapLevelClamp;
+ float                       maxMipmapLevelClamp;
+ int                         disableTrilinearOptimization;
+ int                         seamlessCubemap;
+ };
+ ```
+
+ where
+ - `cudaTextureDesc::addressMode` specifies the addressing mode for each dimension of the texture data. `cudaTextureAddressMode` is defined as:
+
+ ```c
+ enum cudaTextureAddressMode {
+ cudaAddressModeWrap   = 0,
+ cudaAddressModeClamp  = 1,
+ cudaAddressModeMirror = 2,
+ cudaAddressModeBorder = 3
+ };
+ ```
+
+ This is ignored if `cudaResourceDesc::resType` is `cudaResourceTypeLinear`. Also, if `cudaTextureDesc::normalizedCoords`
+ is set to zero, `cudaAddressModeWrap` and `cudaAddressModeMirror` won't be supported and will be switched to `cudaAddressModeClamp`.
+
+ - `cudaTextureDesc::filterMode` specifies the filtering mode to be used when fetching from the texture. `cudaTextureFilterMode` is defined as:
+
+ ```c
+ enum cudaTextureFilterMode {
+ cudaFilterModePoint  = 0,
+ cudaFilterModeLinear = 1
+ };
+ ```
+
+ This is ignored if `cudaResourceDesc::resType` is `cudaResourceTypeLinear`.
+
+ - `cudaTextureDesc::readMode` specifies whether integer data should be converted to floating point or not. `cudaTextureReadMode` is defined as:
+
+ ```c
+ enum cudaTextureReadMode {
+ cudaReadModeElementType     = 0,
+ cudaReadModeNormalizedFloat = 1
+ };
+ ```
+
+ Note that this applies only to 8-bit and 16-bit integer formats. 32-bit integer format would not be promoted, regardless of
+ whether or not this `cudaTextureDesc::readMode` is set `cudaReadModeNormalizedFloat` is specified.
+
+ - `cudaTextureDesc::sRGB` specifies whether sRGB to linear conversion should be performed during texture fetch.
+
+ - `cudaTextureDesc::borderColor` specifies the float values of color. where:
+ `cudaTextureDesc::borderColor[0]` contains value of 'R',
+ `cudaTextureDesc::borderColor[1]` contains value of 'G',
+ `cudaTextureDesc::borderColor[2]` contains value of 'B',
+ `cudaTextureDesc::borderColor[3]` contains value of 'A'
+ Note that application using integer border color values will need to \<reinterpret_cast> these values to float.
+ The values are set only when the addressing mode specified by `cudaTextureDesc::addressMode` is cudaAddressModeBorder.
+
+ - `cudaTextureDesc::normalizedCoords` specifies whether the texture coordinates will be normalized or not.
+
+ - `cudaTextureDesc::maxAnisotropy` specifies the maximum anistropy ratio to be used when doing anisotropic filtering. This value will be
+ clamped to the range \[1,16\].
+
+ - `cudaTextureDesc::mipmapFilterMode` specifies the filter mode when the calculated mipmap level lies between two defined mipmap levels.
+
+ - `cudaTextureDesc::mipmapLevelBias` specifies the offset to be applied to the calculated mipmap level.
+
+ - `cudaTextureDesc::minMipmapLevelClamp` specifies the lower end of the mipmap level range to clamp access to.
+
+ - `cudaTextureDesc::maxMipmapLevelClamp` specifies the upper end of the mipmap level range to clamp access to.
+
+ - `cudaTextureDesc::disableTrilinearOptimization` specifies whether the trilinear filtering optimizations will be disabled.
+
+ - `cudaTextureDesc::seamlessCubemap` specifies whether seamless cube map filtering is enabled. This flag can only be specified if the
+ underlying resource is a CUDA array or a CUDA mipmapped array that was created with the flag `cudaArrayCubemap`.
+ When seamless cube map filtering is enabled, texture address modes specified by `cudaTextureDesc::addressMode` are ignored.
+ Instead, if the `cudaTextureDesc::filterMode` is set to `cudaFilterModePoint` the address mode `cudaAddressModeClamp` will be applied for all dimensions.
+ If the `cudaTextureDesc::filterMode` is set to `cudaFilterModeLinear` seamless cube map filtering will be performed when sampling along the cube face borders.
+
+ The `cudaResourceViewDesc` struct is defined as
+
+ ```c
+ struct cudaResourceViewDesc {
+ enum cudaResourceViewFormat format;
+ size_t                      width;
+ size_t                      height;
+ size_t                      depth;
+ unsigned int                firstMipmapLevel;
+ unsigned int                lastMipmapLevel;
+ unsigned int                firstLayer;
+ unsigned int                lastLayer;
+ };
+ ```
+
+ where:
+ - `cudaResourceViewDesc::format` specifies how the data contained in the CUDA array or CUDA mipmapped array should
+ be interpreted. Note that this can incur a change in size of the texture data. If the resource view format is a block
+ compressed format, then the underlying CUDA array or CUDA mipmapped array has to have a 32-bit unsigned integer format
+ with 2 or 4 channels, depending on the block compressed format. For ex., BC1 and BC4 require the underlying CUDA array to have
+ a 32-bit unsigned int with 2 channels. The other BC formats require the underlying resource to have the same 32-bit unsigned int
+ format but with 4 channels.
+
+ - `cudaResourceViewDesc::width` specifies the new width of the texture data. If the resource view format is a block
+ compressed format, this value has to be 4 times the original width of the resource. For non block compressed formats,
+ this value has to be equal to that of the original resource.
+
+ - `cudaResourceViewDesc::height` specifies the new height of the texture data. If the resource view format is a block
+ compressed format, this value has to be 4 times the original height of the resource. For non block compressed formats,
+ this value has to be equal to that of the original resource.
+
+ - `cudaResourceViewDesc::depth` specifies the new depth of the texture data. This value has to be equal to that of the
+ original resource.
+
+ - `cudaResourceViewDesc::firstMipmapLevel` specifies the most detailed mipmap level. This will be the new mipmap level zero.
+ For non-mipmapped resources, this value has to be zero.`cudaTextureDesc::minMipmapLevelClamp` and `cudaTextureDesc::maxMipmapLevelClamp`
+ will be relative to this value. For ex., if the firstMipmapLevel is set to 2, and a minMipmapLevelClamp of 1.2 is specified,
+ then the actual minimum mipmap level clamp will be 3.2.
+
+ - `cudaResourceViewDesc::lastMipmapLevel` specifies the least detailed mipmap level. For non-mipmapped resources, this value
+ has to be zero.
+
+ - `cudaResourceViewDesc::firstLayer` specifies the first layer index for layered textures. This will be the new layer zero.
+ For non-layered resources, this value has to be zero.
+
+ - `cudaResourceViewDesc::lastLayer` specifies the last layer index for layered textures. For non-layered resources,
+ this value has to be zero.
+
+ Parameters:
+ - `pTexObject`: Texture object to create
+ - `pResDesc`: Resource descriptor
+ - `pTexDesc`: Texture descriptor
+ - `pResViewDesc`: Resource view descriptor
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaDestroyTextureObject`,
+ `cuTexObjectCreate`*/
     pub fn cudaCreateTextureObject(
         pTexObject: *mut cudaTextureObject_t,
         pResDesc: *const cudaResourceDesc,
@@ -7091,54 +17435,387 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Destroys a texture object
+
+ Destroys the texture object specified by `texObject`.
+
+ Parameters:
+ - `texObject`: Texture object to destroy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Use of the handle after this call is undefined behavior.
+
+ See also:
+ `cudaCreateTextureObject`,
+ `cuTexObjectDestroy`*/
     pub fn cudaDestroyTextureObject(texObject: cudaTextureObject_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a texture object's resource descriptor
+
+ Returns the resource descriptor for the texture object specified by `texObject`.
+
+ Parameters:
+ - `pResDesc`: Resource descriptor
+ - `texObject`: Texture object
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaCreateTextureObject`,
+ `cuTexObjectGetResourceDesc`*/
     pub fn cudaGetTextureObjectResourceDesc(
         pResDesc: *mut cudaResourceDesc,
         texObject: cudaTextureObject_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a texture object's texture descriptor
+
+ Returns the texture descriptor for the texture object specified by `texObject`.
+
+ Parameters:
+ - `pTexDesc`: Texture descriptor
+ - `texObject`: Texture object
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaCreateTextureObject`,
+ `cuTexObjectGetTextureDesc`*/
     pub fn cudaGetTextureObjectTextureDesc(
         pTexDesc: *mut cudaTextureDesc,
         texObject: cudaTextureObject_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a texture object's resource view descriptor
+
+ Returns the resource view descriptor for the texture object specified by `texObject`.
+ If no resource view was specified, `cudaErrorInvalidValue` is returned.
+
+ Parameters:
+ - `pResViewDesc`: Resource view descriptor
+ - `texObject`: Texture object
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaCreateTextureObject`,
+ `cuTexObjectGetResourceViewDesc`*/
     pub fn cudaGetTextureObjectResourceViewDesc(
         pResViewDesc: *mut cudaResourceViewDesc,
         texObject: cudaTextureObject_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates a surface object
+
+ Creates a surface object and returns it in `pSurfObject`. `pResDesc` describes
+ the data to perform surface load/stores on. `cudaResourceDesc::resType` must be
+ `cudaResourceTypeArray` and  `cudaResourceDesc::res::array::array`
+ must be set to a valid CUDA array handle.
+
+ Surface objects are only supported on devices of compute capability 3.0 or higher.
+ Additionally, a surface object is an opaque value, and, as such, should only be
+ accessed through CUDA API calls.
+
+ Parameters:
+ - `pSurfObject`: Surface object to create
+ - `pResDesc`: Resource descriptor
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidChannelDescriptor`,
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaDestroySurfaceObject`,
+ `cuSurfObjectCreate`*/
     pub fn cudaCreateSurfaceObject(
         pSurfObject: *mut cudaSurfaceObject_t,
         pResDesc: *const cudaResourceDesc,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Destroys a surface object
+
+ Destroys the surface object specified by `surfObject`.
+
+ Parameters:
+ - `surfObject`: Surface object to destroy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Use of the handle after this call is undefined behavior.
+
+ See also:
+ `cudaCreateSurfaceObject`,
+ `cuSurfObjectDestroy`*/
     pub fn cudaDestroySurfaceObject(surfObject: cudaSurfaceObject_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a surface object's resource descriptor
+ Returns the resource descriptor for the surface object specified by `surfObject`.
+
+ Parameters:
+ - `pResDesc`: Resource descriptor
+ - `surfObject`: Surface object
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaCreateSurfaceObject`,
+ `cuSurfObjectGetResourceDesc`*/
     pub fn cudaGetSurfaceObjectResourceDesc(
         pResDesc: *mut cudaResourceDesc,
         surfObject: cudaSurfaceObject_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the latest version of CUDA supported by the driver
+
+ Returns in `*driverVersion` the latest version of CUDA supported by
+ the driver. The version is returned as (1000 &times; major + 10 &times; minor).
+ For example, CUDA 9.2 would be represented by 9020. If no driver is installed,
+ then 0 is returned as the driver version.
+
+ This function automatically returns `cudaErrorInvalidValue`
+ if `driverVersion` is NULL.
+
+ Parameters:
+ - `driverVersion`: Returns the CUDA driver version.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaRuntimeGetVersion`,
+ `cuDriverGetVersion`*/
     pub fn cudaDriverGetVersion(driverVersion: *mut ::core::ffi::c_int) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the CUDA Runtime version
+
+ Returns in `*runtimeVersion` the version number of the current CUDA
+ Runtime instance. The version is returned as
+ (1000 &times; major + 10 &times; minor). For example,
+ CUDA 9.2 would be represented by 9020.
+
+ As of CUDA 12.0, this function no longer initializes CUDA. The purpose
+ of this API is solely to return a compile-time constant stating the
+ CUDA Toolkit version in the above format.
+
+ This function automatically returns `cudaErrorInvalidValue` if
+ the `runtimeVersion` argument is NULL.
+
+ Parameters:
+ - `runtimeVersion`: Returns the CUDA Runtime version.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaDriverGetVersion`,
+ `cuDriverGetVersion`*/
     pub fn cudaRuntimeGetVersion(runtimeVersion: *mut ::core::ffi::c_int) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates a graph
+
+ Creates an empty graph, which is returned via `pGraph`.
+
+ Parameters:
+ - `pGraph`: Returns newly created graph
+ - `flags`: Graph creation flags, must be 0
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddChildGraphNode`,
+ `cudaGraphAddEmptyNode`,
+ `cudaGraphAddKernelNode`,
+ `cudaGraphAddHostNode`,
+ `cudaGraphAddMemcpyNode`,
+ `cudaGraphAddMemsetNode`,
+ `cudaGraphInstantiate`,
+ `cudaGraphDestroy`,
+ `cudaGraphGetNodes`,
+ `cudaGraphGetRootNodes`,
+ `cudaGraphGetEdges`,
+ `cudaGraphClone`*/
     pub fn cudaGraphCreate(
         pGraph: *mut cudaGraph_t,
         flags: ::core::ffi::c_uint,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates a kernel execution node and adds it to a graph
+
+ Creates a new kernel execution node and adds it to `graph` with `numDependencies`
+ dependencies specified via `pDependencies` and arguments specified in `pNodeParams`.
+ It is possible for `numDependencies` to be 0, in which case the node will be placed
+ at the root of the graph. `pDependencies` may not have any duplicate entries.
+ A handle to the new node will be returned in `pGraphNode`.
+
+ The cudaKernelNodeParams structure is defined as:
+
+ ```c
+ struct cudaKernelNodeParams
+ {
+     void* func;
+     dim3 gridDim;
+     dim3 blockDim;
+     unsigned int sharedMemBytes;
+     void **kernelParams;
+     void **extra;
+ };
+ ```
+
+ When the graph is launched, the node will invoke kernel `func` on a (`gridDim.x` x
+ `gridDim.y` x `gridDim.z`) grid of blocks. Each block contains
+ (`blockDim.x` x `blockDim.y` x `blockDim.z`) threads.
+
+ `sharedMem` sets the amount of dynamic shared memory that will be
+ available to each thread block.
+
+ Kernel parameters to `func` can be specified in one of two ways:
+
+ 1) Kernel parameters can be specified via `kernelParams`. If the kernel has N
+ parameters, then `kernelParams` needs to be an array of N pointers. Each pointer,
+ from `kernelParams[0]` to `kernelParams[N-1]`, points to the region of memory from which the actual
+ parameter will be copied. The number of kernel parameters and their offsets and sizes do not need
+ to be specified as that information is retrieved directly from the kernel's image.
+
+ 2) Kernel parameters can also be packaged by the application into a single buffer that is passed in
+ via `extra`. This places the burden on the application of knowing each kernel
+ parameter's size and alignment/padding within the buffer. The `extra` parameter exists
+ to allow this function to take additional less commonly used arguments. `extra` specifies
+ a list of names of extra settings and their corresponding values. Each extra setting name is
+ immediately followed by the corresponding value. The list must be terminated with either NULL or
+ CU_LAUNCH_PARAM_END.
+
+ - `CU_LAUNCH_PARAM_END`, which indicates the end of the `extra`
+ array;
+ - `CU_LAUNCH_PARAM_BUFFER_POINTER`, which specifies that the next
+ value in `extra` will be a pointer to a buffer
+ containing all the kernel parameters for launching kernel
+ `func`;
+ - `CU_LAUNCH_PARAM_BUFFER_SIZE`, which specifies that the next
+ value in `extra` will be a pointer to a size_t
+ containing the size of the buffer specified with
+ `CU_LAUNCH_PARAM_BUFFER_POINTER`;
+
+ The error `cudaErrorInvalidValue` will be returned if kernel parameters are specified with both
+ `kernelParams` and `extra` (i.e. both `kernelParams` and
+ `extra` are non-NULL).
+
+ The `kernelParams` or `extra` array, as well as the argument values it points to,
+ are copied during this call.
+
+ Note: Kernels launched using graphs must not use texture and surface references. Reading or
+ writing through any texture or surface reference is undefined behavior.
+ This restriction does not apply to texture and surface objects.
+
+ Parameters:
+ - `pGraphNode`: Returns newly created node
+ - `graph`: Graph to which to add the node
+ - `pDependencies`: Dependencies of the node
+ - `numDependencies`: Number of dependencies
+ - `pNodeParams`: Parameters for the GPU execution node
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDeviceFunction`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also:
+ `cudaGraphAddNode`,
+ `cudaLaunchKernel`,
+ `cudaGraphKernelNodeGetParams`,
+ `cudaGraphKernelNodeSetParams`,
+ `cudaGraphCreate`,
+ `cudaGraphDestroyNode`,
+ `cudaGraphAddChildGraphNode`,
+ `cudaGraphAddEmptyNode`,
+ `cudaGraphAddHostNode`,
+ `cudaGraphAddMemcpyNode`,
+ `cudaGraphAddMemsetNode`*/
     pub fn cudaGraphAddKernelNode(
         pGraphNode: *mut cudaGraphNode_t,
         graph: cudaGraph_t,
@@ -7148,24 +17825,124 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a kernel node's parameters
+
+ Returns the parameters of kernel node `node` in `pNodeParams`.
+ The `kernelParams` or `extra` array returned in `pNodeParams`,
+ as well as the argument values it points to, are owned by the node.
+ This memory remains valid until the node is destroyed or its
+ parameters are modified, and should not be modified
+ directly. Use `cudaGraphKernelNodeSetParams` to update the
+ parameters of this node.
+
+ The params will contain either `kernelParams` or `extra`,
+ according to which of these was most recently set on the node.
+
+ Parameters:
+ - `node`: Node to get the parameters for
+ - `pNodeParams`: Pointer to return the parameters
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDeviceFunction`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaLaunchKernel`,
+ `cudaGraphAddKernelNode`,
+ `cudaGraphKernelNodeSetParams`*/
     pub fn cudaGraphKernelNodeGetParams(
         node: cudaGraphNode_t,
         pNodeParams: *mut cudaKernelNodeParams,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets a kernel node's parameters
+
+ Sets the parameters of kernel node `node` to `pNodeParams`.
+
+ Parameters:
+ - `node`: Node to set the parameters for
+ - `pNodeParams`: Parameters to copy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorMemoryAllocation`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also:
+ `cudaGraphNodeSetParams`,
+ `cudaLaunchKernel`,
+ `cudaGraphAddKernelNode`,
+ `cudaGraphKernelNodeGetParams`*/
     pub fn cudaGraphKernelNodeSetParams(
         node: cudaGraphNode_t,
         pNodeParams: *const cudaKernelNodeParams,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Copies attributes from source node to destination node.
+
+ Copies attributes from source node `src` to destination node `dst`.
+ Both node must have the same context.
+
+ Parameters:
+ - `dst` (out): Destination node
+ - `src` (in): Source node
+ For list of attributes see `cudaKernelNodeAttrID`
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidContext`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaAccessPolicyWindow`*/
     pub fn cudaGraphKernelNodeCopyAttributes(
         hSrc: cudaGraphNode_t,
         hDst: cudaGraphNode_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Queries node attribute.
+
+ Queries attribute `attr` from node `hNode` and stores it in corresponding
+ member of `value_out`.
+
+ Parameters:
+ - `hNode` (in):
+ - `attr` (in):
+ - `value_out` (out):
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaAccessPolicyWindow`*/
     pub fn cudaGraphKernelNodeGetAttribute(
         hNode: cudaGraphNode_t,
         attr: cudaLaunchAttributeID,
@@ -7173,6 +17950,25 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets node attribute.
+
+ Sets attribute `attr` on node `hNode` from corresponding attribute of
+ `value`.
+
+ Parameters:
+ - `hNode` (out):
+ - `attr` (in):
+ - `value` (out):
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cudaAccessPolicyWindow`*/
     pub fn cudaGraphKernelNodeSetAttribute(
         hNode: cudaGraphNode_t,
         attr: cudaLaunchAttributeID,
@@ -7180,6 +17976,55 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates a memcpy node and adds it to a graph
+
+ Creates a new memcpy node and adds it to `graph` with `numDependencies`
+ dependencies specified via `pDependencies`.
+ It is possible for `numDependencies` to be 0, in which case the node will be placed
+ at the root of the graph. `pDependencies` may not have any duplicate entries.
+ A handle to the new node will be returned in `pGraphNode`.
+
+ When the graph is launched, the node will perform the memcpy described by `pCopyParams`.
+ See `cudaMemcpy3D()` for a description of the structure and its restrictions.
+
+ Memcpy nodes have some additional restrictions with regards to managed memory, if the
+ system contains at least one device which has a zero value for the device attribute
+ `cudaDevAttrConcurrentManagedAccess`.
+
+ Parameters:
+ - `pGraphNode`: Returns newly created node
+ - `graph`: Graph to which to add the node
+ - `pDependencies`: Dependencies of the node
+ - `numDependencies`: Number of dependencies
+ - `pCopyParams`: Parameters for the memory copy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddNode`,
+ `cudaMemcpy3D`,
+ `cudaGraphAddMemcpyNodeToSymbol`,
+ `cudaGraphAddMemcpyNodeFromSymbol`,
+ `cudaGraphAddMemcpyNode1D`,
+ `cudaGraphMemcpyNodeGetParams`,
+ `cudaGraphMemcpyNodeSetParams`,
+ `cudaGraphCreate`,
+ `cudaGraphDestroyNode`,
+ `cudaGraphAddChildGraphNode`,
+ `cudaGraphAddEmptyNode`,
+ `cudaGraphAddKernelNode`,
+ `cudaGraphAddHostNode`,
+ `cudaGraphAddMemsetNode`*/
     pub fn cudaGraphAddMemcpyNode(
         pGraphNode: *mut cudaGraphNode_t,
         graph: cudaGraph_t,
@@ -7227,12 +18072,64 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a memcpy node's parameters
+
+ Returns the parameters of memcpy node `node` in `pNodeParams`.
+
+ Parameters:
+ - `node`: Node to get the parameters for
+ - `pNodeParams`: Pointer to return the parameters
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaMemcpy3D`,
+ `cudaGraphAddMemcpyNode`,
+ `cudaGraphMemcpyNodeSetParams`*/
     pub fn cudaGraphMemcpyNodeGetParams(
         node: cudaGraphNode_t,
         pNodeParams: *mut cudaMemcpy3DParms,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets a memcpy node's parameters
+
+ Sets the parameters of memcpy node `node` to `pNodeParams`.
+
+ Parameters:
+ - `node`: Node to set the parameters for
+ - `pNodeParams`: Parameters to copy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphNodeSetParams`,
+ `cudaMemcpy3D`,
+ `cudaGraphMemcpyNodeSetParamsToSymbol`,
+ `cudaGraphMemcpyNodeSetParamsFromSymbol`,
+ `cudaGraphMemcpyNodeSetParams1D`,
+ `cudaGraphAddMemcpyNode`,
+ `cudaGraphMemcpyNodeGetParams`*/
     pub fn cudaGraphMemcpyNodeSetParams(
         node: cudaGraphNode_t,
         pNodeParams: *const cudaMemcpy3DParms,
@@ -7268,6 +18165,49 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates a memset node and adds it to a graph
+
+ Creates a new memset node and adds it to `graph` with `numDependencies`
+ dependencies specified via `pDependencies`.
+ It is possible for `numDependencies` to be 0, in which case the node will be placed
+ at the root of the graph. `pDependencies` may not have any duplicate entries.
+ A handle to the new node will be returned in `pGraphNode`.
+
+ The element size must be 1, 2, or 4 bytes.
+ When the graph is launched, the node will perform the memset described by `pMemsetParams`.
+
+ Parameters:
+ - `pGraphNode`: Returns newly created node
+ - `graph`: Graph to which to add the node
+ - `pDependencies`: Dependencies of the node
+ - `numDependencies`: Number of dependencies
+ - `pMemsetParams`: Parameters for the memory set
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDevice`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddNode`,
+ `cudaMemset2D`,
+ `cudaGraphMemsetNodeGetParams`,
+ `cudaGraphMemsetNodeSetParams`,
+ `cudaGraphCreate`,
+ `cudaGraphDestroyNode`,
+ `cudaGraphAddChildGraphNode`,
+ `cudaGraphAddEmptyNode`,
+ `cudaGraphAddKernelNode`,
+ `cudaGraphAddHostNode`,
+ `cudaGraphAddMemcpyNode`*/
     pub fn cudaGraphAddMemsetNode(
         pGraphNode: *mut cudaGraphNode_t,
         graph: cudaGraph_t,
@@ -7277,18 +18217,110 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a memset node's parameters
+
+ Returns the parameters of memset node `node` in `pNodeParams`.
+
+ Parameters:
+ - `node`: Node to get the parameters for
+ - `pNodeParams`: Pointer to return the parameters
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaMemset2D`,
+ `cudaGraphAddMemsetNode`,
+ `cudaGraphMemsetNodeSetParams`*/
     pub fn cudaGraphMemsetNodeGetParams(
         node: cudaGraphNode_t,
         pNodeParams: *mut cudaMemsetParams,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets a memset node's parameters
+
+ Sets the parameters of memset node `node` to `pNodeParams`.
+
+ Parameters:
+ - `node`: Node to set the parameters for
+ - `pNodeParams`: Parameters to copy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphNodeSetParams`,
+ `cudaMemset2D`,
+ `cudaGraphAddMemsetNode`,
+ `cudaGraphMemsetNodeGetParams`*/
     pub fn cudaGraphMemsetNodeSetParams(
         node: cudaGraphNode_t,
         pNodeParams: *const cudaMemsetParams,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates a host execution node and adds it to a graph
+
+ Creates a new CPU execution node and adds it to `graph` with `numDependencies`
+ dependencies specified via `pDependencies` and arguments specified in `pNodeParams`.
+ It is possible for `numDependencies` to be 0, in which case the node will be placed
+ at the root of the graph. `pDependencies` may not have any duplicate entries.
+ A handle to the new node will be returned in `pGraphNode`.
+
+ When the graph is launched, the node will invoke the specified CPU function.
+ Host nodes are not supported under MPS with pre-Volta GPUs.
+
+ Parameters:
+ - `pGraphNode`: Returns newly created node
+ - `graph`: Graph to which to add the node
+ - `pDependencies`: Dependencies of the node
+ - `numDependencies`: Number of dependencies
+ - `pNodeParams`: Parameters for the host node
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorNotSupported`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddNode`,
+ `cudaLaunchHostFunc`,
+ `cudaGraphHostNodeGetParams`,
+ `cudaGraphHostNodeSetParams`,
+ `cudaGraphCreate`,
+ `cudaGraphDestroyNode`,
+ `cudaGraphAddChildGraphNode`,
+ `cudaGraphAddEmptyNode`,
+ `cudaGraphAddKernelNode`,
+ `cudaGraphAddMemcpyNode`,
+ `cudaGraphAddMemsetNode`*/
     pub fn cudaGraphAddHostNode(
         pGraphNode: *mut cudaGraphNode_t,
         graph: cudaGraph_t,
@@ -7298,18 +18330,110 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a host node's parameters
+
+ Returns the parameters of host node `node` in `pNodeParams`.
+
+ Parameters:
+ - `node`: Node to get the parameters for
+ - `pNodeParams`: Pointer to return the parameters
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaLaunchHostFunc`,
+ `cudaGraphAddHostNode`,
+ `cudaGraphHostNodeSetParams`*/
     pub fn cudaGraphHostNodeGetParams(
         node: cudaGraphNode_t,
         pNodeParams: *mut cudaHostNodeParams,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets a host node's parameters
+
+ Sets the parameters of host node `node` to `nodeParams`.
+
+ Parameters:
+ - `node`: Node to set the parameters for
+ - `pNodeParams`: Parameters to copy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphNodeSetParams`,
+ `cudaLaunchHostFunc`,
+ `cudaGraphAddHostNode`,
+ `cudaGraphHostNodeGetParams`*/
     pub fn cudaGraphHostNodeSetParams(
         node: cudaGraphNode_t,
         pNodeParams: *const cudaHostNodeParams,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates a child graph node and adds it to a graph
+
+ Creates a new node which executes an embedded graph, and adds it to `graph` with
+ `numDependencies` dependencies specified via `pDependencies`.
+ It is possible for `numDependencies` to be 0, in which case the node will be placed
+ at the root of the graph. `pDependencies` may not have any duplicate entries.
+ A handle to the new node will be returned in `pGraphNode`.
+
+ If `childGraph` contains allocation nodes, free nodes, or conditional nodes, this call will
+ return an error.
+
+ The node executes an embedded child graph. The child graph is cloned in this call.
+
+ Parameters:
+ - `pGraphNode`: Returns newly created node
+ - `graph`: Graph to which to add the node
+ - `pDependencies`: Dependencies of the node
+ - `numDependencies`: Number of dependencies
+ - `childGraph`: The graph to clone into this node
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddNode`,
+ `cudaGraphChildGraphNodeGetGraph`,
+ `cudaGraphCreate`,
+ `cudaGraphDestroyNode`,
+ `cudaGraphAddEmptyNode`,
+ `cudaGraphAddKernelNode`,
+ `cudaGraphAddHostNode`,
+ `cudaGraphAddMemcpyNode`,
+ `cudaGraphAddMemsetNode`,
+ `cudaGraphClone`*/
     pub fn cudaGraphAddChildGraphNode(
         pGraphNode: *mut cudaGraphNode_t,
         graph: cudaGraph_t,
@@ -7319,12 +18443,78 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Gets a handle to the embedded graph of a child graph node
+
+ Gets a handle to the embedded graph in a child graph node. This call
+ does not clone the graph. Changes to the graph will be reflected in
+ the node, and the node retains ownership of the graph.
+
+ Allocation and free nodes cannot be added to the returned graph.
+ Attempting to do so will return an error.
+
+ Parameters:
+ - `node`: Node to get the embedded graph for
+ - `pGraph`: Location to store a handle to the graph
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddChildGraphNode`,
+ `cudaGraphNodeFindInClone`*/
     pub fn cudaGraphChildGraphNodeGetGraph(
         node: cudaGraphNode_t,
         pGraph: *mut cudaGraph_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates an empty node and adds it to a graph
+
+ Creates a new node which performs no operation, and adds it to `graph` with
+ `numDependencies` dependencies specified via `pDependencies`.
+ It is possible for `numDependencies` to be 0, in which case the node will be placed
+ at the root of the graph. `pDependencies` may not have any duplicate entries.
+ A handle to the new node will be returned in `pGraphNode`.
+
+ An empty node performs no operation during execution, but can be used for
+ transitive ordering. For example, a phased execution graph with 2 groups of n
+ nodes with a barrier between them can be represented using an empty node and
+ 2\*n dependency edges, rather than no empty node and n^2 dependency edges.
+
+ Parameters:
+ - `pGraphNode`: Returns newly created node
+ - `graph`: Graph to which to add the node
+ - `pDependencies`: Dependencies of the node
+ - `numDependencies`: Number of dependencies
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddNode`,
+ `cudaGraphCreate`,
+ `cudaGraphDestroyNode`,
+ `cudaGraphAddChildGraphNode`,
+ `cudaGraphAddKernelNode`,
+ `cudaGraphAddHostNode`,
+ `cudaGraphAddMemcpyNode`,
+ `cudaGraphAddMemsetNode`*/
     pub fn cudaGraphAddEmptyNode(
         pGraphNode: *mut cudaGraphNode_t,
         graph: cudaGraph_t,
@@ -7464,12 +18654,72 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Clones a graph
+
+ This function creates a copy of `originalGraph` and returns it in `pGraphClone`.
+ All parameters are copied into the cloned graph. The original graph may be modified
+ after this call without affecting the clone.
+
+ Child graph nodes in the original graph are recursively copied into the clone.
+
+ Note: Cloning is not supported for graphs which contain memory allocation nodes,
+ memory free nodes, or conditional nodes.
+
+ Parameters:
+ - `pGraphClone`: Returns newly created cloned graph
+ - `originalGraph`: Graph to clone
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphCreate`,
+ `cudaGraphNodeFindInClone`*/
     pub fn cudaGraphClone(
         pGraphClone: *mut cudaGraph_t,
         originalGraph: cudaGraph_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Finds a cloned version of a node
+
+ This function returns the node in `clonedGraph` corresponding to `originalNode`
+ in the original graph.
+
+ `clonedGraph` must have been cloned from `originalGraph` via `cudaGraphClone`.
+ `originalNode` must have been in `originalGraph` at the time of the call to
+ `cudaGraphClone`, and the corresponding cloned node in `clonedGraph` must not have
+ been removed. The cloned node is then returned via `pClonedNode`.
+
+ Parameters:
+ - `pNode`: Returns handle to the cloned node
+ - `originalNode`: Handle to the original node
+ - `clonedGraph`: Cloned graph to query
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphClone`*/
     pub fn cudaGraphNodeFindInClone(
         pNode: *mut cudaGraphNode_t,
         originalNode: cudaGraphNode_t,
@@ -7477,12 +18727,76 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a node's type
+
+ Returns the node type of `node` in `pType`.
+
+ Parameters:
+ - `node`: Node to query
+ - `pType`: Pointer to return the node type
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphGetNodes`,
+ `cudaGraphGetRootNodes`,
+ `cudaGraphChildGraphNodeGetGraph`,
+ `cudaGraphKernelNodeGetParams`,
+ `cudaGraphKernelNodeSetParams`,
+ `cudaGraphHostNodeGetParams`,
+ `cudaGraphHostNodeSetParams`,
+ `cudaGraphMemcpyNodeGetParams`,
+ `cudaGraphMemcpyNodeSetParams`,
+ `cudaGraphMemsetNodeGetParams`,
+ `cudaGraphMemsetNodeSetParams`*/
     pub fn cudaGraphNodeGetType(
         node: cudaGraphNode_t,
         pType: *mut cudaGraphNodeType,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a graph's nodes
+
+ Returns a list of `graph`'s nodes. `nodes` may be NULL, in which case this
+ function will return the number of nodes in `numNodes`. Otherwise,
+ `numNodes` entries will be filled in. If `numNodes` is higher than the actual
+ number of nodes, the remaining entries in `nodes` will be set to NULL, and the
+ number of nodes actually obtained will be returned in `numNodes`.
+
+ Parameters:
+ - `graph`: Graph to query
+ - `nodes`: Pointer to return the nodes
+ - `numNodes`: See description
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphCreate`,
+ `cudaGraphGetRootNodes`,
+ `cudaGraphGetEdges`,
+ `cudaGraphNodeGetType`,
+ `cudaGraphNodeGetDependencies`,
+ `cudaGraphNodeGetDependentNodes`*/
     pub fn cudaGraphGetNodes(
         graph: cudaGraph_t,
         nodes: *mut cudaGraphNode_t,
@@ -7490,6 +18804,38 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a graph's root nodes
+
+ Returns a list of `graph`'s root nodes. `pRootNodes` may be NULL, in which case this
+ function will return the number of root nodes in `pNumRootNodes`. Otherwise,
+ `pNumRootNodes` entries will be filled in. If `pNumRootNodes` is higher than the actual
+ number of root nodes, the remaining entries in `pRootNodes` will be set to NULL, and the
+ number of nodes actually obtained will be returned in `pNumRootNodes`.
+
+ Parameters:
+ - `graph`: Graph to query
+ - `pRootNodes`: Pointer to return the root nodes
+ - `pNumRootNodes`: See description
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphCreate`,
+ `cudaGraphGetNodes`,
+ `cudaGraphGetEdges`,
+ `cudaGraphNodeGetType`,
+ `cudaGraphNodeGetDependencies`,
+ `cudaGraphNodeGetDependentNodes`*/
     pub fn cudaGraphGetRootNodes(
         graph: cudaGraph_t,
         pRootNodes: *mut cudaGraphNode_t,
@@ -7497,6 +18843,41 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a graph's dependency edges
+
+ Returns a list of `graph`'s dependency edges. Edges are returned via corresponding
+ indices in `from` and `to`; that is, the node in `to[i]` has a dependency on the
+ node in `from[i]`. `from` and `to` may both be NULL, in which
+ case this function only returns the number of edges in `numEdges`. Otherwise,
+ `numEdges` entries will be filled in. If `numEdges` is higher than the actual
+ number of edges, the remaining entries in `from` and `to` will be set to NULL, and
+ the number of edges actually returned will be written to `numEdges`.
+
+ Parameters:
+ - `graph`: Graph to get the edges from
+ - `from`: Location to return edge endpoints
+ - `to`: Location to return edge endpoints
+ - `numEdges`: See description
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphGetNodes`,
+ `cudaGraphGetRootNodes`,
+ `cudaGraphAddDependencies`,
+ `cudaGraphRemoveDependencies`,
+ `cudaGraphNodeGetDependencies`,
+ `cudaGraphNodeGetDependentNodes`*/
     pub fn cudaGraphGetEdges(
         graph: cudaGraph_t,
         from: *mut cudaGraphNode_t,
@@ -7505,6 +18886,47 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a graph's dependency edges (12.3+)
+
+ Returns a list of `graph`'s dependency edges. Edges are returned via corresponding
+ indices in `from`, `to` and `edgeData`; that is, the node in `to[i]` has a
+ dependency on the node in `from[i]` with data `edgeData[i]`. `from` and `to` may
+ both be NULL, in which case this function only returns the number of edges in
+ `numEdges`. Otherwise, `numEdges` entries will be filled in. If `numEdges` is higher
+ than the actual number of edges, the remaining entries in `from` and `to` will be
+ set to NULL, and the number of edges actually returned will be written to `numEdges`.
+ `edgeData` may alone be NULL, in which case the edges must all have default (zeroed)
+ edge data. Attempting a losst query via NULL `edgeData` will result in
+ `cudaErrorLossyQuery`. If `edgeData` is non-NULL then `from` and `to` must be as
+ well.
+
+ Parameters:
+ - `graph`: Graph to get the edges from
+ - `from`: Location to return edge endpoints
+ - `to`: Location to return edge endpoints
+ - `edgeData`: Optional location to return edge data
+ - `numEdges`: See description
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorLossyQuery`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphGetNodes`,
+ `cudaGraphGetRootNodes`,
+ `cudaGraphAddDependencies`,
+ `cudaGraphRemoveDependencies`,
+ `cudaGraphNodeGetDependencies`,
+ `cudaGraphNodeGetDependentNodes`*/
     pub fn cudaGraphGetEdges_v2(
         graph: cudaGraph_t,
         from: *mut cudaGraphNode_t,
@@ -7514,6 +18936,38 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a node's dependencies
+
+ Returns a list of `node`'s dependencies. `pDependencies` may be NULL, in which case this
+ function will return the number of dependencies in `pNumDependencies`. Otherwise,
+ `pNumDependencies` entries will be filled in. If `pNumDependencies` is higher than the actual
+ number of dependencies, the remaining entries in `pDependencies` will be set to NULL, and the
+ number of nodes actually obtained will be returned in `pNumDependencies`.
+
+ Parameters:
+ - `node`: Node to query
+ - `pDependencies`: Pointer to return the dependencies
+ - `pNumDependencies`: See description
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphNodeGetDependentNodes`,
+ `cudaGraphGetNodes`,
+ `cudaGraphGetRootNodes`,
+ `cudaGraphGetEdges`,
+ `cudaGraphAddDependencies`,
+ `cudaGraphRemoveDependencies`*/
     pub fn cudaGraphNodeGetDependencies(
         node: cudaGraphNode_t,
         pDependencies: *mut cudaGraphNode_t,
@@ -7521,6 +18975,44 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a node's dependencies (12.3+)
+
+ Returns a list of `node`'s dependencies. `pDependencies` may be NULL, in which case this
+ function will return the number of dependencies in `pNumDependencies`. Otherwise,
+ `pNumDependencies` entries will be filled in. If `pNumDependencies` is higher than the actual
+ number of dependencies, the remaining entries in `pDependencies` will be set to NULL, and the
+ number of nodes actually obtained will be returned in `pNumDependencies`.
+
+ Note that if an edge has non-zero (non-default) edge data and `edgeData` is NULL,
+ this API will return `cudaErrorLossyQuery`. If `edgeData` is non-NULL, then
+ `pDependencies` must be as well.
+
+ Parameters:
+ - `node`: Node to query
+ - `pDependencies`: Pointer to return the dependencies
+ - `edgeData`: Optional array to return edge data for each dependency
+ - `pNumDependencies`: See description
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorLossyQuery`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphNodeGetDependentNodes`,
+ `cudaGraphGetNodes`,
+ `cudaGraphGetRootNodes`,
+ `cudaGraphGetEdges`,
+ `cudaGraphAddDependencies`,
+ `cudaGraphRemoveDependencies`*/
     pub fn cudaGraphNodeGetDependencies_v2(
         node: cudaGraphNode_t,
         pDependencies: *mut cudaGraphNode_t,
@@ -7529,6 +19021,39 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a node's dependent nodes
+
+ Returns a list of `node`'s dependent nodes. `pDependentNodes` may be NULL, in which
+ case this function will return the number of dependent nodes in `pNumDependentNodes`.
+ Otherwise, `pNumDependentNodes` entries will be filled in. If `pNumDependentNodes` is
+ higher than the actual number of dependent nodes, the remaining entries in
+ `pDependentNodes` will be set to NULL, and the number of nodes actually obtained will
+ be returned in `pNumDependentNodes`.
+
+ Parameters:
+ - `node`: Node to query
+ - `pDependentNodes`: Pointer to return the dependent nodes
+ - `pNumDependentNodes`: See description
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphNodeGetDependencies`,
+ `cudaGraphGetNodes`,
+ `cudaGraphGetRootNodes`,
+ `cudaGraphGetEdges`,
+ `cudaGraphAddDependencies`,
+ `cudaGraphRemoveDependencies`*/
     pub fn cudaGraphNodeGetDependentNodes(
         node: cudaGraphNode_t,
         pDependentNodes: *mut cudaGraphNode_t,
@@ -7536,6 +19061,45 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a node's dependent nodes (12.3+)
+
+ Returns a list of `node`'s dependent nodes. `pDependentNodes` may be NULL, in which
+ case this function will return the number of dependent nodes in `pNumDependentNodes`.
+ Otherwise, `pNumDependentNodes` entries will be filled in. If `pNumDependentNodes` is
+ higher than the actual number of dependent nodes, the remaining entries in
+ `pDependentNodes` will be set to NULL, and the number of nodes actually obtained will
+ be returned in `pNumDependentNodes`.
+
+ Note that if an edge has non-zero (non-default) edge data and `edgeData` is NULL,
+ this API will return `cudaErrorLossyQuery`. If `edgeData` is non-NULL, then
+ `pDependentNodes` must be as well.
+
+ Parameters:
+ - `node`: Node to query
+ - `pDependentNodes`: Pointer to return the dependent nodes
+ - `edgeData`: Optional pointer to return edge data for dependent nodes
+ - `pNumDependentNodes`: See description
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorLossyQuery`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphNodeGetDependencies`,
+ `cudaGraphGetNodes`,
+ `cudaGraphGetRootNodes`,
+ `cudaGraphGetEdges`,
+ `cudaGraphAddDependencies`,
+ `cudaGraphRemoveDependencies`*/
     pub fn cudaGraphNodeGetDependentNodes_v2(
         node: cudaGraphNode_t,
         pDependentNodes: *mut cudaGraphNode_t,
@@ -7544,6 +19108,38 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Adds dependency edges to a graph.
+
+ The number of dependencies to be added is defined by `numDependencies`
+ Elements in `pFrom` and `pTo` at corresponding indices define a dependency.
+ Each node in `pFrom` and `pTo` must belong to `graph`.
+
+ If `numDependencies` is 0, elements in `pFrom` and `pTo` will be ignored.
+ Specifying an existing dependency will return an error.
+
+ Parameters:
+ - `graph`: Graph to which dependencies are added
+ - `from`: Array of nodes that provide the dependencies
+ - `to`: Array of dependent nodes
+ - `numDependencies`: Number of dependencies to be added
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphRemoveDependencies`,
+ `cudaGraphGetEdges`,
+ `cudaGraphNodeGetDependencies`,
+ `cudaGraphNodeGetDependentNodes`*/
     pub fn cudaGraphAddDependencies(
         graph: cudaGraph_t,
         from: *const cudaGraphNode_t,
@@ -7552,6 +19148,39 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Adds dependency edges to a graph. (12.3+)
+
+ The number of dependencies to be added is defined by `numDependencies`
+ Elements in `pFrom` and `pTo` at corresponding indices define a dependency.
+ Each node in `pFrom` and `pTo` must belong to `graph`.
+
+ If `numDependencies` is 0, elements in `pFrom` and `pTo` will be ignored.
+ Specifying an existing dependency will return an error.
+
+ Parameters:
+ - `graph`: Graph to which dependencies are added
+ - `from`: Array of nodes that provide the dependencies
+ - `to`: Array of dependent nodes
+ - `edgeData`: Optional array of edge data. If NULL, default (zeroed) edge data is assumed.
+ - `numDependencies`: Number of dependencies to be added
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphRemoveDependencies`,
+ `cudaGraphGetEdges`,
+ `cudaGraphNodeGetDependencies`,
+ `cudaGraphNodeGetDependentNodes`*/
     pub fn cudaGraphAddDependencies_v2(
         graph: cudaGraph_t,
         from: *const cudaGraphNode_t,
@@ -7561,6 +19190,38 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Removes dependency edges from a graph.
+
+ The number of `pDependencies` to be removed is defined by `numDependencies`.
+ Elements in `pFrom` and `pTo` at corresponding indices define a dependency.
+ Each node in `pFrom` and `pTo` must belong to `graph`.
+
+ If `numDependencies` is 0, elements in `pFrom` and `pTo` will be ignored.
+ Specifying a non-existing dependency will return an error.
+
+ Parameters:
+ - `graph`: Graph from which to remove dependencies
+ - `from`: Array of nodes that provide the dependencies
+ - `to`: Array of dependent nodes
+ - `numDependencies`: Number of dependencies to be removed
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddDependencies`,
+ `cudaGraphGetEdges`,
+ `cudaGraphNodeGetDependencies`,
+ `cudaGraphNodeGetDependentNodes`*/
     pub fn cudaGraphRemoveDependencies(
         graph: cudaGraph_t,
         from: *const cudaGraphNode_t,
@@ -7569,6 +19230,42 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Removes dependency edges from a graph. (12.3+)
+
+ The number of `pDependencies` to be removed is defined by `numDependencies`.
+ Elements in `pFrom` and `pTo` at corresponding indices define a dependency.
+ Each node in `pFrom` and `pTo` must belong to `graph`.
+
+ If `numDependencies` is 0, elements in `pFrom` and `pTo` will be ignored.
+ Specifying an edge that does not exist in the graph, with data matching
+ `edgeData`, results in an error. `edgeData` is nullable, which is equivalent
+ to passing default (zeroed) data for each edge.
+
+ Parameters:
+ - `graph`: Graph from which to remove dependencies
+ - `from`: Array of nodes that provide the dependencies
+ - `to`: Array of dependent nodes
+ - `edgeData`: Optional array of edge data. If NULL, edge data is assumed to
+ be default (zeroed).
+ - `numDependencies`: Number of dependencies to be removed
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddDependencies`,
+ `cudaGraphGetEdges`,
+ `cudaGraphNodeGetDependencies`,
+ `cudaGraphNodeGetDependentNodes`*/
     pub fn cudaGraphRemoveDependencies_v2(
         graph: cudaGraph_t,
         from: *const cudaGraphNode_t,
@@ -7578,9 +19275,113 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Remove a node from the graph
+
+ Removes `node` from its graph. This operation also severs any dependencies of other nodes
+ on `node` and vice versa.
+
+ Dependencies cannot be removed from graphs which contain allocation or free nodes.
+ Any attempt to do so will return an error.
+
+ Parameters:
+ - `node`: Node to remove
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Use of the handle after this call is undefined behavior.
+
+ See also:
+ `cudaGraphAddChildGraphNode`,
+ `cudaGraphAddEmptyNode`,
+ `cudaGraphAddKernelNode`,
+ `cudaGraphAddHostNode`,
+ `cudaGraphAddMemcpyNode`,
+ `cudaGraphAddMemsetNode`*/
     pub fn cudaGraphDestroyNode(node: cudaGraphNode_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates an executable graph from a graph
+
+ Instantiates `graph` as an executable graph. The graph is validated for any
+ structural constraints or intra-node constraints which were not previously
+ validated. If instantiation is successful, a handle to the instantiated graph
+ is returned in `pGraphExec`.
+
+ The `flags` parameter controls the behavior of instantiation and subsequent
+ graph launches.  Valid flags are:
+
+ - `cudaGraphInstantiateFlagAutoFreeOnLaunch`, which configures a
+ graph containing memory allocation nodes to automatically free any
+ unfreed memory allocations before the graph is relaunched.
+
+ - `cudaGraphInstantiateFlagDeviceLaunch`, which configures the graph for launch
+ from the device. If this flag is passed, the executable graph handle returned can be
+ used to launch the graph from both the host and device. This flag cannot be used in
+ conjunction with `cudaGraphInstantiateFlagAutoFreeOnLaunch`.
+
+ - `cudaGraphInstantiateFlagUseNodePriority`, which causes the graph
+ to use the priorities from the per-node attributes rather than the priority
+ of the launch stream during execution. Note that priorities are only available
+ on kernel nodes, and are copied from stream priority during stream capture.
+
+ If `graph` contains any allocation or free nodes, there can be at most one
+ executable graph in existence for that graph at a time. An attempt to
+ instantiate a second executable graph before destroying the first with
+ `cudaGraphExecDestroy` will result in an error.
+ The same also applies if `graph` contains any device-updatable kernel nodes.
+
+ Graphs instantiated for launch on the device have additional restrictions which do not
+ apply to host graphs:
+
+ - The graph's nodes must reside on a single device.
+ - The graph can only contain kernel nodes, memcpy nodes, memset nodes, and child graph nodes.
+ - The graph cannot be empty and must contain at least one kernel, memcpy, or memset node.
+ Operation-specific restrictions are outlined below.
+ - Kernel nodes:
+ - Use of CUDA Dynamic Parallelism is not permitted.
+ - Cooperative launches are permitted as long as MPS is not in use.
+ - Memcpy nodes:
+ - Only copies involving device memory and/or pinned device-mapped host memory are permitted.
+ - Copies involving CUDA arrays are not permitted.
+ - Both operands must be accessible from the current device, and the current device must
+ match the device of other nodes in the graph.
+
+ If `graph` is not instantiated for launch on the device but contains kernels which
+ call device-side cudaGraphLaunch() from multiple devices, this will result in an error.
+
+ Parameters:
+ - `pGraphExec`: Returns instantiated graph
+ - `graph`: Graph to instantiate
+ - `flags`: Flags to control instantiation.  See `CUgraphInstantiate_flags`.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphInstantiateWithFlags`,
+ `cudaGraphCreate`,
+ `cudaGraphUpload`,
+ `cudaGraphLaunch`,
+ `cudaGraphExecDestroy`*/
     pub fn cudaGraphInstantiate(
         pGraphExec: *mut cudaGraphExec_t,
         graph: cudaGraph_t,
@@ -7595,6 +19396,113 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Creates an executable graph from a graph
+
+ Instantiates `graph` as an executable graph according to the `instantiateParams` structure.
+ The graph is validated for any structural constraints or intra-node constraints
+ which were not previously validated. If instantiation is successful, a handle to
+ the instantiated graph is returned in `pGraphExec`.
+
+ `instantiateParams` controls the behavior of instantiation and subsequent
+ graph launches, as well as returning more detailed information in the event of an error.
+ `cudaGraphInstantiateParams` is defined as:
+
+ ```c
+ typedef struct {
+ unsigned long long flags;
+ cudaStream_t uploadStream;
+ cudaGraphNode_t errNode_out;
+ cudaGraphInstantiateResult result_out;
+ } cudaGraphInstantiateParams;
+ ```
+
+ The `flags` field controls the behavior of instantiation and subsequent
+ graph launches. Valid flags are:
+
+ - `cudaGraphInstantiateFlagAutoFreeOnLaunch`, which configures a
+ graph containing memory allocation nodes to automatically free any
+ unfreed memory allocations before the graph is relaunched.
+
+ - `cudaGraphInstantiateFlagUpload`, which will perform an upload of the graph
+ into `uploadStream` once the graph has been instantiated.
+
+ - `cudaGraphInstantiateFlagDeviceLaunch`, which configures the graph for launch
+ from the device. If this flag is passed, the executable graph handle returned can be
+ used to launch the graph from both the host and device. This flag can only be used
+ on platforms which support unified addressing. This flag cannot be used in
+ conjunction with `cudaGraphInstantiateFlagAutoFreeOnLaunch`.
+
+ - `cudaGraphInstantiateFlagUseNodePriority`, which causes the graph
+ to use the priorities from the per-node attributes rather than the priority
+ of the launch stream during execution. Note that priorities are only available
+ on kernel nodes, and are copied from stream priority during stream capture.
+
+ If `graph` contains any allocation or free nodes, there can be at most one
+ executable graph in existence for that graph at a time. An attempt to instantiate a
+ second executable graph before destroying the first with `cudaGraphExecDestroy` will
+ result in an error.
+ The same also applies if `graph` contains any device-updatable kernel nodes.
+
+ If `graph` contains kernels which call device-side cudaGraphLaunch() from multiple
+ devices, this will result in an error.
+
+ Graphs instantiated for launch on the device have additional restrictions which do not
+ apply to host graphs:
+
+ - The graph's nodes must reside on a single device.
+ - The graph can only contain kernel nodes, memcpy nodes, memset nodes, and child graph nodes.
+ - The graph cannot be empty and must contain at least one kernel, memcpy, or memset node.
+ Operation-specific restrictions are outlined below.
+ - Kernel nodes:
+ - Use of CUDA Dynamic Parallelism is not permitted.
+ - Cooperative launches are permitted as long as MPS is not in use.
+ - Memcpy nodes:
+ - Only copies involving device memory and/or pinned device-mapped host memory are permitted.
+ - Copies involving CUDA arrays are not permitted.
+ - Both operands must be accessible from the current device, and the current device must
+ match the device of other nodes in the graph.
+
+ In the event of an error, the `result_out` and `errNode_out` fields will contain more
+ information about the nature of the error. Possible error reporting includes:
+
+ - `cudaGraphInstantiateError`, if passed an invalid value or if an unexpected error occurred
+ which is described by the return value of the function. `errNode_out` will be set to NULL.
+ - `cudaGraphInstantiateInvalidStructure`, if the graph structure is invalid. `errNode_out`
+ will be set to one of the offending nodes.
+ - `cudaGraphInstantiateNodeOperationNotSupported`, if the graph is instantiated for device
+ launch but contains a node of an unsupported node type, or a node which performs unsupported
+ operations, such as use of CUDA dynamic parallelism within a kernel node. `errNode_out` will
+ be set to this node.
+ - `cudaGraphInstantiateMultipleDevicesNotSupported`, if the graph is instantiated for device
+ launch but a node’s device differs from that of another node. This error can also be returned
+ if a graph is not instantiated for device launch and it contains kernels which call device-side
+ cudaGraphLaunch() from multiple devices. `errNode_out` will be set to this node.
+
+ If instantiation is successful, `result_out` will be set to `cudaGraphInstantiateSuccess`,
+ and `hErrNode_out` will be set to NULL.
+
+ Parameters:
+ - `pGraphExec`: Returns instantiated graph
+ - `graph`: Graph to instantiate
+ - `instantiateParams`: Instantiation parameters
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphCreate`,
+ `cudaGraphInstantiate`,
+ `cudaGraphInstantiateWithFlags`,
+ `cudaGraphExecDestroy`*/
     pub fn cudaGraphInstantiateWithParams(
         pGraphExec: *mut cudaGraphExec_t,
         graph: cudaGraph_t,
@@ -7602,12 +19510,100 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Query the instantiation flags of an executable graph
+
+ Returns the flags that were passed to instantiation for the given executable graph.
+ `cudaGraphInstantiateFlagUpload` will not be returned by this API as it does
+ not affect the resulting executable graph.
+
+ Parameters:
+ - `graphExec`: The executable graph to query
+ - `flags`: Returns the instantiation flags
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphInstantiate`,
+ `cudaGraphInstantiateWithFlags`,
+ `cudaGraphInstantiateWithParams`*/
     pub fn cudaGraphExecGetFlags(
         graphExec: cudaGraphExec_t,
         flags: *mut ::core::ffi::c_ulonglong,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets the parameters for a kernel node in the given graphExec
+
+ Sets the parameters of a kernel node in an executable graph `hGraphExec`.
+ The node is identified by the corresponding node `node` in the
+ non-executable graph, from which the executable graph was instantiated.
+
+ `node` must not have been removed from the original graph. All `nodeParams`
+ fields may change, but the following restrictions apply to `func` updates:
+
+ - The owning device of the function cannot change.
+ - A node whose function originally did not use CUDA dynamic parallelism cannot be updated
+ to a function which uses CDP
+ - A node whose function originally did not make device-side update calls cannot be updated
+ to a function which makes device-side update calls.
+ - If `hGraphExec` was not instantiated for device launch, a node whose function originally
+ did not use device-side cudaGraphLaunch() cannot be updated to a function which uses
+ device-side cudaGraphLaunch() unless the node resides on the same device as nodes which
+ contained such calls at instantiate-time. If no such calls were present at instantiation,
+ these updates cannot be performed at all.
+
+ The modifications only affect future launches of `hGraphExec`. Already
+ enqueued or running launches of `hGraphExec` are not affected by this call.
+ `node` is also not modified by this call.
+
+ If `node` is a device-updatable kernel node, the next upload/launch of `hGraphExec`
+ will overwrite any previous device-side updates. Additionally, applying host updates to a
+ device-updatable kernel node while it is being updated from the device will result in
+ undefined behavior.
+
+ Parameters:
+ - `hGraphExec`: The executable graph in which to set the specified node
+ - `node`: kernel node from the graph from which graphExec was instantiated
+ - `pNodeParams`: Updated Parameters to set
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ The API can also be used with a kernel `cudaKernel_t` by querying the handle using `cudaLibraryGetKernel()` or `cudaGetKernel` and then passing it to the API by casting to void\*. The symbol `entryFuncAddr` passed to `cudaGetKernel` should be a symbol that is registered with the same CUDA Runtime instance.
+
+ See also:
+ `cudaGraphExecNodeSetParams`,
+ `cudaGraphAddKernelNode`,
+ `cudaGraphKernelNodeSetParams`,
+ `cudaGraphExecMemcpyNodeSetParams`,
+ `cudaGraphExecMemsetNodeSetParams`,
+ `cudaGraphExecHostNodeSetParams`,
+ `cudaGraphExecChildGraphNodeSetParams`,
+ `cudaGraphExecEventRecordNodeSetEvent`,
+ `cudaGraphExecEventWaitNodeSetEvent`,
+ `cudaGraphExecExternalSemaphoresSignalNodeSetParams`,
+ `cudaGraphExecExternalSemaphoresWaitNodeSetParams`,
+ `cudaGraphExecUpdate`,
+ `cudaGraphInstantiate`*/
     pub fn cudaGraphExecKernelNodeSetParams(
         hGraphExec: cudaGraphExec_t,
         node: cudaGraphNode_t,
@@ -7615,6 +19611,58 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets the parameters for a memcpy node in the given graphExec.
+
+ Updates the work represented by `node` in `hGraphExec` as though `node` had
+ contained `pNodeParams` at instantiation.  `node` must remain in the graph which was
+ used to instantiate `hGraphExec`.  Changed edges to and from `node` are ignored.
+
+ The source and destination memory in `pNodeParams` must be allocated from the same
+ contexts as the original source and destination memory.  Both the instantiation-time
+ memory operands and the memory operands in `pNodeParams` must be 1-dimensional.
+ Zero-length operations are not supported.
+
+ The modifications only affect future launches of `hGraphExec`.  Already enqueued
+ or running launches of `hGraphExec` are not affected by this call.  `node` is also
+ not modified by this call.
+
+ Returns `cudaErrorInvalidValue` if the memory operands' mappings changed or
+ either the original or new memory operands are multidimensional.
+
+ Parameters:
+ - `hGraphExec`: The executable graph in which to set the specified node
+ - `node`: Memcpy node from the graph which was used to instantiate graphExec
+ - `pNodeParams`: Updated Parameters to set
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphExecNodeSetParams`,
+ `cudaGraphAddMemcpyNode`,
+ `cudaGraphMemcpyNodeSetParams`,
+ `cudaGraphExecMemcpyNodeSetParamsToSymbol`,
+ `cudaGraphExecMemcpyNodeSetParamsFromSymbol`,
+ `cudaGraphExecMemcpyNodeSetParams1D`,
+ `cudaGraphExecKernelNodeSetParams`,
+ `cudaGraphExecMemsetNodeSetParams`,
+ `cudaGraphExecHostNodeSetParams`,
+ `cudaGraphExecChildGraphNodeSetParams`,
+ `cudaGraphExecEventRecordNodeSetEvent`,
+ `cudaGraphExecEventWaitNodeSetEvent`,
+ `cudaGraphExecExternalSemaphoresSignalNodeSetParams`,
+ `cudaGraphExecExternalSemaphoresWaitNodeSetParams`,
+ `cudaGraphExecUpdate`,
+ `cudaGraphInstantiate`*/
     pub fn cudaGraphExecMemcpyNodeSetParams(
         hGraphExec: cudaGraphExec_t,
         node: cudaGraphNode_t,
@@ -7654,6 +19702,59 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets the parameters for a memset node in the given graphExec.
+
+ Updates the work represented by `node` in `hGraphExec` as though `node` had
+ contained `pNodeParams` at instantiation.  `node` must remain in the graph which was
+ used to instantiate `hGraphExec`.  Changed edges to and from `node` are ignored.
+
+ Zero sized operations are not supported.
+
+ The new destination pointer in `pNodeParams` must be to the same kind of allocation
+ as the original destination pointer and have the same context association and device mapping
+ as the original destination pointer.
+
+ Both the value and pointer address may be updated.
+ Changing other aspects of the memset (width, height, element size or pitch) may cause the update to be rejected.
+ Specifically, for 2d memsets, all dimension changes are rejected.
+ For 1d memsets, changes in height are explicitly rejected and other changes are opportunistically allowed
+ if the resulting work maps onto the work resources already allocated for the node.
+
+ The modifications only affect future launches of `hGraphExec`.  Already enqueued
+ or running launches of `hGraphExec` are not affected by this call.  `node` is also
+ not modified by this call.
+
+ Parameters:
+ - `hGraphExec`: The executable graph in which to set the specified node
+ - `node`: Memset node from the graph which was used to instantiate graphExec
+ - `pNodeParams`: Updated Parameters to set
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphExecNodeSetParams`,
+ `cudaGraphAddMemsetNode`,
+ `cudaGraphMemsetNodeSetParams`,
+ `cudaGraphExecKernelNodeSetParams`,
+ `cudaGraphExecMemcpyNodeSetParams`,
+ `cudaGraphExecHostNodeSetParams`,
+ `cudaGraphExecChildGraphNodeSetParams`,
+ `cudaGraphExecEventRecordNodeSetEvent`,
+ `cudaGraphExecEventWaitNodeSetEvent`,
+ `cudaGraphExecExternalSemaphoresSignalNodeSetParams`,
+ `cudaGraphExecExternalSemaphoresWaitNodeSetParams`,
+ `cudaGraphExecUpdate`,
+ `cudaGraphInstantiate`*/
     pub fn cudaGraphExecMemsetNodeSetParams(
         hGraphExec: cudaGraphExec_t,
         node: cudaGraphNode_t,
@@ -7661,6 +19762,47 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets the parameters for a host node in the given graphExec.
+
+ Updates the work represented by `node` in `hGraphExec` as though `node` had
+ contained `pNodeParams` at instantiation.  `node` must remain in the graph which was
+ used to instantiate `hGraphExec`.  Changed edges to and from `node` are ignored.
+
+ The modifications only affect future launches of `hGraphExec`.  Already enqueued
+ or running launches of `hGraphExec` are not affected by this call.  `node` is also
+ not modified by this call.
+
+ Parameters:
+ - `hGraphExec`: The executable graph in which to set the specified node
+ - `node`: Host node from the graph which was used to instantiate graphExec
+ - `pNodeParams`: Updated Parameters to set
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphExecNodeSetParams`,
+ `cudaGraphAddHostNode`,
+ `cudaGraphHostNodeSetParams`,
+ `cudaGraphExecKernelNodeSetParams`,
+ `cudaGraphExecMemcpyNodeSetParams`,
+ `cudaGraphExecMemsetNodeSetParams`,
+ `cudaGraphExecChildGraphNodeSetParams`,
+ `cudaGraphExecEventRecordNodeSetEvent`,
+ `cudaGraphExecEventWaitNodeSetEvent`,
+ `cudaGraphExecExternalSemaphoresSignalNodeSetParams`,
+ `cudaGraphExecExternalSemaphoresWaitNodeSetParams`,
+ `cudaGraphExecUpdate`,
+ `cudaGraphInstantiate`*/
     pub fn cudaGraphExecHostNodeSetParams(
         hGraphExec: cudaGraphExec_t,
         node: cudaGraphNode_t,
@@ -7717,6 +19859,100 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Check whether an executable graph can be updated with a graph and perform the update if possible
+
+ Updates the node parameters in the instantiated graph specified by `hGraphExec` with the
+ node parameters in a topologically identical graph specified by `hGraph`.
+
+ Limitations:
+
+ - Kernel nodes:
+ - The owning context of the function cannot change.
+ - A node whose function originally did not use CUDA dynamic parallelism cannot be updated
+ to a function which uses CDP.
+ - A node whose function originally did not make device-side update calls cannot be updated
+ to a function which makes device-side update calls.
+ - A cooperative node cannot be updated to a non-cooperative node, and vice-versa.
+ - If the graph was instantiated with cudaGraphInstantiateFlagUseNodePriority, the
+ priority attribute cannot change. Equality is checked on the originally requested
+ priority values, before they are clamped to the device's supported range.
+ - If `hGraphExec` was not instantiated for device launch, a node whose function originally
+ did not use device-side cudaGraphLaunch() cannot be updated to a function which uses
+ device-side cudaGraphLaunch() unless the node resides on the same device as nodes which
+ contained such calls at instantiate-time. If no such calls were present at instantiation,
+ these updates cannot be performed at all.
+ - Neither `hGraph` nor `hGraphExec` may contain device-updatable kernel nodes.
+ - Memset and memcpy nodes:
+ - The CUDA device(s) to which the operand(s) was allocated/mapped cannot change.
+ - The source/destination memory must be allocated from the same contexts as the original
+ source/destination memory.
+ - For 2d memsets, only address and assigned value may be updated.
+ - For 1d memsets, updating dimensions is also allowed, but may fail if the resulting operation doesn't
+ map onto the work resources already allocated for the node.
+ - Additional memcpy node restrictions:
+ - Changing either the source or destination memory type(i.e. CU_MEMORYTYPE_DEVICE,
+ CU_MEMORYTYPE_ARRAY, etc.) is not supported.
+ - Conditional nodes:
+ - Changing node parameters is not supported.
+ - Changing parameters of nodes within the conditional body graph is subject to the rules above.
+ - Conditional handle flags and default values are updated as part of the graph update.
+
+ Note:  The API may add further restrictions in future releases.  The return code should always be checked.
+
+ cudaGraphExecUpdate sets the result member of `resultInfo` to cudaGraphExecUpdateErrorTopologyChanged
+ under the following conditions:
+ - The count of nodes directly in `hGraphExec` and `hGraph` differ, in which case resultInfo->errorNode
+ is set to NULL.
+ - `hGraph` has more exit nodes than `hGraph`, in which case resultInfo->errorNode is set to one of
+ the exit nodes in hGraph.
+ - A node in `hGraph` has a different number of dependencies than the node from `hGraphExec` it is paired with,
+ in which case resultInfo->errorNode is set to the node from `hGraph`.
+ - A node in `hGraph` has a dependency that does not match with the corresponding dependency of the paired node
+ from `hGraphExec`. resultInfo->errorNode will be set to the node from `hGraph`. resultInfo->errorFromNode
+ will be set to the mismatched dependency. The dependencies are paired based on edge order and a dependency
+ does not match when the nodes are already paired based on other edges examined in the graph.
+
+ cudaGraphExecUpdate sets `the` result member of `resultInfo` to:
+ - cudaGraphExecUpdateError if passed an invalid value.
+ - cudaGraphExecUpdateErrorTopologyChanged if the graph topology changed
+ - cudaGraphExecUpdateErrorNodeTypeChanged if the type of a node changed, in which case
+ `hErrorNode_out` is set to the node from `hGraph`.
+ - cudaGraphExecUpdateErrorFunctionChanged if the function of a kernel node changed (CUDA driver \< 11.2)
+ - cudaGraphExecUpdateErrorUnsupportedFunctionChange if the func field of a kernel changed in an
+ unsupported way(see note above), in which case `hErrorNode_out` is set to the node from `hGraph`
+ - cudaGraphExecUpdateErrorParametersChanged if any parameters to a node changed in a way
+ that is not supported, in which case `hErrorNode_out` is set to the node from `hGraph`
+ - cudaGraphExecUpdateErrorAttributesChanged if any attributes of a node changed in a way
+ that is not supported, in which case `hErrorNode_out` is set to the node from `hGraph`
+ - cudaGraphExecUpdateErrorNotSupported if something about a node is unsupported, like
+ the node's type or configuration, in which case `hErrorNode_out` is set to the node from `hGraph`
+
+ If the update fails for a reason not listed above, the result member of `resultInfo` will be set
+ to cudaGraphExecUpdateError. If the update succeeds, the result member will be set to cudaGraphExecUpdateSuccess.
+
+ cudaGraphExecUpdate returns cudaSuccess when the updated was performed successfully.  It returns
+ cudaErrorGraphExecUpdateFailure if the graph update was not performed because it included
+ changes which violated constraints specific to instantiated graph update.
+
+ Parameters:
+ - `hGraphExec`: The instantiated graph to be updated
+ - `hGraph`: The graph containing the updated parameters
+ - `resultInfo`: the error info structure
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorGraphExecUpdateFailure`,
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphInstantiate`*/
     pub fn cudaGraphExecUpdate(
         hGraphExec: cudaGraphExec_t,
         hGraph: cudaGraph_t,
@@ -7730,18 +19966,113 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Launches an executable graph in a stream
+
+ Executes `graphExec` in `stream`. Only one instance of `graphExec` may be executing
+ at a time. Each launch is ordered behind both any previous work in `stream`
+ and any previous launches of `graphExec`. To execute a graph concurrently, it must be
+ instantiated multiple times into multiple executable graphs.
+
+ If any allocations created by `graphExec` remain unfreed (from a previous launch) and
+ `graphExec` was not instantiated with `cudaGraphInstantiateFlagAutoFreeOnLaunch`,
+ the launch will fail with `cudaErrorInvalidValue`.
+
+ Parameters:
+ - `graphExec`: Executable graph to launch
+ - `stream`: Stream in which to launch the graph
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphInstantiate`,
+ `cudaGraphUpload`,
+ `cudaGraphExecDestroy`*/
     pub fn cudaGraphLaunch(
         graphExec: cudaGraphExec_t,
         stream: cudaStream_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Destroys an executable graph
+
+ Destroys the executable graph specified by `graphExec`.
+
+ Parameters:
+ - `graphExec`: Executable graph to destroy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Use of the handle after this call is undefined behavior.
+
+ See also:
+ `cudaGraphInstantiate`,
+ `cudaGraphUpload`,
+ `cudaGraphLaunch`*/
     pub fn cudaGraphExecDestroy(graphExec: cudaGraphExec_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Destroys a graph
+
+ Destroys the graph specified by `graph`, as well as all of its nodes.
+
+ Parameters:
+ - `graph`: Graph to destroy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ Use of the handle after this call is undefined behavior.
+
+ See also:
+ `cudaGraphCreate`*/
     pub fn cudaGraphDestroy(graph: cudaGraph_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Write a DOT file describing graph structure
+
+ Using the provided `graph`, write to `path` a DOT formatted description of the graph.
+ By default this includes the graph topology, node types, node id, kernel names and memcpy direction.
+ `flags` can be specified to write more detailed information about each node type such as
+ parameter values, kernel attributes, node and function handles.
+
+ Parameters:
+ - `graph`: The graph to create a DOT file from
+ - `path`: The path to write the DOT file to
+ - `flags`: Flags from cudaGraphDebugDotFlags for specifying which additional node information to write
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorOperatingSystem`*/
     pub fn cudaGraphDebugDotPrint(
         graph: cudaGraph_t,
         path: *const ::core::ffi::c_char,
@@ -7749,6 +20080,39 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Create a user object
+
+ Create a user object with the specified destructor callback and initial reference count. The
+ initial references are owned by the caller.
+
+ Destructor callbacks cannot make CUDA API calls and should avoid blocking behavior, as they
+ are executed by a shared internal thread. Another thread may be signaled to perform such
+ actions, if it does not block forward progress of tasks scheduled through CUDA.
+
+ See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
+
+ Parameters:
+ - `object_out`: Location to return the user object handle
+ - `ptr`: The pointer to pass to the destroy function
+ - `destroy`: Callback to free the user object when it is no longer in use
+ - `initialRefcount`: The initial refcount to create the object with, typically 1. The
+ initial references are owned by the calling thread.
+ - `flags`: Currently it is required to pass `cudaUserObjectNoDestructorSync`,
+ which is the only defined flag. This indicates that the destroy
+ callback cannot be waited on by any CUDA API. Users requiring
+ synchronization of the callback should signal its completion
+ manually.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ See also:
+ `cudaUserObjectRetain`,
+ `cudaUserObjectRelease`,
+ `cudaGraphRetainUserObject`,
+ `cudaGraphReleaseUserObject`,
+ `cudaGraphCreate`*/
     pub fn cudaUserObjectCreate(
         object_out: *mut cudaUserObject_t,
         ptr: *mut ::core::ffi::c_void,
@@ -7758,18 +20122,89 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Retain a reference to a user object
+
+ Retains new references to a user object. The new references are owned by the caller.
+
+ See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
+
+ Parameters:
+ - `object`: The object to retain
+ - `count`: The number of references to retain, typically 1. Must be nonzero
+ and not larger than INT_MAX.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ See also:
+ `cudaUserObjectCreate`,
+ `cudaUserObjectRelease`,
+ `cudaGraphRetainUserObject`,
+ `cudaGraphReleaseUserObject`,
+ `cudaGraphCreate`*/
     pub fn cudaUserObjectRetain(
         object: cudaUserObject_t,
         count: ::core::ffi::c_uint,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Release a reference to a user object
+
+ Releases user object references owned by the caller. The object's destructor is invoked if
+ the reference count reaches zero.
+
+ It is undefined behavior to release references not owned by the caller, or to use a user
+ object handle after all references are released.
+
+ See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
+
+ Parameters:
+ - `object`: The object to release
+ - `count`: The number of references to release, typically 1. Must be nonzero
+ and not larger than INT_MAX.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ See also:
+ `cudaUserObjectCreate`,
+ `cudaUserObjectRetain`,
+ `cudaGraphRetainUserObject`,
+ `cudaGraphReleaseUserObject`,
+ `cudaGraphCreate`*/
     pub fn cudaUserObjectRelease(
         object: cudaUserObject_t,
         count: ::core::ffi::c_uint,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Retain a reference to a user object from a graph
+
+ Creates or moves user object references that will be owned by a CUDA graph.
+
+ See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
+
+ Parameters:
+ - `graph`: The graph to associate the reference with
+ - `object`: The user object to retain a reference for
+ - `count`: The number of references to add to the graph, typically 1. Must be
+ nonzero and not larger than INT_MAX.
+ - `flags`: The optional flag `cudaGraphUserObjectMove` transfers references
+ from the calling thread, rather than create new references. Pass 0
+ to create new references.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ See also:
+ `cudaUserObjectCreate`
+ `cudaUserObjectRetain`,
+ `cudaUserObjectRelease`,
+ `cudaGraphReleaseUserObject`,
+ `cudaGraphCreate`*/
     pub fn cudaGraphRetainUserObject(
         graph: cudaGraph_t,
         object: cudaUserObject_t,
@@ -7778,6 +20213,28 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Release a user object reference from a graph
+
+ Releases user object references owned by a graph.
+
+ See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
+
+ Parameters:
+ - `graph`: The graph that will release the reference
+ - `object`: The user object to release a reference for
+ - `count`: The number of references to release, typically 1. Must be nonzero
+ and not larger than INT_MAX.
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`
+
+ See also:
+ `cudaUserObjectCreate`
+ `cudaUserObjectRetain`,
+ `cudaUserObjectRelease`,
+ `cudaGraphRetainUserObject`,
+ `cudaGraphCreate`*/
     pub fn cudaGraphReleaseUserObject(
         graph: cudaGraph_t,
         object: cudaUserObject_t,
@@ -7785,6 +20242,49 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Adds a node of arbitrary type to a graph
+
+ Creates a new node in `graph` described by `nodeParams` with `numDependencies`
+ dependencies specified via `pDependencies`. `numDependencies` may be 0.
+ `pDependencies` may be null if `numDependencies` is 0. `pDependencies` may not have
+ any duplicate entries.
+
+ `nodeParams` is a tagged union. The node type should be specified in the `type` field,
+ and type-specific parameters in the corresponding union member. All unused bytes - that
+ is, `reserved0` and all bytes past the utilized union member - must be set to zero.
+ It is recommended to use brace initialization or memset to ensure all bytes are
+ initialized.
+
+ Note that for some node types, `nodeParams` may contain "out parameters" which are
+ modified during the call, such as `nodeParams->alloc.dptr`.
+
+ A handle to the new node will be returned in `phGraphNode`.
+
+ Parameters:
+ - `pGraphNode`: Returns newly created node
+ - `graph`: Graph to which to add the node
+ - `pDependencies`: Dependencies of the node
+ - `numDependencies`: Number of dependencies
+ - `nodeParams`: Specification of the node
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorNotSupported`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphCreate`,
+ `cudaGraphNodeSetParams`,
+ `cudaGraphExecNodeSetParams`*/
     pub fn cudaGraphAddNode(
         pGraphNode: *mut cudaGraphNode_t,
         graph: cudaGraph_t,
@@ -7794,6 +20294,51 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Adds a node of arbitrary type to a graph (12.3+)
+
+ Creates a new node in `graph` described by `nodeParams` with `numDependencies`
+ dependencies specified via `pDependencies`. `numDependencies` may be 0.
+ `pDependencies` may be null if `numDependencies` is 0. `pDependencies` may not have
+ any duplicate entries.
+
+ `nodeParams` is a tagged union. The node type should be specified in the `type` field,
+ and type-specific parameters in the corresponding union member. All unused bytes - that
+ is, `reserved0` and all bytes past the utilized union member - must be set to zero.
+ It is recommended to use brace initialization or memset to ensure all bytes are
+ initialized.
+
+ Note that for some node types, `nodeParams` may contain "out parameters" which are
+ modified during the call, such as `nodeParams->alloc.dptr`.
+
+ A handle to the new node will be returned in `phGraphNode`.
+
+ Parameters:
+ - `pGraphNode`: Returns newly created node
+ - `graph`: Graph to which to add the node
+ - `pDependencies`: Dependencies of the node
+ - `dependencyData`: Optional edge data for the dependencies. If NULL, the data is
+ assumed to be default (zeroed) for all dependencies.
+ - `numDependencies`: Number of dependencies
+ - `nodeParams`: Specification of the node
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorNotSupported`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphCreate`,
+ `cudaGraphNodeSetParams`,
+ `cudaGraphExecNodeSetParams`*/
     pub fn cudaGraphAddNode_v2(
         pGraphNode: *mut cudaGraphNode_t,
         graph: cudaGraph_t,
@@ -7804,12 +20349,92 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Update's a graph node's parameters
+
+ Sets the parameters of graph node `node` to `nodeParams`. The node type specified by
+ `nodeParams->type` must match the type of `node`. `nodeParams` must be fully
+ initialized and all unused bytes (reserved, padding) zeroed.
+
+ Modifying parameters is not supported for node types cudaGraphNodeTypeMemAlloc and
+ cudaGraphNodeTypeMemFree.
+
+ Parameters:
+ - `node`: Node to set the parameters for
+ - `nodeParams`: Parameters to copy
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorNotSupported`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddNode`,
+ `cudaGraphExecNodeSetParams`*/
     pub fn cudaGraphNodeSetParams(
         node: cudaGraphNode_t,
         nodeParams: *mut cudaGraphNodeParams,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Update's a graph node's parameters in an instantiated graph
+
+ Sets the parameters of a node in an executable graph `graphExec`. The node is identified
+ by the corresponding node `node` in the non-executable graph from which the executable
+ graph was instantiated. `node` must not have been removed from the original graph.
+
+ The modifications only affect future launches of `graphExec`. Already
+ enqueued or running launches of `graphExec` are not affected by this call.
+ `node` is also not modified by this call.
+
+ Allowed changes to parameters on executable graphs are as follows:
+ \<table>
+ \<tr>\<th>Node type\<th>Allowed changes
+ \<tr>\<td>kernel\<td>See `cudaGraphExecKernelNodeSetParams`
+ \<tr>\<td>memcpy\<td>Addresses for 1-dimensional copies if allocated in same context; see `cudaGraphExecMemcpyNodeSetParams`
+ \<tr>\<td>memset\<td>Addresses for 1-dimensional memsets if allocated in same context; see `cudaGraphExecMemsetNodeSetParams`
+ \<tr>\<td>host\<td>Unrestricted
+ \<tr>\<td>child graph\<td>Topology must match and restrictions apply recursively; see `cudaGraphExecUpdate`
+ \<tr>\<td>event wait\<td>Unrestricted
+ \<tr>\<td>event record\<td>Unrestricted
+ \<tr>\<td>external semaphore signal\<td>Number of semaphore operations cannot change
+ \<tr>\<td>external semaphore wait\<td>Number of semaphore operations cannot change
+ \<tr>\<td>memory allocation\<td>API unsupported
+ \<tr>\<td>memory free\<td>API unsupported
+ \</table>
+
+ Parameters:
+ - `graphExec`: The executable graph in which to update the specified node
+ - `node`: Corresponding node from the graph from which graphExec was instantiated
+ - `nodeParams`: Updated Parameters to set
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorNotSupported`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ Note that this function may also return `cudaErrorInitializationError`, `cudaErrorInsufficientDriver` or `cudaErrorNoDevice` if this call tries to initialize internal CUDA RT state.
+
+ Note that as specified by `cudaStreamAddCallback` no CUDA function may be called from callback. `cudaErrorNotPermitted` may, but is not guaranteed to, be returned as a diagnostic in such case.
+
+ See also:
+ `cudaGraphAddNode`,
+ `cudaGraphNodeSetParams`
+ `cudaGraphExecUpdate`,
+ `cudaGraphInstantiate`*/
     pub fn cudaGraphExecNodeSetParams(
         graphExec: cudaGraphExec_t,
         node: cudaGraphNode_t,
@@ -7817,6 +20442,32 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Create a conditional handle
+
+ Creates a conditional handle associated with `hGraph`.
+
+ The conditional handle must be associated with a conditional node in this graph or one of its children.
+
+ Handles not associated with a conditional node may cause graph instantiation to fail.
+
+ Parameters:
+ - `pHandle_out`: Pointer used to return the handle to the caller.
+ - `hGraph`: Graph which will contain the conditional node using this handle.
+ - `defaultLaunchValue`: Optional initial value for the conditional variable.
+ Applied at the beginning of each graph execution if cudaGraphCondAssignDefault is set in `flags`.
+ - `flags`: Currently must be cudaGraphCondAssignDefault or 0.
+
+ Returns:
+ `CUDA_SUCCESS`,
+ `CUDA_ERROR_INVALID_VALUE`,
+ `CUDA_ERROR_NOT_SUPPORTED`
+
+ Graph objects are not threadsafe (<https://docs.nvidia.com/cuda/cuda-runtime-api/graphs-thread-safety.html>).
+
+ Note that this function may also return error codes from previous, asynchronous launches.
+
+ See also:
+ `cuGraphAddNode`,*/
     pub fn cudaGraphConditionalHandleCreate(
         pHandle_out: *mut cudaGraphConditionalHandle,
         graph: cudaGraph_t,
@@ -7842,6 +20493,61 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Load a library with specified code and options
+
+ Takes a pointer `code` and loads the corresponding library `library` based on
+ the application defined library loading mode:
+ - If module loading is set to EAGER, via the environment variables described in "Module loading",
+ `library` is loaded eagerly into all contexts at the time of the call and future contexts
+ at the time of creation until the library is unloaded with `cudaLibraryUnload()`.
+ - If the environment variables are set to LAZY, `library`
+ is not immediately loaded onto all existent contexts and will only be
+ loaded when a function is needed for that context, such as a kernel launch.
+
+ These environment variables are described in the CUDA programming guide under the
+ "CUDA environment variables" section.
+
+ The `code` may be a *cubin* or *fatbin* as output by **nvcc**,
+ or a NULL-terminated *PTX*, either as output by **nvcc** or hand-written.
+ A fatbin should also contain relocatable code when doing separate compilation.
+ Please also see the documentation for nvrtc (<https://docs.nvidia.com/cuda/nvrtc/index.html>),
+ nvjitlink (<https://docs.nvidia.com/cuda/nvjitlink/index.html>), and nvfatbin
+ (<https://docs.nvidia.com/cuda/nvfatbin/index.html>) for more information on generating
+ loadable code at runtime.
+
+ Options are passed as an array via `jitOptions` and any corresponding parameters are passed in
+ `jitOptionsValues`. The number of total JIT options is supplied via `numJitOptions`.
+ Any outputs will be returned via `jitOptionsValues`.
+
+ Library load options are passed as an array via `libraryOptions` and any corresponding parameters are passed in
+ `libraryOptionValues`. The number of total library load options is supplied via `numLibraryOptions`.
+
+ Parameters:
+ - `library`: Returned library
+ - `code`: Code to load
+ - `jitOptions`: Options for JIT
+ - `jitOptionsValues`: Option values for JIT
+ - `numJitOptions`: Number of options
+ - `libraryOptions`: Options for loading
+ - `libraryOptionValues`: Option values for loading
+ - `numLibraryOptions`: Number of options for loading
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`,
+ `cudaErrorInitializationError`,
+ `cudaErrorCudartUnloading`,
+ `cudaErrorInvalidPtx`,
+ `cudaErrorUnsupportedPtxVersion`,
+ `cudaErrorNoKernelImageForDevice`,
+ `cudaErrorSharedObjectSymbolNotFound`,
+ `cudaErrorSharedObjectInitFailed`,
+ `cudaErrorJitCompilerNotFound`
+
+ See also: `cudaLibraryLoadFromFile`,
+ `cudaLibraryUnload`,
+ `cuLibraryLoadData`*/
     pub fn cudaLibraryLoadData(
         library: *mut cudaLibrary_t,
         code: *const ::core::ffi::c_void,
@@ -7854,6 +20560,61 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Load a library with specified file and options
+
+ Takes a pointer `code` and loads the corresponding library `library` based on
+ the application defined library loading mode:
+ - If module loading is set to EAGER, via the environment variables described in "Module loading",
+ `library` is loaded eagerly into all contexts at the time of the call and future contexts
+ at the time of creation until the library is unloaded with `cudaLibraryUnload()`.
+ - If the environment variables are set to LAZY, `library`
+ is not immediately loaded onto all existent contexts and will only be
+ loaded when a function is needed for that context, such as a kernel launch.
+
+ These environment variables are described in the CUDA programming guide under the
+ "CUDA environment variables" section.
+
+ The file should be a *cubin* file as output by **nvcc**, or a *PTX* file either
+ as output by **nvcc** or handwritten, or a *fatbin* file as output by **nvcc**.
+ A fatbin should also contain relocatable code when doing separate compilation.
+ Please also see the documentation for nvrtc (<https://docs.nvidia.com/cuda/nvrtc/index.html>),
+ nvjitlink (<https://docs.nvidia.com/cuda/nvjitlink/index.html>), and nvfatbin
+ (<https://docs.nvidia.com/cuda/nvfatbin/index.html>) for more information on generating
+ loadable code at runtime.
+
+ Options are passed as an array via `jitOptions` and any corresponding parameters are
+ passed in `jitOptionsValues`. The number of total options is supplied via `numJitOptions`.
+ Any outputs will be returned via `jitOptionsValues`.
+
+ Library load options are passed as an array via `libraryOptions` and any corresponding parameters are passed in
+ `libraryOptionValues`. The number of total library load options is supplied via `numLibraryOptions`.
+
+ Parameters:
+ - `library`: Returned library
+ - `fileName`: File to load from
+ - `jitOptions`: Options for JIT
+ - `jitOptionsValues`: Option values for JIT
+ - `numJitOptions`: Number of options
+ - `libraryOptions`: Options for loading
+ - `libraryOptionValues`: Option values for loading
+ - `numLibraryOptions`: Number of options for loading
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorMemoryAllocation`,
+ `cudaErrorInitializationError`,
+ `cudaErrorCudartUnloading`,
+ `cudaErrorInvalidPtx`,
+ `cudaErrorUnsupportedPtxVersion`,
+ `cudaErrorNoKernelImageForDevice`,
+ `cudaErrorSharedObjectSymbolNotFound`,
+ `cudaErrorSharedObjectInitFailed`,
+ `cudaErrorJitCompilerNotFound`
+
+ See also: `cudaLibraryLoadData`,
+ `cudaLibraryUnload`,
+ `cuLibraryLoadFromFile`*/
     pub fn cudaLibraryLoadFromFile(
         library: *mut cudaLibrary_t,
         fileName: *const ::core::ffi::c_char,
@@ -7866,9 +20627,47 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Unloads a library
+
+ Unloads the library specified with `library`
+
+ Parameters:
+ - `library`: Library to unload
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorCudartUnloading`,
+ `cudaErrorInitializationError`,
+ `cudaErrorInvalidValue`
+
+ See also: `cudaLibraryLoadData`,
+ `cudaLibraryLoadFromFile`,
+ `cuLibraryUnload`*/
     pub fn cudaLibraryUnload(library: cudaLibrary_t) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a kernel handle
+
+ Returns in `pKernel` the handle of the kernel with name `name` located in library `library`.
+ If kernel handle is not found, the call returns `cudaErrorSymbolNotFound`.
+
+ Parameters:
+ - `pKernel`: Returned kernel handle
+ - `library`: Library to retrieve kernel from
+ - `name`: Name of kernel to retrieve
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorCudartUnloading`,
+ `cudaErrorInitializationError`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorSymbolNotFound`
+
+ See also: `cudaLibraryLoadData`,
+ `cudaLibraryLoadFromFile`,
+ `cudaLibraryUnload`,
+ `cuLibraryGetKernel`*/
     pub fn cudaLibraryGetKernel(
         pKernel: *mut cudaKernel_t,
         library: cudaLibrary_t,
@@ -7876,6 +20675,37 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a global device pointer
+
+ Returns in `*dptr` and `*bytes` the base pointer and size of the global with
+ name `name` for the requested library `library` and the current device.
+ If no global for the requested name `name` exists, the call returns `cudaErrorSymbolNotFound`.
+ One of the parameters `dptr` or `bytes` (not both) can be NULL in which
+ case it is ignored. The returned `dptr` cannot be passed to the Symbol APIs
+ such as `cudaMemcpyToSymbol`, `cudaMemcpyFromSymbol`, `cudaGetSymbolAddress`, or
+ `cudaGetSymbolSize`.
+
+ Parameters:
+ - `dptr`: Returned global device pointer for the requested library
+ - `bytes`: Returned global size in bytes
+ - `library`: Library to retrieve global from
+ - `name`: Name of global to retrieve
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorCudartUnloading`,
+ `cudaErrorInitializationError`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorSymbolNotFound`
+ `cudaErrorDeviceUninitialized`,
+ `cudaErrorContextIsDestroyed`
+
+ See also: `cudaLibraryLoadData`,
+ `cudaLibraryLoadFromFile`,
+ `cudaLibraryUnload`,
+ `cudaLibraryGetManaged`,
+ `cuLibraryGetGlobal`*/
     pub fn cudaLibraryGetGlobal(
         dptr: *mut *mut ::core::ffi::c_void,
         bytes: *mut usize,
@@ -7884,6 +20714,36 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a pointer to managed memory
+
+ Returns in `*dptr` and `*bytes` the base pointer and size of the managed memory with
+ name `name` for the requested library `library`. If no managed memory with the
+ requested name `name` exists, the call returns `cudaErrorSymbolNotFound`. One of the parameters
+ `dptr` or `bytes` (not both) can be NULL in which case it is ignored.
+ Note that managed memory for library `library` is shared across devices and is registered
+ when the library is loaded. The returned `dptr` cannot be passed to the Symbol APIs
+ such as `cudaMemcpyToSymbol`, `cudaMemcpyFromSymbol`, `cudaGetSymbolAddress`, or
+ `cudaGetSymbolSize`.
+
+ Parameters:
+ - `dptr`: Returned pointer to the managed memory
+ - `bytes`: Returned memory size in bytes
+ - `library`: Library to retrieve managed memory from
+ - `name`: Name of managed memory to retrieve
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorCudartUnloading`,
+ `cudaErrorInitializationError`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorSymbolNotFound`
+
+ See also: `cudaLibraryLoadData`,
+ `cudaLibraryLoadFromFile`,
+ `cudaLibraryUnload`,
+ `cudaLibraryGetGlobal`,
+ `cuLibraryGetManaged`*/
     pub fn cudaLibraryGetManaged(
         dptr: *mut *mut ::core::ffi::c_void,
         bytes: *mut usize,
@@ -7892,6 +20752,30 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns a pointer to a unified function
+
+ Returns in `*fptr` the function pointer to a unified function denoted by `symbol`.
+ If no unified function with name `symbol` exists, the call returns `cudaErrorSymbolNotFound`.
+ If there is no device with attribute `cudaDeviceProp::unifiedFunctionPointers` present in the system,
+ the call may return `cudaErrorSymbolNotFound`.
+
+ Parameters:
+ - `fptr`: Returned pointer to a unified function
+ - `library`: Library to retrieve function pointer memory from
+ - `symbol`: Name of function pointer to retrieve
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorCudartUnloading`,
+ `cudaErrorInitializationError`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`,
+ `cudaErrorSymbolNotFound`
+
+ See also: `cudaLibraryLoadData`,
+ `cudaLibraryLoadFromFile`,
+ `cudaLibraryUnload`,
+ `cuLibraryGetUnifiedFunction`*/
     pub fn cudaLibraryGetUnifiedFunction(
         fptr: *mut *mut ::core::ffi::c_void,
         library: cudaLibrary_t,
@@ -7899,12 +20783,50 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Returns the number of kernels within a library
+
+ Returns in `count` the number of kernels in `lib`.
+
+ Parameters:
+ - `count`: Number of kernels found within the library
+ - `lib`: Library to query
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorCudartUnloading`,
+ `cudaErrorInitializationError`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ See also: `cudaLibraryEnumerateKernels`,
+ `cudaLibraryLoadFromFile`,
+ `cudaLibraryLoadData`,
+ `cuLibraryGetKernelCount`*/
     pub fn cudaLibraryGetKernelCount(
         count: *mut ::core::ffi::c_uint,
         lib: cudaLibrary_t,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Retrieve the kernel handles within a library.
+
+ Returns in `kernels` a maximum number of `numKernels` kernel handles within `lib`.
+ The returned kernel handle becomes invalid when the library is unloaded.
+
+ Parameters:
+ - `kernels`: Buffer where the kernel handles are returned to
+ - `numKernels`: Maximum number of kernel handles may be returned to the buffer
+ - `lib`: Library to query from
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorCudartUnloading`,
+ `cudaErrorInitializationError`,
+ `cudaErrorInvalidValue`,
+ `cudaErrorInvalidResourceHandle`
+
+ See also: `cudaLibraryGetKernelCount`,
+ `cuLibraryEnumerateKernels`*/
     pub fn cudaLibraryEnumerateKernels(
         kernels: *mut cudaKernel_t,
         numKernels: ::core::ffi::c_uint,
@@ -7912,6 +20834,72 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Sets information about a kernel
+
+ This call sets the value of a specified attribute `attr` on the kernel `kernel`
+ for the requested device `device` to an integer value specified by `value`.
+ This function returns `cudaSuccess` if the new value of the attribute could be
+ successfully set. If the set fails, this call will return an error.
+ Not all attributes can have values set. Attempting to set a value on a read-only
+ attribute will result in an error (`cudaErrorInvalidValue`)
+
+ Note that attributes set using `cudaFuncSetAttribute()` will override the attribute
+ set by this API irrespective of whether the call to `cudaFuncSetAttribute()` is made
+ before or after this API call. Because of this and the stricter locking requirements
+ mentioned below it is suggested that this call be used during the initialization path
+ and not on each thread accessing `kernel` such as on kernel launches or on the
+ critical path.
+
+ Valid values for `attr` are:
+ - `cudaFuncAttributeMaxDynamicSharedMemorySize` - The requested maximum size in bytes of dynamically-allocated shared memory. The sum of this value and the function attribute `sharedSizeBytes`
+ cannot exceed the device attribute `cudaDevAttrMaxSharedMemoryPerBlockOptin`. The maximal size of requestable dynamic shared memory may differ by GPU architecture.
+ - `cudaFuncAttributePreferredSharedMemoryCarveout` - On devices where the L1 cache and shared memory use the same hardware resources,
+ this sets the shared memory carveout preference, in percent of the total shared memory. See `cudaDevAttrMaxSharedMemoryPerMultiprocessor`.
+ This is only a hint, and the driver can choose a different ratio if required to execute the function.
+ - `cudaFuncAttributeRequiredClusterWidth`: The required cluster width in
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
+ - `cudaFuncAttributeRequiredClusterHeight`: The required cluster height in
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
+ - `cudaFuncAttributeRequiredClusterDepth`: The required cluster depth in
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
+ - `cudaFuncAttributeNonPortableClusterSizeAllowed`: Indicates whether the
+ function can be launched with non-portable cluster size. 1 is allowed, 0 is
+ disallowed.
+ - `cudaFuncAttributeClusterSchedulingPolicyPreference`: The block
+ scheduling policy of a function. The value type is cudaClusterSchedulingPolicy.
+
+ Note: The API has stricter locking requirements in comparison to its legacy counterpart
+ `cudaFuncSetAttribute()` due to device-wide semantics. If multiple threads are trying to
+ set the same attribute on the same device simultaneously, the attribute setting will depend
+ on the interleavings chosen by the OS scheduler and memory consistency.
+
+ Parameters:
+ - `kernel`: Kernel to set attribute of
+ - `attr`: Attribute requested
+ - `value`: Value to set
+ - `device`: Device to set attribute of
+
+ Returns:
+ `cudaSuccess`,
+ `cudaErrorInvalidDeviceFunction`,
+ `cudaErrorInvalidValue`
+
+ See also: `cudaLibraryLoadData`,
+ `cudaLibraryLoadFromFile`,
+ `cudaLibraryUnload`,
+ `cudaLibraryGetKernel`,
+ `cudaLaunchKernel`,
+ `cudaFuncSetAttribute`,
+ `cuKernelSetAttribute`*/
     pub fn cudaKernelSetAttributeForDevice(
         kernel: cudaKernel_t,
         attr: cudaFuncAttribute,
@@ -7926,14 +20914,186 @@ unsafe extern "C" {
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Get pointer to device entry function that matches entry function `symbolPtr`
+
+ Returns in `functionPtr` the device entry function corresponding to the symbol `symbolPtr`.
+
+ Parameters:
+ - `functionPtr`: Returns the device entry function
+ - `symbolPtr`: Pointer to device entry function to search for
+
+ Returns:
+ `cudaSuccess`*/
     pub fn cudaGetFuncBySymbol(
         functionPtr: *mut cudaFunction_t,
         symbolPtr: *const ::core::ffi::c_void,
     ) -> cudaError_t;
 }
 unsafe extern "C" {
+    /** Get pointer to device kernel that matches entry function `entryFuncAddr`
+
+ Returns in `kernelPtr` the device kernel corresponding to the entry function `entryFuncAddr`.
+
+ Note that it is possible that there are multiple symbols belonging to different
+ translation units with the same `entryFuncAddr` registered with this CUDA Runtime
+ and so the order which the translation units are loaded and registered with the
+ CUDA Runtime can lead to differing return pointers in `kernelPtr` .
+ Suggested methods of ensuring uniqueness are to limit visibility of \_\_global\_\_
+ device functions by using static or hidden visibility attribute in the
+ respective translation units.
+
+ Parameters:
+ - `kernelPtr`: Returns the device kernel
+ - `entryFuncAddr`: Address of device entry function to search kernel for
+
+ Returns:
+ `cudaSuccess`
+
+ See also:
+ `cudaGetKernel` (C++ API)*/
     pub fn cudaGetKernel(
         kernelPtr: *mut cudaKernel_t,
         entryFuncAddr: *const ::core::ffi::c_void,
     ) -> cudaError_t;
+}
+/// The header's name of `error` (`"cudaErrorMemoryAllocation"`), or `None` for a value these
+/// headers do not declare. Generated from the enumerators of `enum cudaError`.
+pub(crate) const fn cuda_error_name(error: cudaError) -> Option<&'static str> {
+    Some(match error {
+        cudaError::cudaSuccess => "cudaSuccess",
+        cudaError::cudaErrorInvalidValue => "cudaErrorInvalidValue",
+        cudaError::cudaErrorMemoryAllocation => "cudaErrorMemoryAllocation",
+        cudaError::cudaErrorInitializationError => "cudaErrorInitializationError",
+        cudaError::cudaErrorCudartUnloading => "cudaErrorCudartUnloading",
+        cudaError::cudaErrorProfilerDisabled => "cudaErrorProfilerDisabled",
+        cudaError::cudaErrorProfilerNotInitialized => "cudaErrorProfilerNotInitialized",
+        cudaError::cudaErrorProfilerAlreadyStarted => "cudaErrorProfilerAlreadyStarted",
+        cudaError::cudaErrorProfilerAlreadyStopped => "cudaErrorProfilerAlreadyStopped",
+        cudaError::cudaErrorInvalidConfiguration => "cudaErrorInvalidConfiguration",
+        cudaError::cudaErrorInvalidPitchValue => "cudaErrorInvalidPitchValue",
+        cudaError::cudaErrorInvalidSymbol => "cudaErrorInvalidSymbol",
+        cudaError::cudaErrorInvalidHostPointer => "cudaErrorInvalidHostPointer",
+        cudaError::cudaErrorInvalidDevicePointer => "cudaErrorInvalidDevicePointer",
+        cudaError::cudaErrorInvalidTexture => "cudaErrorInvalidTexture",
+        cudaError::cudaErrorInvalidTextureBinding => "cudaErrorInvalidTextureBinding",
+        cudaError::cudaErrorInvalidChannelDescriptor => "cudaErrorInvalidChannelDescriptor",
+        cudaError::cudaErrorInvalidMemcpyDirection => "cudaErrorInvalidMemcpyDirection",
+        cudaError::cudaErrorAddressOfConstant => "cudaErrorAddressOfConstant",
+        cudaError::cudaErrorTextureFetchFailed => "cudaErrorTextureFetchFailed",
+        cudaError::cudaErrorTextureNotBound => "cudaErrorTextureNotBound",
+        cudaError::cudaErrorSynchronizationError => "cudaErrorSynchronizationError",
+        cudaError::cudaErrorInvalidFilterSetting => "cudaErrorInvalidFilterSetting",
+        cudaError::cudaErrorInvalidNormSetting => "cudaErrorInvalidNormSetting",
+        cudaError::cudaErrorMixedDeviceExecution => "cudaErrorMixedDeviceExecution",
+        cudaError::cudaErrorNotYetImplemented => "cudaErrorNotYetImplemented",
+        cudaError::cudaErrorMemoryValueTooLarge => "cudaErrorMemoryValueTooLarge",
+        cudaError::cudaErrorStubLibrary => "cudaErrorStubLibrary",
+        cudaError::cudaErrorInsufficientDriver => "cudaErrorInsufficientDriver",
+        cudaError::cudaErrorCallRequiresNewerDriver => "cudaErrorCallRequiresNewerDriver",
+        cudaError::cudaErrorInvalidSurface => "cudaErrorInvalidSurface",
+        cudaError::cudaErrorDuplicateVariableName => "cudaErrorDuplicateVariableName",
+        cudaError::cudaErrorDuplicateTextureName => "cudaErrorDuplicateTextureName",
+        cudaError::cudaErrorDuplicateSurfaceName => "cudaErrorDuplicateSurfaceName",
+        cudaError::cudaErrorDevicesUnavailable => "cudaErrorDevicesUnavailable",
+        cudaError::cudaErrorIncompatibleDriverContext => "cudaErrorIncompatibleDriverContext",
+        cudaError::cudaErrorMissingConfiguration => "cudaErrorMissingConfiguration",
+        cudaError::cudaErrorPriorLaunchFailure => "cudaErrorPriorLaunchFailure",
+        cudaError::cudaErrorLaunchMaxDepthExceeded => "cudaErrorLaunchMaxDepthExceeded",
+        cudaError::cudaErrorLaunchFileScopedTex => "cudaErrorLaunchFileScopedTex",
+        cudaError::cudaErrorLaunchFileScopedSurf => "cudaErrorLaunchFileScopedSurf",
+        cudaError::cudaErrorSyncDepthExceeded => "cudaErrorSyncDepthExceeded",
+        cudaError::cudaErrorLaunchPendingCountExceeded => "cudaErrorLaunchPendingCountExceeded",
+        cudaError::cudaErrorInvalidDeviceFunction => "cudaErrorInvalidDeviceFunction",
+        cudaError::cudaErrorNoDevice => "cudaErrorNoDevice",
+        cudaError::cudaErrorInvalidDevice => "cudaErrorInvalidDevice",
+        cudaError::cudaErrorDeviceNotLicensed => "cudaErrorDeviceNotLicensed",
+        cudaError::cudaErrorSoftwareValidityNotEstablished => "cudaErrorSoftwareValidityNotEstablished",
+        cudaError::cudaErrorStartupFailure => "cudaErrorStartupFailure",
+        cudaError::cudaErrorInvalidKernelImage => "cudaErrorInvalidKernelImage",
+        cudaError::cudaErrorDeviceUninitialized => "cudaErrorDeviceUninitialized",
+        cudaError::cudaErrorMapBufferObjectFailed => "cudaErrorMapBufferObjectFailed",
+        cudaError::cudaErrorUnmapBufferObjectFailed => "cudaErrorUnmapBufferObjectFailed",
+        cudaError::cudaErrorArrayIsMapped => "cudaErrorArrayIsMapped",
+        cudaError::cudaErrorAlreadyMapped => "cudaErrorAlreadyMapped",
+        cudaError::cudaErrorNoKernelImageForDevice => "cudaErrorNoKernelImageForDevice",
+        cudaError::cudaErrorAlreadyAcquired => "cudaErrorAlreadyAcquired",
+        cudaError::cudaErrorNotMapped => "cudaErrorNotMapped",
+        cudaError::cudaErrorNotMappedAsArray => "cudaErrorNotMappedAsArray",
+        cudaError::cudaErrorNotMappedAsPointer => "cudaErrorNotMappedAsPointer",
+        cudaError::cudaErrorECCUncorrectable => "cudaErrorECCUncorrectable",
+        cudaError::cudaErrorUnsupportedLimit => "cudaErrorUnsupportedLimit",
+        cudaError::cudaErrorDeviceAlreadyInUse => "cudaErrorDeviceAlreadyInUse",
+        cudaError::cudaErrorPeerAccessUnsupported => "cudaErrorPeerAccessUnsupported",
+        cudaError::cudaErrorInvalidPtx => "cudaErrorInvalidPtx",
+        cudaError::cudaErrorInvalidGraphicsContext => "cudaErrorInvalidGraphicsContext",
+        cudaError::cudaErrorNvlinkUncorrectable => "cudaErrorNvlinkUncorrectable",
+        cudaError::cudaErrorJitCompilerNotFound => "cudaErrorJitCompilerNotFound",
+        cudaError::cudaErrorUnsupportedPtxVersion => "cudaErrorUnsupportedPtxVersion",
+        cudaError::cudaErrorJitCompilationDisabled => "cudaErrorJitCompilationDisabled",
+        cudaError::cudaErrorUnsupportedExecAffinity => "cudaErrorUnsupportedExecAffinity",
+        cudaError::cudaErrorUnsupportedDevSideSync => "cudaErrorUnsupportedDevSideSync",
+        cudaError::cudaErrorContained => "cudaErrorContained",
+        cudaError::cudaErrorInvalidSource => "cudaErrorInvalidSource",
+        cudaError::cudaErrorFileNotFound => "cudaErrorFileNotFound",
+        cudaError::cudaErrorSharedObjectSymbolNotFound => "cudaErrorSharedObjectSymbolNotFound",
+        cudaError::cudaErrorSharedObjectInitFailed => "cudaErrorSharedObjectInitFailed",
+        cudaError::cudaErrorOperatingSystem => "cudaErrorOperatingSystem",
+        cudaError::cudaErrorInvalidResourceHandle => "cudaErrorInvalidResourceHandle",
+        cudaError::cudaErrorIllegalState => "cudaErrorIllegalState",
+        cudaError::cudaErrorLossyQuery => "cudaErrorLossyQuery",
+        cudaError::cudaErrorSymbolNotFound => "cudaErrorSymbolNotFound",
+        cudaError::cudaErrorNotReady => "cudaErrorNotReady",
+        cudaError::cudaErrorIllegalAddress => "cudaErrorIllegalAddress",
+        cudaError::cudaErrorLaunchOutOfResources => "cudaErrorLaunchOutOfResources",
+        cudaError::cudaErrorLaunchTimeout => "cudaErrorLaunchTimeout",
+        cudaError::cudaErrorLaunchIncompatibleTexturing => "cudaErrorLaunchIncompatibleTexturing",
+        cudaError::cudaErrorPeerAccessAlreadyEnabled => "cudaErrorPeerAccessAlreadyEnabled",
+        cudaError::cudaErrorPeerAccessNotEnabled => "cudaErrorPeerAccessNotEnabled",
+        cudaError::cudaErrorSetOnActiveProcess => "cudaErrorSetOnActiveProcess",
+        cudaError::cudaErrorContextIsDestroyed => "cudaErrorContextIsDestroyed",
+        cudaError::cudaErrorAssert => "cudaErrorAssert",
+        cudaError::cudaErrorTooManyPeers => "cudaErrorTooManyPeers",
+        cudaError::cudaErrorHostMemoryAlreadyRegistered => "cudaErrorHostMemoryAlreadyRegistered",
+        cudaError::cudaErrorHostMemoryNotRegistered => "cudaErrorHostMemoryNotRegistered",
+        cudaError::cudaErrorHardwareStackError => "cudaErrorHardwareStackError",
+        cudaError::cudaErrorIllegalInstruction => "cudaErrorIllegalInstruction",
+        cudaError::cudaErrorMisalignedAddress => "cudaErrorMisalignedAddress",
+        cudaError::cudaErrorInvalidAddressSpace => "cudaErrorInvalidAddressSpace",
+        cudaError::cudaErrorInvalidPc => "cudaErrorInvalidPc",
+        cudaError::cudaErrorLaunchFailure => "cudaErrorLaunchFailure",
+        cudaError::cudaErrorCooperativeLaunchTooLarge => "cudaErrorCooperativeLaunchTooLarge",
+        cudaError::cudaErrorTensorMemoryLeak => "cudaErrorTensorMemoryLeak",
+        cudaError::cudaErrorNotPermitted => "cudaErrorNotPermitted",
+        cudaError::cudaErrorNotSupported => "cudaErrorNotSupported",
+        cudaError::cudaErrorSystemNotReady => "cudaErrorSystemNotReady",
+        cudaError::cudaErrorSystemDriverMismatch => "cudaErrorSystemDriverMismatch",
+        cudaError::cudaErrorCompatNotSupportedOnDevice => "cudaErrorCompatNotSupportedOnDevice",
+        cudaError::cudaErrorMpsConnectionFailed => "cudaErrorMpsConnectionFailed",
+        cudaError::cudaErrorMpsRpcFailure => "cudaErrorMpsRpcFailure",
+        cudaError::cudaErrorMpsServerNotReady => "cudaErrorMpsServerNotReady",
+        cudaError::cudaErrorMpsMaxClientsReached => "cudaErrorMpsMaxClientsReached",
+        cudaError::cudaErrorMpsMaxConnectionsReached => "cudaErrorMpsMaxConnectionsReached",
+        cudaError::cudaErrorMpsClientTerminated => "cudaErrorMpsClientTerminated",
+        cudaError::cudaErrorCdpNotSupported => "cudaErrorCdpNotSupported",
+        cudaError::cudaErrorCdpVersionMismatch => "cudaErrorCdpVersionMismatch",
+        cudaError::cudaErrorStreamCaptureUnsupported => "cudaErrorStreamCaptureUnsupported",
+        cudaError::cudaErrorStreamCaptureInvalidated => "cudaErrorStreamCaptureInvalidated",
+        cudaError::cudaErrorStreamCaptureMerge => "cudaErrorStreamCaptureMerge",
+        cudaError::cudaErrorStreamCaptureUnmatched => "cudaErrorStreamCaptureUnmatched",
+        cudaError::cudaErrorStreamCaptureUnjoined => "cudaErrorStreamCaptureUnjoined",
+        cudaError::cudaErrorStreamCaptureIsolation => "cudaErrorStreamCaptureIsolation",
+        cudaError::cudaErrorStreamCaptureImplicit => "cudaErrorStreamCaptureImplicit",
+        cudaError::cudaErrorCapturedEvent => "cudaErrorCapturedEvent",
+        cudaError::cudaErrorStreamCaptureWrongThread => "cudaErrorStreamCaptureWrongThread",
+        cudaError::cudaErrorTimeout => "cudaErrorTimeout",
+        cudaError::cudaErrorGraphExecUpdateFailure => "cudaErrorGraphExecUpdateFailure",
+        cudaError::cudaErrorExternalDevice => "cudaErrorExternalDevice",
+        cudaError::cudaErrorInvalidClusterSize => "cudaErrorInvalidClusterSize",
+        cudaError::cudaErrorFunctionNotLoaded => "cudaErrorFunctionNotLoaded",
+        cudaError::cudaErrorInvalidResourceType => "cudaErrorInvalidResourceType",
+        cudaError::cudaErrorInvalidResourceConfiguration => "cudaErrorInvalidResourceConfiguration",
+        cudaError::cudaErrorUnknown => "cudaErrorUnknown",
+        cudaError::cudaErrorApiFailureBase => "cudaErrorApiFailureBase",
+        _ => return None,
+    })
 }
