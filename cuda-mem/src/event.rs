@@ -100,3 +100,24 @@ impl Drop for Event {
         discard(unsafe { sys::cudaEventDestroy(self.raw) });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Destroying the null event fails; the drop must consume that failure instead of leaving it
+    /// in the thread's last-error slot. (Without a driver the slot cannot be cleared at all.)
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn gpu_a_failed_destroy_in_drop_leaves_no_error_behind() {
+        // The slot works here: an unchecked failed call leaves its error in it.
+        // SAFETY: destroying the null handle is refused by the runtime, never dereferenced.
+        let code = unsafe { sys::cudaEventDestroy(std::ptr::null_mut()) };
+        assert_ne!(code, sys::cudaError::cudaSuccess);
+        // SAFETY: no arguments.
+        assert_eq!(unsafe { sys::cudaGetLastError() }, code, "the precondition: the slot holds the error");
+        drop(Event { raw: std::ptr::null_mut() });
+        // SAFETY: no arguments.
+        assert_eq!(unsafe { sys::cudaGetLastError() }, sys::cudaError::cudaSuccess);
+    }
+}

@@ -61,6 +61,15 @@ const D2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
 ///     drop(host); // error: `host` must outlive the scope
 /// }).unwrap();
 /// ```
+/// A destination is borrowed exclusively, so it cannot also be the source of the same operation:
+///
+/// ```compile_fail,E0502
+/// # use cuda_mem::{DeviceBuffer, Stream};
+/// # let stream = Stream::new().unwrap();
+/// let mut device = DeviceBuffer::<u32>::zeroed(16).unwrap();
+/// let mut view = device.as_mut_slice();
+/// stream.scope(|s| s.copy_from_device(&mut view, &view)).unwrap().unwrap();
+/// ```
 #[derive(Debug)]
 pub struct StreamScope<'scope, 'env: 'scope> {
     stream: &'scope Stream,

@@ -308,6 +308,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn lane_counts_beyond_the_limit_are_refused_before_any_cuda_call() {
+        for lanes in [MAX_LANES + 1, 10_000, usize::MAX] {
+            let config = StagedConfig { lanes, ..StagedConfig::default() };
+            let err = StagedCopier::new(config).unwrap_err();
+            assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{lanes}: {err}");
+        }
+    }
+
+    #[test]
     fn dealing_covers_every_byte_once() {
         for (bytes, chunk, lanes) in [(1, 1 << 20, 8), ((1 << 30) + 7, 8 << 20, 8), (10 << 20, 3 << 20, 3)] {
             let plan = deal(bytes, chunk, lanes);

@@ -100,6 +100,20 @@ fn legacy_path() {
     unsafe { exported.free_after_importers() }.unwrap();
 }
 
+/// The export bytes with the length field (the last 8 bytes) replaced, as a forger would.
+fn with_len(data: [u8; EXPORT_BYTES], bytes: usize) -> [u8; EXPORT_BYTES] {
+    let mut forged = data;
+    forged[64..].copy_from_slice(&(bytes as u64).to_le_bytes());
+    forged
+}
+
+/// A forged length beyond the mapped allocation is a typed error, never a longer view.
+#[track_caller]
+fn assert_forged_length_refused<T: std::fmt::Debug>(result: Result<T>) {
+    let err = result.expect_err("a length 1024 times the allocation was accepted");
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+}
+
 fn child(role: &str) {
     let data = unhex(&std::env::var(DATA).unwrap());
     let device = Device::current().unwrap();
@@ -109,12 +123,15 @@ fn child(role: &str) {
             // SAFETY: the parent passed this open descriptor to us through exec.
             let fd = unsafe { BorrowedFd::borrow_raw(raw_fd) };
             let pool = MemPool::import_fd(fd, device).unwrap();
+            let forged = PoolPointerExport::from_bytes(with_len(data, LEN * 4 * 1024));
+            assert_forged_length_refused(pool.import_pointer::<u32>(&forged));
             let mut import = pool.import_pointer::<u32>(&PoolPointerExport::from_bytes(data)).unwrap();
             assert_eq!(import.len(), LEN);
             import.as_mut_slice().copy_from_host(&pattern(LEN, SEED)).unwrap();
             import.close().unwrap();
         }
         "legacy" => {
+            assert_forged_length_refused(IpcMemHandle::from_bytes(with_len(data, LEN * 4 * 1024)).open::<u32>());
             let mut mapping = IpcMemHandle::from_bytes(data).open::<u32>().unwrap();
             assert_eq!(mapping.len(), LEN);
             mapping.as_mut_slice().copy_from_host(&pattern(LEN, SEED + 1)).unwrap();

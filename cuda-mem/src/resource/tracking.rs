@@ -204,6 +204,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn table_sizes_beyond_the_limit_are_refused_with_a_typed_error() {
+        for slots in [MAX_TRACKING_SLOTS + 1, 1 << 60, usize::MAX] {
+            let err = TrackingResource::with_slots(HostResource::default(), false, slots).unwrap_err();
+            assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{slots}: {err}");
+        }
+        assert!(TrackingResource::with_slots(HostResource::default(), false, 0).is_ok());
+    }
+
+    #[test]
     fn outstanding_allocations_and_leak_report_with_backtrace() {
         let r = TrackingResource::new(HostResource::default(), true);
         let s = StreamRef::LEGACY;
