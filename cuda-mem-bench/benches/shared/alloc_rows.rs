@@ -41,7 +41,7 @@ impl AllocRow {
         let family = row.family();
         let ordered = match family {
             "async_default_sync" | "async_retain_sync" | "async_retain_nosync" => {
-                let pool = MemPool::retaining(Device::current()?)?; // release threshold u64::MAX
+                let pool = MemPool::retaining(Device::current()?)?; // retaining (usize::MAX)
                 if family == "async_default_sync" {
                     pool.set_release_threshold(0)?; // the driver's default
                 }
@@ -54,7 +54,7 @@ impl AllocRow {
             }
             "pool_odd" => Some(Ordered {
                 stream: Stream::non_blocking()?,
-                pool: MemPool::new(PoolProps::new(Device::current()?))?, // retains (u64::MAX)
+                pool: MemPool::new(PoolProps::new(Device::current()?))?, // retains (usize::MAX)
                 from_pool: true,
                 sync_each: false,
             }),
