@@ -126,16 +126,23 @@ fn gpu_odd_sizes_allocate_and_max_size_is_enforced() {
 fn gpu_current_and_default_pools() {
     let device = device();
     let stream = Stream::non_blocking().unwrap();
-    let default = MemPool::retaining(device).unwrap();
-    assert_eq!(default.release_threshold().unwrap(), usize::MAX, "cuda-mem configures the default pool to retain");
+    let retaining = MemPool::retaining(device).unwrap();
+    assert_eq!(retaining.release_threshold().unwrap(), usize::MAX, "cuda-mem's default pool retains");
+    let driver = MemPool::driver_default(device).unwrap();
+    assert_ne!(driver.as_raw(), retaining.as_raw(), "the default path does not use the driver's pool");
     let created = MemPool::new(PoolProps::new(device)).unwrap();
     created.set_current().unwrap();
     assert_eq!(MemPool::current(device).unwrap().as_raw(), created.as_raw());
-    let from_current = StreamBuffer::<u32>::zeroed(&stream, MIB).unwrap();
-    assert!(created.stats().unwrap().used_current >= 4 * MIB);
-    drop(from_current);
-    drop(created); // destroying the current pool makes the default current again
-    assert_eq!(MemPool::current(device).unwrap().as_raw(), default.as_raw());
+    // The default path allocates from the retaining pool whatever pool is current.
+    let before = retaining.stats().unwrap().used_current;
+    let from_default = StreamBuffer::<u32>::zeroed(&stream, MIB).unwrap();
+    assert_eq!(from_default.pool().as_raw(), retaining.as_raw());
+    assert!(retaining.stats().unwrap().used_current >= before + 4 * MIB);
+    drop(from_default);
+    drop(created); // still current, so still alive
+    assert!(MemPool::current(device).unwrap().stats().is_ok());
+    driver.set_current().unwrap();
+    assert_eq!(MemPool::current(device).unwrap().as_raw(), driver.as_raw());
     for policy in
         [ReusePolicy::FollowEventDependencies, ReusePolicy::AllowOpportunistic, ReusePolicy::AllowInternalDependencies]
     {
