@@ -1,6 +1,6 @@
 //! Provisioning without root: the pinned CUDA wheels go under `target/cuda/<version>` through pip;
 //! libclang (for bindgen) comes from Debian's libclang-dev when running as root, else from the
-//! `libclang` wheel plus gcc's builtin headers.
+//! `libclang` wheel plus gcc's builtin headers; rustfmt and clippy come through rustup.
 
 #[path = "../../cuda-mem-sys/build/find.rs"]
 #[allow(dead_code)] // shared with the build script, which uses all of it
@@ -63,6 +63,20 @@ fn pip_install(dir: &Path, packages: &[&str]) -> Result {
             .args(packages),
     )
     .map_err(|e| format!("{e}\nprovisioning needs python3 with pip and access to PyPI"))
+}
+
+/// rustfmt and clippy, which the test run's first steps use: rustup's minimal profile (the one
+/// the official Rust Docker images install) leaves both out.
+pub fn rust_components() -> Result {
+    for (subcommand, component) in [("fmt", "rustfmt"), ("clippy", "clippy")] {
+        let present = util::cargo().args([subcommand, "--version"]).output().is_ok_and(|o| o.status.success());
+        if !present {
+            util::run(Command::new("rustup").args(["component", "add", component])).map_err(|e| {
+                format!("{e}\n`cargo {subcommand}` is missing: install it with `rustup component add {component}`")
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// What bindgen needs to run: the folder to put in `LIBCLANG_PATH` (if the default search would

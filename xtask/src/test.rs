@@ -11,6 +11,7 @@ pub fn run() -> Result {
     let toolkit = provision::toolkit()?;
     eprintln!("CUDA {} found ({}): {}", toolkit.version, toolkit.found_by, toolkit.root.display());
     let libclang = provision::libclang()?;
+    provision::rust_components()?;
 
     let with_env = |cmd: std::process::Command| libclang.apply(cmd);
     util::run(util::cargo().args(["fmt", "--all", "--check"]))?;
