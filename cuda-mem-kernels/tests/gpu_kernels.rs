@@ -346,9 +346,11 @@ fn gpu_kernels_read_and_write_mapped_pinned_memory_through_its_device_pointer() 
     assert!(input.iter().all(|&x| x == 0x600d));
 }
 
+/// Alone (`gpu_alone_`, see `cuda-mem/tests/common/mod.rs`): its failed allocation makes the
+/// driver trim every pool of the process.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_bad_input_is_a_typed_error_and_later_launches_still_work() {
+fn gpu_alone_bad_input_is_a_typed_error_and_later_launches_still_work() {
     let stream = Stream::non_blocking().unwrap();
     let mut a = DeviceBuffer::<f32>::zeroed(8).unwrap();
     let b = DeviceBuffer::<f32>::zeroed(5).unwrap();

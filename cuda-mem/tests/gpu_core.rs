@@ -206,9 +206,10 @@ fn gpu_managed_buffer_cpu_write_advise_prefetch_gpu_modify_cpu_read() {
     managed.free().unwrap();
 }
 
+/// Alone (`gpu_alone_`): a failed allocation makes the driver trim every pool of the process.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_oversized_allocation_reports_requested_and_free_bytes() {
+fn gpu_alone_oversized_allocation_reports_requested_and_free_bytes() {
     let (_, total) = Device::current().unwrap().mem_get_info().unwrap();
     let requested = total * 2;
     let err = DeviceBuffer::<u8>::zeroed(requested).unwrap_err();

@@ -3,7 +3,9 @@
 //! each, writes a pattern, and exits; the parent verifies the data.
 //!
 //! A plain `main` (harness = false), since one binary plays both roles. Like the other GPU tests
-//! it runs only with `--include-ignored` or `--ignored` and otherwise reports its tests ignored.
+//! it runs only with `--include-ignored` or `--ignored` and otherwise reports its tests ignored;
+//! it reads libtest's `--list`, name filters, `--skip` and `--exact` too, so the runners' passes
+//! (see `common/mod.rs`) select from it as from the others.
 
 mod common;
 
@@ -31,29 +33,81 @@ fn main() {
         child(&role);
         return;
     }
-    let args: Vec<String> = std::env::args().collect();
+    let args = Args::parse(std::env::args().skip(1));
     let tests: [(&str, fn()); 2] = [("gpu_ipc_pool_fd_and_pointer", pool_path), ("gpu_ipc_legacy_handle", legacy_path)];
-    let run_ignored = args.iter().any(|a| a == "--include-ignored" || a == "--ignored");
-    if !run_ignored || args.iter().any(|a| a == "--list") {
-        for (name, _) in &tests {
+    let selected: Vec<_> = tests.iter().filter(|(name, _)| args.selects(name)).collect();
+    let filtered_out = tests.len() - selected.len();
+    if args.list {
+        for (name, _) in &selected {
+            println!("{name}: test");
+        }
+        println!("\n{} tests, 0 benchmarks", selected.len());
+        return;
+    }
+    if !args.run_ignored {
+        for (name, _) in &selected {
             println!("test {name} ... ignored, needs a CUDA GPU");
         }
-        println!("\ntest result: ok. 0 passed; 0 failed; {} ignored; 0 measured; 0 filtered out", tests.len());
+        println!(
+            "\ntest result: ok. 0 passed; 0 failed; {} ignored; 0 measured; {filtered_out} filtered out",
+            selected.len()
+        );
         return;
     }
     let mut failed = 0;
-    for (name, test) in tests {
+    for (name, test) in &selected {
         let outcome = std::panic::catch_unwind(test);
         println!("test {name} ... {}", if outcome.is_ok() { "ok" } else { "FAILED" });
         failed += usize::from(outcome.is_err());
     }
-    let passed = tests.len() - failed;
+    let passed = selected.len() - failed;
     println!(
-        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {filtered_out} filtered out",
         if failed == 0 { "ok" } else { "FAILED" }
     );
     if failed > 0 {
         std::process::exit(101);
+    }
+}
+
+/// The libtest arguments this harness honours, read as libtest reads them; other options are
+/// accepted and have no effect.
+#[derive(Debug, Default)]
+struct Args {
+    list: bool,
+    /// `--ignored` or `--include-ignored`: both tests are ignored by default, so either runs them.
+    run_ignored: bool,
+    exact: bool,
+    filters: Vec<String>,
+    skips: Vec<String>,
+}
+
+impl Args {
+    fn parse(args: impl IntoIterator<Item = String>) -> Self {
+        let mut parsed = Args::default();
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--list" => parsed.list = true,
+                "--ignored" | "--include-ignored" => parsed.run_ignored = true,
+                "--exact" => parsed.exact = true,
+                "--skip" => parsed.skips.extend(args.next()),
+                // Options whose value is the next argument (`--test-threads=1` is one argument).
+                "--test-threads" | "--format" | "--color" | "--logfile" | "-Z" => {
+                    args.next();
+                }
+                _ if arg.starts_with('-') => {}
+                _ => parsed.filters.push(arg),
+            }
+        }
+        parsed
+    }
+
+    /// libtest's rule: some filter matches (or there is none) and no `--skip` does; a match is a
+    /// substring, or the whole name with `--exact`.
+    fn selects(&self, name: &str) -> bool {
+        let matches = |pattern: &String| if self.exact { name == pattern } else { name.contains(pattern.as_str()) };
+        (self.filters.is_empty() || self.filters.iter().any(matches)) && !self.skips.iter().any(matches)
     }
 }
 

@@ -25,7 +25,6 @@ fn every_resource() -> Vec<Arc<dyn MemoryResource>> {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_every_resource_allocates_round_trips_and_frees() {
-    let _device = common::shared();
     let stream = Stream::non_blocking().unwrap();
     let want = pattern(MIB, 21);
     for resource in every_resource() {
@@ -52,7 +51,6 @@ fn gpu_every_resource_allocates_round_trips_and_frees() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_default_resource_is_the_retaining_pool_and_can_be_replaced() {
-    let _device = common::shared();
     let device = device();
     let default = default_resource(device).unwrap();
     assert_eq!(default.kind(), MemoryKind::Device);
@@ -64,11 +62,11 @@ fn gpu_default_resource_is_the_retaining_pool_and_can_be_replaced() {
     set_default_resource(device, previous);
 }
 
-/// The out-of-memory path for real: a cap, and the device itself.
+/// The out-of-memory path for real: a cap, and the device itself. Alone (`gpu_alone_`): its
+/// failed allocations make the driver trim every pool, and it asserts on its own pool's reserve.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_out_of_memory_messages_carry_the_figures() {
-    let _device = common::exclusive();
+fn gpu_alone_out_of_memory_messages_carry_the_figures() {
     let stream = Stream::non_blocking().unwrap();
     let pool = MemPool::new(PoolProps::new(device())).unwrap();
     let capped: Arc<dyn MemoryResource> =
@@ -102,7 +100,6 @@ fn gpu_out_of_memory_messages_carry_the_figures() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_tracking_reports_a_leak_with_its_backtrace() {
-    let _device = common::shared();
     let stream = Stream::non_blocking().unwrap();
     let tracked = Arc::new(TrackingResource::new(DeviceResource::new(device()), true));
     let kept = ResourceBuffer::<u8>::zeroed(tracked.clone(), &stream, 12345).unwrap();
@@ -119,7 +116,6 @@ fn gpu_tracking_reports_a_leak_with_its_backtrace() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_recorded_workload_replays_with_the_same_peak() {
-    let _device = common::shared();
     let stream = Stream::non_blocking().unwrap();
     let path = std::env::temp_dir().join(format!("cuda-mem-replay-{}.csv", std::process::id()));
     let pool = MemPool::new(PoolProps::new(device())).unwrap();

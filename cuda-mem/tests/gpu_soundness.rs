@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{MIB, pattern, shared};
+use common::{MIB, pattern};
 use cuda_mem::*;
 
 fn is_invalid_argument(err: &CudaError) -> bool {
@@ -16,7 +16,6 @@ fn is_invalid_argument(err: &CudaError) -> bool {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_per_thread_stream_refuses_work_from_another_thread() {
-    let _device = shared();
     let len = 64 * MIB / 4;
     let source = DeviceBuffer::from_slice(&pattern(len, 17)).unwrap();
     let stream = Stream::per_thread().unwrap();
@@ -48,7 +47,6 @@ fn gpu_per_thread_stream_refuses_work_from_another_thread() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_per_thread_stream_clone_on_another_thread_is_refused() {
-    let _device = shared();
     let stream = Stream::per_thread().unwrap();
     let moved = stream.clone();
     let err = std::thread::spawn(move || moved.synchronize()).join().unwrap().unwrap_err();
@@ -60,7 +58,6 @@ fn gpu_per_thread_stream_clone_on_another_thread_is_refused() {
 #[test]
 #[ignore = "needs two CUDA GPUs"]
 fn gpu2_legacy_stream_stays_on_its_device_when_another_is_current() {
-    let _device = shared();
     let (zero, one) = (Device::new(0).unwrap(), Device::new(1).unwrap());
     zero.set_current().unwrap();
     let legacy = Stream::legacy_default().unwrap();
@@ -78,7 +75,6 @@ fn gpu2_legacy_stream_stays_on_its_device_when_another_is_current() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_blocking_reads_of_a_zeroed_stream_buffer_wait_for_its_zeroing() {
-    let _device = shared();
     let stream = Stream::non_blocking().unwrap();
     let pool = MemPool::new(PoolProps::new(Device::current().unwrap())).unwrap();
     let len = 64 * MIB;
@@ -112,7 +108,6 @@ fn gpu_blocking_reads_of_a_zeroed_stream_buffer_wait_for_its_zeroing() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_a_scope_on_another_stream_waits_for_the_buffers_zeroing() {
-    let _device = shared();
     let (a, b) = (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
     let len = 64 * MIB;
     let big = DeviceBuffer::<u8>::zeroed(512 * MIB).unwrap();
@@ -134,7 +129,6 @@ fn gpu_a_scope_on_another_stream_waits_for_the_buffers_zeroing() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_current_pool_handle_keeps_its_pool_alive() {
-    let _device = shared();
     let device = Device::current().unwrap();
     let stream = Stream::non_blocking().unwrap();
     let created = MemPool::new(PoolProps::new(device)).unwrap();
@@ -162,7 +156,6 @@ fn gpu_over_aligned_element_types_are_refused_or_aligned() {
     #[repr(C, align(65536))]
     struct Page([[u8; 4096]; 16]);
 
-    let _device = shared();
     fn check<B>(result: Result<B>, address: impl Fn(&B) -> usize, family: &str) {
         match result {
             Ok(buffer) => assert_eq!(address(&buffer) % 65536, 0, "{family} handed out a misaligned buffer"),
@@ -182,7 +175,6 @@ fn gpu_over_aligned_element_types_are_refused_or_aligned() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_failed_unregister_returns_the_registration() {
-    let _device = shared();
     let mut host = vec![0u8; 4 * MIB];
     let registered = RegisteredHost::new(&mut host, HostRegisterFlags::empty()).unwrap();
     // Unregistered behind the wrapper's back (what another library could do), so its own
@@ -204,7 +196,6 @@ fn gpu_failed_unregister_returns_the_registration() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_failed_drop_leaves_no_error_behind() {
-    let _device = shared();
     let mut host = vec![0u8; MIB];
     {
         let registered = RegisteredHost::new(&mut host, HostRegisterFlags::empty()).unwrap();

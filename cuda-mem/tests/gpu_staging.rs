@@ -9,7 +9,6 @@ use std::sync::Arc;
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_pinned_pool_reuses_blocks_and_counts_exactly() {
-    let _device = common::shared();
     let pool = PinnedPool::new(HostAllocFlags::empty());
     for bytes in [4096usize, MIB, 64 * MIB] {
         for _ in 0..5 {
@@ -29,7 +28,6 @@ fn gpu_pinned_pool_reuses_blocks_and_counts_exactly() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_pinned_pool_blocks_are_copy_sources_and_mapped_views_work() {
-    let _device = common::shared();
     let stream = Stream::non_blocking().unwrap();
     let mapped_pool = PinnedPool::new(HostAllocFlags::MAPPED | HostAllocFlags::PORTABLE);
     let want = pattern(MIB / 4, 8);
@@ -47,11 +45,11 @@ fn gpu_pinned_pool_blocks_are_copy_sources_and_mapped_views_work() {
 }
 
 /// A block with recorded work is not handed out again until that work completes: while a long
-/// DMA reads block A, a new request gets a different block; afterwards A comes back.
+/// DMA reads block A, a new request gets a different block; afterwards A comes back. Alone
+/// (`gpu_alone_`): another test's synchronizing call (`cudaFreeHost`) would drain the stream.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_pinned_pool_never_hands_out_a_block_with_dma_in_flight() {
-    let _device = common::exclusive();
+fn gpu_alone_pinned_pool_never_hands_out_a_block_with_dma_in_flight() {
     let pool = PinnedPool::new(HostAllocFlags::empty());
     let stream = Stream::non_blocking().unwrap();
     let bytes = 256 * MIB;
@@ -60,8 +58,7 @@ fn gpu_pinned_pool_never_hands_out_a_block_with_dma_in_flight() {
     first.fill(1);
     let first_ptr = first.as_ptr();
     // A host function that sleeps holds the stream, so the DMAs behind it are surely pending when
-    // the pool decides (this test holds the device alone: no other test's synchronizing call
-    // such as cudaFreeHost can drain the stream meanwhile).
+    // the pool decides (no other test runs meanwhile to drain it with a synchronizing call).
     unsafe extern "C" fn hold_the_stream(_: *mut std::ffi::c_void) {
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
@@ -103,7 +100,6 @@ fn gpu_pinned_pool_never_hands_out_a_block_with_dma_in_flight() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_staged_copies_are_exact_for_every_size_from_1_byte_to_1_gib() {
-    let _device = common::shared();
     let copier = StagedCopier::new(StagedConfig::default()).unwrap();
     let mut sizes: Vec<usize> = vec![1, 3, 4095, 4096, 4097, 65_537, MIB - 1, 4 * MIB - 1, 4 * MIB, 4 * MIB + 1];
     sizes.extend([16441, 67_121_209, 100 * MIB + 13, 256 * MIB, 1024 * MIB]);
@@ -128,7 +124,6 @@ fn gpu_staged_copies_are_exact_for_every_size_from_1_byte_to_1_gib() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_staging_stress_many_threads_and_streams() {
-    let _device = common::shared();
     let device = Device::current().unwrap();
     let copier =
         Arc::new(StagedCopier::new(StagedConfig { lanes: 6, chunk_bytes: 2 * MIB, small_copy_bytes: MIB }).unwrap());

@@ -82,26 +82,52 @@ const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # reference run.
 set -u
 cd "$(dirname "$0")"
+# GPU tests are ignored by default; the no-driver tests assert the absence of a GPU;
+# gpu2_ tests need two GPUs.
 skip=(--skip no_driver_)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 [ "$gpus" -ge 2 ] || skip+=(--skip gpu2_)
 fail=0
 threads=4
+# The tests, each executable under the command in "$@" (a sanitizer, or none): all but the
+# gpu_alone_ ones on $threads threads, then the gpu_alone_ ones one at a time. Those assert on pool
+# reserves, make allocations fail for lack of memory (the driver then trims every pool), or must
+# not see another test's synchronizing calls (cuda-mem/tests/common/mod.rs). Executables run one
+# after another, so nothing else runs beside a gpu_alone_ test.
 run_tests() {
+  run_pass "$threads" --skip gpu_alone_ -- "$@"
+  run_pass 1 gpu_alone_ -- "$@"
+}
+# run_pass THREADS FILTER... -- COMMAND...: in every executable, the tests the skips above and
+# FILTERs select, on THREADS threads.
+run_pass() {
+  local pass_threads=$1 filters=() t listing started
+  shift
+  while [ "$1" != -- ]; do filters+=("$1"); shift; done
+  shift
   for t in tests/*; do
     # The fat-binary check reads the static library in the build tree: a build-machine test.
     case "$t" in tests/embedded_fatbin-*) continue ;; esac
     # Under a sanitizer, skip the executables that make no CUDA call (the sanitizer only says
-    # "terminated before first instrumented API call"): unit tests of pure-Rust code, the
-    # no-driver tests (filtered out on a GPU host) and the report's tests.
+    # "terminated before first instrumented API call" and fails): unit tests of pure-Rust code
+    # and the report's tests.
     if [ -n "${sanitizing:-}" ]; then
-      case "$t" in tests/cuda_mem_bench-*|tests/cuda_mem_kernels-*|tests/cuda_mem_sys-*|tests/no_driver-*|tests/report-*) continue ;; esac
+      case "$t" in tests/cuda_mem_bench-*|tests/cuda_mem_kernels-*|tests/cuda_mem_sys-*|tests/report-*) continue ;; esac
     fi
-    echo "== $* $t"
-    local started=$SECONDS
-    # GPU tests are ignored by default; the no-driver tests assert the absence of a GPU;
-    # gpu2_ tests need two GPUs.
-    "$@" "$t" --include-ignored "${skip[@]}" --test-threads="$threads" || fail=1
+    # An executable whose every test is filtered out (the two-GPU ones on one GPU, most in the
+    # gpu_alone_ pass) makes no CUDA call either: not run.
+    if ! listing=$("$t" --list --include-ignored "${skip[@]}" "${filters[@]}" 2>&1); then
+      echo "== $t --list failed: $listing"
+      fail=1
+      continue
+    fi
+    if ! grep -q ': test$' <<< "$listing"; then
+      echo "== $t: no test selected by ${skip[*]} ${filters[*]}"
+      continue
+    fi
+    echo "== $* $t ${filters[*]}"
+    started=$SECONDS
+    "$@" "$t" --include-ignored "${skip[@]}" "${filters[@]}" --test-threads="$pass_threads" || fail=1
     echo "== $t took $((SECONDS - started)) s"
   done
 }
@@ -168,3 +194,181 @@ case "${1:-}" in
 esac
 exit $fail
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// Stands in for a libtest executable: lists and "runs" the tests named in `tests=(…)` with
+    /// libtest's filter rules, logging each test it runs with its thread count and sanitizer.
+    const FAKE_TEST: &str = r#"#!/usr/bin/env bash
+list=0 threads=default filters=() skips=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --list) list=1 ;;
+    --skip) skips+=("$2"); shift ;;
+    --test-threads=*) threads=${1#--test-threads=} ;;
+    -*) ;;
+    *) filters+=("$1") ;;
+  esac
+  shift
+done
+for name in "${tests[@]}"; do
+  selected=$((${#filters[@]} == 0))
+  for f in "${filters[@]}"; do [[ $name == *"$f"* ]] && selected=1; done
+  for s in "${skips[@]}"; do [[ $name == *"$s"* ]] && selected=0; done
+  [ "$selected" = 1 ] || continue
+  if [ "$list" = 1 ]; then echo "$name: test"; continue; fi
+  echo "$name threads=$threads ${SANITIZER_TOOL:-none}" >> "$FAKE_LOG"
+  [ "$name" = "${FAKE_FAIL:-}" ] && { echo "test $name ... FAILED"; exit 101; }
+  echo "test $name ... ok"
+done
+"#;
+
+    /// Stands in for compute-sanitizer, failing as it does on a program that makes no CUDA call
+    /// (here: runs no test).
+    const FAKE_SANITIZER: &str = r#"#!/usr/bin/env bash
+while [ $# -gt 0 ]; do
+  case $1 in --tool) export SANITIZER_TOOL=$2; shift ;; tests/*) break ;; esac
+  shift
+done
+out=$("$@") || { echo "$out"; exit 99; }
+echo "$out"
+grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated before first instrumented API call"; exit 1; }
+"#;
+
+    /// The examples the script runs: each stands in as a program that succeeds.
+    const EXAMPLES: [&str; 12] = [
+        "smoke",
+        "device_memory",
+        "pinned_memory",
+        "mapped_and_registered",
+        "managed_memory",
+        "stream_ordered",
+        "inference_loop",
+        "kernel_bandwidth",
+        "stress",
+        "replay",
+        "staged_tuning",
+        "peer_bandwidth",
+    ];
+
+    /// A bundle of stand-ins in a temporary folder, on a host with `gpus` GPUs.
+    struct FakeBundle {
+        dir: PathBuf,
+    }
+
+    impl FakeBundle {
+        fn new(name: &str, gpus: usize) -> Self {
+            let dir = std::env::temp_dir().join(format!("xtask-bundle-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let alone = |rest: &str| format!("{}{rest}", crate::test::ALONE);
+            let executables = [
+                ("tests/cuda_mem-1111", vec!["raw::tests::check_keeps_code".into()]),
+                ("tests/cuda_mem_bench-2222", vec!["stats::tests::median".into()]),
+                ("tests/embedded_fatbin-3333", vec!["every_object_holds_sass".into()]),
+                ("tests/gpu_pools-4444", vec!["gpu_alloc_on_a".into(), alone("pool_statistics"), alone("max_size")]),
+                ("tests/gpu_peer-5555", vec!["gpu2_peer_access".into()]),
+                ("tests/no_driver-6666", vec!["no_driver_malloc_fails".into()]),
+            ];
+            for (path, tests) in executables {
+                write(&dir.join(path), &FAKE_TEST.replacen("\n", &format!("\ntests=({})\n", tests.join(" ")), 1));
+            }
+            for example in EXAMPLES {
+                write(&dir.join("examples").join(example), "#!/bin/sh\nexit 0\n");
+            }
+            let gpu_list: String =
+                (0..gpus).map(|i| format!("echo 'GPU {i}: NVIDIA H200 (UUID: GPU-{i})'\n")).collect();
+            write(&dir.join("bin/nvidia-smi"), &format!("#!/bin/sh\n{gpu_list}"));
+            write(&dir.join("bin/compute-sanitizer"), FAKE_SANITIZER);
+            write(&dir.join("run"), RUN_SCRIPT);
+            FakeBundle { dir }
+        }
+
+        /// Runs `./run ARGS`; returns whether it succeeded and each test run, in order.
+        fn run(&self, args: &[&str], fail: &str) -> (bool, Vec<String>) {
+            let log = self.dir.join("log");
+            let _ = std::fs::remove_file(&log);
+            let path = std::env::join_paths(
+                std::iter::once(self.dir.join("bin")).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+            )
+            .unwrap();
+            let output = Command::new(self.dir.join("run"))
+                .args(args)
+                .env("PATH", path)
+                .env("FAKE_LOG", &log)
+                .env("FAKE_FAIL", fail)
+                .env("STRESS_SECONDS", "1")
+                .output()
+                .unwrap();
+            let runs = std::fs::read_to_string(&log).unwrap_or_default().lines().map(str::to_string).collect();
+            eprintln!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+            (output.status.success(), runs)
+        }
+    }
+
+    impl Drop for FakeBundle {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+        make_executable(path).unwrap();
+    }
+
+    #[test]
+    fn run_runs_gpu_alone_tests_one_at_a_time_after_all_others() {
+        let bundle = FakeBundle::new("plain", 1);
+        let (ok, runs) = bundle.run(&[], "");
+        assert!(ok, "{runs:?}");
+        assert_eq!(
+            runs,
+            [
+                "raw::tests::check_keeps_code threads=4 none",
+                "stats::tests::median threads=4 none",
+                "gpu_alloc_on_a threads=4 none",
+                "gpu_alone_pool_statistics threads=1 none",
+                "gpu_alone_max_size threads=1 none",
+            ]
+        );
+        let (ok, runs) = bundle.run(&[], "gpu_alone_max_size");
+        assert!(!ok && runs.len() == 5, "a failing gpu_alone_ test fails the run: {runs:?}");
+    }
+
+    /// On one GPU the two-GPU executable is left without tests: the sanitizer must not run it,
+    /// nor any executable in the `gpu_alone_` pass that has none, so that clean runs exit 0.
+    #[test]
+    fn sanitize_runs_only_executables_left_with_tests() {
+        let one_gpu = FakeBundle::new("sanitize1", 1);
+        let (ok, runs) = one_gpu.run(&["--sanitize", "memcheck"], "");
+        assert!(ok, "{runs:?}");
+        assert_eq!(
+            runs,
+            [
+                "raw::tests::check_keeps_code threads=4 memcheck",
+                "gpu_alloc_on_a threads=4 memcheck",
+                "gpu_alone_pool_statistics threads=1 memcheck",
+                "gpu_alone_max_size threads=1 memcheck",
+            ]
+        );
+        let two_gpus = FakeBundle::new("sanitize2", 2);
+        let (ok, runs) = two_gpus.run(&["--sanitize", "racecheck"], "");
+        assert!(ok, "{runs:?}");
+        assert_eq!(
+            runs,
+            [
+                "raw::tests::check_keeps_code threads=1 racecheck",
+                "gpu2_peer_access threads=1 racecheck",
+                "gpu_alloc_on_a threads=1 racecheck",
+                "gpu_alone_pool_statistics threads=1 racecheck",
+                "gpu_alone_max_size threads=1 racecheck",
+            ]
+        );
+        let (ok, _) = two_gpus.run(&["--sanitize", "synccheck"], "gpu2_peer_access");
+        assert!(!ok, "a failing test under the sanitizer fails the run");
+    }
+}

@@ -1,6 +1,6 @@
 //! Provisioning without root: the pinned CUDA wheels go under `target/cuda/<version>` through pip;
 //! libclang (for bindgen) comes from Debian's libclang-dev when running as root, else from the
-//! `libclang` wheel plus gcc's builtin headers.
+//! `libclang` wheel plus gcc's builtin headers; rustfmt and clippy come through rustup.
 
 #[path = "../../cuda-mem-sys/build/find.rs"]
 #[allow(dead_code)] // shared with the build script, which uses all of it
@@ -65,6 +65,20 @@ fn pip_install(dir: &Path, packages: &[&str]) -> Result {
     .map_err(|e| format!("{e}\nprovisioning needs python3 with pip and access to PyPI"))
 }
 
+/// rustfmt and clippy, which the test run's first steps use: rustup's minimal profile (the one
+/// the official Rust Docker images install) leaves both out.
+pub fn rust_components() -> Result {
+    for (subcommand, component) in [("fmt", "rustfmt"), ("clippy", "clippy")] {
+        let present = util::cargo().args([subcommand, "--version"]).output().is_ok_and(|o| o.status.success());
+        if !present {
+            util::run(Command::new("rustup").args(["component", "add", component])).map_err(|e| {
+                format!("{e}\n`cargo {subcommand}` is missing: install it with `rustup component add {component}`")
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// What bindgen needs to run: the folder to put in `LIBCLANG_PATH` (if the default search would
 /// not find libclang) and extra clang arguments.
 #[derive(Debug, Default, Clone)]
@@ -86,9 +100,13 @@ impl Libclang {
     }
 }
 
+/// The libclang bindgen will load: the one the environment already offers, else Debian's
+/// libclang-dev (as root), else the PyPI wheel under target/cuda/libclang.
 pub fn libclang() -> Result<Libclang> {
-    if std::env::var_os("LIBCLANG_PATH").is_some() || system_libclang().is_some() {
-        return Ok(Libclang::default());
+    let search = LibclangSearch::from_env();
+    // clang-sys looks nowhere else when LIBCLANG_PATH is set, so neither does provisioning.
+    if search.libclang_path.is_some() || find_libclang(&search).is_some() {
+        return require_libclang_in(&search).map(|()| Libclang::default());
     }
     if is_root() && Path::new("/usr/bin/apt-get").exists() {
         util::run(Command::new("apt-get").args(["update", "-qq"]))?;
@@ -99,15 +117,24 @@ pub fn libclang() -> Result<Libclang> {
             "--no-install-recommends",
             "libclang-dev",
         ]))?;
-        if system_libclang().is_some() {
+        if find_libclang(&LibclangSearch::from_env()).is_some() {
             return Ok(Libclang::default());
         }
     }
     // The wheel ships libclang without clang's builtin headers (limits.h, stddef.h): borrow gcc's.
     let dir = util::target_dir().join("cuda").join("libclang");
     let native = dir.join("clang/native");
-    if !native.join("libclang.so").exists() {
+    let in_wheel =
+        |native: &Path| find_libclang(&LibclangSearch { libclang_path: Some(native.into()), ..Default::default() });
+    if in_wheel(&native).is_none() {
         pip_install(&dir, &[LIBCLANG_WHEEL])?;
+    }
+    if in_wheel(&native).is_none() {
+        return Err(format!(
+            "pip installed {LIBCLANG_WHEEL} into {} but {} holds no libclang",
+            dir.display(),
+            native.display()
+        ));
     }
     let gcc_include = Command::new("gcc")
         .arg("-print-file-name=include")
@@ -117,25 +144,259 @@ pub fn libclang() -> Result<Libclang> {
     Ok(Libclang { path: Some(native), clang_args: vec!["-isystem".into(), gcc_include] })
 }
 
-fn system_libclang() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("llvm-"))
-        .map(|e| e.path().join("lib"))
-        .collect();
-    dirs.extend(["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/lib"].map(PathBuf::from));
-    dirs.into_iter().find(|d| {
-        std::fs::read_dir(d).into_iter().flatten().flatten().any(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            // libclang-cpp.so.14 (the C++ library, installed without libclang-dev) is not libclang.
-            let versioned = name.starts_with("libclang-") && !name.starts_with("libclang-cpp");
-            name == "libclang.so" || name.starts_with("libclang.so.") || (versioned && name.contains(".so"))
-        })
+/// Fails, in one sentence saying what to install, where bindgen would find no libclang (bindgen
+/// itself panics there). Provisions nothing: for the codegen check inside the test suite, whose
+/// environment `cargo xtask test` has set up.
+pub fn require_libclang() -> Result {
+    require_libclang_in(&LibclangSearch::from_env())
+}
+
+fn require_libclang_in(search: &LibclangSearch) -> Result {
+    if find_libclang(search).is_some() {
+        return Ok(());
+    }
+    Err(match &search.libclang_path {
+        Some(path) => format!(
+            "libclang not found: LIBCLANG_PATH is {} but holds no {} (libclang-cpp is not libclang), so point it \
+             at the folder holding libclang or unset it",
+            path.display(),
+            LIBCLANG_NAMES.join(", ")
+        ),
+        None => "libclang not found: install libclang-dev (`apt-get install libclang-dev`), or set LIBCLANG_PATH \
+                 to the folder holding libclang.so, or run `cargo xtask test`, which provisions it"
+            .into(),
     })
+}
+
+/// The file names clang-sys (which bindgen loads libclang through) accepts at run time on Linux,
+/// as globs: clang-sys 1.9, `build/dynamic.rs`. It then drops names containing `-cpp.`
+/// (`libclang-cpp.so.14` is clang's C++ library, left by any llvm package) and files that are
+/// not ELF libraries of this target's word size.
+const LIBCLANG_NAMES: [&str; 4] = ["libclang.so", "libclang-*.so", "libclang.so.*", "libclang-*.so.*"];
+
+/// The folders clang-sys searches on Linux after `LIBCLANG_PATH`, `llvm-config --prefix` and the
+/// library path variables, as globs: clang-sys 1.9, `build/common.rs`.
+const LIBCLANG_DIRS: [&str; 7] = [
+    "/usr/local/llvm*/lib*",
+    "/usr/local/lib*/*/*",
+    "/usr/local/lib*/*",
+    "/usr/local/lib*",
+    "/usr/lib*/*/*",
+    "/usr/lib*/*",
+    "/usr/lib*",
+];
+
+/// What clang-sys's search depends on, read from the environment (or made up by tests).
+#[derive(Debug, Default)]
+struct LibclangSearch {
+    /// `LIBCLANG_PATH`: a folder, or a library file; when set, the only place searched.
+    libclang_path: Option<PathBuf>,
+    /// The first line of `llvm-config --prefix` (`LLVM_CONFIG_PATH` names another llvm-config).
+    llvm_prefix: Option<PathBuf>,
+    /// The folders of `LD_LIBRARY_PATH`, then of `LIBRARY_PATH`.
+    library_paths: Vec<PathBuf>,
+    /// Prefixed to [`LIBCLANG_DIRS`]: `/`, or a test's temporary folder.
+    root: PathBuf,
+}
+
+impl LibclangSearch {
+    fn from_env() -> Self {
+        let llvm_config = std::env::var_os("LLVM_CONFIG_PATH").unwrap_or_else(|| "llvm-config".into());
+        let llvm_prefix = Command::new(llvm_config)
+            .arg("--prefix")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(PathBuf::from));
+        let library_paths = ["LD_LIBRARY_PATH", "LIBRARY_PATH"]
+            .iter()
+            .filter_map(std::env::var_os)
+            .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+            .collect();
+        Self {
+            libclang_path: std::env::var_os("LIBCLANG_PATH").map(PathBuf::from),
+            llvm_prefix,
+            library_paths,
+            root: PathBuf::from("/"),
+        }
+    }
+}
+
+/// The first libclang clang-sys would accept, searched where it searches.
+fn find_libclang(search: &LibclangSearch) -> Option<PathBuf> {
+    if let Some(path) = &search.libclang_path {
+        if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+            if let Some(file) = libclang_in(dir).into_iter().find(|f| f.file_name() == Some(name)) {
+                return Some(file);
+            }
+        }
+        return libclang_in(path).into_iter().next();
+    }
+    let prefix_dirs = search.llvm_prefix.iter().flat_map(|p| ["bin", "lib", "lib64"].map(|sub| p.join(sub)));
+    let root = glob::Pattern::escape(&search.root.to_string_lossy());
+    let options =
+        glob::MatchOptions { case_sensitive: false, require_literal_separator: true, ..glob::MatchOptions::new() };
+    let fixed_dirs = LIBCLANG_DIRS
+        .iter()
+        .filter_map(|dir| glob::glob_with(&format!("{}/{}", root.trim_end_matches('/'), &dir[1..]), options).ok())
+        .flat_map(|dirs| dirs.filter_map(std::result::Result::ok).filter(|d| d.is_dir()));
+    prefix_dirs
+        .chain(search.library_paths.iter().cloned())
+        .chain(fixed_dirs)
+        .find_map(|dir| libclang_in(&dir).into_iter().next())
+}
+
+/// The files in `dir` that clang-sys accepts as libclang.
+fn libclang_in(dir: &Path) -> Vec<PathBuf> {
+    let dir = glob::Pattern::escape(&dir.to_string_lossy());
+    let options = glob::MatchOptions { require_literal_separator: true, ..glob::MatchOptions::new() };
+    LIBCLANG_NAMES
+        .iter()
+        .filter_map(|name| glob::glob_with(&format!("{dir}/{name}"), options).ok())
+        .flat_map(|files| files.filter_map(std::result::Result::ok))
+        .filter(|file| file.file_name().is_some_and(|n| !n.to_string_lossy().contains("-cpp.")))
+        .filter(|file| is_native_elf(file))
+        .collect()
+}
+
+/// An ELF file of this target's word size (class 2 for 64-bit), as clang-sys checks.
+fn is_native_elf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut header = [0u8; 5];
+    let class = if cfg!(target_pointer_width = "64") { 2 } else { 1 };
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut header)).is_ok()
+        && header[..4] == *b"\x7fELF"
+        && header[4] == class
 }
 
 fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A temporary folder standing for `/`, removed on drop.
+    struct FakeRoot(PathBuf);
+
+    impl FakeRoot {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("xtask-libclang-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            FakeRoot(dir)
+        }
+
+        /// Writes `path` (relative to the root) starting with `header`.
+        fn file(&self, path: &str, header: &[u8]) -> PathBuf {
+            let file = self.0.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, header).unwrap();
+            file
+        }
+
+        fn search(&self) -> LibclangSearch {
+            LibclangSearch { root: self.0.clone(), ..Default::default() }
+        }
+    }
+
+    impl Drop for FakeRoot {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// The start of a 64-bit ELF file.
+    const ELF64: &[u8] = b"\x7fELF\x02\x01\x01";
+
+    /// What `libclang-cpp14` leaves on Debian 12: clang's C++ library, which bindgen cannot load.
+    #[test]
+    fn libclang_cpp_alone_is_not_libclang() {
+        let root = FakeRoot::new("cpp");
+        root.file("usr/lib/x86_64-linux-gnu/libclang-cpp.so.14", ELF64);
+        root.file("usr/lib/llvm-14/lib/libclang-cpp.so.14", ELF64);
+        assert_eq!(find_libclang(&root.search()), None);
+        let only_cpp = LibclangSearch { libclang_path: Some(root.0.join("usr/lib/llvm-14/lib")), ..root.search() };
+        assert_eq!(find_libclang(&only_cpp), None);
+        let message = require_libclang_in(&root.search()).unwrap_err();
+        assert!(
+            message.starts_with("libclang not found: install libclang-dev (`apt-get install libclang-dev`)"),
+            "{message}"
+        );
+        let message = require_libclang_in(&only_cpp).unwrap_err();
+        assert!(message.contains("LIBCLANG_PATH is ") && message.contains("unset it"), "{message}");
+        root.file("usr/lib/llvm-14/lib/libclang.so.1", ELF64);
+        assert_eq!(require_libclang_in(&root.search()), Ok(()));
+    }
+
+    /// What `libclang1-14` installs next to it, found in either folder.
+    #[test]
+    fn versioned_libclang_is_found_next_to_libclang_cpp() {
+        for dir in ["usr/lib/x86_64-linux-gnu", "usr/lib/llvm-14/lib", "usr/local/lib", "usr/local/llvm-18/lib64"] {
+            let root = FakeRoot::new("versioned");
+            root.file(&format!("{dir}/libclang-cpp.so.14"), ELF64);
+            let lib = root.file(&format!("{dir}/libclang-14.so.1"), ELF64);
+            assert_eq!(find_libclang(&root.search()), Some(lib), "in {dir}");
+        }
+    }
+
+    #[test]
+    fn every_name_clang_sys_loads_is_accepted_and_no_other() {
+        for (name, accepted) in [
+            ("libclang.so", true),
+            ("libclang.so.1", true),
+            ("libclang.so.18.1.1", true),
+            ("libclang-14.so", true),
+            ("libclang-14.0.6.so", true),
+            ("libclang-14.so.13", true),
+            ("libclang-cpp.so", false),
+            ("libclang-cpp.so.14", false),
+            ("libclangBasic.a", false),
+            ("libclang.a", false),
+            ("LibClang.so", false),
+            ("libclang-14.a", false),
+        ] {
+            let root = FakeRoot::new("names");
+            let lib = root.file(&format!("usr/lib/{name}"), ELF64);
+            assert_eq!(find_libclang(&root.search()), accepted.then_some(lib), "{name}");
+        }
+    }
+
+    #[test]
+    fn only_native_elf_libraries_count() {
+        let root = FakeRoot::new("elf");
+        root.file("usr/lib/libclang.so", b"/* GNU ld script */");
+        root.file("usr/lib/x86_64-linux-gnu/libclang-14.so.1", b"\x7fELF\x01\x01\x01");
+        assert_eq!(find_libclang(&root.search()), None);
+        let lib = root.file("usr/lib/llvm-14/lib/libclang.so.1", ELF64);
+        assert_eq!(find_libclang(&root.search()), Some(lib));
+    }
+
+    /// With `LIBCLANG_PATH` set, clang-sys searches there only: a folder, or the library itself.
+    #[test]
+    fn libclang_path_is_the_only_place_searched() {
+        let root = FakeRoot::new("env");
+        let system = root.file("usr/lib/llvm-14/lib/libclang.so", ELF64);
+        let elsewhere = root.0.join("wheel/clang/native");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let pointed = |path: &Path| LibclangSearch { libclang_path: Some(path.into()), ..root.search() };
+        assert_eq!(find_libclang(&pointed(&elsewhere)), None);
+        let wheel = root.file("wheel/clang/native/libclang.so", ELF64);
+        assert_eq!(find_libclang(&pointed(&elsewhere)), Some(wheel.clone()));
+        assert_eq!(find_libclang(&pointed(&wheel)), Some(wheel));
+        assert_eq!(find_libclang(&pointed(&system)), Some(system));
+    }
+
+    #[test]
+    fn llvm_config_prefix_and_library_paths_are_searched() {
+        let root = FakeRoot::new("prefix");
+        let from_prefix = root.file("opt/llvm/lib64/libclang.so", ELF64);
+        let prefixed = LibclangSearch { llvm_prefix: Some(root.0.join("opt/llvm")), ..root.search() };
+        assert_eq!(find_libclang(&prefixed), Some(from_prefix));
+        let from_path = root.file("somewhere/libclang-17.so.17", ELF64);
+        let listed =
+            LibclangSearch { library_paths: vec![root.0.join("elsewhere"), root.0.join("somewhere")], ..root.search() };
+        assert_eq!(find_libclang(&listed), Some(from_path));
+    }
 }

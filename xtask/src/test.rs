@@ -11,21 +11,23 @@ pub fn run() -> Result {
     let toolkit = provision::toolkit()?;
     eprintln!("CUDA {} found ({}): {}", toolkit.version, toolkit.found_by, toolkit.root.display());
     let libclang = provision::libclang()?;
+    provision::rust_components()?;
 
     let with_env = |cmd: std::process::Command| libclang.apply(cmd);
     util::run(util::cargo().args(["fmt", "--all", "--check"]))?;
     util::run(with_env(util::cargo()).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
 
-    let gpu = util::gpu_present();
-    let mut test = with_env(util::cargo());
-    test.args(["test", "--workspace", "--all-targets", "--no-fail-fast"]);
-    if gpu {
-        test.args(["--", "--include-ignored", "--skip", "no_driver_"]);
-        if util::gpu_count() < 2 {
-            test.args(["--skip", "gpu2_"]);
-        }
-    }
-    util::run(&mut test)?;
+    let gpus = util::gpu_count();
+    let gpu = gpus > 0;
+    // Every pass runs even when one fails, so that each failing test is reported.
+    let passes: Vec<Result> = test_passes(gpus)
+        .into_iter()
+        .map(|args| {
+            let mut test = with_env(util::cargo());
+            util::run(test.args(["test", "--workspace", "--all-targets", "--no-fail-fast"]).args(args))
+        })
+        .collect();
+    passes.into_iter().collect::<Result>()?;
     // Doc tests run separately: `--all-targets` leaves them out.
     util::run(with_env(util::cargo()).args(["test", "--workspace", "--doc"]))?;
 
@@ -41,6 +43,25 @@ pub fn run() -> Result {
     let gpu_note = if gpu { "GPU tests included" } else { "no GPU: GPU tests reported as ignored" };
     eprintln!("cargo xtask test: all passed in {:.0} s ({gpu_note})", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// GPU tests that need the device to themselves start with this (see `cuda-mem/tests/common/mod.rs`).
+pub const ALONE: &str = "gpu_alone_";
+
+/// The test harness arguments of each `cargo test` pass. Without a GPU, one pass (GPU tests
+/// report ignored). With one: every test but the `gpu_alone_` ones in parallel, then those one at
+/// a time; cargo runs test executables one after another, so nothing else runs beside them.
+fn test_passes(gpus: usize) -> Vec<Vec<&'static str>> {
+    if gpus == 0 {
+        return vec![vec![]];
+    }
+    let mut skips = vec!["--include-ignored", "--skip", "no_driver_"];
+    if gpus < 2 {
+        skips.extend(["--skip", "gpu2_"]);
+    }
+    let parallel = [&["--"][..], &skips, &["--skip", ALONE]].concat();
+    let alone = [&["--"][..], &skips, &[ALONE, "--test-threads=1"]].concat();
+    vec![parallel, alone]
 }
 
 /// The configurations the main run does not cover: the CUDA 12.9 headers and runtime (bindings,
@@ -124,4 +145,58 @@ pub fn miri() -> Result {
             .env("MIRIFLAGS", "-Zmiri-disable-isolation")
             .args(["+nightly", "miri", "test", "-p", "cuda-mem", "--lib", "--", "--skip", "raw::tests"]),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What libtest runs with these arguments (after `--`): ignored tests (here the `gpu` ones)
+    /// only with `--include-ignored`, then those some filter is a substring of (or all, without
+    /// filters) and no `--skip` is.
+    fn selected<'a>(args: &[&str], tests: &[&'a str]) -> Vec<&'a str> {
+        let harness: Vec<&str> = args.iter().skip_while(|a| **a != "--").skip(1).copied().collect();
+        let (mut filters, mut skips, mut include_ignored): (Vec<&str>, Vec<&str>, bool) = (vec![], vec![], false);
+        let mut rest = harness.iter();
+        while let Some(arg) = rest.next() {
+            match *arg {
+                "--include-ignored" => include_ignored = true,
+                "--skip" => skips.extend(rest.next()),
+                flag if flag.starts_with("--") => {}
+                filter => filters.push(filter),
+            }
+        }
+        tests
+            .iter()
+            .copied()
+            .filter(|t| include_ignored || !t.starts_with("gpu"))
+            .filter(|t| filters.is_empty() || filters.iter().any(|f| t.contains(f)))
+            .filter(|t| !skips.iter().any(|s| t.contains(s)))
+            .collect()
+    }
+
+    const TESTS: [&str; 5] =
+        ["pool::tests::props", "no_driver_malloc", "gpu_round_trip", "gpu_alone_trim", "gpu2_peer"];
+
+    #[test]
+    fn without_a_gpu_one_pass_reports_gpu_tests_ignored() {
+        let passes = test_passes(0);
+        assert_eq!(passes.len(), 1);
+        assert_eq!(selected(&passes[0], &TESTS), ["pool::tests::props", "no_driver_malloc"]);
+    }
+
+    #[test]
+    fn gpu_alone_tests_run_after_the_others_one_at_a_time() {
+        for (gpus, parallel) in [
+            (1, &["pool::tests::props", "gpu_round_trip"][..]),
+            (2, &["pool::tests::props", "gpu_round_trip", "gpu2_peer"][..]),
+        ] {
+            let passes = test_passes(gpus);
+            assert_eq!(passes.len(), 2);
+            assert_eq!(selected(&passes[0], &TESTS), parallel, "{gpus} GPUs: {passes:?}");
+            assert!(!passes[0].iter().any(|a| a.starts_with("--test-threads")), "{passes:?}");
+            assert_eq!(selected(&passes[1], &TESTS), ["gpu_alone_trim"], "{gpus} GPUs: {passes:?}");
+            assert!(passes[1].contains(&"--test-threads=1"), "{passes:?}");
+        }
+    }
 }

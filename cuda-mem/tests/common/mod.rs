@@ -1,4 +1,12 @@
 //! Helpers shared by the GPU test binaries.
+//!
+//! GPU tests that need the device to themselves are named `gpu_alone_*`: those that assert on a
+//! pool's reserve (the driver trims every pool of the process when an allocation fails for lack
+//! of memory), those that make an allocation fail so, and those that no other test's synchronizing
+//! call may disturb. `cargo xtask test` and the bundle's `run` run every other test first
+//! (`--skip gpu_alone_`), then the `gpu_alone_` tests one at a time (`gpu_alone_
+//! --test-threads=1`). Test executables run one after another, so nothing else uses the device
+//! meanwhile: the runners enforce it, where a lock would bind only the tests that take it.
 #![allow(dead_code)] // each test binary uses a different subset
 
 /// A deterministic, non-trivial pattern (no zeros runs that would hide unwritten memory).
@@ -31,17 +39,3 @@ pub fn assert_same(got: &[u32], want: &[u32]) {
 
 pub const KIB: usize = 1 << 10;
 pub const MIB: usize = 1 << 20;
-
-/// Tests that need the device to themselves (no other test's synchronizing calls such as
-/// `cudaFreeHost`, or no memory pressure from them) take this for writing; the others for reading.
-pub static EXCLUSIVE: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-/// A shared hold on the device (most tests).
-pub fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
-    EXCLUSIVE.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The device to this test alone.
-pub fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
-    EXCLUSIVE.write().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
