@@ -19,6 +19,9 @@ use std::sync::Arc;
 #[derive(Debug)]
 struct NoMemory;
 
+// SAFETY: this does NOT hand out real memory, so it breaks the trait's contract; that is sound
+// only because this benchmark calls it through the adaptors' allocate/deallocate alone and never
+// through `ResourceBuffer` or anything else that touches the address.
 unsafe impl MemoryResource for NoMemory {
     fn allocate(&self, _bytes: usize, _stream: StreamRef<'_>) -> cuda_mem::Result<NonNull<u8>> {
         // Never dereferenced: the adaptors only record and compare pointers.

@@ -142,7 +142,8 @@ fn bandwidth(stream: &Stream, rows: &mut Vec<Row>) -> Result<(), Box<dyn Error>>
     let source = DeviceBuffer::<u32>::zeroed(words(bytes))?;
     let mut destination = DeviceBuffer::<u32>::zeroed(words(bytes))?;
     let mut destination = destination.as_mut_slice();
-    let copy = stream.scope(|s| median_time(s.stream(), |_| s.copy_from_device(&mut destination, source.as_slice())))??;
+    let copy =
+        stream.scope(|s| median_time(s.stream(), |_| s.copy_from_device(&mut destination, source.as_slice())))??;
     rows.push(Row {
         what: "cudaMemcpyAsync device to device (one way)",
         size: size(bytes),

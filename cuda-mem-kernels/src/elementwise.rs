@@ -16,7 +16,11 @@ use cuda_mem::{DeviceSliceMut, DeviceSource, Result, StreamScope};
 /// assert!(buffer.to_vec()?.iter().all(|&x| x == 7));
 /// # Ok(()) }
 /// ```
-pub fn fill_u32<'scope, 'v: 'scope>(scope: &StreamScope<'scope, '_>, dst: &mut DeviceSliceMut<'v, u32>, value: u32) -> Result<()> {
+pub fn fill_u32<'scope, 'v: 'scope>(
+    scope: &StreamScope<'scope, '_>,
+    dst: &mut DeviceSliceMut<'v, u32>,
+    value: u32,
+) -> Result<()> {
     let ptr = scope.device_ptr_mut(dst)?;
     fill_bits(scope, ptr, dst.len(), value, "fill_u32")
 }
@@ -33,7 +37,11 @@ pub fn fill_u32<'scope, 'v: 'scope>(scope: &StreamScope<'scope, '_>, dst: &mut D
 /// assert!(weights.host()?.iter().all(|&w| w == 0.5));
 /// # Ok(()) }
 /// ```
-pub fn fill_f32<'scope, 'v: 'scope>(scope: &StreamScope<'scope, '_>, dst: &mut DeviceSliceMut<'v, f32>, value: f32) -> Result<()> {
+pub fn fill_f32<'scope, 'v: 'scope>(
+    scope: &StreamScope<'scope, '_>,
+    dst: &mut DeviceSliceMut<'v, f32>,
+    value: f32,
+) -> Result<()> {
     // An f32 is stored as its 32 bits; the kernel copies bit patterns.
     let ptr = scope.device_ptr_mut(dst)?.cast::<u32>();
     fill_bits(scope, ptr, dst.len(), value.to_bits(), "fill_f32")

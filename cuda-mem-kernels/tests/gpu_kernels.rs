@@ -166,11 +166,11 @@ fn gpu_axpy_matches_a_fused_multiply_add_on_the_cpu() {
             let y = floats(len, 5 * len as u32 + 1);
             let want: Vec<f32> = x.iter().zip(&y).map(|(&x, &y)| alpha.mul_add(x, y)).collect();
             let x_device = device_copy(&x);
-            let (result, got) =
-                with_view(memory, &y, |stream, mut view| stream.scope(|s| axpy_f32(s, &mut view, alpha, x_device.as_slice())));
+            let (result, got) = with_view(memory, &y, |stream, mut view| {
+                stream.scope(|s| axpy_f32(s, &mut view, alpha, x_device.as_slice()))
+            });
             result.unwrap().unwrap();
             assert_bits_eq(&got, &want, &format!("axpy_f32 on {len} elements of {memory:?} memory"));
-
         }
     }
 }

@@ -58,7 +58,10 @@ pub(crate) fn require_mapped(ptr: *const c_void, bytes: usize, operation: &'stat
     if (ptr as usize).saturating_add(bytes) > end {
         let kind = ErrorKind::InvalidArgument("the length in the received bytes exceeds the mapped allocation");
         let offset = (ptr as usize).saturating_sub(base as usize);
-        return Err(CudaError::new(kind, format!("{operation} of {bytes} bytes at offset {offset} of a {size}-byte mapping")));
+        return Err(CudaError::new(
+            kind,
+            format!("{operation} of {bytes} bytes at offset {offset} of a {size}-byte mapping"),
+        ));
     }
     Ok(())
 }

@@ -7,11 +7,11 @@
 //! freeing it is an `unsafe` call that states that. Imports are owning values whose views borrow
 //! them, so a view cannot outlive its import.
 
+use crate::address_range;
 use crate::device::Device;
 use crate::device_buffer::DeviceBuffer;
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::pool::{MemPool, ShareableHandle};
-use crate::address_range;
 use crate::raw::{byte_len, check, discard};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream_buffer::StreamBuffer;

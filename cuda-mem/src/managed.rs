@@ -378,7 +378,10 @@ mod tests {
     fn host_access_needs_concurrent_managed_access() {
         assert!(require_concurrent_access(true).is_ok());
         let err = require_concurrent_access(false).unwrap_err();
-        assert_eq!(err.kind(), &ErrorKind::Unsupported("host access to managed memory without concurrentManagedAccess"));
+        assert_eq!(
+            err.kind(),
+            &ErrorKind::Unsupported("host access to managed memory without concurrentManagedAccess")
+        );
     }
 
     #[test]

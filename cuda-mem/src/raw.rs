@@ -71,7 +71,10 @@ pub(crate) fn byte_len<T>(len: usize, operation: &'static str) -> Result<usize> 
 #[cold]
 pub(crate) fn misaligned_error<T>(address: usize, operation: &'static str) -> CudaError {
     let kind = ErrorKind::InvalidArgument("the allocation is not aligned for the element type");
-    CudaError::new(kind, format!("{operation} returned {address:#x} for an element type aligned to {}", align_of::<T>()))
+    CudaError::new(
+        kind,
+        format!("{operation} returned {address:#x} for an element type aligned to {}", align_of::<T>()),
+    )
 }
 
 /// The error for copies between slices of different lengths.

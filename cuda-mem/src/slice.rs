@@ -274,7 +274,8 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
     pub fn split_at_mut(self, mid: usize) -> Result<(Self, Self)> {
         let (_, _) = bounds(..mid, self.len)?;
         // [0, mid) and [mid, len) are disjoint and inside this consumed view.
-        let high = Self { ptr: self.ptr.wrapping_add(mid), len: self.len - mid, owner: self.owner, _borrow: PhantomData };
+        let high =
+            Self { ptr: self.ptr.wrapping_add(mid), len: self.len - mid, owner: self.owner, _borrow: PhantomData };
         Ok((Self { len: mid, ..self }, high))
     }
 

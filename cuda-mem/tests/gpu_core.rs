@@ -105,7 +105,10 @@ fn gpu_every_pinned_kind_is_a_copy_source_and_destination() {
         dst.fill(0);
         device.as_mut_slice().set_bytes(0).unwrap();
         let mut dev = device.as_mut_slice();
-        stream.scope(|s| s.copy_from_host(&mut dev, &src).and_then(|()| s.copy_to_host(&mut dst, &dev))).unwrap().unwrap();
+        stream
+            .scope(|s| s.copy_from_host(&mut dev, &src).and_then(|()| s.copy_to_host(&mut dst, &dev)))
+            .unwrap()
+            .unwrap();
         assert_same(&dst, &want);
         src.free().unwrap();
     }

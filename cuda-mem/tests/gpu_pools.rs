@@ -22,7 +22,9 @@ fn gpu_alloc_on_a_fill_on_b_free_on_a_ordered_by_event() {
         let mut buffer = StreamBuffer::<u32>::zeroed_from(&pool, &a, want.len()).unwrap();
         buffer.use_on(&b).unwrap(); // B waits for the allocation and memset on A
         let mut view = buffer.as_mut_slice();
-        b.scope(|s| s.copy_from_host(&mut view, &want).and_then(|()| s.copy_to_host(&mut back, &view))).unwrap().unwrap();
+        b.scope(|s| s.copy_from_host(&mut view, &want).and_then(|()| s.copy_to_host(&mut back, &view)))
+            .unwrap()
+            .unwrap();
         assert_same(&back, &want);
         back.fill(round);
         drop(buffer); // cudaFreeAsync on A after an event recorded on B
@@ -42,7 +44,9 @@ fn gpu_free_waits_for_the_other_streams_work() {
     let mut temp = StreamBuffer::<u32>::zeroed_from(&pool, &a, keep.len()).unwrap();
     temp.use_on(&b).unwrap();
     let (mut keep_view, mut temp_view) = (keep.as_mut_slice(), temp.as_mut_slice());
-    b.scope(|s| s.set_bytes(&mut temp_view, 0x5A).and_then(|()| s.copy_from_device(&mut keep_view, &temp_view))).unwrap().unwrap();
+    b.scope(|s| s.set_bytes(&mut temp_view, 0x5A).and_then(|()| s.copy_from_device(&mut keep_view, &temp_view)))
+        .unwrap()
+        .unwrap();
     temp.free_on(&b).unwrap();
     b.synchronize().unwrap();
     assert!(keep.to_vec().unwrap().iter().all(|&x| x == 0x5A5A_5A5A));
@@ -166,7 +170,10 @@ fn gpu_stream_buffers_work_wherever_device_slices_do() {
     let mut staged = StreamBuffer::<u32>::zeroed(&stream, want.len()).unwrap();
     let mut device_copy = DeviceBuffer::<u32>::zeroed(want.len()).unwrap();
     let (mut view, mut copy_view) = (staged.as_mut_slice(), device_copy.as_mut_slice());
-    stream.scope(|s| s.copy_from_host(&mut view, &want).and_then(|()| s.copy_from_device(&mut copy_view, &view))).unwrap().unwrap();
+    stream
+        .scope(|s| s.copy_from_host(&mut view, &want).and_then(|()| s.copy_from_device(&mut copy_view, &view)))
+        .unwrap()
+        .unwrap();
     assert_same(&device_copy.to_vec().unwrap(), &want);
     assert_same(&staged.as_slice().to_vec().unwrap(), &want);
     let empty = StreamBuffer::<u32>::zeroed(&stream, 0).unwrap();

@@ -71,8 +71,7 @@ fn alloc(c: &mut Criterion, ctx: &std::sync::Arc<CudaContext>) {
         };
         let retain = family != "async_default_sync";
         let setup = || -> Result<_, String> {
-            let pool =
-                MemPool::retaining(Device::current().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            let pool = MemPool::retaining(Device::current().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
             if !retain {
                 pool.set_release_threshold(0).map_err(|e| e.to_string())?;
             }

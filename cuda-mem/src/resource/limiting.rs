@@ -48,7 +48,6 @@ impl<R: MemoryResource> LimitingResource<R> {
     }
 }
 
-
 // SAFETY: see the contract on `MemoryResource`: forwards to `inner`, which upholds it.
 unsafe impl<R: MemoryResource> MemoryResource for LimitingResource<R> {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {

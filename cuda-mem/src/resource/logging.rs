@@ -92,7 +92,6 @@ impl<R: MemoryResource> LoggingResource<R> {
     }
 }
 
-
 // SAFETY: see the contract on `MemoryResource`: forwards to `inner`, which upholds it.
 unsafe impl<R: MemoryResource> MemoryResource for LoggingResource<R> {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {

@@ -40,7 +40,6 @@ impl DeviceResource {
     }
 }
 
-
 // SAFETY: the contract on `MemoryResource` holds: `cudaMalloc` memory (256-byte aligned) on `device`, freed only by `deallocate`; kind is always Device.
 unsafe impl MemoryResource for DeviceResource {
     fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
@@ -83,7 +82,6 @@ impl ManagedResource {
         Self { device }
     }
 }
-
 
 // SAFETY: the contract on `MemoryResource` holds: `cudaMallocManaged` memory (256-byte aligned), host- and device-accessible; kind is always Managed.
 unsafe impl MemoryResource for ManagedResource {
@@ -132,7 +130,6 @@ impl PoolResource {
     }
 }
 
-
 // SAFETY: the contract on `MemoryResource` holds: pool memory of `pool.device()` (aligned by the pool), freed in stream order; kind is always Device.
 unsafe impl MemoryResource for PoolResource {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
@@ -178,7 +175,6 @@ impl PinnedResource {
     }
 }
 
-
 // SAFETY: the contract on `MemoryResource` holds: `cudaHostAlloc` memory (page-aligned, host-accessible); kind is always PinnedHost.
 unsafe impl MemoryResource for PinnedResource {
     fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
@@ -221,7 +217,6 @@ impl PinnedPoolResource {
         &self.pool
     }
 }
-
 
 // SAFETY: the contract on `MemoryResource` holds: blocks of the pinned pool (page-aligned, host-accessible) reused only after their fence; kind is always PinnedHost.
 unsafe impl MemoryResource for PinnedPoolResource {

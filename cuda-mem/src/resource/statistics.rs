@@ -134,7 +134,6 @@ impl<R> StatisticsResource<R> {
     }
 }
 
-
 // SAFETY: see the contract on `MemoryResource`: forwards to `inner`, which upholds it.
 unsafe impl<R: MemoryResource> MemoryResource for StatisticsResource<R> {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {

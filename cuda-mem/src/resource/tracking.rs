@@ -165,7 +165,6 @@ impl<R: MemoryResource> TrackingResource<R> {
     }
 }
 
-
 // SAFETY: see the contract on `MemoryResource`: forwards to `inner`, which upholds it.
 unsafe impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
