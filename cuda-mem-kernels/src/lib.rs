@@ -24,7 +24,7 @@
 //! let stream = Stream::non_blocking()?;
 //! let mut data = DeviceBuffer::<u32>::zeroed(1 << 20)?;
 //! let mut mapped = PinnedBuffer::<u64>::zeroed_with_flags(1, HostAllocFlags::MAPPED)?;
-//! let (view, sum) = (data.as_mut_slice(), mapped.device_view_mut()?);
+//! let (mut view, mut sum) = (data.as_mut_slice(), mapped.device_view_mut()?);
 //! stream.scope(|s| -> cuda_mem::Result<()> {
 //!     fill_u32(s, &mut view, 3)?;
 //!     checksum_u32(s, &view, &mut sum) // the result lands in host memory, no copy needed
