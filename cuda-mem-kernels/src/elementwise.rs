@@ -84,11 +84,28 @@ pub fn scale_f32<'scope, 'v: 'scope>(
         return Ok(());
     }
     let dst_ptr = scope.device_ptr_mut(dst)?;
+    // SAFETY: both pointers address `n` f32 lent to the scope, as `launch_scale` requires.
+    unsafe { launch_scale(scope, dst_ptr, src_ptr, n, alpha, "scale_f32") }
+}
+
+/// Launches `dst[i] = alpha * src[i]` over `n` elements on the scope's stream.
+///
+/// # Safety
+/// `dst` and `src` each address `n` f32 of device-accessible memory lent to the scope (they may
+/// be the same: each element is read and then written by the same thread).
+unsafe fn launch_scale(
+    scope: &StreamScope<'_, '_>,
+    dst: *mut f32,
+    src: *const f32,
+    n: usize,
+    alpha: f32,
+    kernel: &'static str,
+) -> Result<()> {
     let launch = Launch::grid_stride(scope, n)?;
-    // SAFETY: both pointers address `n` f32 of device-accessible memory lent to the scope; each
-    // element is read and then written by the same thread.
-    let code = unsafe { ffi::cmk_scale_f32(dst_ptr, src_ptr, n, alpha, launch.grid, launch.block, launch.stream) };
-    check(code, || format!("launching scale_f32 on {n} elements"))
+    // SAFETY: the caller's contract; the kernel touches exactly [0, n) of each on the scope's
+    // stream, whose end synchronizes it.
+    let code = unsafe { ffi::cmk_scale_f32(dst, src, n, alpha, launch.grid, launch.block, launch.stream) };
+    check(code, || format!("launching {kernel} on {n} elements"))
 }
 
 /// Queues `x[i] = alpha * x[i]`.
@@ -113,11 +130,8 @@ pub fn scale_in_place_f32<'scope, 'v: 'scope>(
         return Ok(());
     }
     let ptr = scope.device_ptr_mut(x)?;
-    let launch = Launch::grid_stride(scope, n)?;
-    // SAFETY: `ptr` addresses `n` f32 of device-accessible memory lent to the scope; each element
-    // is read and then written by the same thread.
-    let code = unsafe { ffi::cmk_scale_f32(ptr, ptr, n, alpha, launch.grid, launch.block, launch.stream) };
-    check(code, || format!("launching scale_in_place_f32 on {n} elements"))
+    // SAFETY: `ptr` addresses `n` f32 lent to the scope; in place is allowed by `launch_scale`.
+    unsafe { launch_scale(scope, ptr, ptr, n, alpha, "scale_in_place_f32") }
 }
 
 /// Queues `y[i] = alpha * x[i] + y[i]`, rounded once (a fused multiply-add, which

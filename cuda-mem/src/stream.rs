@@ -198,9 +198,16 @@ impl Stream {
                 && self.inner.kind == other.inner.kind)
     }
 
-    /// True for the thread-relative per-thread default stream.
-    pub(crate) fn is_per_thread(&self) -> bool {
-        matches!(self.inner.kind, StreamKind::PerThread(_))
+    /// Refuses the per-thread stream for `operation`, which keeps the stream for use on other
+    /// threads (buffers may be freed anywhere), where it would mean another stream.
+    pub(crate) fn require_thread_independent(&self, operation: &'static str) -> Result<()> {
+        if !matches!(self.inner.kind, StreamKind::PerThread(_)) {
+            return Ok(());
+        }
+        let kind = ErrorKind::InvalidArgument(
+            "the per-thread default stream cannot order a buffer that may be freed on another thread",
+        );
+        Err(CudaError::new(kind, operation))
     }
 
     fn check_thread(&self) -> Result<()> {

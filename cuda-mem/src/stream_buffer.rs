@@ -116,7 +116,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     ) -> Result<Self> {
         let (pool, stream) = (pool.into(), stream.into());
         let bytes = byte_len::<T>(len, "cudaMallocFromPoolAsync")?;
-        refuse_per_thread(&stream, "StreamBuffer")?;
+        stream.require_thread_independent("StreamBuffer")?;
         let mut raw: *mut c_void = std::ptr::null_mut();
         if bytes != 0 {
             let call = stream.call()?;
@@ -213,7 +213,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         if other.is_same_stream(&self.stream) {
             return Ok(());
         }
-        refuse_per_thread(other, "StreamBuffer::use_on")?;
+        other.require_thread_independent("StreamBuffer::use_on")?;
         let ready = Event::without_timing()?;
         ready.record(&self.stream)?;
         other.wait_event(&ready)?;
@@ -226,7 +226,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     /// Frees on `stream` instead of the owning one (`cudaFreeAsync`), ordered after the owning
     /// stream's work and every stream passed to `use_on`. Reports the runtime's verdict.
     pub fn free_on(mut self, stream: &Stream) -> Result<()> {
-        refuse_per_thread(stream, "StreamBuffer::free_on")?;
+        stream.require_thread_independent("StreamBuffer::free_on")?;
         if !stream.is_same_stream(&self.stream) {
             let owner = (*self.stream).clone();
             self.used_on.push(owner);
@@ -290,18 +290,6 @@ impl<T: Pod> Drop for StreamBuffer<'_, T> {
     fn drop(&mut self) {
         let _ = self.release();
     }
-}
-
-/// Buffers may move to and drop on other threads, where the per-thread stream means another
-/// stream: they refuse it.
-fn refuse_per_thread(stream: &Stream, operation: &'static str) -> Result<()> {
-    if !stream.is_per_thread() {
-        return Ok(());
-    }
-    let kind = ErrorKind::InvalidArgument(
-        "the per-thread default stream cannot order a buffer that may be freed on another thread",
-    );
-    Err(CudaError::new(kind, operation))
 }
 
 /// Frees a fresh allocation whose address does not suit `T` and says so (pools align to at

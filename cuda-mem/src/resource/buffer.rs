@@ -71,12 +71,7 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
     ) -> Result<Self> {
         let (resource, stream) = (resource.into(), stream.into());
         let bytes = byte_len::<T>(len, "ResourceBuffer")?;
-        if stream.is_per_thread() {
-            let kind = ErrorKind::InvalidArgument(
-                "the per-thread default stream cannot order a buffer that may be freed on another thread",
-            );
-            return Err(CudaError::new(kind, "ResourceBuffer"));
-        }
+        stream.require_thread_independent("ResourceBuffer")?;
         if bytes == 0 {
             return Ok(Self { ptr: NonNull::dangling(), len, resource, stream });
         }
