@@ -2,15 +2,16 @@
 //! checks that fail with typed errors before anything is queued, and launch-status conversion.
 
 use crate::geometry::Geometry;
-use cuda_mem::{CudaError, Device, ErrorCode, ErrorKind, Result, StreamScope};
-use cuda_mem_sys as sys;
+pub(crate) use cuda_mem::for_kernels::check;
+use cuda_mem::for_kernels::{CurrentDevice, cudaStream_t, length_mismatch};
+use cuda_mem::{CudaError, ErrorKind, Result, StreamScope};
 
 /// Everything a wrapper in kernels/*.cu needs besides its data: the grid and block sizes and
 /// the scope's stream, with the stream's device current until the launch has been queued.
 pub(crate) struct Launch {
     pub(crate) grid: u32,
     pub(crate) block: u32,
-    pub(crate) stream: sys::cudaStream_t,
+    pub(crate) stream: cudaStream_t,
     _device: CurrentDevice,
 }
 
@@ -37,46 +38,12 @@ impl Launch {
     }
 }
 
-/// Makes a device current and restores the previous one on drop: the runtime launches kernels
-/// on the current device, which must be the stream's.
-struct CurrentDevice {
-    previous: Option<Device>,
-}
-
-impl CurrentDevice {
-    fn set(device: Device) -> Result<Self> {
-        let current = Device::current()?;
-        if current == device {
-            return Ok(Self { previous: None });
-        }
-        device.set_current()?;
-        Ok(Self { previous: Some(current) })
-    }
-}
-
-impl Drop for CurrentDevice {
-    fn drop(&mut self) {
-        if let Some(previous) = self.previous {
-            // A failure leaves the stream's device current; the next launch sets it again.
-            let _ = previous.set_current();
-        }
-    }
-}
-
-/// The status a wrapper returned, as a `Result` naming what was launched.
-pub(crate) fn check(code: sys::cudaError_t, operation: impl FnOnce() -> String) -> Result<()> {
-    if code == sys::cudaError::cudaSuccess {
-        return Ok(());
-    }
-    Err(CudaError::new(ErrorKind::Runtime(ErrorCode(code.0)), operation()))
-}
-
 /// Input and output must have the same number of elements.
 pub(crate) fn same_len(kernel: &'static str, src: usize, dst: usize) -> Result<()> {
     if src == dst {
         return Ok(());
     }
-    Err(CudaError::new(ErrorKind::LengthMismatch { src, dst }, kernel))
+    Err(length_mismatch(src, dst, kernel))
 }
 
 /// A result slot (checksum, sink, chase end) must be exactly one element.
@@ -91,6 +58,7 @@ pub(crate) fn one_element(kernel: &'static str, len: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuda_mem::ErrorCode;
 
     #[test]
     fn length_mismatch_is_typed() {
@@ -112,6 +80,7 @@ mod tests {
 
     #[test]
     fn launch_status_keeps_the_runtime_code() {
+        use cuda_mem_sys as sys;
         assert!(check(sys::cudaError::cudaSuccess, || unreachable!()).is_ok());
         let code = sys::cudaError::cudaErrorInvalidValue;
         let err = check(code, || "launching fill_u32 on 3 elements".into()).unwrap_err();

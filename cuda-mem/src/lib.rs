@@ -45,7 +45,6 @@
 //! ```
 #![warn(missing_docs)]
 
-mod address_range;
 mod device;
 mod device_buffer;
 mod error;
@@ -58,6 +57,7 @@ mod peer;
 mod pinned;
 mod pinned_pool;
 mod pool;
+mod pool_stats;
 mod raw;
 mod registered;
 pub mod resource;
@@ -83,13 +83,22 @@ pub use maybe_owned::MaybeOwned;
 pub use peer::PoolAccess;
 pub use pinned::PinnedBuffer;
 pub use pinned_pool::{PinnedPool, PinnedPoolStats, PooledPinned};
-pub use pool::{MemPool, PoolProps, PoolStats, ReusePolicy, ShareableHandle};
+pub use pool::{MemPool, PoolProps, ReusePolicy, ShareableHandle};
+pub use pool_stats::PoolStats;
 pub use registered::{RegisteredHost, UnregisterError};
 pub use scope::StreamScope;
 pub use slice::{DeviceSlice, DeviceSliceMut, DeviceSource};
 pub use staged::{MAX_LANES, StagedConfig, StagedCopier};
 pub use stream::Stream;
 pub use stream_buffer::StreamBuffer;
+
+/// What cuda-mem-kernels shares with cuda-mem: the one path from a runtime status to
+/// [`CudaError`], and the guard that makes a device current for a launch. Not a public API.
+#[doc(hidden)]
+pub mod for_kernels {
+    pub use crate::device::CurrentDevice;
+    pub use crate::raw::{check, cudaError_t, cudaStream_t, last_error, length_mismatch};
+}
 
 /// Compile-time proof of the Send/Sync claims made by each `unsafe impl`.
 #[cfg(test)]

@@ -3,10 +3,9 @@
 
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::host_flags::HostAllocFlags;
-use crate::raw::{byte_len, check, check_alloc, discard, misaligned_error};
+use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -70,26 +69,9 @@ impl<T: Pod> PinnedBuffer<T> {
         if bytes == 0 {
             return Ok(Self { ptr: NonNull::dangling(), len, flags });
         }
-        let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
-        let code = if flags.is_empty() {
-            // SAFETY: `raw` is valid for writes.
-            unsafe { sys::cudaMallocHost(&mut raw, bytes) }
-        } else {
-            // SAFETY: `raw` is valid for writes; the flags are the documented bits.
-            unsafe { sys::cudaHostAlloc(&mut raw, bytes, flags.bits()) }
-        };
-        check_alloc(code, bytes, || {
-            if flags.is_empty() {
-                format!("cudaMallocHost of {bytes} bytes")
-            } else {
-                format!("cudaHostAlloc of {bytes} bytes with {flags:?}")
-            }
-        })?;
-        let Some(ptr) = NonNull::new(raw.cast::<T>()).filter(|p| p.as_ptr().is_aligned()) else {
-            // SAFETY: allocated just now, never used.
-            discard(unsafe { sys::cudaFreeHost(raw) });
-            return Err(misaligned_error::<T>(raw as usize, "cudaHostAlloc"));
-        };
+        let fresh = raw::host::alloc(bytes, flags)?;
+        // SAFETY: allocated just now, never used.
+        let ptr = raw::typed::<T>(fresh, "cudaHostAlloc", |p| unsafe { raw::host::free(p, bytes) })?;
         Ok(Self { ptr, len, flags })
     }
 
@@ -159,9 +141,7 @@ impl<T: Pod> PinnedBuffer<T> {
             return Ok(());
         }
         // SAFETY: the pointer came from cudaMallocHost/cudaHostAlloc and is freed once.
-        check(unsafe { sys::cudaFreeHost(self.ptr.as_ptr().cast()) }, || {
-            format!("cudaFreeHost of {} bytes", self.len * size_of::<T>())
-        })
+        unsafe { raw::host::free(self.ptr.as_ptr().cast(), self.len * size_of::<T>()) }
     }
 }
 
@@ -170,10 +150,8 @@ pub(crate) fn mapped_device_ptr<T>(host: *mut T, len: usize) -> Result<*mut T> {
     if len * size_of::<T>() == 0 {
         return Ok(NonNull::dangling().as_ptr());
     }
-    let mut device: *mut std::ffi::c_void = std::ptr::null_mut();
-    // SAFETY: `device` is valid for writes; `host` is the start of a mapped allocation.
-    check(unsafe { sys::cudaHostGetDevicePointer(&mut device, host.cast(), 0) }, || "cudaHostGetDevicePointer".into())?;
-    Ok(device.cast())
+    // SAFETY: `host` is the start of a live mapped allocation (the caller's buffer).
+    unsafe { raw::host::device_pointer(host.cast()) }.map(|device| device.cast())
 }
 
 impl<T: Pod> Deref for PinnedBuffer<T> {
@@ -193,6 +171,6 @@ impl<T: Pod> DerefMut for PinnedBuffer<T> {
 
 impl<T: Pod> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
-        let _ = self.release();
+        raw::quiet(self.release());
     }
 }

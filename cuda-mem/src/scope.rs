@@ -3,16 +3,12 @@
 
 use crate::error::Result;
 use crate::event::Event;
-use crate::raw::{check, length_mismatch};
+use crate::raw::memory::Direction::{DeviceToDevice as D2D, DeviceToHost as D2H, HostToDevice as H2D};
+use crate::raw::{self, length_mismatch};
 use crate::slice::{DeviceSliceMut, DeviceSource};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::marker::PhantomData;
-
-const H2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyHostToDevice;
-const D2H: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToHost;
-const D2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
 
 /// Queues work on a stream; created by [`Stream::scope`]. Everything passed in is borrowed for
 /// `'scope`, which ends only after the stream has been synchronized.
@@ -114,7 +110,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         }
         self.order_after(dst.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope.
-        unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_ptr().cast(), dst.size_bytes(), H2D, OP) }
+        unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_ptr().cast(), dst.size_bytes(), H2D) }
     }
 
     /// Queues a device-to-host copy (`cudaMemcpyAsync`).
@@ -126,7 +122,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         }
         self.order_after(src.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope (`dst` exclusively).
-        unsafe { self.enqueue_copy(dst.as_mut_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2H, OP) }
+        unsafe { self.enqueue_copy(dst.as_mut_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2H) }
     }
 
     /// Queues a device-to-device copy (`cudaMemcpyAsync`).
@@ -143,7 +139,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         self.order_after(dst.owner())?;
         self.order_after(src.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope.
-        unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2D, OP) }
+        unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2D) }
     }
 
     /// Queues a memset of every byte (`cudaMemsetAsync`).
@@ -155,8 +151,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         self.order_after(dst.owner())?;
         let call = self.stream.call()?;
         // SAFETY: `dst` addresses `bytes` of device memory, borrowed for 'scope.
-        let code = unsafe { sys::cudaMemsetAsync(dst.as_device_ptr().cast(), i32::from(byte), bytes, call.raw()) };
-        check(code, || format!("cudaMemsetAsync of {bytes} bytes"))
+        unsafe { raw::memory::set_async(dst.as_device_ptr().cast(), byte, bytes, call.as_raw()) }
     }
 
     /// The device address of memory lent to this scope for writing, for kernel launchers: valid
@@ -202,8 +197,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         dst: *mut std::ffi::c_void,
         src: *const std::ffi::c_void,
         bytes: usize,
-        kind: sys::cudaMemcpyKind,
-        operation: &'static str,
+        direction: raw::memory::Direction,
     ) -> Result<()> {
         if bytes == 0 {
             return Ok(());
@@ -211,7 +205,6 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         let call = self.stream.call()?;
         // SAFETY: the caller guarantees both ranges live, untouched, until the stream has been
         // synchronized at the end of the scope; `call` checked that the handle means this stream.
-        let code = unsafe { sys::cudaMemcpyAsync(dst, src, bytes, kind, call.raw()) };
-        check(code, || format!("{operation} of {bytes} bytes"))
+        unsafe { raw::memory::copy_async(dst, src, bytes, direction, call.as_raw()) }
     }
 }

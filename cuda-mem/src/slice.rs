@@ -7,10 +7,10 @@
 //! stream makes its stream wait for it, so no use can overtake the allocation or its zeroing.
 
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::raw::{check, length_mismatch};
+use crate::raw::memory::Direction;
+use crate::raw::{self, length_mismatch};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
@@ -120,6 +120,50 @@ fn bounds(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> 
     Ok((start, end))
 }
 
+/// What both views offer alike; `$ptr` is the view's pointer type.
+macro_rules! view_accessors {
+    ($view:ident, $ptr:ty) => {
+        impl<'a, T: Pod> $view<'a, T> {
+            /// A view of memory ordered on `owner` (see the module docs).
+            ///
+            /// # Safety
+            /// As for `from_raw_parts`, except that the memory's initialising work may be pending
+            /// on `owner`.
+            pub(crate) unsafe fn ordered_on(ptr: $ptr, len: usize, owner: &'a Stream) -> Self {
+                Self { ptr, len, owner: Some(owner), _borrow: PhantomData }
+            }
+
+            /// The stream the memory is ordered on, for stream-ordered memory.
+            pub(crate) fn owner(&self) -> Option<&'a Stream> {
+                self.owner
+            }
+
+            /// Number of elements.
+            pub fn len(&self) -> usize {
+                self.len
+            }
+
+            /// True when the view has no elements.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// Size in bytes.
+            pub fn size_bytes(&self) -> usize {
+                self.len * size_of::<T>()
+            }
+
+            /// The device address, for handing to other CUDA code. Valid for `'a`.
+            pub fn as_device_ptr(&self) -> $ptr {
+                self.ptr
+            }
+        }
+    };
+}
+
+view_accessors!(DeviceSlice, *const T);
+view_accessors!(DeviceSliceMut, *mut T);
+
 impl<'a, T: Pod> DeviceSlice<'a, T> {
     /// A view of raw device memory.
     ///
@@ -129,40 +173,6 @@ impl<'a, T: Pod> DeviceSlice<'a, T> {
     /// ordered before any work on the streams the view is used on.
     pub unsafe fn from_raw_parts(ptr: *const T, len: usize) -> Self {
         Self { ptr, len, owner: None, _borrow: PhantomData }
-    }
-
-    /// A view of memory ordered on `owner` (see the module docs).
-    ///
-    /// # Safety
-    /// As for [`DeviceSlice::from_raw_parts`], except that the memory's initialising work may be
-    /// pending on `owner`.
-    pub(crate) unsafe fn ordered_on(ptr: *const T, len: usize, owner: &'a Stream) -> Self {
-        Self { ptr, len, owner: Some(owner), _borrow: PhantomData }
-    }
-
-    /// The stream the memory is ordered on, for stream-ordered memory.
-    pub(crate) fn owner(&self) -> Option<&'a Stream> {
-        self.owner
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the view has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Size in bytes.
-    pub fn size_bytes(&self) -> usize {
-        self.len * size_of::<T>()
-    }
-
-    /// The device address, for handing to other CUDA code. Valid for `'a`.
-    pub fn as_device_ptr(&self) -> *const T {
-        self.ptr
     }
 
     /// A sub-range, or an error if it is out of bounds.
@@ -187,15 +197,7 @@ impl<'a, T: Pod> DeviceSlice<'a, T> {
         }
         wait_for_owner(self.owner)?;
         // SAFETY: `dst` is valid for `bytes` writes; the view addresses `bytes` of device memory.
-        let code = unsafe {
-            sys::cudaMemcpy(
-                dst.as_mut_ptr().cast(),
-                self.ptr.cast(),
-                bytes,
-                sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
-            )
-        };
-        check(code, || format!("cudaMemcpy of {bytes} bytes device to host"))
+        unsafe { raw::memory::copy(dst.as_mut_ptr().cast(), self.ptr.cast(), bytes, Direction::DeviceToHost) }
     }
 
     /// Copies into a new `Vec`.
@@ -215,40 +217,6 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
     /// or ordered before any work on the streams the view is used on.
     pub unsafe fn from_raw_parts(ptr: *mut T, len: usize) -> Self {
         Self { ptr, len, owner: None, _borrow: PhantomData }
-    }
-
-    /// An exclusive view of memory ordered on `owner` (see the module docs).
-    ///
-    /// # Safety
-    /// As for [`DeviceSliceMut::from_raw_parts`], except that the memory's initialising work may
-    /// be pending on `owner`.
-    pub(crate) unsafe fn ordered_on(ptr: *mut T, len: usize, owner: &'a Stream) -> Self {
-        Self { ptr, len, owner: Some(owner), _borrow: PhantomData }
-    }
-
-    /// The stream the memory is ordered on, for stream-ordered memory.
-    pub(crate) fn owner(&self) -> Option<&'a Stream> {
-        self.owner
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the view has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Size in bytes.
-    pub fn size_bytes(&self) -> usize {
-        self.len * size_of::<T>()
-    }
-
-    /// The device address, for handing to other CUDA code. Valid for `'a`.
-    pub fn as_device_ptr(&self) -> *mut T {
-        self.ptr
     }
 
     /// A shared view of the same memory, for as long as this one is borrowed.
@@ -291,13 +259,10 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
         wait_for_owner(self.owner)?;
         // SAFETY: `src` is valid for `bytes` reads; the view addresses `bytes` of device memory
         // that only this view may write.
-        let code = unsafe {
-            sys::cudaMemcpy(self.ptr.cast(), src.as_ptr().cast(), bytes, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
-        };
-        check(code, || format!("cudaMemcpy of {bytes} bytes host to device"))?;
+        unsafe { raw::memory::copy(self.ptr.cast(), src.as_ptr().cast(), bytes, Direction::HostToDevice)? };
         // From pageable memory cudaMemcpy returns once the data is staged, before the DMA has
         // landed (documented); work on a non-blocking stream would race with it.
-        sync_legacy_stream("a host-to-device cudaMemcpy")
+        raw::streams::synchronize_legacy("a host-to-device cudaMemcpy")
     }
 
     /// Copies from another device slice of the same length (`cudaMemcpy` device to device; the
@@ -315,12 +280,9 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
         wait_for_owner(src.owner)?;
         // SAFETY: both views address `bytes` of live device memory; `self` is exclusive, so the
         // ranges can only overlap if `src` was made unsafely.
-        let code = unsafe {
-            sys::cudaMemcpy(self.ptr.cast(), src.ptr.cast(), bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice)
-        };
-        check(code, || format!("cudaMemcpy of {bytes} bytes device to device"))?;
+        unsafe { raw::memory::copy(self.ptr.cast(), src.ptr.cast(), bytes, Direction::DeviceToDevice)? };
         // cudaMemcpy device-to-device may return before the copy ends; keep the blocking promise.
-        sync_legacy_stream("a device-to-device cudaMemcpy")
+        raw::streams::synchronize_legacy("a device-to-device cudaMemcpy")
     }
 
     /// Sets every byte to `byte` (`cudaMemset`, blocking).
@@ -331,11 +293,9 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
         }
         wait_for_owner(self.owner)?;
         // SAFETY: the view addresses `bytes` of device memory only it may write.
-        check(unsafe { sys::cudaMemset(self.ptr.cast(), i32::from(byte), bytes) }, || {
-            format!("cudaMemset of {bytes} bytes")
-        })?;
+        unsafe { raw::memory::set(self.ptr.cast(), byte, bytes)? };
         // cudaMemset may return before it finishes for device memory.
-        sync_legacy_stream("cudaMemset")
+        raw::streams::synchronize_legacy("cudaMemset")
     }
 
     /// Copies into a host slice of the same length (blocking).
@@ -396,12 +356,6 @@ fn wait_for_owner(owner: Option<&Stream>) -> Result<()> {
         Some(stream) => stream.synchronize(),
         None => Ok(()),
     }
-}
-
-/// Waits for the legacy default stream, where the blocking `cudaMemcpy`/`cudaMemset` run.
-fn sync_legacy_stream(after: &'static str) -> Result<()> {
-    // SAFETY: the null handle names the legacy default stream, which always exists.
-    check(unsafe { sys::cudaStreamSynchronize(std::ptr::null_mut()) }, || format!("waiting for {after}"))
 }
 
 #[cfg(test)]

@@ -12,11 +12,11 @@ use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
 use crate::host_flags::HostAllocFlags;
 use crate::pinned_pool::{PinnedPool, PooledPinned};
-use crate::raw::check;
+use crate::raw;
+use crate::raw::memory::Direction;
 use crate::slice::{DeviceSliceMut, DeviceSource};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::sync::Mutex;
 
 /// Tuning of a [`StagedCopier`].
@@ -189,7 +189,7 @@ impl StagedCopier {
                         .and_then(|()| lane.stream.synchronize());
                     if let Err(err) = result {
                         // Leave nothing in flight on the error path either.
-                        let _ = lane.stream.synchronize();
+                        raw::quiet(lane.stream.synchronize());
                         errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(err);
                     }
                 });
@@ -214,7 +214,7 @@ impl Lane {
 
     fn wait_all(&mut self) {
         for event in self.in_flight.iter_mut().filter_map(Option::take) {
-            let _ = event.synchronize();
+            raw::quiet(event.synchronize());
         }
     }
 
@@ -236,16 +236,15 @@ impl Lane {
             self.slots[slot][..len].copy_from_slice(src);
             // SAFETY: the slot holds `len` bytes and stays untouched until the event completes;
             // the destination range lies inside the borrowed device slice.
-            let code = unsafe {
-                sys::cudaMemcpyAsync(
+            unsafe {
+                raw::memory::copy_async(
                     device.at(offset).cast(),
                     self.slots[slot].as_ptr().cast(),
                     len,
-                    sys::cudaMemcpyKind::cudaMemcpyHostToDevice,
+                    Direction::HostToDevice,
                     self.stream.as_raw(),
-                )
-            };
-            check(code, || format!("cudaMemcpyAsync of a {len}-byte staged chunk to the device"))?;
+                )?;
+            }
             self.in_flight[slot] = Some(self.stream.record_event()?);
         }
         Ok(())
@@ -258,16 +257,15 @@ impl Lane {
             let slot = k % 2;
             // SAFETY: the device range lies inside the borrowed slice; the slot is free (its last
             // chunk was copied out before this call) and holds `len` bytes.
-            let code = unsafe {
-                sys::cudaMemcpyAsync(
+            unsafe {
+                raw::memory::copy_async(
                     lane.slots[slot].as_mut_ptr().cast(),
                     device.at(offset).cast(),
                     len,
-                    sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
+                    Direction::DeviceToHost,
                     lane.stream.as_raw(),
-                )
-            };
-            check(code, || format!("cudaMemcpyAsync of a {len}-byte staged chunk to the host"))?;
+                )?;
+            }
             lane.in_flight[slot] = Some(lane.stream.record_event()?);
             Ok(())
         };

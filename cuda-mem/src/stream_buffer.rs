@@ -1,15 +1,14 @@
 //! `StreamBuffer<T>`: stream-ordered device memory (`cudaMallocAsync` / `cudaMallocFromPoolAsync`),
 //! freed with `cudaFreeAsync` on its stream.
 
-use crate::error::{CudaError, ErrorCode, ErrorKind, Result};
+use crate::error::{CudaError, Result};
 use crate::event::Event;
 use crate::maybe_owned::MaybeOwned;
 use crate::pool::{MemPool, retaining_pool};
-use crate::raw::{byte_len, check, check_alloc, discard, misaligned_error};
+use crate::raw::{self, byte_len, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::ffi::c_void;
 use std::fmt;
 use std::ptr::NonNull;
@@ -120,13 +119,12 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         let mut raw: *mut c_void = std::ptr::null_mut();
         if bytes != 0 {
             let call = stream.call()?;
-            // SAFETY: `raw` is valid for writes; pool and stream handles are valid (`call`).
-            let code = unsafe { sys::cudaMallocFromPoolAsync(&mut raw, bytes, pool.as_raw(), call.raw()) };
-            if code != sys::cudaError::cudaSuccess {
-                return Err(pool_alloc_error(code, bytes, &pool));
-            }
+            // SAFETY: pool and stream handles are valid (`call` checked the stream's).
+            raw =
+                unsafe { raw::pools::malloc_from_pool_async(bytes, pool.as_raw(), call.as_raw(), || pool_site(&pool)) }
+                    .map_err(|err| err.with_pool_stats(|| pool.stats().ok()))?;
             if !raw.cast::<T>().is_aligned() {
-                return Err(misaligned::<T>(raw, call.raw()));
+                return Err(misaligned::<T>(raw, bytes, call.as_raw()));
             }
         }
         Ok(Self::from_raw(raw, len, stream, pool))
@@ -165,8 +163,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         }
         let call = self.stream.call()?;
         // SAFETY: the allocation holds `bytes`; the memset is ordered after it on its stream.
-        let code = unsafe { sys::cudaMemsetAsync(self.ptr.as_ptr().cast(), 0, bytes, call.raw()) };
-        check(code, || format!("cudaMemsetAsync of {bytes} bytes"))
+        unsafe { raw::memory::set_async(self.ptr.as_ptr().cast(), 0, bytes, call.as_raw()) }
     }
 
     /// Number of elements.
@@ -255,11 +252,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         let call = self.stream.call()?;
         // SAFETY: the pointer came from cudaMallocFromPoolAsync and is freed once, in stream order
         // after every known use.
-        let code = unsafe { sys::cudaFreeAsync(self.ptr.as_ptr().cast(), call.raw()) };
-        if code == sys::cudaError::cudaSuccess {
-            return Ok(());
-        }
-        self.free_error(code)
+        unsafe { raw::pools::free_async(self.ptr.as_ptr().cast(), call.as_raw(), self.size_bytes()) }
     }
 
     /// Makes the owning stream wait for every stream that used the buffer, so the free cannot
@@ -277,51 +270,26 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         }
         Ok(())
     }
-
-    #[cold]
-    #[inline(never)]
-    fn free_error(&self, code: sys::cudaError_t) -> Result<()> {
-        check(code, || format!("cudaFreeAsync of {} bytes", self.size_bytes()))
-    }
 }
 
 impl<T: Pod> Drop for StreamBuffer<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        let _ = self.release();
+        raw::quiet(self.release());
     }
 }
 
 /// Frees a fresh allocation whose address does not suit `T` and says so (pools align to at
 /// least 256 bytes; only element types aligned beyond that can get here).
 #[cold]
-fn misaligned<T>(raw: *mut c_void, stream: sys::cudaStream_t) -> CudaError {
+fn misaligned<T>(ptr: *mut c_void, bytes: usize, stream: raw::cudaStream_t) -> CudaError {
     // SAFETY: allocated just now on `stream` and never used.
-    discard(unsafe { sys::cudaFreeAsync(raw, stream) });
-    misaligned_error::<T>(raw as usize, "cudaMallocFromPoolAsync")
+    raw::quiet(unsafe { raw::pools::free_async(ptr, stream, bytes) });
+    misaligned_error::<T>(ptr as usize, "cudaMallocFromPoolAsync")
 }
 
-/// The error of a failed `cudaMallocFromPoolAsync` from `pool`, with its figures.
+/// Where a pool allocation was made, for error messages.
 #[cold]
-#[inline(never)]
-fn pool_alloc_error(code: sys::cudaError_t, bytes: usize, pool: &MemPool) -> CudaError {
-    alloc_error(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", pool.device()))
-        .with_pool_stats(|| pool.stats().ok())
-}
-
-/// The error of a failed stream-ordered allocation (`code` is not success): out-of-memory
-/// carries the device's figures; a device without pools gets [`ErrorKind::Unsupported`].
-fn alloc_error(code: sys::cudaError_t, bytes: usize, operation: impl Fn() -> String) -> CudaError {
-    if code == sys::cudaError::cudaErrorNotSupported {
-        let _ = check(code, String::new); // clears the runtime's last-error slot
-        return CudaError::new(
-            ErrorKind::Unsupported("stream-ordered allocation (memoryPoolsSupported = 0)"),
-            operation(),
-        );
-    }
-    match check_alloc(code, bytes, &operation) {
-        Err(err) => err,
-        // Not reached: `check_alloc` errs for every code but success, which callers rule out.
-        Ok(()) => CudaError::new(ErrorKind::Runtime(ErrorCode(code.0)), operation()),
-    }
+fn pool_site(pool: &MemPool) -> String {
+    format!("on {}", pool.device())
 }

@@ -16,12 +16,11 @@ use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
 use crate::host_flags::HostAllocFlags;
 use crate::pinned::mapped_device_ptr;
-use crate::raw::{byte_len, check_alloc, discard};
+use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cache::{Backend, Block, BlockCache};
-use cuda_mem_sys as sys;
 use size_class::{SizeClass, class_of};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -40,13 +39,13 @@ impl Backend for CudaBackend {
     }
 
     fn wait(&self, fence: &Event) {
-        let _ = fence.synchronize();
+        raw::quiet(fence.synchronize());
     }
 
-    unsafe fn release(&self, ptr: NonNull<u8>, _bytes: usize) {
+    unsafe fn release(&self, ptr: NonNull<u8>, bytes: usize) {
         // SAFETY: the caller guarantees `ptr` came from cudaHostAlloc/cudaMallocHost and has no
         // pending work.
-        discard(unsafe { sys::cudaFreeHost(ptr.as_ptr().cast()) });
+        raw::quiet(unsafe { raw::host::free(ptr.as_ptr().cast(), bytes) });
     }
 }
 
@@ -146,17 +145,10 @@ impl PinnedPool {
     }
 
     fn new_block(&self, class: SizeClass) -> Result<Block<Event>> {
-        let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
         let bytes = class.bytes;
-        let code = if self.flags.is_empty() {
-            // SAFETY: `raw` is valid for writes.
-            unsafe { sys::cudaMallocHost(&mut raw, bytes) }
-        } else {
-            // SAFETY: `raw` is valid for writes; the flags are documented bits.
-            unsafe { sys::cudaHostAlloc(&mut raw, bytes, self.flags.bits()) }
-        };
-        check_alloc(code, bytes, || format!("PinnedPool allocating a {bytes}-byte block with {:?}", self.flags))?;
-        let ptr = NonNull::new(raw.cast::<u8>()).expect("cudaHostAlloc succeeded with a null pointer");
+        let fresh = raw::host::alloc(bytes, self.flags)?;
+        // SAFETY: allocated just now, never used.
+        let ptr = raw::typed::<u8>(fresh, "PinnedPool", |p| unsafe { raw::host::free(p, bytes) })?;
         // SAFETY: a fresh allocation of `bytes`; zeroing makes every later view initialised.
         unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
         self.cache.note_miss(class);

@@ -3,11 +3,10 @@
 use super::{MemoryKind, MemoryResource};
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::maybe_owned::MaybeOwned;
-use crate::raw::{byte_len, check, misaligned_error};
+use crate::raw::{self, byte_len, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -108,8 +107,7 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
             MemoryKind::Device | MemoryKind::Managed => {
                 let call = buffer.stream.call()?;
                 // SAFETY: `bytes` of device-accessible memory owned by this buffer, in stream order.
-                let code = unsafe { sys::cudaMemsetAsync(buffer.ptr.as_ptr().cast(), 0, bytes, call.raw()) };
-                check(code, || format!("cudaMemsetAsync of {bytes} bytes"))?;
+                unsafe { raw::memory::set_async(buffer.ptr.as_ptr().cast(), 0, bytes, call.as_raw())? };
             }
         }
         Ok(buffer)

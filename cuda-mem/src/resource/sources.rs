@@ -6,9 +6,9 @@ use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
 use crate::host_flags::HostAllocFlags;
 use crate::pinned_pool::PinnedPool;
-use crate::pool::{MemPool, PoolStats};
-use crate::raw::{check_alloc, discard};
-use cuda_mem_sys as sys;
+use crate::pool::MemPool;
+use crate::pool_stats::PoolStats;
+use crate::raw;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
@@ -23,7 +23,7 @@ fn non_null(raw: *mut c_void) -> NonNull<u8> {
 /// Waits for `stream`: synchronous frees must not overtake work queued on it.
 fn wait_for(stream: StreamRef<'_>) {
     // SAFETY: the caller of `deallocate` keeps the stream handle valid.
-    discard(unsafe { sys::cudaStreamSynchronize(stream.as_raw()) });
+    raw::quiet(unsafe { raw::streams::synchronize(stream.as_raw(), || "cudaStreamSynchronize".into()) });
 }
 
 /// `cudaMalloc` / `cudaFree` on one device. Frees are synchronous (`cudaFree` waits for the
@@ -47,18 +47,14 @@ unsafe impl MemoryResource for DeviceResource {
             return Err(zero_bytes("DeviceResource::allocate"));
         }
         let _guard = CurrentDevice::set(self.device)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes.
-        let code = unsafe { sys::cudaMalloc(&mut raw, bytes) };
-        check_alloc(code, bytes, || format!("cudaMalloc of {bytes} bytes on {}", self.device))?;
-        Ok(non_null(raw))
+        raw::memory::malloc(bytes, self.device.as_raw()).map(non_null)
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, _stream: StreamRef<'_>) {
         let _guard = CurrentDevice::set(self.device);
         // SAFETY: from cudaMalloc in `allocate` (the caller's contract); cudaFree waits for the
         // device, so queued work that uses it has finished.
-        discard(unsafe { sys::cudaFree(ptr.as_ptr().cast()) });
+        raw::quiet(unsafe { raw::memory::free(ptr.as_ptr().cast(), || "DeviceResource memory".into()) });
     }
 
     fn kind(&self) -> MemoryKind {
@@ -90,17 +86,13 @@ unsafe impl MemoryResource for ManagedResource {
             return Err(zero_bytes("ManagedResource::allocate"));
         }
         let _guard = CurrentDevice::set(self.device)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes; the flag is a documented constant.
-        let code = unsafe { sys::cudaMallocManaged(&mut raw, bytes, sys::cudaMemAttachGlobal) };
-        check_alloc(code, bytes, || format!("cudaMallocManaged of {bytes} bytes"))?;
-        Ok(non_null(raw))
+        raw::managed::alloc(bytes, true, self.device.as_raw()).map(non_null)
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, _stream: StreamRef<'_>) {
         let _guard = CurrentDevice::set(self.device);
         // SAFETY: from cudaMallocManaged (the caller's contract); cudaFree waits for the device.
-        discard(unsafe { sys::cudaFree(ptr.as_ptr().cast()) });
+        raw::quiet(unsafe { raw::memory::free(ptr.as_ptr().cast(), || "ManagedResource memory".into()) });
     }
 
     fn kind(&self) -> MemoryKind {
@@ -136,17 +128,19 @@ unsafe impl MemoryResource for PoolResource {
         if bytes == 0 {
             return Err(zero_bytes("PoolResource::allocate"));
         }
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes; pool and stream handles are valid.
-        let code = unsafe { sys::cudaMallocFromPoolAsync(&mut raw, bytes, self.pool.as_raw(), stream.as_raw()) };
-        check_alloc(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", self.pool.device()))
-            .map_err(|e| e.with_pool_stats(|| self.pool.stats().ok()))?;
-        Ok(non_null(raw))
+        // SAFETY: the pool handle is valid while `self` lives; the caller keeps the stream's.
+        unsafe {
+            raw::pools::malloc_from_pool_async(bytes, self.pool.as_raw(), stream.as_raw(), || {
+                format!("on {}", self.pool.device())
+            })
+        }
+        .map(non_null)
+        .map_err(|e| e.with_pool_stats(|| self.pool.stats().ok()))
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
         // SAFETY: from this pool (the caller's contract), freed in stream order after its uses.
-        discard(unsafe { sys::cudaFreeAsync(ptr.as_ptr().cast(), stream.as_raw()) });
+        raw::quiet(unsafe { raw::pools::free_async(ptr.as_ptr().cast(), stream.as_raw(), bytes) });
     }
 
     fn kind(&self) -> MemoryKind {
@@ -181,17 +175,13 @@ unsafe impl MemoryResource for PinnedResource {
         if bytes == 0 {
             return Err(zero_bytes("PinnedResource::allocate"));
         }
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes; the flags are documented bits.
-        let code = unsafe { sys::cudaHostAlloc(&mut raw, bytes, self.flags.bits()) };
-        check_alloc(code, bytes, || format!("cudaHostAlloc of {bytes} bytes with {:?}", self.flags))?;
-        Ok(non_null(raw))
+        raw::host::alloc(bytes, self.flags).map(non_null)
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
         wait_for(stream);
         // SAFETY: from cudaHostAlloc (the caller's contract); the stream's work is done.
-        discard(unsafe { sys::cudaFreeHost(ptr.as_ptr().cast()) });
+        raw::quiet(unsafe { raw::host::free(ptr.as_ptr().cast(), bytes) });
     }
 
     fn kind(&self) -> MemoryKind {
@@ -228,7 +218,10 @@ unsafe impl MemoryResource for PinnedPoolResource {
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
-        let fence = Event::without_timing().and_then(|event| event.record_raw(stream.as_raw()).map(|()| event));
+        let fence = Event::without_timing().and_then(|event| {
+            // SAFETY: the caller of `deallocate` keeps the stream handle valid.
+            unsafe { raw::events::record(event.as_raw(), stream.as_raw()) }.map(|()| event)
+        });
         match fence {
             // SAFETY: from `take_raw(bytes)` on this pool (the caller's contract).
             Ok(event) => unsafe { self.pool.put_raw(ptr, bytes, Some(event)) },

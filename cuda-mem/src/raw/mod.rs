@@ -1,12 +1,40 @@
-//! The one path from runtime return codes to `Result`, and size arithmetic shared by the buffers.
+//! The one layer that calls the CUDA runtime. Each function wraps one runtime call and returns
+//! `Result` with the operation's text; the owning types above never see a `cudaError_t`.
+//! Functions that take raw pointers or handles are `unsafe`: the caller vouches for them.
+//!
+//! Drop paths, which cannot return an error, pass the `Result` to [`quiet`]: the failure was
+//! already taken out of the runtime's last-error slot by [`check`], so it cannot surface later as
+//! the failure of an unrelated launch.
+
+mod address_range;
+mod codes;
+pub(crate) mod device;
+pub(crate) mod events;
+pub(crate) mod host;
+pub(crate) mod ipc;
+pub(crate) mod managed;
+pub(crate) mod memory;
+pub(crate) mod peers;
+pub(crate) mod pools;
+pub(crate) mod streams;
+
+pub(crate) use address_range::require_mapped;
 
 use crate::error::{CudaError, ErrorCode, ErrorKind, OomReport, Result};
 use cuda_mem_sys as sys;
 
+/// The runtime's handle and descriptor types, named here so the layers above need no `sys` path.
+pub use sys::{
+    cudaDeviceAttr, cudaDeviceProp, cudaError_t, cudaEvent_t, cudaMemAccessFlags, cudaMemAllocationHandleType,
+    cudaMemPool_t, cudaMemPoolAttr, cudaMemPoolProps, cudaMemoryAdvise, cudaStream_t,
+};
+#[cfg(test)]
+pub use sys::{cudaMemAllocationType, cudaMemLocationType};
+
 /// Turns a runtime return into `Result`. `operation` runs only on failure, so the hot path does
 /// not format strings.
 #[inline]
-pub(crate) fn check(code: sys::cudaError_t, operation: impl FnOnce() -> String) -> Result<()> {
+pub fn check(code: sys::cudaError_t, operation: impl FnOnce() -> String) -> Result<()> {
     if code == sys::cudaError::cudaSuccess {
         return Ok(());
     }
@@ -20,43 +48,41 @@ pub(crate) fn check_alloc(code: sys::cudaError_t, requested: usize, operation: i
     if code == sys::cudaError::cudaSuccess {
         return Ok(());
     }
+    Err(alloc_error(code, requested, operation()))
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_error(code: sys::cudaError_t, requested: usize, operation: String) -> CudaError {
     let code = take_error(code);
     let kind = if code == ErrorCode::MEMORY_ALLOCATION {
-        let (free, total) = mem_info().map_or((None, None), |(f, t)| (Some(f), Some(t)));
+        let (free, total) = device::mem_info().map_or((None, None), |(f, t)| (Some(f), Some(t)));
         let report = OomReport { requested, free, total, ..OomReport::default() };
         ErrorKind::OutOfMemory { code: Some(code), report: Box::new(report) }
     } else {
         ErrorKind::Runtime(code)
     };
-    Err(CudaError::new(kind, operation()))
+    CudaError::new(kind, operation)
 }
 
-/// For drop paths, which cannot return an error: a failure is consumed here, so it does not stay
-/// in the thread's last-error slot and surface later as the failure of an unrelated launch.
-/// Returns whether the call succeeded.
+/// For drop paths: whether the call succeeded. The error itself is dropped; [`check`] has already
+/// cleared it from the thread's last-error slot.
 #[inline]
-pub(crate) fn discard(code: sys::cudaError_t) -> bool {
-    if code == sys::cudaError::cudaSuccess {
-        return true;
-    }
-    take_error(code);
-    false
+pub(crate) fn quiet(result: Result<()>) -> bool {
+    result.is_ok()
 }
 
 /// Resets the thread's last-error slot (non-sticky errors only), so a later launch check with
 /// `cudaGetLastError` does not report an error the caller already received.
 fn take_error(code: sys::cudaError_t) -> ErrorCode {
-    // SAFETY: cudaGetLastError takes no arguments and only reads/clears thread-local state.
-    let _ = unsafe { sys::cudaGetLastError() };
+    last_error();
     ErrorCode(code.0)
 }
 
-/// Free and total bytes of the current device.
-pub(crate) fn mem_info() -> Result<(usize, usize)> {
-    let (mut free, mut total) = (0usize, 0usize);
-    // SAFETY: both out-pointers are valid for writes.
-    check(unsafe { sys::cudaMemGetInfo(&mut free, &mut total) }, || "cudaMemGetInfo".into())?;
-    Ok((free, total))
+/// The code in the thread's last-error slot, which the read clears (`cudaGetLastError`).
+pub fn last_error() -> ErrorCode {
+    // SAFETY: no arguments; reads and clears thread-local state.
+    ErrorCode(unsafe { sys::cudaGetLastError() }.0)
 }
 
 /// `len * size_of::<T>()`, or [`ErrorKind::SizeOverflow`] naming `operation`.
@@ -77,8 +103,28 @@ pub(crate) fn misaligned_error<T>(address: usize, operation: &'static str) -> Cu
     )
 }
 
-/// The error for copies between slices of different lengths.
-pub(crate) fn length_mismatch(src: usize, dst: usize, operation: &'static str) -> CudaError {
+/// A fresh allocation as `NonNull<T>`. Where its address does not suit `T` (only element types
+/// aligned beyond what the allocator guarantees), or is null, `release` gives it back at once and
+/// the error says why.
+#[inline]
+pub(crate) fn typed<T>(
+    ptr: *mut std::ffi::c_void,
+    operation: &'static str,
+    release: impl FnOnce(*mut std::ffi::c_void) -> Result<()>,
+) -> Result<std::ptr::NonNull<T>> {
+    match std::ptr::NonNull::new(ptr.cast::<T>()) {
+        Some(typed) if typed.as_ptr().is_aligned() => Ok(typed),
+        _ => {
+            if !ptr.is_null() {
+                quiet(release(ptr));
+            }
+            Err(misaligned_error::<T>(ptr as usize, operation))
+        }
+    }
+}
+
+/// The error for copies (and kernels) whose source and destination differ in length.
+pub fn length_mismatch(src: usize, dst: usize, operation: &'static str) -> CudaError {
     CudaError::new(ErrorKind::LengthMismatch { src, dst }, operation)
 }
 
