@@ -5,7 +5,6 @@ use crate::error::Result;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;
-use std::fmt;
 use std::ptr::NonNull;
 
 /// `len` elements of `T` in device memory (`cudaMalloc`), freed on drop (`cudaFree`).
@@ -37,15 +36,7 @@ unsafe impl<T: Pod> Send for DeviceBuffer<T> {}
 // SAFETY: `&DeviceBuffer` only gives shared views (reads), like `&Vec<T>`.
 unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
 
-impl<T: Pod> fmt::Debug for DeviceBuffer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeviceBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("device", &self.device)
-            .finish()
-    }
-}
+debug_fields!(DeviceBuffer: ptr, len, device);
 
 impl<T: Pod> DeviceBuffer<T> {
     /// Allocates `len` elements on the current device without initialising them.
@@ -83,15 +74,7 @@ impl<T: Pod> DeviceBuffer<T> {
         Ok(buffer)
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the buffer has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+    element_count!();
 
     /// The device the memory lives on.
     pub fn device(&self) -> Device {
@@ -122,7 +105,7 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     fn release(&self) -> Result<()> {
-        if self.len * size_of::<T>() == 0 {
+        if self.size_bytes() == 0 {
             return Ok(());
         }
         // Memory is freed with its device current; under unified addressing any device would do,
@@ -130,9 +113,7 @@ impl<T: Pod> DeviceBuffer<T> {
         let _guard = CurrentDevice::set(self.device)?;
         // SAFETY: the pointer came from cudaMalloc and is freed once (drop and free are exclusive).
         unsafe {
-            raw::memory::free(self.ptr.as_ptr().cast(), || {
-                format!("{} bytes on {}", self.len * size_of::<T>(), self.device)
-            })
+            raw::memory::free(self.ptr.as_ptr().cast(), || format!("{} bytes on {}", self.size_bytes(), self.device))
         }
     }
 }

@@ -45,6 +45,8 @@
 //! ```
 #![warn(missing_docs)]
 
+#[macro_use]
+mod owner_macros;
 mod device;
 mod device_buffer;
 mod error;

@@ -16,7 +16,6 @@ use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use std::fmt;
 use std::ptr::NonNull;
 
 /// Where managed pages should live or be moved to.
@@ -113,15 +112,7 @@ unsafe impl<T: Pod> Send for ManagedBuffer<T> {}
 // SAFETY: shared access gives `&[T]` or read-only device views only, which other threads may read.
 unsafe impl<T: Pod> Sync for ManagedBuffer<T> {}
 
-impl<T: Pod> fmt::Debug for ManagedBuffer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ManagedBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("device", &self.device)
-            .finish()
-    }
-}
+debug_fields!(ManagedBuffer: ptr, len, device);
 
 impl<T: Pod> ManagedBuffer<T> {
     /// Allocates `len` zeroed elements attached globally (`cudaMallocManaged`). Zeroing writes
@@ -193,34 +184,12 @@ impl<T: Pod> ManagedBuffer<T> {
         Ok(buffer)
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
+    element_count!();
 
-    /// True when the buffer has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The host's view. On devices without `concurrentManagedAccess` this fails with
-    /// `ErrorKind::Unsupported` (the CPU may not touch managed memory while any kernel runs there).
-    pub fn host(&self) -> Result<&[T]> {
-        self.before_host_access()?;
-        // SAFETY: initialised at allocation; no GPU work uses the buffer (see the module rule);
-        // the borrow of `self` keeps it allocated.
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
-    }
-
-    /// The host's exclusive view; see [`ManagedBuffer::host`].
-    pub fn host_mut(&mut self) -> Result<&mut [T]> {
-        self.before_host_access()?;
-        // SAFETY: as in `host`, and `&mut self` makes it exclusive.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
-    }
+    host_views!();
 
     fn before_host_access(&self) -> Result<()> {
-        if self.len * size_of::<T>() == 0 {
+        if self.size_bytes() == 0 {
             return Ok(());
         }
         require_concurrent_access(self.concurrent_access)
@@ -240,7 +209,7 @@ impl<T: Pod> ManagedBuffer<T> {
 
     /// Gives the driver a usage hint for the whole buffer (`cudaMemAdvise`).
     pub fn advise(&self, advice: Advice) -> Result<()> {
-        let bytes = self.len * size_of::<T>();
+        let bytes = self.size_bytes();
         if bytes == 0 {
             return Ok(());
         }
@@ -257,7 +226,7 @@ impl<T: Pod> ManagedBuffer<T> {
     /// data does not change, so no scope is needed; the buffer stays borrowed only for the call
     /// because freeing (`cudaFree`) waits for the device.
     pub fn prefetch(&self, to: Location, stream: &Stream) -> Result<()> {
-        let bytes = self.len * size_of::<T>();
+        let bytes = self.size_bytes();
         if bytes == 0 {
             return Ok(());
         }
@@ -272,7 +241,7 @@ impl<T: Pod> ManagedBuffer<T> {
     }
 
     fn release(&self) -> Result<()> {
-        if self.len * size_of::<T>() == 0 {
+        if self.size_bytes() == 0 {
             return Ok(());
         }
         let _guard = CurrentDevice::set(self.device)?;

@@ -6,7 +6,6 @@ use crate::host_flags::HostAllocFlags;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;
-use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
@@ -47,15 +46,7 @@ unsafe impl<T: Pod> Send for PinnedBuffer<T> {}
 // SAFETY: shared access only gives `&[T]` and read-only device views, like `&Vec<T>`.
 unsafe impl<T: Pod> Sync for PinnedBuffer<T> {}
 
-impl<T: Pod> fmt::Debug for PinnedBuffer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PinnedBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("flags", &self.flags)
-            .finish()
-    }
-}
+debug_fields!(PinnedBuffer: ptr, len, flags);
 
 impl<T: Pod> PinnedBuffer<T> {
     /// Allocates without initialising: `cudaMallocHost` when `flags` is empty, else
@@ -108,27 +99,10 @@ impl<T: Pod> PinnedBuffer<T> {
         self.flags
     }
 
-    /// The device's view of mapped memory (`cudaHostGetDevicePointer`), borrowed from the buffer.
-    /// Errors with [`ErrorKind::NotMapped`] unless allocated with [`HostAllocFlags::MAPPED`].
-    pub fn device_view(&self) -> Result<DeviceSlice<'_, T>> {
-        let ptr = self.mapped_ptr()?;
-        // SAFETY: the view borrows `self`, so the memory stays allocated; host writes need
-        // `&mut self`, which the borrow excludes.
-        Ok(unsafe { DeviceSlice::from_raw_parts(ptr, self.len) })
-    }
+    mapped_host_views!();
 
-    /// The device's exclusive view of mapped memory; see [`PinnedBuffer::device_view`].
-    pub fn device_view_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
-        let ptr = self.mapped_ptr()?;
-        // SAFETY: the view borrows `self` exclusively, so the host cannot touch the memory.
-        Ok(unsafe { DeviceSliceMut::from_raw_parts(ptr, self.len) })
-    }
-
-    fn mapped_ptr(&self) -> Result<*mut T> {
-        if !self.flags.contains(HostAllocFlags::MAPPED) {
-            return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
-        }
-        mapped_device_ptr(self.ptr.as_ptr(), self.len)
+    fn mapped_parts(&self) -> (bool, *mut T, usize) {
+        (self.flags.contains(HostAllocFlags::MAPPED), self.ptr.as_ptr(), self.len)
     }
 
     /// Frees now (`cudaFreeHost`) and reports the runtime's verdict (drop ignores it).
@@ -145,8 +119,12 @@ impl<T: Pod> PinnedBuffer<T> {
     }
 }
 
-/// The device address of mapped host memory; empty ranges map to a dangling address.
-pub(crate) fn mapped_device_ptr<T>(host: *mut T, len: usize) -> Result<*mut T> {
+/// The device address of mapped host memory; empty ranges map to a dangling address. Memory that
+/// is not `mapped` is refused with [`ErrorKind::NotMapped`].
+pub(crate) fn mapped_device_ptr<T>(mapped: bool, host: *mut T, len: usize) -> Result<*mut T> {
+    if !mapped {
+        return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
+    }
     if len * size_of::<T>() == 0 {
         return Ok(NonNull::dangling().as_ptr());
     }

@@ -76,10 +76,8 @@ impl<'a, T: Pod> RegisteredHost<'a, T> {
     }
 
     fn mapped_ptr(&self) -> Result<*mut T> {
-        if !self.flags.contains(HostRegisterFlags::MAPPED) {
-            return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
-        }
-        mapped_device_ptr(self.slice.as_ptr().cast_mut(), self.slice.len())
+        let mapped = self.flags.contains(HostRegisterFlags::MAPPED);
+        mapped_device_ptr(mapped, self.slice.as_ptr().cast_mut(), self.slice.len())
     }
 
     /// Unregisters now, reporting the runtime's verdict, and gives the slice back. On failure the

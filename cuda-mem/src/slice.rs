@@ -247,16 +247,30 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
         Ok((Self { len: mid, ..self }, high))
     }
 
-    /// Copies from a host slice of the same length (`cudaMemcpy`, blocking).
-    pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
-        if src.len() != self.len {
-            return Err(length_mismatch(src.len(), self.len, "cudaMemcpy host to device"));
+    /// The bytes a blocking write of `src_len` elements covers, after checking the length and
+    /// waiting for the streams both sides are ordered on; `None` when there is nothing to do.
+    fn blocking_bytes(
+        &self,
+        src_len: usize,
+        src_owner: Option<&Stream>,
+        operation: &'static str,
+    ) -> Result<Option<usize>> {
+        if src_len != self.len {
+            return Err(length_mismatch(src_len, self.len, operation));
         }
-        let bytes = self.size_bytes();
-        if bytes == 0 {
-            return Ok(());
+        if self.size_bytes() == 0 {
+            return Ok(None);
         }
         wait_for_owner(self.owner)?;
+        wait_for_owner(src_owner)?;
+        Ok(Some(self.size_bytes()))
+    }
+
+    /// Copies from a host slice of the same length (`cudaMemcpy`, blocking).
+    pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
+        let Some(bytes) = self.blocking_bytes(src.len(), None, "cudaMemcpy host to device")? else {
+            return Ok(());
+        };
         // SAFETY: `src` is valid for `bytes` reads; the view addresses `bytes` of device memory
         // that only this view may write.
         unsafe { raw::memory::copy(self.ptr.cast(), src.as_ptr().cast(), bytes, Direction::HostToDevice)? };
@@ -269,15 +283,9 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
     /// host waits for it).
     pub fn copy_from_device<'s>(&mut self, src: impl DeviceSource<'s, T>) -> Result<()> {
         let src = src.source();
-        if src.len() != self.len {
-            return Err(length_mismatch(src.len(), self.len, "cudaMemcpy device to device"));
-        }
-        let bytes = self.size_bytes();
-        if bytes == 0 {
+        let Some(bytes) = self.blocking_bytes(src.len(), src.owner, "cudaMemcpy device to device")? else {
             return Ok(());
-        }
-        wait_for_owner(self.owner)?;
-        wait_for_owner(src.owner)?;
+        };
         // SAFETY: both views address `bytes` of live device memory; `self` is exclusive, so the
         // ranges can only overlap if `src` was made unsafely.
         unsafe { raw::memory::copy(self.ptr.cast(), src.ptr.cast(), bytes, Direction::DeviceToDevice)? };
@@ -287,11 +295,9 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
 
     /// Sets every byte to `byte` (`cudaMemset`, blocking).
     pub fn set_bytes(&mut self, byte: u8) -> Result<()> {
-        let bytes = self.size_bytes();
-        if bytes == 0 {
+        let Some(bytes) = self.blocking_bytes(self.len, None, "cudaMemset")? else {
             return Ok(());
-        }
-        wait_for_owner(self.owner)?;
+        };
         // SAFETY: the view addresses `bytes` of device memory only it may write.
         unsafe { raw::memory::set(self.ptr.cast(), byte, bytes)? };
         // cudaMemset may return before it finishes for device memory.

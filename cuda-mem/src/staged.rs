@@ -80,6 +80,14 @@ impl std::fmt::Debug for StagedCopier {
     }
 }
 
+/// One staged copy's sizes and the stream its device memory is ordered on.
+struct Transfer<'a> {
+    src_len: usize,
+    dst_len: usize,
+    bytes: usize,
+    owner: Option<&'a Stream>,
+}
+
 struct Lane {
     stream: Stream,
     slots: Vec<PooledPinned<u8>>,
@@ -136,38 +144,51 @@ impl StagedCopier {
 
     /// Copies `src` (pageable host memory) into `dst`; returns when the data is on the device.
     pub fn copy_from_host<T: Pod>(&self, dst: &mut DeviceSliceMut<'_, T>, src: &[T]) -> Result<()> {
-        if src.len() != dst.len() {
-            return Err(crate::raw::length_mismatch(src.len(), dst.len(), "staged copy host to device"));
-        }
-        let bytes = size_of_val(src);
-        if bytes < self.config.small_copy_bytes {
-            return dst.copy_from_host(src);
-        }
-        // The lanes' streams must not overtake the allocation or zeroing of stream-ordered memory.
-        if let Some(owner) = dst.owner() {
-            owner.synchronize()?;
-        }
         let host = Addr(src.as_ptr().cast::<u8>().cast_mut());
         let device = Addr(dst.as_device_ptr().cast());
-        self.run(bytes, |lane, chunks| lane.upload(chunks, host, device))
+        let plan = Transfer { src_len: src.len(), dst_len: dst.len(), bytes: size_of_val(src), owner: dst.owner() };
+        self.transfer(
+            plan,
+            "staged copy host to device",
+            || dst.copy_from_host(src),
+            |lane, chunks| lane.upload(chunks, host, device),
+        )
     }
 
     /// Copies `src` (device memory) into `dst` (pageable host memory); returns when done.
     pub fn copy_to_host<'s, T: Pod>(&self, dst: &mut [T], src: impl DeviceSource<'s, T>) -> Result<()> {
         let src = src.source();
-        if src.len() != dst.len() {
-            return Err(crate::raw::length_mismatch(src.len(), dst.len(), "staged copy device to host"));
-        }
-        let bytes = size_of_val(dst);
-        if bytes < self.config.small_copy_bytes {
-            return src.copy_to_host(dst);
-        }
-        if let Some(owner) = src.owner() {
-            owner.synchronize()?;
-        }
         let host = Addr(dst.as_mut_ptr().cast());
         let device = Addr(src.as_device_ptr().cast::<u8>().cast_mut());
-        self.run(bytes, |lane, chunks| lane.download(chunks, host, device))
+        let plan = Transfer { src_len: src.len(), dst_len: dst.len(), bytes: size_of_val(dst), owner: src.owner() };
+        self.transfer(
+            plan,
+            "staged copy device to host",
+            || src.copy_to_host(dst),
+            |lane, chunks| lane.download(chunks, host, device),
+        )
+    }
+
+    /// What both directions share: the length check, the blocking path for small copies, and
+    /// ordering after the stream that stream-ordered memory is ordered on (the lanes' streams must
+    /// not overtake its allocation or zeroing).
+    fn transfer(
+        &self,
+        plan: Transfer<'_>,
+        operation: &'static str,
+        small: impl FnOnce() -> Result<()>,
+        large: impl Fn(&mut Lane, &[(usize, usize)]) -> Result<()> + Sync,
+    ) -> Result<()> {
+        if plan.src_len != plan.dst_len {
+            return Err(crate::raw::length_mismatch(plan.src_len, plan.dst_len, operation));
+        }
+        if plan.bytes < self.config.small_copy_bytes {
+            return small();
+        }
+        if let Some(owner) = plan.owner {
+            owner.synchronize()?;
+        }
+        self.run(plan.bytes, large)
     }
 
     /// Splits `bytes` into chunks, deals them to the lanes round-robin, runs every lane on its own
@@ -237,16 +258,34 @@ impl Lane {
             // SAFETY: the slot holds `len` bytes and stays untouched until the event completes;
             // the destination range lies inside the borrowed device slice.
             unsafe {
-                raw::memory::copy_async(
-                    device.at(offset).cast(),
-                    self.slots[slot].as_ptr().cast(),
+                self.queue_dma(
+                    slot,
+                    device.at(offset),
+                    self.slots[slot].as_ptr().cast_mut(),
                     len,
                     Direction::HostToDevice,
-                    self.stream.as_raw(),
-                )?;
-            }
-            self.in_flight[slot] = Some(self.stream.record_event()?);
+                )?
+            };
         }
+        Ok(())
+    }
+
+    /// Queues a copy of `len` bytes on the lane's stream and records its completion for `slot`.
+    ///
+    /// # Safety
+    /// Both ranges hold `len` bytes and stay allocated and untouched until the slot's event has
+    /// completed.
+    unsafe fn queue_dma(
+        &mut self,
+        slot: usize,
+        dst: *mut u8,
+        src: *mut u8,
+        len: usize,
+        direction: Direction,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; the lane's stream is a created stream it owns.
+        unsafe { raw::memory::copy_async(dst.cast(), src.cast(), len, direction, self.stream.as_raw())? };
+        self.in_flight[slot] = Some(self.stream.record_event()?);
         Ok(())
     }
 
@@ -255,19 +294,10 @@ impl Lane {
         let queue = |lane: &mut Self, k: usize| -> Result<()> {
             let (offset, len) = chunks[k];
             let slot = k % 2;
+            let slot_ptr = lane.slots[slot].as_mut_ptr();
             // SAFETY: the device range lies inside the borrowed slice; the slot is free (its last
             // chunk was copied out before this call) and holds `len` bytes.
-            unsafe {
-                raw::memory::copy_async(
-                    lane.slots[slot].as_mut_ptr().cast(),
-                    device.at(offset).cast(),
-                    len,
-                    Direction::DeviceToHost,
-                    lane.stream.as_raw(),
-                )?;
-            }
-            lane.in_flight[slot] = Some(lane.stream.record_event()?);
-            Ok(())
+            unsafe { lane.queue_dma(slot, slot_ptr, device.at(offset), len, Direction::DeviceToHost) }
         };
         queue(self, 0)?;
         for k in 0..chunks.len() {

@@ -210,6 +210,13 @@ impl Stream {
         Err(CudaError::new(kind, operation))
     }
 
+    /// The bytes of a buffer of `len` elements of `T` ordered on this stream, which must not be
+    /// the per-thread stream (see [`Stream::require_thread_independent`]).
+    pub(crate) fn buffer_bytes<T>(&self, len: usize, operation: &'static str) -> Result<usize> {
+        self.require_thread_independent(operation)?;
+        raw::byte_len::<T>(len, operation)
+    }
+
     fn check_thread(&self) -> Result<()> {
         if let StreamKind::PerThread(creator) = self.inner.kind {
             if creator != std::thread::current().id() {

@@ -5,12 +5,11 @@ use crate::error::{CudaError, Result};
 use crate::event::Event;
 use crate::maybe_owned::MaybeOwned;
 use crate::pool::{MemPool, retaining_pool};
-use crate::raw::{self, byte_len, misaligned_error};
+use crate::raw::{self, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
 use std::ffi::c_void;
-use std::fmt;
 use std::ptr::NonNull;
 
 /// `len` elements of device memory allocated in stream order on a stream, from cuda-mem's
@@ -75,16 +74,7 @@ unsafe impl<T: Pod> Send for StreamBuffer<'_, T> {}
 // runtime calls ordered after the buffer's stream.
 unsafe impl<T: Pod> Sync for StreamBuffer<'_, T> {}
 
-impl<T: Pod> fmt::Debug for StreamBuffer<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StreamBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("stream", &self.stream)
-            .field("pool", &self.pool)
-            .finish()
-    }
-}
+debug_fields!(StreamBuffer<'a>: ptr, len, stream, pool);
 
 impl<'a, T: Pod> StreamBuffer<'a, T> {
     /// Allocates on `stream` (borrowed `&Stream` or owned `Stream`) from cuda-mem's retaining
@@ -114,8 +104,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         len: usize,
     ) -> Result<Self> {
         let (pool, stream) = (pool.into(), stream.into());
-        let bytes = byte_len::<T>(len, "cudaMallocFromPoolAsync")?;
-        stream.require_thread_independent("StreamBuffer")?;
+        let bytes = stream.buffer_bytes::<T>(len, "StreamBuffer")?;
         let mut raw: *mut c_void = std::ptr::null_mut();
         if bytes != 0 {
             let call = stream.call()?;
@@ -166,19 +155,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         unsafe { raw::memory::set_async(self.ptr.as_ptr().cast(), 0, bytes, call.as_raw()) }
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the buffer has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn size_bytes(&self) -> usize {
-        self.len * size_of::<T>()
-    }
+    element_count!();
 
     /// The stream the memory was allocated on and will be freed on.
     pub fn stream(&self) -> &Stream {

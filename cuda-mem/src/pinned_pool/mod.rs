@@ -15,7 +15,6 @@ pub use cache::PinnedPoolStats;
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
 use crate::host_flags::HostAllocFlags;
-use crate::pinned::mapped_device_ptr;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
@@ -208,25 +207,10 @@ impl<T: Pod> PooledPinned<T> {
         Ok(())
     }
 
-    /// The device's view of a mapped pool's block.
-    pub fn device_view(&self) -> Result<DeviceSlice<'_, T>> {
-        let ptr = self.mapped_ptr()?;
-        // SAFETY: borrowed from `self`; host writes need `&mut self`.
-        Ok(unsafe { DeviceSlice::from_raw_parts(ptr, self.len) })
-    }
+    mapped_host_views!();
 
-    /// The device's exclusive view of a mapped pool's block.
-    pub fn device_view_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
-        let ptr = self.mapped_ptr()?;
-        // SAFETY: borrowed exclusively from `self`.
-        Ok(unsafe { DeviceSliceMut::from_raw_parts(ptr, self.len) })
-    }
-
-    fn mapped_ptr(&self) -> Result<*mut T> {
-        if !self.flags.contains(HostAllocFlags::MAPPED) {
-            return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
-        }
-        mapped_device_ptr(self.ptr(), self.len)
+    fn mapped_parts(&self) -> (bool, *mut T, usize) {
+        (self.flags.contains(HostAllocFlags::MAPPED), self.ptr(), self.len)
     }
 }
 
