@@ -50,7 +50,7 @@ pub fn run() -> Result {
         return Ok(());
     }
     let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
-    Err(format!("tidy: {} violation(s):\n{}", list.len(), list.join("\n")).into())
+    Err(format!("tidy: {} violation(s):\n{}", list.len(), list.join("\n")))
 }
 
 /// The violations in every Rust file of the workspace (generated bindings and build output
