@@ -1,12 +1,9 @@
 //! Time spent inside CUDA API calls, per thread, through CUPTI's callback API (`paired
-//! --api-time`). Splitting a batch's wall time into "inside CUDA" and "outside" shows where a
-//! difference between cuda-mem and raw C++ comes from: the wrapper's own code runs outside, the
-//! driver's work inside. It is the profile the H200 hosts allow: they have no perf, no strace
-//! and no working nsys, but CUPTI ships with the toolkit.
-//!
-//! CUPTI is loaded at run time (`dlopen`), so nothing here is needed to build or to run without
-//! it. Callbacks cost time of their own, on both sides alike, so profiled runs are never the
-//! judged ones.
+//! --api-time`): the wrapper's own code runs outside CUDA calls, the driver's work inside, so the
+//! split shows where a difference between cuda-mem and raw C++ comes from. CUPTI ships with the
+//! toolkit where perf, strace and nsys may be missing; it is loaded at run time (`dlopen`), so
+//! nothing here is needed to build or to run without it. Callbacks cost time of their own, on
+//! both sides alike, so profiled runs are never the judged ones.
 
 use std::cell::Cell;
 use std::ffi::{CStr, CString, c_int, c_void};
