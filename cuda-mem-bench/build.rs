@@ -1,11 +1,8 @@
 //! Compiles the raw CUDA C++ reference with nvcc: `reference/raw_reference.cu` into the
-//! `raw_reference` executable, copied to `<target-dir>/<profile>/` where the bundle takes it, and
-//! `reference/in_process.cu` (the same batches behind a C ABI) into a static library that the
-//! `paired` benchmark links, so raw C++ and cuda-mem run interleaved in one process.
-//!
-//! nvcc is the one cuda-mem-kernels compiles with (`DEP_CUDA_MEM_KERNELS_NVCC`: one search, in
-//! its build script); headers and `cudart_static` are those of cuda-mem-sys (`DEP_CUDART_*`),
-//! which also links the runtime. With `DOCS_RS` set nothing is compiled.
+//! `raw_reference` executable (copied to `<target-dir>/<profile>/`, where the bundle takes it) and
+//! `reference/in_process.cu`, the same batches behind a C ABI, into a static library for `paired`.
+//! nvcc is the one cuda-mem-kernels' build script found (`DEP_CUDA_MEM_KERNELS_NVCC`); headers and
+//! `cudart_static` are cuda-mem-sys's (`DEP_CUDART_*`). With `DOCS_RS` set nothing is compiled.
 
 use std::env;
 use std::ffi::OsString;

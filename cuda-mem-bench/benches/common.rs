@@ -6,10 +6,9 @@
 
 use cuda_mem::resource::{LimitingResource, MemoryResource, PoolResource, StatisticsResource, TrackingResource};
 use cuda_mem::sys::cudaMemcpyKind as Kind;
-use cuda_mem::{Advice, CudaError, Device, DeviceBuffer, DeviceSlice, ErrorCode, ErrorKind, HostAllocFlags};
-use cuda_mem::{HostRegisterFlags, Location};
+use cuda_mem::{Advice, CudaError, Device, DeviceBuffer, DeviceSlice, HostAllocFlags, HostRegisterFlags, Location};
 use cuda_mem::{ManagedBuffer, MemPool, PinnedBuffer, PoolProps, RegisteredHost, Stream, StreamBuffer};
-use cuda_mem_bench::in_process::{RawBatch, resident_blocks};
+use cuda_mem_bench::in_process::RawBatch;
 use cuda_mem_bench::rows::{Row, Section};
 use cuda_mem_kernels::stream_read_u32;
 use std::sync::Arc;
@@ -64,6 +63,7 @@ pub fn setup<'a>(row: &Row, registered: &'a mut Vec<u8>) -> Result<Box<dyn Side 
 
 /// The stream and pool of a stream-ordered row, configured as the row says.
 pub struct Ordered {
+    pub bytes: usize,
     pub stream: Stream,
     /// cuda-mem's retaining pool (what the default path allocates from), or for `pool_odd` a
     /// created pool; the raw batch allocates from it too.
@@ -73,32 +73,29 @@ pub struct Ordered {
     pub sync_each: bool,
 }
 
-/// One allocation row.
-pub struct AllocRow {
-    family: &'static str,
-    bytes: usize,
-    pub ordered: Option<Ordered>,
-}
-
-/// The `cudaHostAlloc` flags of the pinned families (`malloc_host` is `cudaMallocHost`).
-fn host_flags(family: &str) -> Option<HostAllocFlags> {
-    Some(match family {
-        "malloc_host" => HostAllocFlags::empty(),
-        "host_alloc_portable" => HostAllocFlags::PORTABLE,
-        "host_alloc_mapped" => HostAllocFlags::MAPPED,
-        "host_alloc_wc" => HostAllocFlags::WRITE_COMBINED,
-        _ => return None,
-    })
+/// One allocation row: what one pair allocates, and how many bytes.
+pub enum AllocRow {
+    Device(usize),
+    /// `cudaMallocHost` without flags, else `cudaHostAlloc`.
+    Pinned(usize, HostAllocFlags),
+    Managed(usize),
+    Ordered(Ordered),
 }
 
 impl AllocRow {
     pub fn setup(row: &Row) -> Result<Self, CudaError> {
-        let family = row.family();
+        let bytes = row.bytes as usize;
         let ordered = |default_path, pool: MemPool, sync_each| -> Result<_, CudaError> {
-            Ok(Some(Ordered { stream: Stream::non_blocking()?, pool, default_path, sync_each }))
+            Ok(AllocRow::Ordered(Ordered { bytes, stream: Stream::non_blocking()?, pool, default_path, sync_each }))
         };
-        let ordered = match family {
-            "async_default_sync" | "async_retain_sync" | "async_retain_nosync" => {
+        Ok(match row.family() {
+            "malloc" => AllocRow::Device(bytes),
+            "malloc_host" => AllocRow::Pinned(bytes, HostAllocFlags::empty()),
+            "host_alloc_portable" => AllocRow::Pinned(bytes, HostAllocFlags::PORTABLE),
+            "host_alloc_mapped" => AllocRow::Pinned(bytes, HostAllocFlags::MAPPED),
+            "host_alloc_wc" => AllocRow::Pinned(bytes, HostAllocFlags::WRITE_COMBINED),
+            "managed" => AllocRow::Managed(bytes),
+            family @ ("async_default_sync" | "async_retain_sync" | "async_retain_nosync") => {
                 let pool = MemPool::retaining(Device::current()?)?;
                 if family == "async_default_sync" {
                     pool.set_release_threshold(0)?; // the driver's default
@@ -106,58 +103,56 @@ impl AllocRow {
                 ordered(true, pool, family != "async_retain_nosync")?
             }
             "pool_odd" => ordered(false, MemPool::new(PoolProps::new(Device::current()?))?, false)?,
-            _ => None,
-        };
-        Ok(Self { family, bytes: row.bytes as usize, ordered })
+            family => unreachable!("alloc row family {family}"),
+        })
     }
 }
 
 impl Side for AllocRow {
     fn cuda_mem(&mut self, k: u32) -> Result<Duration, CudaError> {
-        let bytes = self.bytes;
-        let Some(o) = &self.ordered else {
-            return match (self.family, host_flags(self.family)) {
-                // SAFETY: dropped (cudaFree) without being read.
-                ("malloc", _) => timed(k, || unsafe { DeviceBuffer::<u8>::uninit(bytes) }.map(drop)),
-                // ManagedBuffer has only zeroed constructors: the CPU writes every byte, and the
-                // C++ batch does the same.
-                ("managed", _) => timed(k, || ManagedBuffer::<u8>::zeroed(bytes).map(drop)),
+        match self {
+            // SAFETY: dropped (cudaFree) without being read.
+            AllocRow::Device(bytes) => timed(k, || unsafe { DeviceBuffer::<u8>::uninit(*bytes) }.map(drop)),
+            AllocRow::Pinned(bytes, flags) => {
                 // SAFETY: dropped (cudaFreeHost) without being read.
-                (_, Some(flags)) => timed(k, || unsafe { PinnedBuffer::<u8>::uninit(bytes, flags) }.map(drop)),
-                (family, None) => unreachable!("alloc row family {family}"),
-            };
-        };
-        let start = Instant::now();
-        for _ in 0..k {
-            // SAFETY: dropped (cudaFreeAsync) without being read.
-            drop(unsafe {
-                if o.default_path {
-                    StreamBuffer::<u8>::uninit(&o.stream, bytes)?
-                } else {
-                    StreamBuffer::<u8>::uninit_from(&o.pool, &o.stream, bytes)?
+                timed(k, || unsafe { PinnedBuffer::<u8>::uninit(*bytes, *flags) }.map(drop))
+            }
+            // ManagedBuffer has only zeroed constructors: the CPU writes every byte, as the C++ batch does.
+            AllocRow::Managed(bytes) => timed(k, || ManagedBuffer::<u8>::zeroed(*bytes).map(drop)),
+            AllocRow::Ordered(o) => {
+                let start = Instant::now();
+                for _ in 0..k {
+                    // SAFETY: dropped (cudaFreeAsync) without being read.
+                    drop(unsafe {
+                        if o.default_path {
+                            StreamBuffer::<u8>::uninit(&o.stream, o.bytes)?
+                        } else {
+                            StreamBuffer::<u8>::uninit_from(&o.pool, &o.stream, o.bytes)?
+                        }
+                    });
+                    if o.sync_each {
+                        o.stream.synchronize()?;
+                    }
                 }
-            });
-            if o.sync_each {
-                o.stream.synchronize()?;
+                if !o.sync_each {
+                    o.stream.synchronize()?;
+                }
+                Ok(start.elapsed())
             }
         }
-        if !o.sync_each {
-            o.stream.synchronize()?;
-        }
-        Ok(start.elapsed())
     }
 
     fn raw(&mut self) -> Result<RawBatch, CudaError> {
-        Ok(match (&self.ordered, self.family) {
-            (Some(o), _) => RawBatch::StreamOrdered {
+        Ok(match self {
+            AllocRow::Device(_) => RawBatch::Device,
+            AllocRow::Pinned(_, flags) if flags.is_empty() => RawBatch::MallocHost,
+            AllocRow::Pinned(_, flags) => RawBatch::HostAlloc(flags.bits()),
+            AllocRow::Managed(_) => RawBatch::Managed,
+            AllocRow::Ordered(o) => RawBatch::StreamOrdered {
                 pool: o.pool.as_raw().cast(),
                 stream: o.stream.as_raw().cast(),
                 sync_each: o.sync_each,
             },
-            (None, "malloc") => RawBatch::Device,
-            (None, "managed") => RawBatch::Managed,
-            (None, "malloc_host") => RawBatch::MallocHost,
-            (None, family) => RawBatch::HostAlloc(host_flags(family).expect("a pinned family").bits()),
         })
     }
 }
@@ -165,7 +160,9 @@ impl Side for AllocRow {
 impl Drop for AllocRow {
     fn drop(&mut self) {
         // Leave cuda-mem's pool as it hands it out (retaining), whatever ran.
-        if let Some(o) = self.ordered.as_ref().filter(|o| o.default_path) {
+        if let AllocRow::Ordered(o) = self
+            && o.default_path
+        {
             let _ = o.pool.set_release_threshold(usize::MAX);
         }
     }
@@ -273,9 +270,6 @@ struct ReadRow {
     stream: Stream,
     memory: Memory,
     sink: DeviceBuffer<u32>,
-    /// The reads' grid limit (the raw batch's; cuda-mem-kernels computes its own).
-    #[allow(dead_code, reason = "paired runs the raw batches; families compares with raw_reference instead")]
-    blocks: u32,
     /// First-read rows: the CPU rewrites the buffer before each batch (untimed), so the pages are
     /// back on the host.
     rewrite: bool,
@@ -316,9 +310,7 @@ impl ReadRow {
             }
             other => unreachable!("read row {other}"),
         };
-        let code = |code: i32| ErrorKind::Runtime(ErrorCode(code as u32));
-        let blocks = resident_blocks().map_err(|c| CudaError::new(code(c), "read_batches::resident_blocks"))?;
-        let mut read = Self { stream, memory, sink: DeviceBuffer::<u32>::zeroed(1)?, blocks, rewrite, prefetch };
+        let mut read = Self { stream, memory, sink: DeviceBuffer::<u32>::zeroed(1)?, rewrite, prefetch };
         if row.key == "managed_resident_read_1g" {
             read.read_once()?; // resident from here on
         }
@@ -357,7 +349,7 @@ impl Side for ReadRow {
         let data = self.memory.view()?.as_device_ptr().cast();
         let prefetch_device = self.prefetch.map(|d| d.ordinal() as i32);
         let sink = self.sink.as_mut_slice().as_device_ptr().cast();
-        Ok(RawBatch::Reads { data, sink, blocks: self.blocks, prefetch_device, stream: self.stream.as_raw().cast() })
+        Ok(RawBatch::Reads { data, sink, prefetch_device, stream: self.stream.as_raw().cast() })
     }
 }
 

@@ -103,7 +103,7 @@ fn ffi_alloc(c: &mut Criterion) {
             row,
             || AllocRow::setup(row).map_err(|e| e.to_string()),
             move |alloc, k| {
-                let o = alloc.ordered.as_ref().expect("a stream-ordered row");
+                let AllocRow::Ordered(o) = alloc else { unreachable!("a stream-ordered row") };
                 let (stream, pool) = (o.stream.as_raw(), o.pool.as_raw());
                 let start = Instant::now();
                 for _ in 0..k {

@@ -56,7 +56,8 @@ inline cudaError_t stream_ordered(size_t bytes, cudaMemPool_t pool, cudaStream_t
     cudaError_t code = pairs(
         k,
         [=](void** p) {
-            return pool != nullptr ? cudaMallocFromPoolAsync(p, bytes, pool, stream) : cudaMallocAsync(p, bytes, stream);
+            return pool != nullptr ? cudaMallocFromPoolAsync(p, bytes, pool, stream)
+                                   : cudaMallocAsync(p, bytes, stream);
         },
         [=](void* p) {
             cudaError_t freed = cudaFreeAsync(p, stream);

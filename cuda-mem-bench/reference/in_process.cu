@@ -25,10 +25,12 @@ int cm_raw_copy(void* dst, const void* src, size_t bytes, int kind, int sync_leg
     return copy_batches::copies(dst, src, bytes, static_cast<cudaMemcpyKind>(kind), sync_legacy != 0, k);
 }
 
-int cm_raw_resident_blocks(unsigned* blocks) { return read_batches::resident_blocks(blocks); }
-
-int cm_raw_reads(const void* data, size_t bytes, void* sink, unsigned blocks, int prefetch_device, void* stream,
-                 int k) {
+int cm_raw_reads(const void* data, size_t bytes, void* sink, int prefetch_device, void* stream, int k) {
+    // The grid limit of the current device, queried once: in the first batch, an untimed warm-up.
+    static const unsigned blocks = [] {
+        unsigned found = 0;
+        return read_batches::resident_blocks(&found) == cudaSuccess ? found : 0u;
+    }();
     return read_batches::reads(data, bytes, static_cast<uint32_t*>(sink), blocks, prefetch_device,
                                static_cast<cudaStream_t>(stream), k);
 }

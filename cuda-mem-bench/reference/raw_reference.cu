@@ -200,98 +200,88 @@ void bandwidth_section() {
     // return before the copy ends); so does this batch.
     measure("d2d", COPY_BYTES,
             "cudaMemcpy device to device, 256 MiB (counted once) + cudaStreamSynchronize(0) after each copy",
-            [&](int k) { return copy_batches::copies(other, device_buf, COPY_BYTES, cudaMemcpyDeviceToDevice, true, k); });
+            [&](int k) {
+                return copy_batches::copies(other, device_buf, COPY_BYTES, cudaMemcpyDeviceToDevice, true, k);
+            });
     CHECK(cudaFree(other));
     CHECK(cudaFree(device_buf));
 }
 
 // ---------------------------------------------------------------------------------------------
-// Sections "kernel" and "managed": the streaming-read kernel of read_batches.cuh, one launch +
-// cudaStreamSynchronize per operation.
+// Sections "kernel" and "managed": the streaming-read kernel of read_batches.cuh; per operation,
+// (a prefetch to the device,) one launch and a cudaStreamSynchronize.
 
-struct Reader {
-    cudaStream_t stream = nullptr;
+void reads_section(int device, bool kernel, bool managed) {
+    cudaStream_t stream;
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     unsigned blocks = 0;
+    CHECK(read_batches::resident_blocks(&blocks));
     uint32_t* sink = nullptr;
-
-    Reader() {
-        CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        CHECK(read_batches::resident_blocks(&blocks));
-        CHECK(cudaMalloc(&sink, sizeof *sink));
-    }
-    ~Reader() {
-        cudaFree(sink);
-        cudaStreamDestroy(stream);
-    }
-
-    // Measures K reads of `bytes` at `data` per sample, each after a prefetch to `prefetch_device`
-    // when it is >= 0.
-    void row(const char* key, const void* data, size_t bytes, const char* detail, int prefetch_device = -1,
-             const std::function<void()>& setup = [] {}) const {
-        measure(key, bytes, detail,
-                [=](int k) { return read_batches::reads(data, bytes, sink, blocks, prefetch_device, stream, k); }, setup);
-    }
-};
-
-void kernel_section(const Reader& reader) {
+    CHECK(cudaMalloc(&sink, sizeof *sink));
+    auto reads = [&](const void* data, size_t bytes, int prefetch_device, int k) {
+        return read_batches::reads(data, bytes, sink, blocks, prefetch_device, stream, k);
+    };
+    // K reads of `bytes` at `data` per sample, each after a prefetch to `prefetch_device` if >= 0.
+    auto row = [&](const char* key, const void* data, size_t bytes, const char* detail, int prefetch_device = -1,
+                   const std::function<void()>& setup = [] {}) {
+        measure(key, bytes, detail, [&](int k) { return reads(data, bytes, prefetch_device, k); }, setup);
+    };
     void* data = nullptr;
-    CHECK(cudaMalloc(&data, GIB));
-    CHECK(cudaMemset(data, 1, GIB));
-    CHECK(cudaDeviceSynchronize());
-    reader.row("read_device_1g", data, GIB,
-               "streaming-read kernel over 1 GiB of cudaMalloc memory, launch + cudaStreamSynchronize");
-    CHECK(cudaFree(data));
-
-    void* host = nullptr;
-    CHECK(cudaHostAlloc(&host, COPY_BYTES, cudaHostAllocMapped));
-    std::memset(host, 1, COPY_BYTES);
-    void* mapped = nullptr;
-    CHECK(cudaHostGetDevicePointer(&mapped, host, 0));
-    reader.row("read_mapped_256m", mapped, COPY_BYTES,
-               "streaming-read kernel over 256 MiB of mapped pinned host memory (zero-copy, cudaHostAllocMapped), "
-               "launch + cudaStreamSynchronize");
-    CHECK(cudaFreeHost(host));
-}
-
-void managed_section(const Reader& reader, int device) {
-    struct Variant {
-        const char* key;
-        bool advise;
-        bool prefetch;
-        const char* detail;
-    };
-    const Variant variants[] = {
-        {"managed_first_read_fault_1g", false, false,
-         "1 GiB cudaMallocManaged, CPU memset (untimed), then timed: streaming read on the GPU (page faults) + sync"},
-        {"managed_first_read_prefetch_1g", false, true,
-         "1 GiB cudaMallocManaged, CPU memset (untimed), then timed: cudaMemPrefetchAsync to the device + streaming "
-         "read + sync"},
-        {"managed_first_read_advise_prefetch_1g", true, true,
-         "1 GiB cudaMallocManaged, cudaMemAdviseSetPreferredLocation(device) once, CPU memset (untimed), then timed: "
-         "cudaMemPrefetchAsync to the device + streaming read + sync"},
-    };
-    for (const Variant& v : variants) {
-        void* data = nullptr;
-        CHECK(cudaMallocManaged(&data, GIB, cudaMemAttachGlobal));
-        if (v.advise) {
+    if (kernel) {
+        CHECK(cudaMalloc(&data, GIB));
+        CHECK(cudaMemset(data, 1, GIB));
+        CHECK(cudaDeviceSynchronize());
+        row("read_device_1g", data, GIB,
+            "streaming-read kernel over 1 GiB of cudaMalloc memory, launch + cudaStreamSynchronize");
+        CHECK(cudaFree(data));
+        CHECK(cudaHostAlloc(&data, COPY_BYTES, cudaHostAllocMapped));
+        std::memset(data, 1, COPY_BYTES);
+        void* mapped = nullptr;
+        CHECK(cudaHostGetDevicePointer(&mapped, data, 0));
+        row("read_mapped_256m", mapped, COPY_BYTES,
+            "streaming-read kernel over 256 MiB of mapped pinned host memory (zero-copy, cudaHostAllocMapped), "
+            "launch + cudaStreamSynchronize");
+        CHECK(cudaFreeHost(data));
+    }
+    if (managed) {
+        struct Variant {
+            const char* key;
+            bool advise;
+            bool prefetch;
+            const char* detail;
+        };
+        const Variant variants[] = {
+            {"managed_first_read_fault_1g", false, false,
+             "1 GiB cudaMallocManaged, CPU memset (untimed), then timed: streaming read on the GPU (page faults) + "
+             "sync"},
+            {"managed_first_read_prefetch_1g", false, true,
+             "1 GiB cudaMallocManaged, CPU memset (untimed), then timed: cudaMemPrefetchAsync to the device + "
+             "streaming read + sync"},
+            {"managed_first_read_advise_prefetch_1g", true, true,
+             "1 GiB cudaMallocManaged, cudaMemAdviseSetPreferredLocation(device) once, CPU memset (untimed), then "
+             "timed: cudaMemPrefetchAsync to the device + streaming read + sync"},
+        };
+        for (const Variant& v : variants) {
+            CHECK(cudaMallocManaged(&data, GIB, cudaMemAttachGlobal));
+            if (v.advise) {
 #if CUDART_VERSION >= 13000
-            cudaMemLocation location{cudaMemLocationTypeDevice, device};
-            CHECK(cudaMemAdvise(data, GIB, cudaMemAdviseSetPreferredLocation, location));
+                CHECK(cudaMemAdvise(data, GIB, cudaMemAdviseSetPreferredLocation, {cudaMemLocationTypeDevice, device}));
 #else
-            CHECK(cudaMemAdvise(data, GIB, cudaMemAdviseSetPreferredLocation, device));
+                CHECK(cudaMemAdvise(data, GIB, cudaMemAdviseSetPreferredLocation, device));
 #endif
+            }
+            row(v.key, data, GIB, v.detail, v.prefetch ? device : -1, [&] { std::memset(data, 1, GIB); });
+            CHECK(cudaFree(data));
         }
-        reader.row(v.key, data, GIB, v.detail, v.prefetch ? device : -1, [&] { std::memset(data, 1, GIB); });
+        CHECK(cudaMallocManaged(&data, GIB, cudaMemAttachGlobal));
+        std::memset(data, 1, GIB);
+        CHECK(reads(data, GIB, device, 1));  // prefetched and read once: resident from here on
+        row("managed_resident_read_1g", data, GIB,
+            "1 GiB managed, already resident on the device (prefetched and read once, untimed): streaming read + sync");
         CHECK(cudaFree(data));
     }
-    void* data = nullptr;
-    CHECK(cudaMallocManaged(&data, GIB, cudaMemAttachGlobal));
-    std::memset(data, 1, GIB);
-    CHECK(read_batches::reads(data, GIB, reader.sink, reader.blocks, device, reader.stream, 1));  // resident now
-    reader.row("managed_resident_read_1g", data, GIB,
-               "1 GiB managed, already resident on the device (prefetched and read once, untimed): streaming read + "
-               "sync");
-    CHECK(cudaFree(data));
+    CHECK(cudaFree(sink));
+    CHECK(cudaStreamDestroy(stream));
 }
 
 void print_env(int device) {
@@ -335,10 +325,6 @@ int main(int argc, char** argv) {
     print_env(device);
     if (wanted("alloc")) alloc_section(device);
     if (wanted("bandwidth")) bandwidth_section();
-    if (wanted("kernel") || wanted("managed")) {
-        Reader reader;
-        if (wanted("kernel")) kernel_section(reader);
-        if (wanted("managed")) managed_section(reader, device);
-    }
+    if (wanted("kernel") || wanted("managed")) reads_section(device, wanted("kernel"), wanted("managed"));
     return 0;
 }

@@ -83,10 +83,7 @@ inline cudaError_t launch(const void* data, size_t bytes, uint32_t* sink, unsign
 // Prefetches managed memory to `device` on `stream`.
 inline cudaError_t prefetch(const void* data, size_t bytes, int device, cudaStream_t stream) {
 #if CUDART_VERSION >= 13000
-    cudaMemLocation location{};
-    location.type = cudaMemLocationTypeDevice;
-    location.id = device;
-    return cudaMemPrefetchAsync(data, bytes, location, 0, stream);
+    return cudaMemPrefetchAsync(data, bytes, {cudaMemLocationTypeDevice, device}, 0, stream);
 #else
     return cudaMemPrefetchAsync(data, bytes, device, stream);
 #endif

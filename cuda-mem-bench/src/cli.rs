@@ -1,6 +1,6 @@
 //! The `report` binary's flags and its one job: read the inputs, write the outputs.
 
-use crate::inputs::{self, RawRun};
+use crate::inputs;
 use crate::{features, join, paired, plots, render};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,32 +10,21 @@ pub const USAGE: &str = "\
 usage: report --date YYYY-MM-DD --raw RAW.jsonl --criterion DIR [--raw-rerun RAW2.jsonl]
               [--paired PAIRED.jsonl] [--paired-api PROFILED.jsonl] --out DIR
 
-Joins the raw CUDA C++ rows (raw_reference's output) with criterion's samples (DIR is criterion's
-output folder: the cuda-mem rows are its groups alloc, bandwidth, kernel, managed and features,
-the direct-FFI rows ffi-alloc, cudarc's cudarc-alloc, ...) and writes DIR/report.md,
-DIR/results.json, DIR/latency.svg and DIR/bandwidth.svg. --raw-rerun names a second run of
-raw_reference: its ratio to the first is each row's noise floor. --paired names the output of the
-`paired` benchmark (cuda-mem and raw C++ interleaved in one process): its ratios are the ones the
-targets are judged by. --paired-api names the output of `paired --api-time` (the same, profiled
-through CUPTI): it adds a section that splits each side's time into inside and outside CUDA calls.
---date is the report's date (`cargo xtask bench` and the bundle's `run --bench` pass today's).";
+Joins raw_reference's rows with criterion's samples (DIR: criterion's output folder) and writes
+DIR/report.md, DIR/results.json, DIR/latency.svg and DIR/bandwidth.svg. --raw-rerun: a second run
+of raw_reference, each row's noise floor. --paired: the `paired` benchmark's output, the ratios the
+targets are judged by. --paired-api: `paired --api-time`'s output, time inside and outside CUDA
+calls. `cargo xtask bench` and the bundle's `run --bench` pass today's date.";
 
-/// Inputs and outputs of one report.
+/// Inputs and outputs of one report: the flags of [`USAGE`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
-    /// The report's date.
     pub date: String,
-    /// The C++ program's output.
     pub raw: PathBuf,
-    /// Criterion's folder.
     pub criterion: PathBuf,
-    /// A second run of the C++ program, for the noise floor.
     pub raw_rerun: Option<PathBuf>,
-    /// The `paired` benchmark's output.
     pub paired: Option<PathBuf>,
-    /// The output of `paired --api-time`.
     pub paired_api: Option<PathBuf>,
-    /// Where to write.
     pub out: PathBuf,
 }
 
@@ -66,19 +55,16 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>, 
     }))
 }
 
-fn raw_run(path: &Path) -> Result<RawRun, String> {
-    inputs::parse_raw(&inputs::read(path)?).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn paired_rows(path: Option<&PathBuf>) -> Result<BTreeMap<String, paired::PairedRow>, String> {
-    let Some(path) = path else { return Ok(BTreeMap::new()) };
-    paired::parse(&inputs::read(path)?).map_err(|e| format!("{}: {e}", path.display()))
+/// `parse` of the file at `path`, or of nothing when there is no path.
+fn parsed<T>(path: Option<&Path>, parse: fn(&str) -> Result<T, String>) -> Result<T, String> {
+    parse(&path.map(inputs::read).transpose()?.unwrap_or_default())
+        .map_err(|e| format!("{}: {e}", path.unwrap_or(Path::new("")).display()))
 }
 
 /// Reads the inputs and writes report.md, results.json and the plots; returns report.md's path.
 pub fn run(options: &Options) -> Result<PathBuf, String> {
-    let raw = raw_run(&options.raw)?;
-    let rerun = options.raw_rerun.as_deref().map(raw_run).transpose()?;
+    let raw = parsed(Some(&options.raw), inputs::parse_raw)?;
+    let rerun = options.raw_rerun.as_deref().map(|path| parsed(Some(path), inputs::parse_raw)).transpose()?;
     let criterion = inputs::read_criterion(&options.criterion)?;
     if raw.rows.is_empty() && criterion.is_empty() {
         return Err(format!(
@@ -87,7 +73,7 @@ pub fn run(options: &Options) -> Result<PathBuf, String> {
             options.criterion.display()
         ));
     }
-    let paired = paired_rows(options.paired.as_ref())?;
+    let paired = parsed(options.paired.as_deref(), paired::parse)?;
     let report = render::Report {
         date: options.date.clone(),
         rows: join::join(&raw, rerun.as_ref(), &criterion, &paired),
@@ -95,7 +81,7 @@ pub fn run(options: &Options) -> Result<PathBuf, String> {
         with_rerun: rerun.is_some(),
         env: raw.env,
         paired,
-        profiled: paired_rows(options.paired_api.as_ref())?,
+        profiled: parsed(options.paired_api.as_deref(), paired::parse)?,
     };
     let out = &options.out;
     std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
@@ -148,20 +134,16 @@ mod tests {
         std::fs::write(dir.join("sample.json"), format!("{{\"iters\":[1.0],\"times\":[{ns:?}]}}")).unwrap();
     }
 
-    /// Equal, numbers within 1e-9 relative (the samples above round-trip through a division).
-    fn same(a: &Value, b: &Value, at: &str) {
+    /// Equal, numbers within 1e-9 relative (the samples above went through a division).
+    fn same(a: &Value, b: &Value) -> bool {
         match (a, b) {
             (Value::Number(x), Value::Number(y)) => {
                 let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-                assert!((x - y).abs() <= 1e-9 * x.abs().max(y.abs()), "{at}: {x} != {y}");
+                (x - y).abs() <= 1e-9 * x.abs().max(y.abs())
             }
-            (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
-                x.iter().zip(y).enumerate().for_each(|(i, (x, y))| same(x, y, &format!("{at}[{i}]")))
-            }
-            (Value::Object(x), Value::Object(y)) if x.keys().eq(y.keys()) => {
-                x.iter().for_each(|(k, v)| same(v, &y[k], &format!("{at}.{k}")))
-            }
-            _ => assert_eq!(a, b, "{at}"),
+            (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y)),
+            (Value::Object(x), Value::Object(y)) => x.keys().eq(y.keys()) && x.iter().all(|(k, v)| same(v, &y[k])),
+            _ => a == b,
         }
     }
 
@@ -215,7 +197,7 @@ mod tests {
         let map = results.as_object_mut().unwrap();
         map.remove("claims");
         map.remove("claim_rows");
-        same(&serde_json::from_str(&written).unwrap(), &results, "results.json");
+        assert!(same(&serde_json::from_str(&written).unwrap(), &results), "results.json differs");
         // plotters' histogram keeps its bars in a HashMap: their order in the SVG varies.
         let svg = |text: &str| text.lines().map(str::to_string).collect::<std::collections::BTreeSet<_>>();
         for (name, text) in [("latency.svg", committed!("latency.svg")), ("bandwidth.svg", committed!("bandwidth.svg"))]

@@ -10,66 +10,56 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-/// One feature row: what it measures and what it is compared with.
+/// One feature row: its catalogue entry, its baseline's key (a raw C++ row, or for an `adaptor`
+/// the feature row it wraps) and what one operation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Feature {
-    /// Key, K, samples, bytes and unit.
     pub row: Row,
-    /// The baseline's key: a raw C++ row, or (`adaptor`) another feature row.
     pub baseline: &'static str,
-    /// Whether the baseline is a feature row.
     pub adaptor: bool,
-    /// What one operation is.
     pub what: &'static str,
 }
 
-const fn feature(
-    key: &'static str,
-    unit: Unit,
-    k: u32,
-    samples: u32,
-    bytes: u64,
-    baseline: &'static str,
-    what: &'static str,
-) -> Feature {
-    let row = Row { key, section: Section::Features, unit, k, samples, bytes };
+const fn us(key: &'static str, k: u32, samples: u32, bytes: u64) -> Row {
+    Row { key, section: Section::Features, unit: Unit::Micros, k, samples, bytes }
+}
+
+const fn gbs(key: &'static str, samples: u32, bytes: u64) -> Row {
+    Row { key, section: Section::Features, unit: Unit::GigabytesPerSecond, k: 1, samples, bytes }
+}
+
+const fn raw(row: Row, baseline: &'static str, what: &'static str) -> Feature {
     Feature { row, baseline, adaptor: false, what }
 }
 
-const fn pool_hit(key: &'static str, bytes: u64, baseline: &'static str) -> Feature {
-    feature(key, Unit::Micros, 2000, 30, bytes, baseline, "PinnedPool::alloc + drop, cache hit")
-}
-
-const fn staged(key: &'static str, bytes: u64, samples: u32, baseline: &'static str, what: &'static str) -> Feature {
-    feature(key, Unit::GigabytesPerSecond, 1, samples, bytes, baseline, what)
-}
-
 const fn adaptor(key: &'static str, what: &'static str) -> Feature {
-    Feature { adaptor: true, ..feature(key, Unit::Micros, 200, 50, MIB, "resource_pool_1m", what) }
+    Feature { row: us(key, 200, 50, MIB), baseline: "resource_pool_1m", adaptor: true, what }
 }
+
+const HIT: &str = "PinnedPool::alloc + drop, cache hit";
+const TO_DEVICE: &str = "StagedCopier::copy_to_device from pageable memory";
+const TO_HOST: &str = "StagedCopier::copy_to_host into pageable memory";
 
 /// Every feature row, in report order.
 pub const FEATURES: &[Feature] = &[
-    pool_hit("pinned_pool_hit_4k", 4096, "malloc_host_4k"),
-    pool_hit("pinned_pool_hit_1m", MIB, "malloc_host_1m"),
-    pool_hit("pinned_pool_hit_64m", 64 * MIB, "malloc_host_64m"),
-    staged("staged_h2d_256m", 256 * MIB, 20, "h2d_pageable", "StagedCopier::copy_to_device from pageable memory"),
-    staged("staged_d2h_256m", 256 * MIB, 20, "d2h_pageable", "StagedCopier::copy_to_host into pageable memory"),
-    staged("staged_h2d_1g", 1024 * MIB, 10, "h2d_pageable", "StagedCopier::copy_to_device from pageable memory, 1 GiB"),
-    staged("staged_d2h_1g", 1024 * MIB, 10, "d2h_pageable", "StagedCopier::copy_to_host into pageable memory, 1 GiB"),
-    staged(
-        "register_copy_unregister_h2d_256m",
-        256 * MIB,
-        10,
+    raw(us("pinned_pool_hit_4k", 2000, 30, 4096), "malloc_host_4k", HIT),
+    raw(us("pinned_pool_hit_1m", 2000, 30, MIB), "malloc_host_1m", HIT),
+    raw(us("pinned_pool_hit_64m", 2000, 30, 64 * MIB), "malloc_host_64m", HIT),
+    raw(gbs("staged_h2d_256m", 20, 256 * MIB), "h2d_pageable", TO_DEVICE),
+    raw(gbs("staged_d2h_256m", 20, 256 * MIB), "d2h_pageable", TO_HOST),
+    raw(
+        gbs("staged_h2d_1g", 10, 1024 * MIB),
+        "h2d_pageable",
+        "StagedCopier::copy_to_device from pageable memory, 1 GiB",
+    ),
+    raw(gbs("staged_d2h_1g", 10, 1024 * MIB), "d2h_pageable", "StagedCopier::copy_to_host into pageable memory, 1 GiB"),
+    raw(
+        gbs("register_copy_unregister_h2d_256m", 10, 256 * MIB),
         "h2d_pageable",
         "cudaHostRegister + cudaMemcpy + cudaHostUnregister (RegisteredHost), for comparison",
     ),
-    feature(
-        "resource_pool_1m",
-        Unit::Micros,
-        200,
-        50,
-        MIB,
+    raw(
+        us("resource_pool_1m", 200, 50, MIB),
         "async_retain_nosync_1m",
         "ResourceBuffer from a PoolResource (retaining pool) + drop, one synchronize per sample",
     ),
@@ -87,11 +77,8 @@ pub fn feature_row(key: &str) -> Option<&'static Row> {
 /// A feature row's figure and its baseline's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FeatureResult {
-    /// The catalogue entry.
     pub feature: &'static Feature,
-    /// The feature's figure.
     pub value: Option<f64>,
-    /// The baseline's figure.
     pub baseline_value: Option<f64>,
 }
 

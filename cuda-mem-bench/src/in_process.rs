@@ -15,13 +15,10 @@ unsafe extern "C" {
     fn cm_raw_stream_ordered(bytes: usize, pool: *mut c_void, stream: *mut c_void, sync_each: c_int, k: c_int)
     -> c_int;
     fn cm_raw_copy(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int, sync: c_int, k: c_int) -> c_int;
-    fn cm_raw_resident_blocks(blocks: *mut c_uint) -> c_int;
-    #[rustfmt::skip]
     fn cm_raw_reads(
         data: *const c_void,
         bytes: usize,
         sink: *mut c_void,
-        blocks: c_uint,
         prefetch_device: c_int,
         stream: *mut c_void,
         k: c_int,
@@ -45,18 +42,9 @@ pub enum RawBatch {
     StreamOrdered { pool: *mut c_void, stream: *mut c_void, sync_each: bool },
     /// `cudaMemcpy(dst, src, bytes, kind)`, then `cudaStreamSynchronize(0)` when `sync_legacy`.
     Copy { dst: *mut c_void, src: *const c_void, kind: u32, sync_legacy: bool },
-    /// The streaming-read kernel over `data` (zero the 4-byte `sink`, launch at most `blocks`
-    /// blocks on `stream`, synchronize), after a `cudaMemPrefetchAsync` to `prefetch_device`.
-    Reads { data: *const c_void, sink: *mut c_void, blocks: u32, prefetch_device: Option<i32>, stream: *mut c_void },
-}
-
-/// Blocks of 256 threads the current device holds at once (the reads' grid limit); `Err` holds
-/// the CUDA error code.
-pub fn resident_blocks() -> Result<u32, i32> {
-    let mut blocks: c_uint = 0;
-    // SAFETY: a valid out-pointer; the function only queries device attributes.
-    let code = unsafe { cm_raw_resident_blocks(&mut blocks) };
-    if code == 0 { Ok(blocks) } else { Err(code) }
+    /// The streaming-read kernel over `data` (zero the 4-byte `sink`, launch on `stream`,
+    /// synchronize), after a `cudaMemPrefetchAsync` to `prefetch_device`.
+    Reads { data: *const c_void, sink: *mut c_void, prefetch_device: Option<i32>, stream: *mut c_void },
 }
 
 /// Runs one batch of `k` operations on `bytes` and returns how long it took; `Err` holds the
@@ -83,8 +71,8 @@ pub unsafe fn time_batch(batch: RawBatch, bytes: usize, k: u32) -> Result<Durati
             RawBatch::Copy { dst, src, kind, sync_legacy } => {
                 cm_raw_copy(dst, src, bytes, kind as c_int, c_int::from(sync_legacy), k)
             }
-            RawBatch::Reads { data, sink, blocks, prefetch_device, stream } => {
-                cm_raw_reads(data, bytes, sink, blocks, prefetch_device.unwrap_or(-1), stream, k)
+            RawBatch::Reads { data, sink, prefetch_device, stream } => {
+                cm_raw_reads(data, bytes, sink, prefetch_device.unwrap_or(-1), stream, k)
             }
         }
     };

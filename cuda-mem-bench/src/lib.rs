@@ -7,28 +7,25 @@
 //! |---|---|
 //! | `reference/raw_reference.cu` | plain CUDA C++, compiled by `build.rs` with nvcc into `raw_reference`; one JSON object per line |
 //! | `benches/families.rs` | criterion benchmark of the same rows through cuda-mem, the runtime called directly (FFI) and, with the `cudarc` feature, cudarc |
-//! | `benches/paired.rs` | cuda-mem and the reference's own C++ batches ([`in_process`]) interleaved in one process ([`paired`]): the ratios the 1.02× target is judged by |
+//! | `benches/paired.rs` | cuda-mem and the reference's own C++ batches ([`in_process`]) interleaved in one process ([`paired`]): the ratios the target is judged by |
 //! | `src/bin/report.rs` | joins them by key ([`join`]) into `report.md`, `results.json`, `latency.svg`, `bandwidth.svg` |
 //!
 //! ## Method (both sides)
 //!
-//! One warm-up sample, then N samples. A sample runs an optional untimed setup (the managed
-//! first-read rows: the CPU writes the buffer), then K operations timed with the host's monotonic
-//! clock. K and N are fixed per row in [`rows::ROWS`] and in the C++ program's `PLANS` (a unit
-//! test keeps them equal). The figure is the median over samples of (sample time / K): µs per
-//! operation, or bytes / that time in GB/s (1 GB = 1e9 bytes, bytes counted once).
+//! One warm-up sample, then N samples, each an optional untimed setup (the managed first-read
+//! rows: the CPU writes the buffer) and K operations timed with the host's monotonic clock; K and
+//! N per row are in [`rows::ROWS`], which `build.rs` also writes into the C++ program. The figure
+//! is the median over samples of (sample time / K): µs per operation, or bytes / that time in GB/s
+//! (1 GB = 1e9 bytes). In criterion one iteration is one batch of K operations (`iter_custom`,
+//! `SamplingMode::Flat`, warm-up and measurement times of 1 ns: one warm-up batch and one batch
+//! per sample, with a warning "Unable to complete N samples" for every row); the report
+//! recomputes the figure from criterion's samples ([`stats::figure`]). Groups: [`rows::group_id`];
+//! function id: the row key.
 //!
-//! In criterion one iteration is one batch of K operations (`iter_custom`), with
-//! `SamplingMode::Flat` and warm-up and measurement times of 1 ns: criterion then runs one warm-up
-//! batch and one batch per sample (and warns "Unable to complete N samples" for every row). The
-//! report recomputes the figure from criterion's raw samples (`<group>/<key>/new/sample.json`,
-//! [`stats::figure`]). Groups: [`rows::group_id`]; function id: the row key.
-//!
-//! Ratios: µs rows cuda-mem / raw, GB/s rows raw / cuda-mem, so above 1 always means slower than
-//! raw CUDA; rows above [`stats::TARGET_RATIO`] are flagged. Where `paired` measured a row, its
-//! same-process ratio is the one judged ([`join::ReportRow::judged_ratio`]): two runs of the same
-//! C++ program differ by more than any wrapper costs on sub-µs and pinned rows (the report's
-//! noise column); interleaving in one process does not.
+//! Ratios: µs rows cuda-mem / raw, GB/s rows raw / cuda-mem, so above 1 is slower than raw CUDA;
+//! rows above [`stats::TARGET_RATIO`] are flagged. Where `paired` measured a row, its same-process
+//! ratio is the one judged ([`join::ReportRow::judged_ratio`]): two runs of the same C++ program
+//! differ by more than any wrapper costs on sub-µs and pinned rows (the report's noise column).
 
 // The in-process C++ batches call the CUDA runtime, so every binary that links this crate links
 // cudart: naming cuda-mem-sys makes rustc link it, even into `report`, which makes no CUDA call.

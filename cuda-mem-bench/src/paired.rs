@@ -18,16 +18,13 @@ pub const RAW: &str = "raw C++";
 /// Target for adaptors against the resource they wrap (against raw C++: [`TARGET_RATIO`]).
 pub const ADAPTOR_TARGET: f64 = 1.05;
 
-/// Times of both sides, one per sample, in the order taken.
+/// The baseline's and cuda-mem's batch times, one per sample in the order taken, and (profiled
+/// runs only) the time inside CUDA calls during each.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Interleaved {
-    /// Baseline batches.
     pub base: Vec<Duration>,
-    /// cuda-mem batches.
     pub ours: Vec<Duration>,
-    /// Time inside CUDA calls during each baseline batch (profiled runs only).
     pub base_api: Vec<ApiTotals>,
-    /// Time inside CUDA calls during each cuda-mem batch (profiled runs only).
     pub ours_api: Vec<ApiTotals>,
 }
 
@@ -55,35 +52,24 @@ pub fn interleave<E>(
     Ok(out)
 }
 
-/// Where one operation's time goes on each side of a profiled row (medians over the samples).
+/// Where one operation's time goes on each side (baseline, cuda-mem) of a profiled row: µs
+/// inside CUDA calls and CUDA calls per operation, medians over the samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ApiSplit {
-    /// Baseline µs per operation inside CUDA calls.
-    pub base_inside_us: f64,
-    /// cuda-mem µs per operation inside CUDA calls.
-    pub ours_inside_us: f64,
-    /// Baseline CUDA calls per operation.
-    pub base_calls: f64,
-    /// cuda-mem CUDA calls per operation.
-    pub ours_calls: f64,
+    pub inside_us: (f64, f64),
+    pub calls: (f64, f64),
 }
 
-/// One compared row.
+/// One compared row: its key, the baseline ([`RAW`] or another row's key), each side's median µs
+/// per operation, operations per batch, samples per side, and the split of profiled runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairedRow {
-    /// The row key (a catalogue or feature key).
     pub key: String,
-    /// What the baseline is: [`RAW`] or another row's key.
     pub baseline: String,
-    /// Baseline median µs per operation.
     pub base_us: f64,
-    /// cuda-mem median µs per operation.
     pub ours_us: f64,
-    /// Operations per batch.
     pub k: u32,
-    /// Samples per side.
     pub samples: u32,
-    /// Time inside CUDA calls, for profiled runs.
     pub api: Option<ApiSplit>,
 }
 
@@ -96,12 +82,8 @@ impl PairedRow {
             let inside: Vec<Duration> = t.iter().map(|a| a.inside).collect();
             Some((per_op(&inside)?, median(&t.iter().map(|a| a.calls as f64 / f64::from(k)).collect::<Vec<_>>())?))
         };
-        let split = match (api(&times.base_api), api(&times.ours_api)) {
-            (Some((base_inside_us, base_calls)), Some((ours_inside_us, ours_calls))) => {
-                Some(ApiSplit { base_inside_us, ours_inside_us, base_calls, ours_calls })
-            }
-            _ => None,
-        };
+        let split = api(&times.base_api).zip(api(&times.ours_api));
+        let split = split.map(|(base, ours)| ApiSplit { inside_us: (base.0, ours.0), calls: (base.1, ours.1) });
         Some(Self {
             key: key.into(),
             baseline: baseline.into(),
@@ -135,10 +117,10 @@ impl PairedRow {
             "ours_us": self.ours_us, "k": self.k, "samples": self.samples,
         });
         if let Some(a) = &self.api {
-            line["base_api_us"] = json!(a.base_inside_us);
-            line["ours_api_us"] = json!(a.ours_inside_us);
-            line["base_api_calls"] = json!(a.base_calls);
-            line["ours_api_calls"] = json!(a.ours_calls);
+            line["base_api_us"] = json!(a.inside_us.0);
+            line["ours_api_us"] = json!(a.inside_us.1);
+            line["base_api_calls"] = json!(a.calls.0);
+            line["ours_api_calls"] = json!(a.calls.1);
         }
         line.to_string()
     }
@@ -157,7 +139,7 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, PairedRow>, String> {
         let Ok(Value::Object(o)) = serde_json::from_str::<Value>(line.trim()) else { continue };
         let Some(key) = o.get("key").and_then(Value::as_str) else { continue };
         let num = |name: &str| o.get(name).and_then(Value::as_f64).ok_or(format!("line {}: no {name}", index + 1));
-        let api = (num("base_api_us"), num("ours_api_us"), num("base_api_calls"), num("ours_api_calls"));
+        let pair = |base, ours| Some((num(base).ok()?, num(ours).ok()?));
         let row = PairedRow {
             key: key.into(),
             baseline: o.get("baseline").and_then(Value::as_str).unwrap_or(RAW).into(),
@@ -165,12 +147,9 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, PairedRow>, String> {
             ours_us: num("ours_us")?,
             k: num("k")? as u32,
             samples: num("samples")? as u32,
-            api: match api {
-                (Ok(base_inside_us), Ok(ours_inside_us), Ok(base_calls), Ok(ours_calls)) => {
-                    Some(ApiSplit { base_inside_us, ours_inside_us, base_calls, ours_calls })
-                }
-                _ => None,
-            },
+            api: pair("base_api_us", "ours_api_us")
+                .zip(pair("base_api_calls", "ours_api_calls"))
+                .map(|(inside_us, calls)| ApiSplit { inside_us, calls }),
         };
         if !(row.base_us > 0.0 && row.ours_us > 0.0) {
             return Err(format!("line {}: row {key} has a non-positive time", index + 1));
@@ -230,16 +209,16 @@ pub fn api_markdown(rows: &BTreeMap<String, PairedRow>) -> String {
     );
     for r in rows.values() {
         let Some(a) = &r.api else { continue };
-        let (base_out, ours_out) = (r.base_us - a.base_inside_us, r.ours_us - a.ours_inside_us);
+        let (base_out, ours_out) = (r.base_us - a.inside_us.0, r.ours_us - a.inside_us.1);
         let _ = writeln!(
             out,
             "| `{}` | {} | {:.2} / {:.2} | {:.3} / {:.3} | {base_out:.3} / {ours_out:.3} | {:+.0} | {:.3} |",
             r.key,
             r.baseline_cell(),
-            a.base_calls,
-            a.ours_calls,
-            a.base_inside_us,
-            a.ours_inside_us,
+            a.calls.0,
+            a.calls.1,
+            a.inside_us.0,
+            a.inside_us.1,
             (ours_out - base_out) * 1e3,
             r.ratio()
         );
@@ -254,8 +233,8 @@ pub fn json(rows: &BTreeMap<String, PairedRow>) -> Value {
             "key": r.key, "baseline": r.baseline, "base_us": r.base_us, "ours_us": r.ours_us,
             "ratio": r.ratio(), "target": r.target(), "met": r.met(), "k": r.k, "samples": r.samples,
             "api": r.api.map(|a| json!({
-                "base_inside_us": a.base_inside_us, "ours_inside_us": a.ours_inside_us,
-                "base_calls": a.base_calls, "ours_calls": a.ours_calls,
+                "base_inside_us": a.inside_us.0, "ours_inside_us": a.inside_us.1,
+                "base_calls": a.calls.0, "ours_calls": a.calls.1,
             })),
         })
     });
@@ -284,15 +263,12 @@ mod tests {
         let us = |d: &[Duration]| d.iter().map(|t| t.as_micros()).collect::<Vec<_>>();
         assert_eq!((us(&times.base), us(&times.ours)), (vec![3, 6, 7], vec![4, 5, 8]));
         let row = PairedRow::from_times("pool_odd_16441", RAW, 2, &times).unwrap();
-        assert_eq!(
-            row.api,
-            Some(ApiSplit { base_inside_us: 20.0, ours_inside_us: 20.0, base_calls: 1.5, ours_calls: 1.5 })
-        );
+        assert_eq!(row.api, Some(ApiSplit { inside_us: (20.0, 20.0), calls: (1.5, 1.5) }));
         assert_eq!(interleave(5, None, |base| if base { Ok(Duration::ZERO) } else { Err("boom") }), Err("boom"));
     }
 
     #[test]
-    fn lines_round_trip_and_rows_are_judged_by_kind() {
+    fn rows_are_judged_by_kind_and_bad_lines_refused() {
         let row = PairedRow {
             key: "malloc_4k".into(),
             baseline: RAW.into(),
@@ -300,16 +276,15 @@ mod tests {
             ours_us: 63.0,
             k: 200,
             samples: 30,
-            api: Some(ApiSplit { base_inside_us: 59.0, ours_inside_us: 59.9, base_calls: 2.0, ours_calls: 2.0 }),
+            api: None,
         };
-        let text = format!("Running benches/paired.rs\n\n{}\n", row.to_line());
-        assert_eq!(parse(&text).unwrap()["malloc_4k"], row);
-        let within = PairedRow { key: "malloc_1m".into(), ours_us: 60.6, api: None, ..row.clone() };
+        let within = PairedRow { key: "malloc_1m".into(), ours_us: 60.6, ..row.clone() };
         let adaptor =
             PairedRow { key: "resource_stats_pool_1m".into(), baseline: "resource_pool_1m".into(), ..within.clone() };
-        let text = [&row, &within, &adaptor].map(PairedRow::to_line).join("\n");
+        let text =
+            format!("Running benches/paired.rs\n\n{}", [&row, &within, &adaptor].map(PairedRow::to_line).join("\n"));
+        assert_eq!(parse(&text).unwrap()["malloc_4k"], row);
         assert_eq!(missed_keys(&text).unwrap(), ["malloc_4k"], "1.05 misses 1.02; 1.01 meets both targets");
-        assert_eq!(adaptor.target(), ADAPTOR_TARGET);
         assert!(parse("{\"key\":\"a\",\"base_us\":0,\"ours_us\":1,\"k\":1,\"samples\":1}").is_err());
         assert!(parse("{\"key\":\"a\",\"ours_us\":1,\"k\":1,\"samples\":1}").unwrap_err().contains("no base_us"));
     }

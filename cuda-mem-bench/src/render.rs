@@ -9,22 +9,17 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-/// Everything one report is made of.
+/// Everything one report is made of: its date (YYYY-MM-DD, from the caller), the machine (the C++
+/// program's `env` line), the joined rows in catalogue order, whether a second C++ run was given
+/// (the noise column), the feature rows, and the rows of `paired` and `paired --api-time`.
 #[derive(Debug, Clone)]
 pub struct Report {
-    /// The date of the report (YYYY-MM-DD), from the caller.
     pub date: String,
-    /// The machine: the C++ program's `env` line.
     pub env: Option<Map<String, Value>>,
-    /// Joined rows, in catalogue order.
     pub rows: Vec<ReportRow>,
-    /// Whether a second run of the C++ program was supplied (adds the noise column).
     pub with_rerun: bool,
-    /// The feature rows against their baselines.
     pub features: Vec<FeatureResult>,
-    /// The `paired` benchmark's rows.
     pub paired: BTreeMap<String, PairedRow>,
-    /// The `paired --api-time` rows.
     pub profiled: BTreeMap<String, PairedRow>,
 }
 
