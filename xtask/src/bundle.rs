@@ -172,8 +172,8 @@ case "${1:-}" in
       bench/raw_reference alloc managed > "$out/raw-rerun.jsonl" || fail=1
       rerun=(--raw-rerun "$out/raw-rerun.jsonl")
     fi
-    bench/report --raw "$out/raw.jsonl" "${rerun[@]}" "${profile[@]}" --paired "$out/paired.jsonl" \
-      --criterion "$out/criterion" --cudarc "$out/criterion" --out "$out/report" || fail=1
+    bench/report --date "$(date -u +%F)" --raw "$out/raw.jsonl" "${rerun[@]}" "${profile[@]}" \
+      --paired "$out/paired.jsonl" --criterion "$out/criterion" --out "$out/report" || fail=1
     ;;
   *)
     run_tests
