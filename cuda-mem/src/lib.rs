@@ -134,6 +134,15 @@ mod auto_traits {
         send_sync::<PooledPinned<u8>>();
         send_sync::<Event>();
         send_sync::<CudaError>();
+        send_sync::<Completion>();
+    }
+
+    fn send<T: Send>() {}
+
+    #[test]
+    fn pending_work_moves_between_threads_with_its_buffers() {
+        send::<Pending<(StreamBuffer<'static, f32>, PinnedBuffer<f32>)>>();
+        send::<Pending<(DeviceBuffer<u8>, Vec<u8>)>>();
     }
 }
 
