@@ -210,6 +210,7 @@ fn gpu_then_and_join_chain_kernels_and_copies_on_owned_buffers() {
     // Queued on `a`, after both: y = 1 * (2x) + x.
     let both = first
         .join(second)
+        .unwrap()
         .then(|s, ((doubled, _), (y, _))| axpy_f32(s, &mut y.as_mut_slice(), 1.0, doubled.as_slice()))
         .unwrap();
     let ((doubled, host), (y, source)) = block_on(both).0.unwrap();
@@ -257,6 +258,7 @@ fn gpu_staged_on_copies_are_ordered_with_the_work_on_their_stream() {
         .copy_from_host_on(&stream, target, data.clone())
         .unwrap()
         .join(sum)
+        .unwrap()
         .then(|s, ((target, _), sum)| checksum_u32(s, target.as_slice(), &mut sum.as_mut_slice()))
         .unwrap()
         .wait()

@@ -125,6 +125,9 @@ pub struct Pending<T> {
     settle: Option<Settle<T>>,
     /// The wake-up armed at the first poll that found the work unfinished.
     wake: Option<Completion>,
+    /// A job's failure, kept once taken from the job: its lanes' work may still be in flight, so
+    /// the value is never handed back (see [`Pending::wait`]).
+    failed: Option<Box<crate::CudaError>>,
 }
 
 // The value is never pinned: `poll` moves it out by value.
@@ -144,7 +147,7 @@ impl<T> fmt::Debug for Pending<T> {
 impl<T> Pending<T> {
     /// A pending value fenced by `fences` (GPU work) and `jobs` (host work on other threads).
     pub(crate) fn new(value: T, stream: Stream, fences: Vec<Event>, jobs: Vec<Arc<Job>>) -> Self {
-        Self { value: Some(value), stream, fences, jobs, settle: None, wake: None }
+        Self { value: Some(value), stream, fences, jobs, settle: None, wake: None, failed: None }
     }
 
     /// The stream the work was queued on.
@@ -155,6 +158,9 @@ impl<T> Pending<T> {
     /// Blocks until the work has completed and returns the buffers. On failure the buffers are
     /// leaked (see the type's docs) and the error returned.
     pub fn wait(mut self) -> Result<T> {
+        if self.value.is_none() {
+            return Err(already_handed_back());
+        }
         match self.complete_blocking() {
             Ok(()) => Ok(self.hand_back()),
             Err(err) => Err(self.leak(err)),
@@ -164,6 +170,12 @@ impl<T> Pending<T> {
     /// True once the work has completed; never blocks. An error means the work failed (the
     /// context is broken); [`Pending::wait`] returns it too.
     pub fn is_done(&self) -> Result<bool> {
+        if self.value.is_none() {
+            return Err(already_handed_back());
+        }
+        if self.failed.is_some() {
+            return Ok(true);
+        }
         for job in &self.jobs {
             match job.is_finished() {
                 Some(true) => {}
@@ -219,6 +231,9 @@ impl<T> Pending<T> {
         F: for<'s> FnOnce(&'s StreamScope<'s, 's>, &'s mut T) -> Result<()>,
     {
         let stream = self.stream.clone();
+        if self.value.is_none() {
+            return Err(already_handed_back());
+        }
         if self.settle.is_some() {
             return stream.queue(self.wait()?, f);
         }
@@ -233,13 +248,20 @@ impl<T> Pending<T> {
 
     /// One `Pending` for two: it completes when both have, and hands back both values.
     /// [`Pending::then`] on it queues on `self`'s stream, ordered after both.
-    pub fn join<U>(mut self, mut other: Pending<U>) -> Pending<(T, U)>
+    ///
+    /// A `Pending` already awaited to completion has nothing left to join:
+    /// [`InvalidArgument`](crate::ErrorKind::InvalidArgument) (the other is dropped, which waits
+    /// for its work).
+    pub fn join<U>(mut self, mut other: Pending<U>) -> Result<Pending<(T, U)>>
     where
         T: 'static,
         U: 'static,
     {
-        let value = (self.value.take(), other.value.take());
-        let (Some(a), Some(b)) = value else { unreachable!("a Pending holds its value until handed back") };
+        if self.value.is_none() || other.value.is_none() {
+            // Both are dropped as they are: the one still holding its value waits for its work.
+            return Err(already_handed_back());
+        }
+        let (Some(a), Some(b)) = (self.value.take(), other.value.take()) else { unreachable!("both checked above") };
         let settle = match (self.settle.take(), other.settle.take()) {
             (None, None) => None,
             (first, second) => Some(Box::new(move |(a, b): &mut (T, U)| {
@@ -255,7 +277,8 @@ impl<T> Pending<T> {
         fences.append(&mut other.fences);
         let mut jobs = std::mem::take(&mut self.jobs);
         jobs.append(&mut other.jobs);
-        Pending { value: Some((a, b)), stream: self.stream.clone(), fences, jobs, settle, wake: None }
+        let failed = self.failed.take().or(other.failed.take());
+        Ok(Pending { value: Some((a, b)), stream: self.stream.clone(), fences, jobs, settle, wake: None, failed })
     }
 
     /// Keeps `kept` (memory the work still uses, e.g. a staging block) until completion, where
@@ -278,26 +301,44 @@ impl<T> Pending<T> {
             }
         });
         let (fences, jobs) = (std::mem::take(&mut self.fences), std::mem::take(&mut self.jobs));
-        Pending { value: Some(value), stream: self.stream.clone(), fences, jobs, settle: Some(settle), wake: None }
+        let failed = self.failed.take();
+        Pending {
+            value: Some(value),
+            stream: self.stream.clone(),
+            fences,
+            jobs,
+            settle: Some(settle),
+            wake: None,
+            failed,
+        }
     }
 
     /// Blocks until every job and every fence has completed.
     fn complete_blocking(&mut self) -> Result<()> {
-        while let Some(job) = self.jobs.pop() {
-            let events = job.join()?;
-            self.fences.extend(events);
-        }
+        self.join_jobs()?;
         self.fences.iter().try_for_each(Event::synchronize)
     }
 
     /// Makes this `Pending`'s stream wait (on the device) for all the work on the value; jobs are
     /// joined first (their host part must be done before their events exist).
     fn order_stream_after_work(&mut self) -> Result<()> {
-        while let Some(job) = self.jobs.pop() {
-            let events = job.join()?;
-            self.fences.extend(events);
-        }
+        self.join_jobs()?;
         self.fences.iter().try_for_each(|fence| self.stream.wait_event(fence))
+    }
+
+    /// Blocks until every job has finished and keeps their events as fences. A failure is kept
+    /// (see `failed`) and returned now and by every later wait.
+    fn join_jobs(&mut self) -> Result<()> {
+        while let Some(job) = self.jobs.pop() {
+            match job.join() {
+                Ok(events) => self.fences.extend(events),
+                Err(err) => self.failed = Some(Box::new(err)),
+            }
+        }
+        match &self.failed {
+            Some(err) => Err((**err).clone()),
+            None => Ok(()),
+        }
     }
 
     /// The value, after its host step; called once the work has completed.
@@ -315,6 +356,11 @@ impl<T> Pending<T> {
         std::mem::forget(self.settle.take());
         err
     }
+}
+
+/// The error of using a `Pending` whose value was already handed back (by `.await`).
+fn already_handed_back() -> crate::CudaError {
+    polled_after_completion("Pending (its buffers were already handed back)")
 }
 
 /// True when every event has completed.
@@ -349,9 +395,12 @@ impl<T> Future for Pending<T> {
                 }
                 Poll::Ready(Err(err)) => {
                     this.jobs.pop();
-                    return Poll::Ready(Err(this.leak(err)));
+                    this.failed = Some(Box::new(err));
                 }
             }
+        }
+        if let Some(err) = this.failed.clone() {
+            return Poll::Ready(Err(this.leak(*err)));
         }
         loop {
             match all_complete(&this.fences) {
