@@ -117,23 +117,40 @@ fn run_async(config: &Config) -> cuda_mem::Result<(Duration, Duration)> {
         .enable_time()
         .build()
         .expect("a tokio runtime");
-    let device = cuda_mem::Device::current()?;
-    // Warm-up (kernel module, pools) outside the timing.
-    let warm = make_inputs(&Config { requests: 1, ..*config })?.pop().expect("one input");
-    let warmed = runtime.block_on(serve(streams[0].clone(), warm, Arc::default()))?;
-    check(0, &warmed);
+    // Warm-up round with small requests, outside the timing: the kernel module, the pool, and
+    // the helper streams the wake-ups use (created at the first concurrent waits).
+    let small = make_inputs(&Config { elements: 1024, ..*config })?;
+    let (_, outputs) = async_round(&runtime, &streams, small, Arc::default());
+    for (r, output) in outputs.into_iter().enumerate() {
+        check(r, &output?);
+    }
     let inputs = make_inputs(config)?;
     let stats = Arc::new(InCudaMem::default());
+    let (wall, outputs) = async_round(&runtime, &streams, inputs, Arc::clone(&stats));
+    for (r, output) in outputs.into_iter().enumerate() {
+        check(r, &output?);
+    }
+    Ok((wall, stats.total()))
+}
+
+/// Every request as a task at once; the wall time until all have finished, and their outputs.
+fn async_round(
+    runtime: &tokio::runtime::Runtime,
+    streams: &[Stream],
+    inputs: Vec<PinnedBuffer<f32>>,
+    stats: Arc<InCudaMem>,
+) -> (Duration, Vec<cuda_mem::Result<PinnedBuffer<f32>>>) {
+    let device = streams[0].device();
     let start = Instant::now();
     let outputs = runtime.block_on(async {
         let tasks: Vec<_> = inputs
             .into_iter()
-            .zip(&streams)
+            .zip(streams)
             .map(|(input, stream)| {
                 let (stream, stats) = (stream.clone(), Arc::clone(&stats));
                 tokio::spawn(async move {
                     // A new executor thread starts on device 0: make the stream's device current.
-                    device.set_current()?;
+                    stats.call(|| device.set_current())?;
                     serve(stream, input, stats).await
                 })
             })
@@ -144,11 +161,7 @@ fn run_async(config: &Config) -> cuda_mem::Result<(Duration, Duration)> {
         }
         outputs
     });
-    let wall = start.elapsed();
-    for (r, output) in outputs.into_iter().enumerate() {
-        check(r, &output?);
-    }
-    Ok((wall, stats.total()))
+    (start.elapsed(), outputs)
 }
 
 /// The requests one OS thread serves: (input, output) pairs.
