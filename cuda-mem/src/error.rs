@@ -145,6 +145,8 @@ impl OomReport {
 pub struct CudaError {
     kind: ErrorKind,
     operation: Cow<'static, str>,
+    /// A failure that followed this one in the same operation (see [`CudaError::later`]).
+    later: Option<Box<CudaError>>,
 }
 
 /// `Result` with [`CudaError`].
@@ -153,7 +155,40 @@ pub type Result<T, E = CudaError> = std::result::Result<T, E>;
 impl CudaError {
     /// An error of `kind` while doing `operation` (a phrase like "cudaMalloc of 64 bytes").
     pub fn new(kind: ErrorKind, operation: impl Into<Cow<'static, str>>) -> Self {
-        Self { kind, operation: operation.into() }
+        Self { kind, operation: operation.into(), later: None }
+    }
+
+    /// A failure that came after this one within the same call, which the call could not return
+    /// on its own: e.g. the synchronize at the end of [`Stream::try_scope`](crate::Stream::try_scope)
+    /// when the closure had already failed. The `Display` text shows it after `; then `.
+    ///
+    /// ```
+    /// # use cuda_mem::{CudaError, ErrorCode, ErrorKind};
+    /// let closure = CudaError::new(ErrorKind::LengthMismatch { src: 3, dst: 4 }, "cudaMemcpyAsync host to device");
+    /// let sync = CudaError::new(ErrorKind::Runtime(ErrorCode::ILLEGAL_ADDRESS), "cudaStreamSynchronize");
+    /// let both = closure.with_later(sync.clone());
+    /// assert_eq!(both.later(), Some(&sync));
+    /// assert_eq!(both.kind(), &ErrorKind::LengthMismatch { src: 3, dst: 4 });
+    /// assert_eq!(
+    ///     both.to_string(),
+    ///     "cudaMemcpyAsync host to device failed: source has 3 elements, destination 4; then \
+    ///      cudaStreamSynchronize failed: an illegal memory access was encountered \
+    ///      (cudaErrorIllegalAddress) [sticky: the CUDA context is unusable; the process must restart]"
+    /// );
+    /// ```
+    pub fn later(&self) -> Option<&CudaError> {
+        self.later.as_deref()
+    }
+
+    /// This error with `later` attached after any failure already attached (see
+    /// [`CudaError::later`]). The kind, code and operation stay this error's.
+    pub fn with_later(mut self, later: CudaError) -> Self {
+        let mut slot = &mut self.later;
+        while let Some(next) = slot {
+            slot = &mut next.later;
+        }
+        *slot = Some(Box::new(later));
+        self
     }
 
     /// What went wrong.
@@ -216,6 +251,9 @@ impl fmt::Display for CudaError {
         }
         if self.is_sticky() {
             f.write_str(" [sticky: the CUDA context is unusable; the process must restart]")?;
+        }
+        if let Some(later) = &self.later {
+            write!(f, "; then {later}")?;
         }
         Ok(())
     }

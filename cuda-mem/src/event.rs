@@ -1,6 +1,8 @@
 //! Events: markers in a stream, for waiting, cross-stream ordering and timing.
 
+use crate::device::Device;
 use crate::error::Result;
+use crate::notify::Completion;
 use crate::raw;
 use crate::stream::Stream;
 use std::time::Duration;
@@ -59,6 +61,22 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the handle is valid while `self` lives.
         unsafe { raw::events::synchronize(self.raw) }
+    }
+
+    /// A future that resolves once the captured work has completed (at once for an event never
+    /// recorded), woken through a host function on a helper stream that waits for the event; no
+    /// thread blocks. Recording the event again later does not change what the future waits for.
+    /// The waker must not call CUDA inline (see [`Completion`]).
+    ///
+    /// ```no_run
+    /// # async fn run() -> cuda_mem::Result<()> {
+    /// let stream = cuda_mem::Stream::non_blocking()?;
+    /// let done = stream.record_event()?;
+    /// done.wait_async()?.await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_async(&self) -> Result<Completion> {
+        Completion::after_events(Device::current()?, &[self])
     }
 
     /// True when the captured work has completed; never blocks.

@@ -74,6 +74,18 @@ pub struct StreamScope<'scope, 'env: 'scope> {
     _env: PhantomData<&'env mut &'env ()>,
 }
 
+/// One `Result` from a fallible scope's closure and the synchronize that ended it: the closure's
+/// error first, with the synchronize's failure attached (see [`CudaError::later`](crate::CudaError::later)) when both
+/// failed.
+pub(crate) fn merge<T>(value: Result<T>, synchronized: Result<()>) -> Result<T> {
+    match (value, synchronized) {
+        (Ok(value), Ok(())) => Ok(value),
+        (Ok(_), Err(sync)) => Err(sync),
+        (Err(err), Ok(())) => Err(err),
+        (Err(err), Err(sync)) => Err(err.with_later(sync)),
+    }
+}
+
 /// Waits for the stream if the scope's closure unwinds, so borrows never end with work pending.
 struct SyncOnUnwind<'a>(&'a Stream);
 
@@ -81,6 +93,24 @@ impl Drop for SyncOnUnwind<'_> {
     fn drop(&mut self) {
         // An error here is consumed by `synchronize` (it goes through `check`); unwinding goes on.
         let _ = self.0.synchronize();
+    }
+}
+
+impl<'scope> StreamScope<'scope, 'scope> {
+    /// Runs `f` with a scope whose end does not synchronize, for work on `value`, which the
+    /// caller owns by value and keeps until the work has completed (a [`Pending`](crate::Pending)).
+    /// Nothing borrowed from outside can be lent: `f` is higher-ranked over the scope's lifetime,
+    /// which only `value` is borrowed for. If `f` panics, the stream is synchronized before the
+    /// unwinding drops `value`.
+    pub(crate) fn run_owned<T, F>(stream: &Stream, value: &mut T, f: F) -> Result<()>
+    where
+        F: for<'s> FnOnce(&'s StreamScope<'s, 's>, &'s mut T) -> Result<()>,
+    {
+        let scope = StreamScope { stream, _scope: PhantomData, _env: PhantomData };
+        let guard = SyncOnUnwind(stream);
+        let queued = f(&scope, value);
+        std::mem::forget(guard);
+        queued
     }
 }
 
@@ -94,6 +124,18 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         let value = f(&scope);
         std::mem::forget(guard);
         stream.synchronize().map(|()| value)
+    }
+
+    /// [`StreamScope::run`] for a fallible closure: one `Result` (see [`merge`]).
+    pub(crate) fn run_fallible<F, T>(stream: &'env Stream, f: F) -> Result<T>
+    where
+        F: for<'s> FnOnce(&'s StreamScope<'s, 'env>) -> Result<T>,
+    {
+        let scope = StreamScope { stream, _scope: PhantomData, _env: PhantomData };
+        let guard = SyncOnUnwind(stream);
+        let value = f(&scope);
+        std::mem::forget(guard);
+        merge(value, stream.synchronize())
     }
 
     /// The stream work is queued on (for launching kernels through cuda-mem-kernels or other code).
@@ -206,5 +248,48 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         // SAFETY: the caller guarantees both ranges live, untouched, until the stream has been
         // synchronized at the end of the scope; `call` checked that the handle means this stream.
         unsafe { raw::memory::copy_async(dst, src, bytes, direction, call.as_raw()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge;
+    use crate::error::{CudaError, ErrorCode, ErrorKind};
+
+    fn closure_error() -> CudaError {
+        CudaError::new(ErrorKind::LengthMismatch { src: 1, dst: 2 }, "cudaMemcpyAsync host to device")
+    }
+
+    fn sync_error() -> CudaError {
+        CudaError::new(ErrorKind::Runtime(ErrorCode::ILLEGAL_ADDRESS), "cudaStreamSynchronize")
+    }
+
+    #[test]
+    fn merging_keeps_the_first_failure_and_attaches_the_synchronize() {
+        assert_eq!(merge(Ok(5), Ok(())), Ok(5));
+        assert_eq!(merge(Ok(5), Err(sync_error())), Err(sync_error()));
+        assert_eq!(merge::<u8>(Err(closure_error()), Ok(())), Err(closure_error()));
+        let both = merge::<u8>(Err(closure_error()), Err(sync_error())).unwrap_err();
+        assert_eq!(both.kind(), closure_error().kind());
+        assert_eq!(both.operation(), "cudaMemcpyAsync host to device");
+        assert_eq!(both.later(), Some(&sync_error()));
+        assert!(both.is_sticky() == closure_error().is_sticky(), "the kind stays the closure's");
+    }
+
+    #[test]
+    fn the_merged_message_names_both_failures_in_order() {
+        let both = merge::<u8>(Err(closure_error()), Err(sync_error())).unwrap_err();
+        let text = both.to_string();
+        let (first, second) = text.split_once("; then ").expect(&text);
+        assert_eq!(first, closure_error().to_string());
+        assert_eq!(second, sync_error().to_string());
+    }
+
+    #[test]
+    fn later_failures_chain_in_order() {
+        let third = CudaError::new(ErrorKind::Unsupported("x"), "third");
+        let chained = closure_error().with_later(sync_error()).with_later(third.clone());
+        assert_eq!(chained.later().unwrap().later(), Some(&third));
+        assert!(chained.to_string().ends_with("; then third failed: not supported: x"), "{chained}");
     }
 }

@@ -3,6 +3,7 @@
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
+use crate::notify::Completion;
 use crate::raw;
 use crate::resource::StreamRef;
 use crate::scope::StreamScope;
@@ -259,6 +260,23 @@ impl Stream {
         unsafe { raw::streams::synchronize(call.as_raw(), || "cudaStreamSynchronize".into()) }
     }
 
+    /// A future that resolves once the work queued so far has completed, woken through a host
+    /// function (`cudaLaunchHostFunc`) queued now; no thread blocks. Later work on this stream
+    /// waits for that host function to return (it only wakes the task). The waker must not call
+    /// CUDA inline (see [`Completion`]). The per-thread stream is refused
+    /// ([`ErrorKind::InvalidArgument`]): the future may be polled on another thread.
+    ///
+    /// ```no_run
+    /// # async fn run() -> cuda_mem::Result<()> {
+    /// let stream = cuda_mem::Stream::non_blocking()?;
+    /// // ... queue work ...
+    /// stream.synchronize_async()?.await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn synchronize_async(&self) -> Result<Completion> {
+        Completion::after_stream(self)
+    }
+
     /// True when all queued work has completed (`cudaStreamQuery`); never blocks.
     pub fn is_idle(&self) -> Result<bool> {
         let call = self.call()?;
@@ -281,6 +299,13 @@ impl Stream {
         Ok(event)
     }
 
+    /// Records a new event without timing (cheaper; for ordering and completion only).
+    pub(crate) fn record_event_untimed(&self) -> Result<Event> {
+        let event = Event::without_timing()?;
+        event.record(self)?;
+        Ok(event)
+    }
+
     /// Runs `f` with a scope through which work that borrows memory is queued on this stream, then
     /// waits for the stream, so everything borrowed for the scope is free of GPU work when `scope`
     /// returns — also if `f` panics. This is how cuda-mem makes asynchronous copies safe: host
@@ -293,6 +318,32 @@ impl Stream {
         F: for<'scope> FnOnce(&'scope StreamScope<'scope, 'env>) -> R,
     {
         StreamScope::run(self, f)
+    }
+
+    /// [`Stream::scope`] for a closure that returns a `Result`: one `Result` comes back, the
+    /// closure's error first. When both the closure and the final synchronize fail, the
+    /// synchronize's error is attached to the closure's ([`CudaError::later`]).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), cuda_mem::CudaError> {
+    /// use cuda_mem::{DeviceBuffer, Stream};
+    /// let stream = Stream::non_blocking()?;
+    /// let host = vec![3u32; 1024];
+    /// let mut device = DeviceBuffer::<u32>::zeroed(1024)?;
+    /// let mut back = vec![0u32; 1024];
+    /// let mut view = device.as_mut_slice();
+    /// stream.try_scope(|s| {
+    ///     s.copy_from_host(&mut view, &host)?;
+    ///     s.copy_to_host(&mut back, &view)
+    /// })?;
+    /// assert_eq!(back, host);
+    /// # Ok(()) }
+    /// ```
+    pub fn try_scope<'env, F, T>(&'env self, f: F) -> Result<T>
+    where
+        F: for<'scope> FnOnce(&'scope StreamScope<'scope, 'env>) -> Result<T>,
+    {
+        StreamScope::run_fallible(self, f)
     }
 }
 

@@ -189,6 +189,8 @@ case "${1:-}" in
     for r in device pool pinned-pool; do example replay "$log" "$r"; done
     rm -f "$log"
     example staged_tuning
+    example loader
+    example async_server
     [ "$gpus" -ge 2 ] && example peer_bandwidth
     ;;
 esac
@@ -239,7 +241,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
 "#;
 
     /// The examples the script runs: each stands in as a program that succeeds.
-    const EXAMPLES: [&str; 12] = [
+    const EXAMPLES: [&str; 14] = [
         "smoke",
         "device_memory",
         "pinned_memory",
@@ -251,6 +253,8 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
         "stress",
         "replay",
         "staged_tuning",
+        "loader",
+        "async_server",
         "peer_bandwidth",
     ];
 

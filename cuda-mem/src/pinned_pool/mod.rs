@@ -24,7 +24,7 @@ use size_class::{SizeClass, class_of};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// CUDA events as fences, `cudaFreeHost` as release.
 struct CudaBackend;
@@ -86,6 +86,14 @@ impl PinnedPool {
     /// back to the driver (oldest first). A block larger than the cap is never cached.
     pub fn with_max_cached_bytes(flags: HostAllocFlags, max_cached_bytes: usize) -> Self {
         Self { cache: Arc::new(BlockCache::new(CudaBackend, max_cached_bytes)), flags }
+    }
+
+    /// The process-wide pool that [`Stream::upload`] and [`Stream::download`] stage pageable
+    /// `Vec`s through (portable, caching without limit: [`PinnedPool::trim`] hands its blocks
+    /// back). Makes no CUDA call until its first allocation.
+    pub fn staging() -> &'static PinnedPool {
+        static STAGING: OnceLock<PinnedPool> = OnceLock::new();
+        STAGING.get_or_init(|| PinnedPool::new(HostAllocFlags::PORTABLE))
     }
 
     /// The flags every block is allocated with.

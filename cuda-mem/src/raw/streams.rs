@@ -60,3 +60,24 @@ pub(crate) unsafe fn wait_event(stream: sys::cudaStream_t, event: sys::cudaEvent
     // SAFETY: forwarded from the caller.
     check(unsafe { sys::cudaStreamWaitEvent(stream, event, 0) }, || "cudaStreamWaitEvent".into())
 }
+
+/// The callback type of [`launch_host_func`]: called once, on a thread the runtime owns, with the
+/// `data` pointer it was launched with. It must not call the CUDA API.
+pub(crate) type HostFn = unsafe extern "C" fn(data: *mut std::ffi::c_void);
+
+/// `cudaLaunchHostFunc`: `callback(data)` runs on a runtime thread once the work queued on
+/// `stream` so far has completed; later work on the stream waits for it to return. The runtime
+/// does not call it once the context has failed.
+///
+/// # Safety
+/// `stream` is a valid handle for the call; `callback` makes no CUDA call and may be called with
+/// `data` on another thread at any time from now on (so `data` stays valid until it runs, or for
+/// ever if it never does).
+pub(crate) unsafe fn launch_host_func(
+    stream: sys::cudaStream_t,
+    callback: HostFn,
+    data: *mut std::ffi::c_void,
+) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    check(unsafe { sys::cudaLaunchHostFunc(stream, Some(callback), data) }, || "cudaLaunchHostFunc".into())
+}

@@ -7,6 +7,8 @@
 //! of) one slot overlap with the DMA of the other and the lanes run in parallel. The ceiling is
 //! the host's memcpy bandwidth. Small copies take the plain path.
 
+mod on;
+
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
@@ -17,7 +19,7 @@ use crate::raw::memory::Direction;
 use crate::slice::{DeviceSliceMut, DeviceSource};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Tuning of a [`StagedCopier`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +69,12 @@ const CHUNKS_PER_LANE: usize = 4;
 /// # Ok(()) }
 /// ```
 pub struct StagedCopier {
+    inner: Arc<Lanes>,
+}
+
+/// The lanes and their threads, shared with the jobs of the stream-ordered forms (`on.rs`),
+/// which run after the call that queued them has returned.
+struct Lanes {
     config: StagedConfig,
     device: Device,
     workers: rayon::ThreadPool,
@@ -76,8 +84,17 @@ pub struct StagedCopier {
 
 impl std::fmt::Debug for StagedCopier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StagedCopier").field("config", &self.config).field("device", &self.device).finish()
+        f.debug_struct("StagedCopier").field("config", &self.inner.config).field("device", &self.inner.device).finish()
     }
+}
+
+/// How a lane ends its share of a copy.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LaneEnd {
+    /// Waits for its stream (the blocking forms).
+    Synchronize,
+    /// Records an event after its last DMA and hands it back (the stream-ordered forms).
+    Record,
 }
 
 /// One staged copy's sizes and the stream its device memory is ordered on.
@@ -134,12 +151,13 @@ impl StagedCopier {
             .thread_name(|i| format!("cuda-mem-stage-{i}"))
             .build()
             .map_err(|_| CudaError::new(ErrorKind::Unsupported("spawning threads"), "StagedCopier::new"))?;
-        Ok(Self { config, device, workers, lanes, staging: PinnedPool::new(HostAllocFlags::PORTABLE) })
+        let staging = PinnedPool::new(HostAllocFlags::PORTABLE);
+        Ok(Self { inner: Arc::new(Lanes { config, device, workers, lanes, staging }) })
     }
 
     /// The configuration in use.
     pub fn config(&self) -> StagedConfig {
-        self.config
+        self.inner.config
     }
 
     /// Copies `src` (pageable host memory) into `dst`; returns when the data is on the device.
@@ -182,44 +200,57 @@ impl StagedCopier {
         if plan.src_len != plan.dst_len {
             return Err(crate::raw::length_mismatch(plan.src_len, plan.dst_len, operation));
         }
-        if plan.bytes < self.config.small_copy_bytes {
+        if plan.bytes < self.inner.config.small_copy_bytes {
             return small();
         }
         if let Some(owner) = plan.owner {
             owner.synchronize()?;
         }
-        self.run(plan.bytes, large)
+        self.inner.run(plan.bytes, &[], LaneEnd::Synchronize, large).map(drop)
     }
+}
 
+impl Lanes {
     /// Splits `bytes` into chunks, deals them to the lanes round-robin, runs every lane on its own
-    /// worker thread and waits for all of them.
-    fn run(&self, bytes: usize, work: impl Fn(&mut Lane, &[(usize, usize)]) -> Result<()> + Sync) -> Result<()> {
+    /// worker thread and waits for all of them. Each lane's stream first waits for `waits` (on the
+    /// device); at its end the lane synchronizes its stream or records an event, as `end` says,
+    /// and the recorded events come back. A lane that fails synchronizes its stream, so nothing of
+    /// a failed copy is left in flight.
+    fn run(
+        &self,
+        bytes: usize,
+        waits: &[Event],
+        end: LaneEnd,
+        work: impl Fn(&mut Lane, &[(usize, usize)]) -> Result<()> + Sync,
+    ) -> Result<Vec<Event>> {
         let chunk = chunk_size(bytes, self.config);
         let plan = deal(bytes, chunk, self.lanes.len());
-        let errors = Mutex::new(Vec::new());
+        let outcomes = Mutex::new(Vec::new());
         self.workers.scope(|scope| {
             for (lane, chunks) in self.lanes.iter().zip(&plan).filter(|(_, c)| !c.is_empty()) {
-                let (work, errors) = (&work, &errors);
+                let (work, outcomes) = (&work, &outcomes);
                 scope.spawn(move |_| {
-                    let mut lane = lane.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut lane = lane.lock().unwrap_or_else(PoisonError::into_inner);
                     let result = self
                         .device
                         .set_current()
                         .and_then(|()| lane.ensure_slots(&self.staging, chunk))
+                        .and_then(|()| waits.iter().try_for_each(|ready| lane.stream.wait_event(ready)))
                         .and_then(|()| work(&mut lane, chunks))
-                        .and_then(|()| lane.stream.synchronize());
-                    if let Err(err) = result {
+                        .and_then(|()| match end {
+                            LaneEnd::Synchronize => lane.stream.synchronize().map(|()| None),
+                            LaneEnd::Record => lane.stream.record_event().map(Some),
+                        });
+                    if result.is_err() {
                         // Leave nothing in flight on the error path either.
                         raw::quiet(lane.stream.synchronize());
-                        errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(err);
                     }
+                    outcomes.lock().unwrap_or_else(PoisonError::into_inner).push(result);
                 });
             }
         });
-        match errors.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).into_iter().next() {
-            Some(err) => Err(err),
-            None => Ok(()),
-        }
+        let outcomes = outcomes.into_inner().unwrap_or_else(PoisonError::into_inner);
+        outcomes.into_iter().filter_map(Result::transpose).collect()
     }
 }
 
