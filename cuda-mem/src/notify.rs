@@ -169,6 +169,16 @@ impl Future for Completion {
     }
 }
 
+impl Drop for Completion {
+    /// Takes the registered waker out, so the host function never wakes (or drops the last
+    /// reference to) a task that no longer waits here: a task's last reference may own values
+    /// whose drop calls CUDA, which the runtime's thread must not do.
+    fn drop(&mut self) {
+        let waker = self.signal.state.lock().unwrap_or_else(PoisonError::into_inner).waker.take();
+        drop(waker);
+    }
+}
+
 /// The error of polling a future again after it returned `Ready`.
 pub(crate) fn polled_after_completion(what: &'static str) -> CudaError {
     CudaError::new(ErrorKind::InvalidArgument("polled again after it completed"), what)
