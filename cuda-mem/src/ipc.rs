@@ -41,7 +41,7 @@ fn decode(data: &[u8; EXPORT_BYTES]) -> ([u8; 64], usize) {
 /// Elements of `T` in `bytes`, or an error when they do not divide.
 fn elements<T>(bytes: usize, operation: &'static str) -> Result<usize> {
     let size = size_of::<T>().max(1);
-    if bytes % size != 0 {
+    if !bytes.is_multiple_of(size) {
         let kind = ErrorKind::InvalidArgument("the exported size is not a whole number of elements");
         return Err(CudaError::new(kind, operation));
     }

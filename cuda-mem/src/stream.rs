@@ -219,13 +219,13 @@ impl Stream {
     }
 
     fn check_thread(&self) -> Result<()> {
-        if let StreamKind::PerThread(creator) = self.inner.kind {
-            if creator != std::thread::current().id() {
-                let kind = ErrorKind::InvalidArgument(
-                    "the per-thread default stream used from a thread other than the one that created it",
-                );
-                return Err(CudaError::new(kind, format!("{self:?}")));
-            }
+        if let StreamKind::PerThread(creator) = self.inner.kind
+            && creator != std::thread::current().id()
+        {
+            let kind = ErrorKind::InvalidArgument(
+                "the per-thread default stream used from a thread other than the one that created it",
+            );
+            return Err(CudaError::new(kind, format!("{self:?}")));
         }
         Ok(())
     }

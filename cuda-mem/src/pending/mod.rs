@@ -183,10 +183,10 @@ impl<T> Pending<T> {
                 // A failed job: `wait` reports its error, which a query cannot take out.
                 None => return Ok(true),
             }
-            if let Some(done) = job.with_events(all_complete) {
-                if !done? {
-                    return Ok(false);
-                }
+            if let Some(done) = job.with_events(all_complete)
+                && !done?
+            {
+                return Ok(false);
             }
         }
         all_complete(&self.fences)

@@ -143,10 +143,10 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
     fn before_host_access(&self) -> Result<()> {
         let kind = self.resource.kind();
         self.require(kind != MemoryKind::Device, "device memory has no host view")?;
-        if kind == MemoryKind::Managed {
-            if let Some(device) = self.resource.device() {
-                crate::managed::require_concurrent_access(device.concurrent_managed_access()?)?;
-            }
+        if kind == MemoryKind::Managed
+            && let Some(device) = self.resource.device()
+        {
+            crate::managed::require_concurrent_access(device.concurrent_managed_access()?)?;
         }
         self.stream.synchronize()
     }
