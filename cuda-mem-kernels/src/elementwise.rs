@@ -127,7 +127,7 @@ fn map_f32<'scope, 'v: 'scope>(
     alpha: f32,
 ) -> Result<()> {
     let (input_ptr, n) = scope.device_ptr(input)?;
-    same_len(kernel.1, n, out.len())?;
+    same_len(n, out.len(), kernel.1)?;
     let out_ptr = scope.device_ptr_mut(out)?;
     // SAFETY: both pointers address `n` f32 lent to the scope; the map kernels (scale, axpy)
     // touch only [0, n) of each.

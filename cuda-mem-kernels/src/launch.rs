@@ -3,7 +3,8 @@
 
 use crate::geometry::Geometry;
 pub(crate) use cuda_mem::for_kernels::check;
-use cuda_mem::for_kernels::{CurrentDevice, cudaError_t, cudaStream_t, length_mismatch};
+pub(crate) use cuda_mem::for_kernels::same_len;
+use cuda_mem::for_kernels::{CurrentDevice, cudaError_t, cudaStream_t};
 use cuda_mem::{CudaError, DeviceSliceMut, DeviceSource, ErrorKind, Pod, Result, StreamScope};
 
 /// A kernel that writes a 32-bit pattern over `n` elements (`fill`, the write probe).
@@ -114,14 +115,6 @@ pub(crate) unsafe fn queue_map(
     check(code, || format!("launching {} on {n} elements", kernel.1))
 }
 
-/// Input and output must have the same number of elements.
-pub(crate) fn same_len(kernel: &'static str, src: usize, dst: usize) -> Result<()> {
-    if src == dst {
-        return Ok(());
-    }
-    Err(length_mismatch(src, dst, kernel))
-}
-
 /// A result slot (checksum, sink, chase end) must be exactly one element.
 pub(crate) fn one_element(kernel: &'static str, len: usize) -> Result<()> {
     if len == 1 {
@@ -138,8 +131,8 @@ mod tests {
 
     #[test]
     fn length_mismatch_is_typed() {
-        assert!(same_len("scale_f32", 7, 7).is_ok());
-        let err = same_len("scale_f32", 7, 6).unwrap_err();
+        assert!(same_len(7, 7, "scale_f32").is_ok());
+        let err = same_len(7, 6, "scale_f32").unwrap_err();
         assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 7, dst: 6 });
         assert_eq!(err.to_string(), "scale_f32 failed: source has 7 elements, destination 6");
     }

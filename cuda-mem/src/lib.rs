@@ -118,7 +118,7 @@ pub use stream_buffer::StreamBuffer;
 #[doc(hidden)]
 pub mod for_kernels {
     pub use crate::device::CurrentDevice;
-    pub use crate::raw::{check, cudaError_t, cudaStream_t, last_error, length_mismatch};
+    pub use crate::raw::{check, cudaError_t, cudaStream_t, last_error, same_len};
 }
 
 /// Compile-time proof of the Send/Sync claims made by each `unsafe impl`.

@@ -6,7 +6,7 @@
 use crate::device::{CurrentDevice, Device};
 use crate::error::Result;
 use crate::pool::MemPool;
-use crate::raw::{self, length_mismatch};
+use crate::raw::{self, same_len};
 use crate::scope::StreamScope;
 use crate::slice::{DeviceSliceMut, DeviceSource};
 use bytemuck::Pod;
@@ -92,9 +92,7 @@ impl<'scope> StreamScope<'scope, '_> {
     ) -> Result<()> {
         let (src_ptr, src_len) = self.device_ptr(src)?;
         let dst_ptr = self.device_ptr_mut(dst)?;
-        if src_len != dst.len() {
-            return Err(length_mismatch(src_len, dst.len(), "cudaMemcpyPeerAsync"));
-        }
+        same_len(src_len, dst.len(), "cudaMemcpyPeerAsync")?;
         let bytes = dst.size_bytes();
         if bytes == 0 {
             return Ok(());

@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::event::Event;
 use crate::raw::memory::Direction::{DeviceToDevice as D2D, DeviceToHost as D2H, HostToDevice as H2D};
-use crate::raw::{self, length_mismatch};
+use crate::raw::{self, same_len};
 use crate::slice::{DeviceSliceMut, DeviceSource};
 use crate::stream::Stream;
 use bytemuck::Pod;
@@ -147,9 +147,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
     /// work; from pageable memory the runtime stages it.
     pub fn copy_from_host<'v: 'scope, T: Pod>(&self, dst: &mut DeviceSliceMut<'v, T>, src: &'scope [T]) -> Result<()> {
         const OP: &str = "cudaMemcpyAsync host to device";
-        if dst.len() != src.len() {
-            return Err(length_mismatch(src.len(), dst.len(), OP));
-        }
+        same_len(src.len(), dst.len(), OP)?;
         self.order_after(dst.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope.
         unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_ptr().cast(), dst.size_bytes(), H2D) }
@@ -159,9 +157,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
     pub fn copy_to_host<T: Pod>(&self, dst: &'scope mut [T], src: impl DeviceSource<'scope, T>) -> Result<()> {
         const OP: &str = "cudaMemcpyAsync device to host";
         let src = src.source();
-        if dst.len() != src.len() {
-            return Err(length_mismatch(src.len(), dst.len(), OP));
-        }
+        same_len(src.len(), dst.len(), OP)?;
         self.order_after(src.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope (`dst` exclusively).
         unsafe { self.enqueue_copy(dst.as_mut_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2H) }
@@ -175,9 +171,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
     ) -> Result<()> {
         const OP: &str = "cudaMemcpyAsync device to device";
         let src = src.source();
-        if dst.len() != src.len() {
-            return Err(length_mismatch(src.len(), dst.len(), OP));
-        }
+        same_len(src.len(), dst.len(), OP)?;
         self.order_after(dst.owner())?;
         self.order_after(src.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope.

@@ -8,7 +8,7 @@
 
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::raw::memory::Direction;
-use crate::raw::{self, length_mismatch};
+use crate::raw::{self, same_len};
 use crate::stream::Stream;
 use bytemuck::Pod;
 use std::fmt;
@@ -188,9 +188,7 @@ impl<'a, T: Pod> DeviceSlice<'a, T> {
 
     /// Copies into a host slice of the same length (`cudaMemcpy`, blocking).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
-        if dst.len() != self.len {
-            return Err(length_mismatch(self.len, dst.len(), "cudaMemcpy device to host"));
-        }
+        same_len(self.len, dst.len(), "cudaMemcpy device to host")?;
         let bytes = self.size_bytes();
         if bytes == 0 {
             return Ok(());
@@ -255,9 +253,7 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
         src_owner: Option<&Stream>,
         operation: &'static str,
     ) -> Result<Option<usize>> {
-        if src_len != self.len {
-            return Err(length_mismatch(src_len, self.len, operation));
-        }
+        same_len(src_len, self.len, operation)?;
         if self.size_bytes() == 0 {
             return Ok(None);
         }
@@ -389,7 +385,7 @@ mod tests {
     }
 
     #[test]
-    fn length_mismatch_is_reported_before_any_cuda_call() {
+    fn same_len_is_reported_before_any_cuda_call() {
         let mut host = [0u32; 3];
         let err = view(4).copy_to_host(&mut host).unwrap_err();
         assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 4, dst: 3 });

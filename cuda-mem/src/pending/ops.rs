@@ -5,7 +5,7 @@ use super::Pending;
 use super::owned::{OwnedDevice, OwnedHost};
 use crate::error::Result;
 use crate::pinned_pool::{PinnedPool, PooledPinned};
-use crate::raw::length_mismatch;
+use crate::raw::same_len;
 use crate::scope::StreamScope;
 use crate::stream::Stream;
 use bytemuck::Pod;
@@ -87,14 +87,11 @@ impl Stream {
         D: OwnedDevice<T>,
         H: OwnedHost<T>,
     {
-        let (dst_len, src_len) = (dst.view().len(), host.host().len());
-        if dst_len != src_len {
-            return Err(length_mismatch(src_len, dst_len, "Stream::upload"));
-        }
+        same_len(host.host().len(), dst.view().len(), "Stream::upload")?;
         if H::PINNED {
             return self.queue((dst, host), |s, (dst, host)| s.copy_from_host(&mut dst.view_mut(), host.host()));
         }
-        let mut block = PinnedPool::staging().alloc::<T>(src_len)?;
+        let mut block = PinnedPool::staging().alloc::<T>(host.host().len())?;
         block.copy_from_slice(host.host());
         let pending =
             self.queue((dst, host, block), |s, (dst, _, block)| s.copy_from_host(&mut dst.view_mut(), &block[..]))?;
@@ -111,14 +108,11 @@ impl Stream {
         H: OwnedHost<T>,
         D: OwnedDevice<T>,
     {
-        let (dst_len, src_len) = (host.host().len(), src.view().len());
-        if dst_len != src_len {
-            return Err(length_mismatch(src_len, dst_len, "Stream::download"));
-        }
+        same_len(src.view().len(), host.host().len(), "Stream::download")?;
         if H::PINNED {
             return self.queue((host, src), |s, (host, src)| s.copy_to_host(host.host_mut(), src.view()));
         }
-        let block = PinnedPool::staging().alloc::<T>(src_len)?;
+        let block = PinnedPool::staging().alloc::<T>(src.view().len())?;
         let pending =
             self.queue((host, src, block), |s, (_, src, block)| s.copy_to_host(&mut block[..], src.view()))?;
         Ok(pending.keep_apart(|(host, src, block)| ((host, src), block), Some(copy_back::<T, H, D>)))

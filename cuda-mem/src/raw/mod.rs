@@ -123,9 +123,14 @@ pub(crate) fn typed<T>(
     }
 }
 
-/// The error for copies (and kernels) whose source and destination differ in length.
-pub fn length_mismatch(src: usize, dst: usize, operation: &'static str) -> CudaError {
-    CudaError::new(ErrorKind::LengthMismatch { src, dst }, operation)
+/// Refuses a copy (or kernel) whose source and destination differ in length, with
+/// [`ErrorKind::LengthMismatch`] naming `operation`.
+#[inline]
+pub fn same_len(src: usize, dst: usize, operation: &'static str) -> Result<()> {
+    if src == dst {
+        return Ok(());
+    }
+    Err(CudaError::new(ErrorKind::LengthMismatch { src, dst }, operation))
 }
 
 #[cfg(test)]

@@ -197,9 +197,7 @@ impl StagedCopier {
         small: impl FnOnce() -> Result<()>,
         large: impl Fn(&mut Lane, &[(usize, usize)]) -> Result<()> + Sync,
     ) -> Result<()> {
-        if plan.src_len != plan.dst_len {
-            return Err(crate::raw::length_mismatch(plan.src_len, plan.dst_len, operation));
-        }
+        crate::raw::same_len(plan.src_len, plan.dst_len, operation)?;
         if plan.bytes < self.inner.config.small_copy_bytes {
             return small();
         }

@@ -7,7 +7,7 @@ use crate::event::Event;
 use crate::pending::Pending;
 use crate::pending::job::Job;
 use crate::pending::owned::{OwnedDevice, OwnedHost};
-use crate::raw::length_mismatch;
+use crate::raw::same_len;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use std::sync::Arc;
@@ -45,10 +45,7 @@ impl StagedCopier {
         D: OwnedDevice<T>,
         H: OwnedHost<T>,
     {
-        let (dst_len, src_len) = (dst.view().len(), src.host().len());
-        if dst_len != src_len {
-            return Err(length_mismatch(src_len, dst_len, "staged copy host to device"));
-        }
+        same_len(src.host().len(), dst.view().len(), "staged copy host to device")?;
         let bytes = size_of_val(src.host());
         if H::PINNED || bytes < self.inner.config.small_copy_bytes {
             return stream.upload(dst, src);
@@ -74,10 +71,7 @@ impl StagedCopier {
         H: OwnedHost<T>,
         D: OwnedDevice<T>,
     {
-        let (dst_len, src_len) = (dst.host().len(), src.view().len());
-        if dst_len != src_len {
-            return Err(length_mismatch(src_len, dst_len, "staged copy device to host"));
-        }
+        same_len(src.view().len(), dst.host().len(), "staged copy device to host")?;
         let bytes = size_of_val(dst.host());
         if H::PINNED || bytes < self.inner.config.small_copy_bytes {
             return stream.download(dst, src);
