@@ -292,7 +292,7 @@ impl<'a> DlpackTensor<'a> {
     }
 
     /// The same bytes as elements of `dtype`, 1-D: the byte length must be a multiple of the new
-    /// element size, and the address aligned to it.
+    /// element size, and the address (of a non-empty export) aligned to it.
     pub fn with_dtype(mut self, dtype: DataType) -> Result<Self> {
         let bytes = self.len() * self.dtype().size();
         let size = dtype.size();
@@ -302,7 +302,7 @@ impl<'a> DlpackTensor<'a> {
                 format!("viewing {bytes} bytes as {}", dtype.name()),
             ));
         }
-        if (self.data_ptr() as usize) % size != 0 {
+        if bytes != 0 && (self.data_ptr() as usize) % size != 0 {
             return Err(invalid(
                 "the address is not aligned to the element size",
                 format!("viewing {:p} as {}", self.data_ptr(), dtype.name()),
