@@ -65,7 +65,7 @@ fn libraries(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
 fn python(dir: &Path) -> Result {
     let python = dir.join("python");
     copy_tree(&util::workspace_root().join("cuda-mem-py").join("python"), &python)?;
-    for (name, file) in libraries(&["build", "--release", "-p", "cuda-mem-py"])? {
+    for (name, file) in libraries(&["build", "--release", "-p", "cuda-mem-py", "-p", "cuda-mem-torch-alloc"])? {
         let installed = match name.as_str() {
             "cuda_mem_py" => "cuda_mem.abi3.so".to_string(),
             other => format!("lib{other}.so"),

@@ -107,6 +107,7 @@ pub(crate) unsafe fn set_async(dst: *mut c_void, byte: u8, bytes: usize, stream:
 }
 
 /// What the runtime knows of an address (`cudaPointerGetAttributes`).
+#[cfg(feature = "dlpack")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MemoryType {
     /// Not allocated or registered through CUDA.
@@ -120,6 +121,7 @@ pub(crate) enum MemoryType {
 }
 
 /// `cudaPointerGetAttributes`.
+#[cfg(feature = "dlpack")]
 pub(crate) fn pointer_type(ptr: *const c_void) -> Result<MemoryType> {
     // SAFETY: a C struct of integers and pointers (and, in CUDA 13, reserved integers), for
     // which all-zero bytes are a valid value.

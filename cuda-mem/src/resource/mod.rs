@@ -93,6 +93,15 @@ impl StreamRef<'_> {
         Self { raw, _stream: PhantomData }
     }
 
+    /// A reference to a stream handle from other CUDA code (a PyTorch allocator hook, say).
+    ///
+    /// # Safety
+    /// `raw` names a live stream for `'a`, or is a built-in handle (0, `cudaStreamPerThread`),
+    /// which means the calling thread's stream on its current device wherever it is used.
+    pub unsafe fn from_raw(raw: raw::cudaStream_t) -> Self {
+        Self { raw, _stream: PhantomData }
+    }
+
     /// The raw handle.
     pub fn as_raw(self) -> raw::cudaStream_t {
         self.raw
