@@ -6,6 +6,7 @@ before PyTorch's first CUDA allocation, and read its statistics or set its limit
     x = torch.randn(1 << 20, device="cuda")
     alloc.stats(0)["allocated_current"]       # bytes PyTorch holds
     alloc.set_limit(0, 8 << 30)               # beyond it PyTorch raises RuntimeError (out of memory)
+    alloc.record_history(0)                   # then alloc.snapshot("snap.pickle") for _memory_viz
 """
 import ctypes
 import os
@@ -37,6 +38,9 @@ class Allocator:
         self.lib.cuda_mem_torch_empty_cache.argtypes = [ctypes.c_int]
         self.lib.cuda_mem_torch_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         self.lib.cuda_mem_torch_last_error.restype = ctypes.c_size_t
+        self.lib.cuda_mem_torch_record_history.argtypes = [ctypes.c_int, ctypes.c_size_t]
+        self.lib.cuda_mem_torch_snapshot.argtypes = [ctypes.c_char_p]
+        self.lib.cuda_mem_torch_dump_on_oom.argtypes = [ctypes.c_char_p]
         self.torch_allocator = None
 
     def install(self):
@@ -79,6 +83,22 @@ class Allocator:
     def empty_cache(self, device=0):
         """Returns the device pool's cached memory to the driver."""
         self._check(self.lib.cuda_mem_torch_empty_cache(device), "cuda_mem_torch_empty_cache")
+
+
+    def record_history(self, device=0, max_entries=100_000):
+        """Records the device's last `max_entries` allocations and frees (0 stops)."""
+        self._check(self.lib.cuda_mem_torch_record_history(device, max_entries), "cuda_mem_torch_record_history")
+
+    def snapshot(self, path):
+        """Writes a snapshot (live allocations since recording began, and the trace) in the
+        format of torch.cuda.memory._snapshot(), for `python -m torch.cuda._memory_viz`."""
+        self._check(self.lib.cuda_mem_torch_snapshot(os.fsencode(path)), "cuda_mem_torch_snapshot")
+
+    def dump_on_oom(self, path):
+        """Writes the snapshot to `path` whenever an allocation is refused for lack of memory
+        (None: never)."""
+        encoded = None if path is None else os.fsencode(path)
+        self._check(self.lib.cuda_mem_torch_dump_on_oom(encoded), "cuda_mem_torch_dump_on_oom")
 
 
 def install(path=DEFAULT_PATH):

@@ -2,9 +2,11 @@
 
 use crate::backend::{Backend, Reserved};
 use cuda_mem::resource::StreamRef;
+use cuda_mem::resource::snapshot::{Frames, TraceRecorder};
 use cuda_mem::{CudaError, ErrorKind, OomReport, Result};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// "No limit".
 pub const NO_LIMIT: usize = usize::MAX;
@@ -53,6 +55,10 @@ impl Stats {
 #[derive(Debug)]
 pub struct DeviceAllocator<B> {
     backend: B,
+    device: i32,
+    /// True while a trace is recorded (checked before taking the lock).
+    recording: AtomicBool,
+    trace: Mutex<Option<Arc<TraceRecorder>>>,
     limit: AtomicUsize,
     allocated: AtomicUsize,
     peak: AtomicUsize,
@@ -62,10 +68,13 @@ pub struct DeviceAllocator<B> {
 }
 
 impl<B: Backend> DeviceAllocator<B> {
-    /// An allocator over `backend`, without a limit.
-    pub fn new(backend: B) -> Self {
+    /// An allocator of device `device` over `backend`, without a limit.
+    pub fn new(backend: B, device: i32) -> Self {
         Self {
             backend,
+            device,
+            recording: AtomicBool::new(false),
+            trace: Mutex::new(None),
             limit: AtomicUsize::new(NO_LIMIT),
             allocated: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
@@ -87,24 +96,54 @@ impl<B: Backend> DeviceAllocator<B> {
         let used = match reserved {
             Ok(used) => used,
             Err(used) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
                 let report = OomReport { limit: Some((limit, used)), ..OomReport::requested(size) };
                 let kind = ErrorKind::OutOfMemory { code: None, report: Box::new(report) };
-                return Err(CudaError::new(kind, format!("cuda-mem's PyTorch allocator: allocating {size} bytes")));
+                let err = CudaError::new(kind, format!("cuda-mem's PyTorch allocator: allocating {size} bytes"));
+                return Err(self.refused(err, size, stream));
             }
         };
         match self.backend.allocate(size.max(1), stream) {
             Ok(ptr) => {
                 self.peak.fetch_max(used + size, Ordering::Relaxed);
                 self.allocs.fetch_add(1, Ordering::Relaxed);
+                if let Some(trace) = self.recorder() {
+                    trace.alloc(ptr.as_ptr() as usize, size, stream.as_raw() as usize, Frames::from([]));
+                }
                 Ok(ptr)
             }
             Err(err) => {
                 self.allocated.fetch_sub(size, Ordering::Relaxed);
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                Err(err)
+                Err(self.refused(err, size, stream))
             }
         }
+    }
+
+    #[cold]
+    fn refused(&self, err: CudaError, size: usize, stream: StreamRef<'_>) -> CudaError {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        if let (Some(trace), ErrorKind::OutOfMemory { report, .. }) = (self.recorder(), err.kind()) {
+            trace.oom(size, stream.as_raw() as usize, report.free.unwrap_or(0));
+        }
+        err
+    }
+
+    fn recorder(&self) -> Option<Arc<TraceRecorder>> {
+        if !self.recording.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.trace.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Records the last `capacity` allocations and frees (a new, empty trace); 0 stops.
+    pub fn record_history(&self, capacity: usize) {
+        let mut trace = self.trace.lock().unwrap_or_else(PoisonError::into_inner);
+        *trace = (capacity > 0).then(|| Arc::new(TraceRecorder::new(self.device, capacity)));
+        self.recording.store(capacity > 0, Ordering::Relaxed);
+    }
+
+    /// The recorded trace and live allocations, when recording.
+    pub fn history(&self) -> Option<Arc<TraceRecorder>> {
+        self.trace.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Frees `ptr` of `size` bytes in stream order on `stream`.
@@ -115,6 +154,9 @@ impl<B: Backend> DeviceAllocator<B> {
     pub unsafe fn free(&self, ptr: NonNull<u8>, size: usize, stream: StreamRef<'_>) {
         // SAFETY: forwarded from the caller; `allocate` asked the backend for `size.max(1)`.
         unsafe { self.backend.deallocate(ptr, size.max(1), stream) };
+        if let Some(trace) = self.recorder() {
+            trace.free(ptr.as_ptr() as usize, size, stream.as_raw() as usize);
+        }
         self.allocated.fetch_sub(size, Ordering::Relaxed);
         self.frees.fetch_add(1, Ordering::Relaxed);
     }
@@ -199,7 +241,7 @@ mod tests {
 
     #[test]
     fn statistics_count_what_pytorch_asked_for() {
-        let a = DeviceAllocator::new(HostBackend::default());
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
         let x = a.allocate(1000, S).unwrap();
         let y = a.allocate(24, S).unwrap();
         let s = a.stats();
@@ -218,7 +260,7 @@ mod tests {
 
     #[test]
     fn zero_byte_requests_get_distinct_addresses() {
-        let a = DeviceAllocator::new(HostBackend::default());
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
         let (x, y) = (a.allocate(0, S).unwrap(), a.allocate(0, S).unwrap());
         assert_ne!(x, y);
         assert_eq!((a.stats().allocated_current, a.stats().reserved_current), (0, 2));
@@ -229,7 +271,7 @@ mod tests {
 
     #[test]
     fn the_limit_refuses_with_out_of_memory_and_can_change() {
-        let a = DeviceAllocator::new(HostBackend::default());
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
         a.set_limit(100);
         let x = a.allocate(60, S).unwrap();
         let err = a.allocate(41, S).unwrap_err();
@@ -248,8 +290,28 @@ mod tests {
     }
 
     #[test]
+    fn history_records_allocations_frees_and_refusals() {
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
+        let untraced = a.allocate(8, S).unwrap();
+        assert!(a.history().is_none());
+        a.record_history(100);
+        a.set_limit(1000);
+        let x = a.allocate(100, S).unwrap();
+        assert!(a.allocate(10_000, S).is_err());
+        // SAFETY: from this allocator, freed once each.
+        unsafe { (a.free(x, 100, S), a.free(untraced, 8, S)) };
+        let (segments, trace) = a.history().unwrap().snapshot();
+        let actions: Vec<&str> = trace.iter().map(|e| e.action.name()).collect();
+        assert_eq!(actions, ["alloc", "oom", "free_requested", "free_completed", "free_requested", "free_completed"]);
+        assert_eq!((trace[0].addr, trace[0].size, trace[1].size), (x.as_ptr() as usize, 100, 10_000));
+        assert!(segments.is_empty());
+        a.record_history(0);
+        assert!(a.history().is_none());
+    }
+
+    #[test]
     fn concurrent_requests_never_overshoot_the_limit() {
-        let a = DeviceAllocator::new(HostBackend::default());
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
         a.set_limit(64 * 100);
         std::thread::scope(|s| {
             for _ in 0..4 {

@@ -18,10 +18,12 @@ pub use allocator::{DeviceAllocator, NO_LIMIT, Stats};
 pub use backend::{Backend, PoolBackend, Reserved};
 
 use cuda_mem::resource::StreamRef;
+use cuda_mem::resource::snapshot::{MemorySnapshot, snapshot_of};
 use cuda_mem::{CudaError, Device, ErrorKind, Result};
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
@@ -31,9 +33,10 @@ struct Entry {
     allocator: DeviceAllocator<PoolBackend>,
 }
 
+static SLOTS: OnceLock<Box<[OnceLock<Entry>]>> = OnceLock::new();
+
 /// The allocator of device `ordinal`, created at first use.
 fn entry(ordinal: c_int) -> Result<&'static Entry> {
-    static SLOTS: OnceLock<Box<[OnceLock<Entry>]>> = OnceLock::new();
     static CREATING: Mutex<()> = Mutex::new(());
     let slots = match SLOTS.get() {
         Some(slots) => slots,
@@ -54,7 +57,7 @@ fn entry(ordinal: c_int) -> Result<&'static Entry> {
         return Ok(entry);
     }
     let device = Device::new(ordinal as usize)?;
-    let allocator = DeviceAllocator::new(PoolBackend::new(device)?);
+    let allocator = DeviceAllocator::new(PoolBackend::new(device)?, ordinal);
     Ok(slot.get_or_init(|| Entry { device, allocator }))
 }
 
@@ -90,8 +93,35 @@ fn try_alloc(size: isize, device: c_int, stream: *mut c_void) -> Result<NonNull<
         let size = usize::try_from(size)
             .map_err(|_| CudaError::new(ErrorKind::InvalidArgument("a negative size"), format!("allocating {size}")))?;
         let entry = entry(device)?;
-        on_stream(entry, stream, |s| entry.allocator.allocate(size, s))
+        on_stream(entry, stream, |s| entry.allocator.allocate(size, s)).inspect_err(|err| {
+            if err.is_out_of_memory() {
+                dump_on_oom();
+            }
+        })
     })
+}
+
+/// Where to write a snapshot when an allocation is refused for lack of memory.
+static DUMP_ON_OOM: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+fn dump_on_oom() {
+    let path = DUMP_ON_OOM.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    if let Some(path) = path {
+        if let Err(io) = snapshot().write(&path) {
+            remember(format!("writing the out-of-memory snapshot to {}: {io}", path.display()));
+        }
+    }
+}
+
+/// The snapshot of every device whose allocator records its history.
+fn snapshot() -> MemorySnapshot {
+    let recorders: Vec<_> = SLOTS
+        .get()
+        .into_iter()
+        .flat_map(|slots| slots.iter())
+        .filter_map(|slot| slot.get()?.allocator.history())
+        .collect();
+    snapshot_of(recorders.iter().map(|r| &**r))
 }
 
 unsafe extern "C-unwind" {
@@ -246,4 +276,76 @@ pub extern "C" fn cuda_mem_torch_reset_peaks(device: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuda_mem_torch_empty_cache(device: c_int) -> c_int {
     with_allocator(device, "cuda_mem_torch_empty_cache", DeviceAllocator::release_cached)
+}
+
+/// Records the last `max_entries` allocations and frees of `device` (0 stops), for
+/// [`cuda_mem_torch_snapshot`]. Returns 0, or -1 on failure.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mem_torch_record_history(device: c_int, max_entries: usize) -> c_int {
+    with_allocator(device, "cuda_mem_torch_record_history", |a| {
+        a.record_history(max_entries);
+        Ok(())
+    })
+}
+
+/// The path in a C string, or an error.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+unsafe fn path_of(path: *const c_char, what: &'static str) -> Result<PathBuf> {
+    if path.is_null() {
+        return Err(CudaError::new(ErrorKind::InvalidArgument("a null path"), what));
+    }
+    // SAFETY: NUL-terminated, per the caller.
+    let path = unsafe { CStr::from_ptr(path) }.to_str();
+    path.map(PathBuf::from).map_err(|_| CudaError::new(ErrorKind::InvalidArgument("a path that is not UTF-8"), what))
+}
+
+/// Writes a snapshot of every recording device (live allocations and the trace) to `path`, in
+/// the pickle format of `torch.cuda.memory._snapshot()`, which
+/// `python -m torch.cuda._memory_viz trace_plot` renders. Returns 0, or -1 on failure.
+///
+/// # Safety
+/// `path` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mem_torch_snapshot(path: *const c_char) -> c_int {
+    let written = guarded("cuda_mem_torch_snapshot", || {
+        // SAFETY: forwarded from the caller.
+        let path = unsafe { path_of(path, "cuda_mem_torch_snapshot") }?;
+        snapshot().write(&path).map_err(|io| {
+            CudaError::new(
+                ErrorKind::InvalidArgument("the snapshot file could not be written"),
+                format!("{}: {io}", path.display()),
+            )
+        })
+    });
+    match written {
+        Ok(()) => 0,
+        Err(err) => {
+            remember(err.to_string());
+            -1
+        }
+    }
+}
+
+/// Writes the snapshot to `path` whenever an allocation is refused for lack of memory (null:
+/// never). Returns 0, or -1 on failure.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mem_torch_dump_on_oom(path: *const c_char) -> c_int {
+    let set = guarded("cuda_mem_torch_dump_on_oom", || {
+        // SAFETY: forwarded from the caller.
+        let path = if path.is_null() { None } else { Some(unsafe { path_of(path, "cuda_mem_torch_dump_on_oom") }?) };
+        *DUMP_ON_OOM.lock().unwrap_or_else(PoisonError::into_inner) = path;
+        Ok(())
+    });
+    match set {
+        Ok(()) => 0,
+        Err(err) => {
+            remember(err.to_string());
+            -1
+        }
+    }
 }

@@ -1,6 +1,11 @@
 """What the tests share: skips for missing GPUs and frameworks, and error assertions."""
 import importlib
+import json
+import os
 import struct
+import subprocess
+import sys
+import textwrap
 import unittest
 
 import cuda_mem
@@ -76,3 +81,26 @@ def unpack_floats(data):
 
 # About 50 ms of GPU time for torch.cuda._sleep, far longer than queueing the next work.
 SLEEP_CYCLES = 100_000_000
+
+
+BUNDLE_PYTHON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALLOCATOR = os.path.join(BUNDLE_PYTHON, "libcuda_mem_torch_alloc.so")
+
+
+def need_allocator():
+    """PyTorch with CUDA and the built allocator library."""
+    need_torch_cuda()
+    if not os.path.exists(ALLOCATOR):
+        raise unittest.SkipTest(f"{ALLOCATOR} is not built (cargo xtask bundle)")
+
+
+def run_script(body, install=True):
+    """Runs `body` in a new Python (with cuda-mem's allocator installed as `alloc` unless
+    `install` is false); returns its last output line, parsed as JSON."""
+    script = "import sys, json, torch\nsys.path.insert(0, %r)\nimport cuda_mem_torch\n" % BUNDLE_PYTHON
+    if install:
+        script += "alloc = cuda_mem_torch.install()\n"
+    script += textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return json.loads(done.stdout.strip().splitlines()[-1])

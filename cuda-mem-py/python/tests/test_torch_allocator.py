@@ -1,31 +1,10 @@
 """cuda-mem's PyTorch allocator, each test in a fresh process (the allocator is chosen before
 PyTorch's first CUDA allocation)."""
-import json
 import os
 import subprocess
 import sys
-import textwrap
-import unittest
 
-from helpers import need_torch_cuda
-
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LIBRARY = os.path.join(HERE, "libcuda_mem_torch_alloc.so")
-
-
-def need_allocator():
-    need_torch_cuda()
-    if not os.path.exists(LIBRARY):
-        raise unittest.SkipTest(f"{LIBRARY} is not built (cargo xtask bundle)")
-
-
-def run_script(body):
-    """Runs `body` in a new Python with the allocator installed; returns its last line as JSON."""
-    script = "import sys, json, torch\nsys.path.insert(0, %r)\nimport cuda_mem_torch\n" % HERE
-    script += "alloc = cuda_mem_torch.install()\n" + textwrap.dedent(body)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+from helpers import BUNDLE_PYTHON, need_allocator, run_script
 
 
 def test_the_allocator_serves_pytorch_and_counts():
@@ -85,7 +64,7 @@ def test_training_and_inference_match_the_native_allocator():
     need_allocator()
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8")
     done = subprocess.run(
-        [sys.executable, os.path.join(HERE, "torch_alloc_compare.py")],
+        [sys.executable, os.path.join(BUNDLE_PYTHON, "torch_alloc_compare.py")],
         capture_output=True, text=True, timeout=1200, env=env,
     )
     print(done.stdout)  # the step-time ratio and the peaks, for the record (no timing assertion)

@@ -28,6 +28,7 @@ mod limiting;
 mod logging;
 mod outstanding;
 mod replay;
+pub mod snapshot;
 mod sources;
 mod statistics;
 #[cfg(any(test, fuzzing))]
