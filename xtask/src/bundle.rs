@@ -252,6 +252,8 @@ case "${1:-}" in
     for r in device pool pinned-pool; do example replay "$log" "$r"; done
     rm -f "$log"
     example staged_tuning
+    # Pickling a PyTorch memory snapshot of 100k trace entries (prints the time).
+    example snapshot_dump
     [ "$gpus" -ge 2 ] && example peer_bandwidth
     ;;
 esac
@@ -302,7 +304,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
 "#;
 
     /// The examples the script runs: each stands in as a program that succeeds.
-    const EXAMPLES: [&str; 12] = [
+    const EXAMPLES: [&str; 13] = [
         "smoke",
         "device_memory",
         "pinned_memory",
@@ -314,6 +316,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
         "stress",
         "replay",
         "staged_tuning",
+        "snapshot_dump",
         "peer_bandwidth",
     ];
 

@@ -89,7 +89,7 @@ impl DataType {
         DLDataType { code, bits, lanes: 1 }
     }
 
-    /// The type a `DLDataType` names, or [`ErrorKind::InvalidArgument`] for vector types
+    /// The type a `DLDataType` names, or [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for vector types
     /// (lanes other than 1) and codes or widths this crate does not know.
     pub fn from_dl(dtype: DLDataType) -> Result<Self> {
         if dtype.lanes != 1 {
