@@ -92,33 +92,37 @@ impl<B> Drop for WaitThenFree<B> {
 impl<T: DlpackElement> sealed::Source for DeviceSlice<'_, T> {
     fn describe(&self) -> Result<Described> {
         let data = self.as_device_ptr();
-        let mut described = described(data, self.len(), cuda(Device::current()?));
-        described.producer = self.owner().cloned();
-        if self.is_empty() {
-            return Ok(described);
-        }
-        described.device = match pointer_type(data.cast())? {
-            MemoryType::Device { device } => DLDevice { device_type: ffi::kDLCUDA, device_id: device },
-            MemoryType::Managed { device } => DLDevice { device_type: ffi::kDLCUDAManaged, device_id: device },
-            // Mapped pinned memory whose device address is its host address (unified addressing).
-            MemoryType::Host { host, .. } if host == data.cast_mut().cast() => {
-                DLDevice { device_type: ffi::kDLCUDAHost, device_id: 0 }
-            }
-            MemoryType::Host { .. } => {
-                return Err(invalid(
-                    "mapped host memory whose device address differs from its host address",
-                    format!("exporting the view at {data:p}"),
-                ));
-            }
-            MemoryType::Unregistered => {
-                return Err(invalid(
-                    "the view's address is not CUDA memory",
-                    format!("exporting the view at {data:p}"),
-                ));
-            }
+        let device = if self.is_empty() {
+            // No memory to look up: an empty view is reported on the current device.
+            cuda(Device::current()?)
+        } else {
+            device_of(data.cast())?
         };
+        let mut described = described(data, self.len(), device);
+        described.producer = self.owner().cloned();
         Ok(described)
     }
+}
+
+/// Where the runtime says the memory at `data` lives, as DLPack names it.
+fn device_of(data: *const std::ffi::c_void) -> Result<DLDevice> {
+    Ok(match pointer_type(data)? {
+        MemoryType::Device { device } => DLDevice { device_type: ffi::kDLCUDA, device_id: device },
+        MemoryType::Managed { device } => DLDevice { device_type: ffi::kDLCUDAManaged, device_id: device },
+        // Mapped pinned memory whose device address is its host address (unified addressing).
+        MemoryType::Host { host, .. } if host.cast_const() == data => {
+            DLDevice { device_type: ffi::kDLCUDAHost, device_id: 0 }
+        }
+        MemoryType::Host { .. } => {
+            return Err(invalid(
+                "mapped host memory whose device address differs from its host address",
+                format!("exporting the view at {data:p}"),
+            ));
+        }
+        MemoryType::Unregistered => {
+            return Err(invalid("the view's address is not CUDA memory", format!("exporting the view at {data:p}")));
+        }
+    })
 }
 impl<T: DlpackElement> DlpackSource for DeviceSlice<'_, T> {}
 
