@@ -194,7 +194,7 @@ case "${1:-}" in
     # The Python module's tests (PyTorch, CuPy, JAX where installed) and the PyTorch allocator's.
     cd python
     if python3 -c "import pytest" 2>/dev/null; then
-      python3 -m pytest -v tests "${@:2}" || fail=1
+      python3 -m pytest -v -s -rs tests "${@:2}" || fail=1
     else
       python3 run_tests.py "${@:2}" || fail=1
     fi

@@ -92,6 +92,10 @@ def test_torch_reads_after_the_producers_pending_work():
         assert ok, f"round {round_}: torch read before the producer's fill"
         ok = bool((torch.from_dlpack(buf) == value).all())  # default stream: stream=1 path
         assert ok, f"round {round_}: the legacy stream read before the fill"
+        # Releasing the export waits for the device: done here, not while the next round's
+        # work is pending (which would order it by accident).
+        del t
+        torch.cuda.synchronize()
 
 
 def test_cuda_mem_reads_after_torchs_pending_work():
