@@ -63,10 +63,14 @@ pub(crate) fn export<'py>(py: Python<'py>, tensor: DlpackTensor<'static>, legacy
         unsafe {
             if legacy {
                 let tensor = pointer.cast::<DLManagedTensor>();
-                ((*tensor).deleter.expect("our exports have deleters"))(tensor);
+                if let Some(deleter) = (*tensor).deleter {
+                    deleter(tensor);
+                }
             } else {
                 let tensor = pointer.cast::<DLManagedTensorVersioned>();
-                ((*tensor).deleter.expect("our exports have deleters"))(tensor);
+                if let Some(deleter) = (*tensor).deleter {
+                    deleter(tensor);
+                }
             }
         }
     }
