@@ -63,6 +63,8 @@
 mod owner_macros;
 mod device;
 mod device_buffer;
+#[cfg(feature = "dlpack")]
+pub mod dlpack;
 mod error;
 mod event;
 mod host_flags;

@@ -186,6 +186,11 @@ impl<T: Pod> ManagedBuffer<T> {
 
     element_count!();
 
+    /// The device that was current at allocation (the memory's preferred home until advised).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
     host_views!();
 
     fn before_host_access(&self) -> Result<()> {

@@ -146,13 +146,24 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     }
 
     fn zero_in_stream_order(&self) -> Result<()> {
+        self.set_in_stream_order(0)
+    }
+
+    fn set_in_stream_order(&self, byte: u8) -> Result<()> {
         let bytes = self.size_bytes();
         if bytes == 0 {
             return Ok(());
         }
         let call = self.stream.call()?;
         // SAFETY: the allocation holds `bytes`; the memset is ordered after it on its stream.
-        unsafe { raw::memory::set_async(self.ptr.as_ptr().cast(), 0, bytes, call.as_raw()) }
+        unsafe { raw::memory::set_async(self.ptr.as_ptr().cast(), byte, bytes, call.as_raw()) }
+    }
+
+    /// Queues `cudaMemsetAsync` of every byte to `byte` on the buffer's stream and returns
+    /// without waiting. Views name that stream, so blocking copies, scopes and the free are
+    /// ordered after it.
+    pub fn set_bytes_async(&mut self, byte: u8) -> Result<()> {
+        self.set_in_stream_order(byte)
     }
 
     element_count!();

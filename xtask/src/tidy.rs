@@ -57,7 +57,16 @@ pub fn run() -> Result {
 /// aside).
 pub fn check_tree(root: &Path) -> Vec<Violation> {
     let mut files = Vec::new();
-    for krate in ["cuda-mem-sys", "cuda-mem", "cuda-mem-kernels", "cuda-mem-bench", "xtask", "fuzz"] {
+    for krate in [
+        "cuda-mem-sys",
+        "cuda-mem",
+        "cuda-mem-kernels",
+        "cuda-mem-bench",
+        "cuda-mem-py",
+        "cuda-mem-torch-alloc",
+        "xtask",
+        "fuzz",
+    ] {
         rust_files(&root.join(krate), &mut files);
     }
     files.sort();

@@ -105,3 +105,36 @@ pub(crate) unsafe fn set_async(dst: *mut c_void, byte: u8, bytes: usize, stream:
     let code = unsafe { sys::cudaMemsetAsync(dst, i32::from(byte), bytes, stream) };
     check(code, || format!("cudaMemsetAsync of {bytes} bytes"))
 }
+
+/// What the runtime knows of an address (`cudaPointerGetAttributes`).
+#[cfg(feature = "dlpack")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemoryType {
+    /// Not allocated or registered through CUDA.
+    Unregistered,
+    /// Page-locked host memory; `host` is its host address when the runtime reports one.
+    Host { device: i32, host: *mut c_void },
+    /// Device memory of `device`.
+    Device { device: i32 },
+    /// Managed memory, allocated with `device` current.
+    Managed { device: i32 },
+}
+
+/// `cudaPointerGetAttributes`.
+#[cfg(feature = "dlpack")]
+pub(crate) fn pointer_type(ptr: *const c_void) -> Result<MemoryType> {
+    // SAFETY: a C struct of integers and pointers (and, in CUDA 13, reserved integers), for
+    // which all-zero bytes are a valid value.
+    let mut attributes: sys::cudaPointerAttributes = unsafe { std::mem::zeroed() };
+    // SAFETY: `attributes` is valid for writes; the address is only looked up.
+    check(unsafe { sys::cudaPointerGetAttributes(&mut attributes, ptr) }, || {
+        format!("cudaPointerGetAttributes({ptr:p})")
+    })?;
+    let device = attributes.device;
+    Ok(match attributes.type_ {
+        sys::cudaMemoryType::cudaMemoryTypeHost => MemoryType::Host { device, host: attributes.hostPointer },
+        sys::cudaMemoryType::cudaMemoryTypeDevice => MemoryType::Device { device },
+        sys::cudaMemoryType::cudaMemoryTypeManaged => MemoryType::Managed { device },
+        _ => MemoryType::Unregistered,
+    })
+}

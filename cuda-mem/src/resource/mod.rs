@@ -28,6 +28,7 @@ mod limiting;
 mod logging;
 mod outstanding;
 mod replay;
+pub mod snapshot;
 mod sources;
 mod statistics;
 #[cfg(any(test, fuzzing))]
@@ -90,6 +91,15 @@ impl StreamRef<'static> {
 impl StreamRef<'_> {
     /// A reference to the stream `raw` names, for as long as the caller keeps it valid.
     pub(crate) fn new(raw: raw::cudaStream_t) -> Self {
+        Self { raw, _stream: PhantomData }
+    }
+
+    /// A reference to a stream handle from other CUDA code (a PyTorch allocator hook, say).
+    ///
+    /// # Safety
+    /// `raw` names a live stream for `'a`, or is a built-in handle (0, `cudaStreamPerThread`),
+    /// which means the calling thread's stream on its current device wherever it is used.
+    pub unsafe fn from_raw(raw: raw::cudaStream_t) -> Self {
         Self { raw, _stream: PhantomData }
     }
 
