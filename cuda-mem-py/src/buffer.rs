@@ -298,7 +298,7 @@ impl Buffer {
     /// The same bytes as a 1-D buffer of `dtype`.
     fn view(&self, dtype: &str) -> PyResult<Buffer> {
         let dtype = dtype::parse(dtype)?;
-        if self.alloc.nbytes % dtype.size() != 0 {
+        if !self.alloc.nbytes.is_multiple_of(dtype.size()) {
             return Err(PyValueError::new_err(format!(
                 "{} bytes are not whole {} elements",
                 self.alloc.nbytes,

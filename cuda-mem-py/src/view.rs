@@ -38,14 +38,14 @@ pub(crate) fn from_dlpack(
 ) -> PyResult<View> {
     let capsule = if obj.hasattr("__dlpack__")? { call_dlpack(py, obj, stream)? } else { obj.clone() };
     let import = capsule::take(&capsule)?;
-    if let Some(wanted) = dtype.map(dtype::parse).transpose()? {
-        if wanted != import.dtype() {
-            return Err(PyValueError::new_err(format!(
-                "the tensor holds {}, not {}",
-                import.dtype().name(),
-                wanted.name()
-            )));
-        }
+    if let Some(wanted) = dtype.map(dtype::parse).transpose()?
+        && wanted != import.dtype()
+    {
+        return Err(PyValueError::new_err(format!(
+            "the tensor holds {}, not {}",
+            import.dtype().name(),
+            wanted.name()
+        )));
     }
     let dl_device = import.device();
     if dl_device.device_type != kDLCUDA && dl_device.device_type != kDLCUDAManaged {

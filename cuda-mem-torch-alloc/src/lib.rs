@@ -106,10 +106,10 @@ static DUMP_ON_OOM: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 fn dump_on_oom() {
     let path = DUMP_ON_OOM.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    if let Some(path) = path {
-        if let Err(io) = snapshot().write(&path) {
-            remember(format!("writing the out-of-memory snapshot to {}: {io}", path.display()));
-        }
+    if let Some(path) = path
+        && let Err(io) = snapshot().write(&path)
+    {
+        remember(format!("writing the out-of-memory snapshot to {}: {io}", path.display()));
     }
 }
 

@@ -296,13 +296,13 @@ impl<'a> DlpackTensor<'a> {
     pub fn with_dtype(mut self, dtype: DataType) -> Result<Self> {
         let bytes = self.len() * self.dtype().size();
         let size = dtype.size();
-        if bytes % size != 0 {
+        if !bytes.is_multiple_of(size) {
             return Err(invalid(
                 "the byte length is not a multiple of the element size",
                 format!("viewing {bytes} bytes as {}", dtype.name()),
             ));
         }
-        if bytes != 0 && (self.data_ptr() as usize) % size != 0 {
+        if bytes != 0 && !(self.data_ptr() as usize).is_multiple_of(size) {
             return Err(invalid(
                 "the address is not aligned to the element size",
                 format!("viewing {:p} as {}", self.data_ptr(), dtype.name()),

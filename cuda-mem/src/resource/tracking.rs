@@ -271,10 +271,10 @@ impl<R: MemoryResource> TrackingResource<R> {
             if let Some(trace) = &self.trace {
                 trace.oom(bytes, stream.as_raw() as usize, report.free.unwrap_or(0));
             }
-            if let Some(path) = &self.dump_on_oom {
-                if let Err(io) = self.memory_snapshot().write(path) {
-                    eprintln!("cuda-mem: writing the out-of-memory snapshot to {}: {io}", path.display());
-                }
+            if let Some(path) = &self.dump_on_oom
+                && let Err(io) = self.memory_snapshot().write(path)
+            {
+                eprintln!("cuda-mem: writing the out-of-memory snapshot to {}: {io}", path.display());
             }
         }
         err

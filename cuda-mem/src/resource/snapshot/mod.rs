@@ -490,10 +490,11 @@ pub fn frames_from_backtrace(backtrace: &std::backtrace::Backtrace) -> Frames {
                     frame.line = line_no;
                 }
             }
-        } else if let Some((index, name)) = line.split_once(": ") {
-            if index.chars().all(|c| c.is_ascii_digit()) && !index.is_empty() {
-                frames.push(Frame { filename: String::new(), line: 0, name: name.to_string() });
-            }
+        } else if let Some((index, name)) = line.split_once(": ")
+            && index.chars().all(|c| c.is_ascii_digit())
+            && !index.is_empty()
+        {
+            frames.push(Frame { filename: String::new(), line: 0, name: name.to_string() });
         }
     }
     frames.into()
