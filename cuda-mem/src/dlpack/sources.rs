@@ -34,7 +34,16 @@ macro_rules! owner {
 
 owner!(DeviceBuffer);
 owner!(ManagedBuffer);
-owner!(PinnedBuffer);
+
+impl<T: DlpackElement> DlpackSource for PinnedBuffer<T> {}
+impl<T: DlpackElement> DlpackSourceMut for PinnedBuffer<T> {}
+impl<T: DlpackElement> DlpackOwner for PinnedBuffer<T> {}
+impl<T: DlpackElement> sealed::Owner for PinnedBuffer<T> {
+    type Keep = WaitAllThenFree<Self>;
+    fn keep(self) -> Self::Keep {
+        WaitAllThenFree { buffer: self }
+    }
+}
 
 impl<T: DlpackElement> sealed::Source for DeviceBuffer<T> {
     fn describe(&self) -> Result<Described> {
@@ -86,6 +95,25 @@ impl<B> Drop for WaitThenFree<B> {
         // A blocking wait, by design (see `DlpackTensor::owned`). If it fails the context is
         // broken, and the free that follows fails too.
         crate::raw::quiet(self.device.synchronize());
+    }
+}
+
+/// Pinned host memory in an owned export: copies on any device's streams may still read or write
+/// it when the consumer releases it, and `cudaFreeHost` is not documented to wait for them, so
+/// every device is waited for before the free.
+#[derive(Debug)]
+pub struct WaitAllThenFree<B> {
+    #[allow(dead_code)] // held for its drop, after the waits
+    buffer: B,
+}
+
+impl<B> Drop for WaitAllThenFree<B> {
+    fn drop(&mut self) {
+        // Blocking waits, by design. If one fails the context is broken, and the free that
+        // follows fails too.
+        for device in Device::all().unwrap_or_default() {
+            crate::raw::quiet(device.synchronize());
+        }
     }
 }
 
