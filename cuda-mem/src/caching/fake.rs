@@ -1,0 +1,241 @@
+//! A backend for tests and fuzzing: segments from the system allocator, and streams modelled
+//! by counters. Work queued on a stream ([`FakeBackend::submit`]) completes only when a test says
+//! so ([`FakeBackend::complete`]) or the cache waits for it; a fence is a stream and a count.
+//! [`FakeBackend::is_ordered`] answers whether work queued on a stream now comes after a given
+//! piece of another stream's work, which is what a test checks when a block changes hands.
+
+use super::backend::{Backend, StreamKey};
+use crate::error::{CudaError, ErrorKind, OomReport, Result};
+use rustc_hash::FxHashMap;
+use std::alloc::Layout;
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Segment alignment: what `cudaMalloc` guarantees at least.
+const ALIGN: usize = 512;
+
+/// A backend over the system allocator with hand-completed streams. Clones share the state, so
+/// a test keeps one to inspect what the allocator did with the other.
+#[derive(Debug, Clone, Default)]
+pub struct FakeBackend {
+    state: Arc<Mutex<FakeState>>,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    streams: FxHashMap<StreamKey, FakeStream>,
+    /// Live segments: address -> bytes.
+    segments: BTreeMap<usize, usize>,
+    /// Refuse allocations beyond this many reserved bytes (`None`: no limit).
+    capacity: Option<usize>,
+    /// Refuse this many allocations whatever the capacity.
+    fail_next: usize,
+    fail_records: bool,
+    allocations: u64,
+    released: Vec<(usize, usize)>,
+    host_waits: u64,
+    forgotten: Vec<StreamKey>,
+}
+
+#[derive(Debug, Default)]
+struct FakeStream {
+    /// Pieces of work queued so far.
+    queued: u64,
+    /// Pieces of work completed (a prefix of the queued ones).
+    completed: u64,
+    /// For each other stream, how much of its work this stream's later work waits for.
+    waits_for: FxHashMap<StreamKey, u64>,
+}
+
+/// The work queued on `stream` before the fence was recorded: its first `seq` pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FakeFence {
+    /// Where it was recorded.
+    pub stream: StreamKey,
+    /// How many pieces of work it covers.
+    pub seq: u64,
+}
+
+impl FakeBackend {
+    fn state(&self) -> MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Refuses allocations that would take the live segments beyond `bytes` (`None`: no limit).
+    pub fn set_capacity(&self, bytes: Option<usize>) {
+        self.state().capacity = bytes;
+    }
+
+    /// Refuses the next `count` allocations.
+    pub fn fail_next_allocations(&self, count: usize) {
+        self.state().fail_next = count;
+    }
+
+    /// Makes `record` fail (a broken context) or work again.
+    pub fn fail_records(&self, fail: bool) {
+        self.state().fail_records = fail;
+    }
+
+    /// Queues a piece of work on `stream`; returns how many are queued there now.
+    pub fn submit(&self, stream: StreamKey) -> u64 {
+        let mut state = self.state();
+        let s = state.streams.entry(stream).or_default();
+        s.queued += 1;
+        s.queued
+    }
+
+    /// Work queued on `stream` so far: a free now is ordered after this much of it.
+    pub fn queued(&self, stream: StreamKey) -> u64 {
+        self.state().streams.get(&stream).map_or(0, |s| s.queued)
+    }
+
+    /// Completes every piece of work queued on `stream`.
+    pub fn complete(&self, stream: StreamKey) {
+        if let Some(s) = self.state().streams.get_mut(&stream) {
+            s.completed = s.queued;
+        }
+    }
+
+    /// Completes all work on every stream.
+    pub fn complete_all(&self) {
+        for s in self.state().streams.values_mut() {
+            s.completed = s.queued;
+        }
+    }
+
+    /// True when work queued on `to` from now on starts after the first `seq` pieces of `from`'s
+    /// work: same stream, completed, or waited for on the device.
+    pub fn is_ordered(&self, from: StreamKey, seq: u64, to: StreamKey) -> bool {
+        let state = self.state();
+        let completed = state.streams.get(&from).map_or(0, |s| s.completed);
+        let waited = state.streams.get(&to).and_then(|s| s.waits_for.get(&from).copied()).unwrap_or(0);
+        from == to || completed >= seq || waited >= seq
+    }
+
+    /// True when the first `seq` pieces of work on `stream` have completed.
+    pub fn is_complete(&self, stream: StreamKey, seq: u64) -> bool {
+        self.state().streams.get(&stream).map_or(0, |s| s.completed) >= seq
+    }
+
+    /// Bytes in live segments.
+    pub fn reserved(&self) -> usize {
+        self.state().segments.values().sum()
+    }
+
+    /// Live segments as (address, bytes).
+    pub fn live_segments(&self) -> Vec<(usize, usize)> {
+        self.state().segments.iter().map(|(&a, &b)| (a, b)).collect()
+    }
+
+    /// Segments allocated so far.
+    pub fn allocations(&self) -> u64 {
+        self.state().allocations
+    }
+
+    /// Segments released since the last call, as (address, bytes).
+    pub fn take_released(&self) -> Vec<(usize, usize)> {
+        std::mem::take(&mut self.state().released)
+    }
+
+    /// Times the cache blocked on a fence.
+    pub fn host_waits(&self) -> u64 {
+        self.state().host_waits
+    }
+
+    /// Streams the cache said it no longer holds anything of, in order.
+    pub fn forgotten(&self) -> Vec<StreamKey> {
+        self.state().forgotten.clone()
+    }
+}
+
+impl Drop for FakeState {
+    fn drop(&mut self) {
+        // Segments the allocator kept (blocks it could never take back): the test is over.
+        for (&addr, &bytes) in &self.segments {
+            let ptr = std::ptr::with_exposed_provenance_mut::<u8>(addr);
+            // SAFETY: a live segment from `allocate` (its address was exposed there), released
+            // here once as the state goes.
+            unsafe { std::alloc::dealloc(ptr, layout(bytes)) };
+        }
+    }
+}
+
+fn layout(bytes: usize) -> Layout {
+    Layout::from_size_align(bytes, ALIGN).expect("segment sizes fit a layout")
+}
+
+// SAFETY: segments are distinct live allocations of the system allocator, aligned to 512. A fence
+// covers the first `seq` pieces of its stream's work: `is_done` and `wait` report completion of
+// exactly those (waiting completes them, as a blocking wait returns only after they ran), and
+// `stream_wait` records that the stream's later work comes after them. Keys are plain numbers
+// chosen by the tests, never reused for another stream.
+unsafe impl Backend for FakeBackend {
+    type Fence = FakeFence;
+
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
+        let mut state = self.state();
+        let reserved: usize = state.segments.values().sum();
+        let over = state.capacity.is_some_and(|cap| reserved + bytes > cap);
+        if state.fail_next > 0 || over {
+            state.fail_next = state.fail_next.saturating_sub(1);
+            let report = OomReport {
+                requested: bytes,
+                free: state.capacity.map(|cap| cap.saturating_sub(reserved)),
+                total: state.capacity,
+                ..OomReport::default()
+            };
+            let kind = ErrorKind::OutOfMemory { code: None, report: Box::new(report) };
+            return Err(CudaError::new(kind, "fake segment allocation"));
+        }
+        // SAFETY: a non-zero size (the cache asks for multiples of 512) and a valid alignment.
+        let ptr = NonNull::new(unsafe { std::alloc::alloc(layout(bytes)) }).unwrap_or_else(|| {
+            std::alloc::handle_alloc_error(layout(bytes));
+        });
+        state.segments.insert(ptr.as_ptr().expose_provenance(), bytes);
+        state.allocations += 1;
+        Ok(ptr)
+    }
+
+    unsafe fn release(&self, base: NonNull<u8>, bytes: usize) {
+        let mut state = self.state();
+        let addr = base.as_ptr().addr();
+        assert_eq!(state.segments.remove(&addr), Some(bytes), "released a segment that is not live");
+        state.released.push((addr, bytes));
+        // SAFETY: allocated by `allocate` with this layout (the map just proved it live, so this
+        // is its one release).
+        unsafe { std::alloc::dealloc(base.as_ptr(), layout(bytes)) };
+    }
+
+    fn record(&self, stream: StreamKey) -> Result<FakeFence> {
+        let mut state = self.state();
+        if state.fail_records {
+            return Err(CudaError::new(ErrorKind::InvalidArgument("fake fence refused"), "FakeBackend::record"));
+        }
+        let seq = state.streams.entry(stream).or_default().queued;
+        Ok(FakeFence { stream, seq })
+    }
+
+    fn is_done(&self, fence: &FakeFence) -> bool {
+        self.state().streams.get(&fence.stream).map_or(0, |s| s.completed) >= fence.seq
+    }
+
+    fn wait(&self, fence: &FakeFence) -> Result<()> {
+        let mut state = self.state();
+        state.host_waits += 1;
+        let s = state.streams.entry(fence.stream).or_default();
+        s.completed = s.completed.max(fence.seq);
+        Ok(())
+    }
+
+    fn stream_wait(&self, stream: StreamKey, fence: &FakeFence) -> Result<()> {
+        let mut state = self.state();
+        let waits = state.streams.entry(stream).or_default().waits_for.entry(fence.stream).or_default();
+        *waits = (*waits).max(fence.seq);
+        Ok(())
+    }
+
+    fn forget_stream(&self, stream: StreamKey) {
+        self.state().forgotten.push(stream);
+    }
+}
