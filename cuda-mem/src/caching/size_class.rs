@@ -36,6 +36,9 @@ impl SizeClass {
     /// The class with this index, or `None` past the largest representable one.
     pub fn from_index(index: u16) -> Option<Self> {
         let i = usize::from(index);
+        if i >= NUM_CLASSES {
+            return None;
+        }
         if i < STEPS_PER_DOUBLING {
             return Some(Self { index, bytes: (i + 1) * MIN_BLOCK });
         }

@@ -474,8 +474,13 @@ fn the_fake_backend_models_streams_and_fences() {
     backend.stream_wait(T, &fence).unwrap();
     assert!(backend.is_ordered(S, 1, T) && !backend.is_ordered(S, 1, StreamKey(3)));
     assert!(backend.is_ordered(S, 2, S), "a stream is ordered after itself");
-    backend.wait(&fence).unwrap();
-    assert!(backend.is_done(&fence) && backend.is_complete(S, 1));
+    let u = StreamKey(3);
+    backend.stream_wait(u, &Backend::record(&backend, T).unwrap()).unwrap();
+    assert!(backend.is_ordered(S, 1, u), "u waits for T, which waits for S");
+    assert_eq!(backend.queued(T), 1, "the wait is work on T");
+    let after_wait = Backend::record(&backend, T).unwrap();
+    backend.wait(&after_wait).unwrap();
+    assert!(backend.is_done(&fence) && backend.is_complete(S, 1), "T's work completes after S's");
     assert_eq!(backend.host_waits(), 1);
     let segment = backend.allocate(4096).unwrap();
     assert_eq!(backend.live_segments(), [(segment.as_ptr().addr(), 4096)]);
