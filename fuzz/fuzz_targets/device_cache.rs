@@ -99,6 +99,8 @@ impl Model {
         if let Some((&next, _)) = self.live.range(start..).next() {
             assert!(end <= next, "{block:?} overlaps a live block");
         }
+        // Segments released by this allocation (out of memory) may be where the block now lies.
+        self.absorb_releases();
         self.live.insert(start, end);
         for (from, seq) in self.history.take(start, end) {
             assert!(self.backend.is_ordered(from, seq, block.stream()), "{block:?} reused before {from:?}'s work");
@@ -112,7 +114,8 @@ impl Model {
         self.history.record(start, start + block.bytes(), freed_on, seq);
     }
 
-    fn check(&mut self) {
+    /// Checks the segments released since the last call and forgets their history.
+    fn absorb_releases(&mut self) {
         for (start, bytes) in self.backend.take_released() {
             let end = start + bytes;
             assert!(self.live.range(..end).all(|(_, &e)| e <= start), "released under a live block");
@@ -120,6 +123,10 @@ impl Model {
                 assert!(self.backend.is_complete(stream, seq), "released before {stream:?}'s work completed");
             }
         }
+    }
+
+    fn check(&mut self) {
+        self.absorb_releases();
         self.cache.check_invariants();
         let stats = self.cache.stats();
         let (allocated, requested) = self.allocated();

@@ -129,12 +129,15 @@ impl<B: Backend> CachingAllocator<B> {
     ///
     /// # Safety
     /// `block` came from this allocator, and every use of its memory is ordered before the work
-    /// queued on `block.stream()` after this call (uses on other streams were made to wait for
-    /// by that stream, e.g. with `cudaStreamWaitEvent`; otherwise use [`CachingAllocator::free_on`]).
+    /// queued on `block.stream()` after this call (a use on another stream is, once the block's
+    /// stream was made to wait for it, e.g. with `cudaStreamWaitEvent`; otherwise use
+    /// [`CachingAllocator::free_on`]).
     #[inline]
     pub unsafe fn free(&self, block: CachedBlock) {
         let shared = &*self.shared;
-        debug_assert_eq!(block.allocator, shared.id, "a block of another allocator");
+        if block.allocator != shared.id {
+            return foreign_block(block);
+        }
         let key = BinKey { stream: block.stream, class: block.class.index() };
         let (bytes, requested) = (block.bytes(), block.requested);
         let parked = block.parked();
@@ -170,7 +173,10 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(());
         }
         let shared = &*self.shared;
-        debug_assert_eq!(block.allocator, shared.id, "a block of another allocator");
+        if block.allocator != shared.id {
+            foreign_block(block);
+            return Ok(());
+        }
         {
             let mut core = shared.core();
             if !core.arena().is_out_at(block.id, block.ptr) {
@@ -388,6 +394,13 @@ impl<B: Backend> Shared<B> {
             oom_retries: figures.oom_retries,
         }
     }
+}
+
+/// A block given to an allocator that did not hand it out (a broken `free` contract): leaked
+/// rather than cached where it does not belong.
+#[cold]
+fn foreign_block(block: CachedBlock) {
+    debug_assert!(false, "{block:?} belongs to another allocator");
 }
 
 /// Returns a parked block to the core, if it is one the core handed out (it always is, unless a

@@ -14,7 +14,7 @@ pub enum Pool {
 }
 
 /// Parameters of a [`CachingAllocator`](super::CachingAllocator). Sizes are multiples of 512.
-/// The defaults follow PyTorch's allocator for segments; the lead's measurements decide.
+/// The segment defaults are PyTorch's; the benchmarks decide where they belong here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Classes up to this share small segments.

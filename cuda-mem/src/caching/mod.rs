@@ -36,13 +36,15 @@
 //! a thread's exit returns its blocks through its thread-local destructor. A block may be freed
 //! on any thread: it parks in the freeing thread's cache under its own stream and class.
 //!
-//! **Soundness.** A block is in exactly one place: the core's free lists, a user's
-//! [`CachedBlock`] (not `Clone`, given back by value), one front cache's bin, or the core's
-//! pending list; each move between them happens under the lock of both ends' owner (a front
-//! cache's lock, then the core's mutex, never both at once), so no block is handed out twice.
-//! Only idle segments are released, and the core's mutex covers the whole release, so no
-//! released memory is out. `empty_cache` racing with allocations at worst misses blocks in
-//! transit between a front cache and the core, which stay cached.
+//! **Soundness.** A block is in one place at a time: the core (free, or pending a fence), a
+//! user's [`CachedBlock`] (neither `Clone` nor `Copy`, given back by value), or one front cache's
+//! bin. The core changes under its mutex and a bin under its thread's lock; a block on its way
+//! between a bin and the core is held by the moving thread alone, so no block is handed out
+//! twice. Only idle segments (all of it one free block in the core) are released, under the
+//! core's mutex, so no released memory is out. `empty_cache` racing with other threads' calls at
+//! worst misses a block on its way to the core, which then stays cached. Locks nest in one order
+//! only: the registry of front caches, then one front cache or the core; a front cache and the
+//! core are never held together, and the hot path takes its front cache's lock alone.
 //!
 //! **Out of memory.** When the backend refuses a segment, every front cache is returned, pending
 //! blocks are waited for, every idle segment is released and the allocation is tried once more;
