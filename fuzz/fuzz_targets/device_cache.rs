@@ -174,7 +174,7 @@ fuzz_target!(|input: Input| {
             eprintln!("{op:?}");
         }
         match op {
-            Op::Alloc { size, stream: s } => match m.cache.alloc(usize::from(size) * 4, stream(s)) {
+            Op::Alloc { size, stream: s } => match m.cache.alloc(usize::from(size) * 4, &stream(s)) {
                 Ok(block) => {
                     if trace {
                         eprintln!("  -> {block:?}");
@@ -200,7 +200,7 @@ fuzz_target!(|input: Input| {
                 let (addr, bytes, requested) = (block.ptr().as_ptr().addr(), block.bytes(), block.requested());
                 m.unclaim(&block, stream(s));
                 // SAFETY: as above, with the last use on `stream(s)`.
-                if unsafe { m.cache.free_on(block, stream(s)) }.is_err() {
+                if unsafe { m.cache.free_on(block, &stream(s)) }.is_err() {
                     m.lost.0 += bytes;
                     m.lost.1 += requested;
                     m.lost_addrs.push(addr);
@@ -239,5 +239,6 @@ fuzz_target!(|input: Input| {
     }
     if m.lost_addrs.is_empty() {
         assert_eq!(m.backend.reserved(), 0);
+        assert!(m.cache.held_streams().is_empty(), "stream handles kept without memory");
     }
 });

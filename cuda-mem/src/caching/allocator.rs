@@ -4,7 +4,7 @@ use super::arena::BlockId;
 use super::backend::{Backend, StreamKey};
 use super::block::CachedBlock;
 use super::config::Config;
-use super::core::Core;
+use super::core::{Core, On};
 use super::front::{self, BinKey, FrontLimits, Parked, ThreadCache, ThreadExit, ThreadTotals};
 use super::size_class::{SizeClass, class_of};
 use super::stats::{CachingStats, ClassStats, CurrentPeak};
@@ -47,7 +47,7 @@ struct Shared<B: Backend> {
     backend: B,
     config: Config,
     limits: FrontLimits,
-    core: Mutex<Core<B::Fence>>,
+    core: Mutex<Core<B>>,
     threads: Mutex<Registry>,
 }
 
@@ -95,25 +95,25 @@ impl<B: Backend> CachingAllocator<B> {
     /// [`ErrorKind::OutOfMemory`] after the cache has released everything it held and tried again;
     /// its report carries the cache's figures.
     #[inline]
-    pub fn alloc(&self, bytes: usize, stream: StreamKey) -> Result<CachedBlock> {
+    pub fn alloc(&self, bytes: usize, stream: &B::Stream) -> Result<CachedBlock> {
         let Some(class) = class_of(bytes) else {
             return Err(super::size_overflow(bytes));
         };
         let shared = &*self.shared;
-        let key = BinKey { stream, class: class.index() };
+        let key = BinKey { stream: B::key(stream), class: class.index() };
         let hit = front::with_cache(shared.id, || self.register(), |cache| cache.take(key, class.bytes(), bytes));
         match hit {
-            Some(Some(parked)) => Ok(shared.handle(parked.ptr, parked.id, class, bytes, stream)),
+            Some(Some(parked)) => Ok(shared.handle(parked.ptr, parked.id, class, bytes, key.stream)),
             _ => self.alloc_slow(class, bytes, stream),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn alloc_slow(&self, class: SizeClass, requested: usize, stream: StreamKey) -> Result<CachedBlock> {
+    fn alloc_slow(&self, class: SizeClass, requested: usize, stream: &B::Stream) -> Result<CachedBlock> {
         let shared = &*self.shared;
+        let key = BinKey { stream: B::key(stream), class: class.index() };
         let (id, ptr) = shared.take_from_core(stream, class)?;
-        let key = BinKey { stream, class: class.index() };
         let counted = front::with_cache(
             shared.id,
             || self.register(),
@@ -122,7 +122,7 @@ impl<B: Backend> CachingAllocator<B> {
         if counted.is_none() {
             shared.count_without_cache(key, class.bytes(), requested, true);
         }
-        Ok(shared.handle(ptr, id, class, requested, stream))
+        Ok(shared.handle(ptr, id, class, requested, key.stream))
     }
 
     /// Returns `block` for reuse on its own stream, at once.
@@ -166,8 +166,9 @@ impl<B: Backend> CachingAllocator<B> {
     /// # Safety
     /// `block` came from this allocator, and every use of its memory is ordered before the work
     /// queued on `stream` after this call.
-    pub unsafe fn free_on(&self, block: CachedBlock, stream: StreamKey) -> Result<()> {
-        if stream == block.stream {
+    pub unsafe fn free_on(&self, block: CachedBlock, stream: &B::Stream) -> Result<()> {
+        let on = On { key: B::key(stream), stream };
+        if on.key == block.stream {
             // SAFETY: the caller's guarantee, for the block's own stream.
             unsafe { self.free(block) };
             return Ok(());
@@ -183,7 +184,7 @@ impl<B: Backend> CachingAllocator<B> {
                 debug_assert!(false, "{block:?} is not out of this allocator");
                 return Ok(());
             }
-            core.free_pending(&shared.backend, block.id, stream)?;
+            core.free_pending(&shared.backend, block.id, on)?;
         }
         let key = BinKey { stream: block.stream, class: block.class.index() };
         let (bytes, requested) = (block.bytes(), block.requested);
@@ -242,6 +243,12 @@ impl<B: Backend> CachingAllocator<B> {
         self.shared.core().check();
     }
 
+    /// Keys of the streams the allocator holds a handle of.
+    #[cfg(any(test, fuzzing))]
+    pub fn held_streams(&self) -> Vec<StreamKey> {
+        self.shared.core().held_streams()
+    }
+
     /// Holds the core's lock (to prove that a path does not need it).
     #[cfg(test)]
     pub(super) fn hold_core(&self) -> impl Drop + '_ {
@@ -257,7 +264,7 @@ impl<B: Backend> CachingAllocator<B> {
 }
 
 impl<B: Backend> Shared<B> {
-    fn core(&self) -> MutexGuard<'_, Core<B::Fence>> {
+    fn core(&self) -> MutexGuard<'_, Core<B>> {
         lock(&self.core)
     }
 
@@ -280,18 +287,19 @@ impl<B: Backend> Shared<B> {
     /// A block from the core: the stream's free blocks; else, after every front cache is
     /// returned (parked blocks may be what is missing), adoption or growth; on out of memory,
     /// once more after releasing everything cached.
-    fn take_from_core(&self, stream: StreamKey, class: SizeClass) -> Result<(BlockId, NonNull<u8>)> {
+    fn take_from_core(&self, stream: &B::Stream, class: SizeClass) -> Result<(BlockId, NonNull<u8>)> {
         let (backend, config) = (&self.backend, &self.config);
+        let on = || On { key: B::key(stream), stream };
         {
             let mut core = self.core();
-            if let Some(id) = core.take_cached(backend, config, stream, class) {
+            if let Some(id) = core.take_cached(backend, config, B::key(stream), class) {
                 return Ok((id, core.arena().ptr(id)));
             }
         }
         self.flush_all();
         let first = {
             let mut core = self.core();
-            core.take_or_grow(backend, config, stream, class).map(|id| (id, core.arena().ptr(id)))
+            core.take_or_grow(backend, config, on(), class).map(|id| (id, core.arena().ptr(id)))
         };
         match first {
             Err(err) if err.is_out_of_memory() => {}
@@ -302,7 +310,7 @@ impl<B: Backend> Shared<B> {
             let mut core = self.core();
             core.figures.oom_retries += 1;
             core.release_cached(backend);
-            core.take_or_grow(backend, config, stream, class).map(|id| (id, core.arena().ptr(id)))
+            core.take_or_grow(backend, config, on(), class).map(|id| (id, core.arena().ptr(id)))
         };
         retry.map_err(|err| err.with_cache_stats(|| self.stats()))
     }
@@ -405,7 +413,7 @@ fn foreign_block(block: CachedBlock) {
 
 /// Returns a parked block to the core, if it is one the core handed out (it always is, unless a
 /// caller broke `free`'s contract; then it is leaked rather than trusted).
-fn give_back_to<F: Send + Sync>(core: &mut Core<F>, parked: Parked) {
+fn give_back_to<B: Backend>(core: &mut Core<B>, parked: Parked) {
     if core.arena().is_out_at(parked.id, parked.ptr) {
         core.give_back(parked.id);
     } else {

@@ -307,6 +307,14 @@ impl<F> Arena<F> {
         unused
     }
 
+    /// The streams with a record, in order (tests and fuzzing).
+    #[cfg(any(test, fuzzing))]
+    pub fn streams(&self) -> Vec<StreamKey> {
+        let mut keys: Vec<_> = self.streams.keys().copied().collect();
+        keys.sort();
+        keys
+    }
+
     /// (segments, bytes in free blocks, largest free block).
     pub fn free_figures(&self) -> (usize, usize, usize) {
         let (mut total, mut largest) = (0, 0);

@@ -4,8 +4,8 @@
 use crate::error::Result;
 use std::ptr::NonNull;
 
-/// A stream as the cache knows it: the value of its raw handle, compared and hashed, never
-/// dereferenced. The backend turns it back into a stream for its fence calls.
+/// A stream as the front caches and blocks know it: the value of its raw handle, compared and
+/// hashed, never dereferenced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamKey(pub usize);
 
@@ -19,12 +19,18 @@ pub struct StreamKey(pub usize);
 /// - a fence from `record(stream)` covers the work queued on `stream` before the call: `is_done`
 ///   is true and `wait` returns `Ok` only once that work has completed, and `stream_wait(other,
 ///   fence)` returns `Ok` only when work queued on `other` afterwards cannot start before it;
-/// - a key means the same stream from the first time the cache is given it until the cache calls
-///   `forget_stream` with it (a backend that keys streams by raw handle keeps each stream alive
-///   until then, so that a destroyed stream's handle is not reused while its blocks are cached).
+/// - while a `Stream` handle lives, its `key` names that stream and no other.
 pub unsafe trait Backend: Send + Sync + 'static {
+    /// A handle to a stream. The cache keeps a clone of it (taken off the hot path) while it
+    /// holds memory of that stream or a fence on it, so the stream, and with it its key, stays
+    /// that stream's until the cache is done with it.
+    type Stream: Clone + Send + Sync + 'static;
+
     /// A mark in a stream's work (a CUDA event).
     type Fence: Send + Sync + 'static;
+
+    /// The key of `stream` (its raw handle's value): cheap, as every allocation and free uses it.
+    fn key(stream: &Self::Stream) -> StreamKey;
 
     /// A new segment of `bytes` (a multiple of 512) bytes. Out of memory is
     /// `ErrorKind::OutOfMemory`, which makes the cache release what it holds and try once more.
@@ -38,7 +44,7 @@ pub unsafe trait Backend: Send + Sync + 'static {
     unsafe fn release(&self, base: NonNull<u8>, bytes: usize);
 
     /// A fence after the work queued on `stream` so far.
-    fn record(&self, stream: StreamKey) -> Result<Self::Fence>;
+    fn record(&self, stream: &Self::Stream) -> Result<Self::Fence>;
 
     /// True when the fenced work has completed; never blocks.
     fn is_done(&self, fence: &Self::Fence) -> bool;
@@ -48,11 +54,5 @@ pub unsafe trait Backend: Send + Sync + 'static {
 
     /// Makes work queued on `stream` from now on wait for the fenced work, without blocking the
     /// host (`cudaStreamWaitEvent`).
-    fn stream_wait(&self, stream: StreamKey, fence: &Self::Fence) -> Result<()>;
-
-    /// The cache holds nothing of `stream` any more (no segment, no pending fence); it may come
-    /// back later as a new stream.
-    fn forget_stream(&self, stream: StreamKey) {
-        let _ = stream;
-    }
+    fn stream_wait(&self, stream: &Self::Stream, fence: &Self::Fence) -> Result<()>;
 }

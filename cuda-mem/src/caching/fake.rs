@@ -37,7 +37,6 @@ struct FakeState {
     allocations: u64,
     released: Vec<(usize, usize)>,
     host_waits: u64,
-    forgotten: Vec<StreamKey>,
 }
 
 // SAFETY: the segment pointers are system-allocator memory this state alone frees; any thread
@@ -185,11 +184,6 @@ impl FakeBackend {
     pub fn host_waits(&self) -> u64 {
         self.state().host_waits
     }
-
-    /// Streams the cache said it no longer holds anything of, in order.
-    pub fn forgotten(&self) -> Vec<StreamKey> {
-        self.state().forgotten.clone()
-    }
 }
 
 impl Drop for FakeState {
@@ -209,10 +203,15 @@ fn layout(bytes: usize) -> Layout {
 // SAFETY: segments are distinct live allocations of the system allocator, aligned to 512. A fence
 // covers the first `seq` pieces of its stream's work: `is_done` and `wait` report completion of
 // exactly those (waiting completes them, as a blocking wait returns only after they ran), and
-// `stream_wait` queues a wait after which the stream's work comes after them. Keys are plain numbers
-// chosen by the tests, never reused for another stream.
+// `stream_wait` queues a wait after which the stream's work comes after them. Streams are their
+// keys: plain numbers chosen by the tests, never reused for another stream.
 unsafe impl Backend for FakeBackend {
+    type Stream = StreamKey;
     type Fence = FakeFence;
+
+    fn key(stream: &StreamKey) -> StreamKey {
+        *stream
+    }
 
     fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
         let mut state = self.state();
@@ -249,13 +248,13 @@ unsafe impl Backend for FakeBackend {
         unsafe { std::alloc::dealloc(base.as_ptr(), layout(bytes)) };
     }
 
-    fn record(&self, stream: StreamKey) -> Result<FakeFence> {
+    fn record(&self, stream: &StreamKey) -> Result<FakeFence> {
         let mut state = self.state();
         if state.fail_records {
             return Err(CudaError::new(ErrorKind::InvalidArgument("fake fence refused"), "FakeBackend::record"));
         }
-        let seq = state.streams.entry(stream).or_default().queued;
-        Ok(FakeFence { stream, seq })
+        let seq = state.streams.entry(*stream).or_default().queued;
+        Ok(FakeFence { stream: *stream, seq })
     }
 
     fn is_done(&self, fence: &FakeFence) -> bool {
@@ -269,15 +268,11 @@ unsafe impl Backend for FakeBackend {
         Ok(())
     }
 
-    fn stream_wait(&self, stream: StreamKey, fence: &FakeFence) -> Result<()> {
+    fn stream_wait(&self, stream: &StreamKey, fence: &FakeFence) -> Result<()> {
         let mut state = self.state();
-        let s = state.streams.entry(stream).or_default();
+        let s = state.streams.entry(*stream).or_default();
         s.queued += 1;
         s.waits.push((s.queued, fence.stream, fence.seq));
         Ok(())
-    }
-
-    fn forget_stream(&self, stream: StreamKey) {
-        self.state().forgotten.push(stream);
     }
 }

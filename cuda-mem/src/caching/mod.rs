@@ -25,7 +25,11 @@
 //! costs memory and a `cudaMalloc` that is slower than `cudaStreamWaitEvent`, and the driver's
 //! own pools make the same choice by default. A block freed on a foreign stream
 //! ([`CachingAllocator::free_on`]) gets a fence on that stream and rejoins its segment when the
-//! fence completes. Segments are released only after a fence on their owner has completed.
+//! fence completes. Segments are released only after a fence on their owner has completed. The
+//! core keeps a clone of the [`Backend::Stream`] handle of every stream it holds memory or a
+//! fence of, taken off the hot path, so a stream cannot be destroyed and its handle's value
+//! reused by a new stream while blocks freed on it are cached; blocks and front caches name
+//! streams by [`StreamKey`] only.
 //!
 //! **Front caches.** Each thread keeps, per allocator, up to `front_depth` freed blocks per
 //! (stream, class) and `front_max_bytes` in all, behind a lock that only that thread takes on

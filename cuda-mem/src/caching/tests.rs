@@ -44,13 +44,13 @@ fn addr(block: &CachedBlock) -> usize {
 fn a_block_freed_on_its_stream_is_reused_there_at_once() {
     for depth in [4, 0] {
         let (cache, backend) = allocator(Config { front_depth: depth, ..small_config() });
-        let a = cache.alloc(4000, S).unwrap();
+        let a = cache.alloc(4000, &S).unwrap();
         assert_eq!((a.bytes(), a.requested(), a.stream()), (4096, 4000, S));
         assert_eq!(addr(&a) % 512, 0);
         let first = addr(&a);
         backend.submit(S); // work using `a`, still running: the stream orders the reuse
         free(&cache, a);
-        let b = cache.alloc(3900, S).unwrap();
+        let b = cache.alloc(3900, &S).unwrap();
         assert_eq!(addr(&b), first, "front depth {depth}");
         let stats = cache.stats();
         assert_eq!((stats.misses, stats.front_hits + stats.core_hits), (1, 1));
@@ -64,20 +64,20 @@ fn a_block_freed_on_its_stream_is_reused_there_at_once() {
 fn another_stream_gets_an_idle_segment_only_after_its_fence_completes() {
     // A request of 16 KiB fills a small segment's worth in the large pool: one block per segment.
     let (cache, backend) = allocator(Config { front_depth: 0, ..small_config() });
-    let a = cache.alloc(64 * KIB, S).unwrap();
+    let a = cache.alloc(64 * KIB, &S).unwrap();
     let a_addr = addr(&a);
     let used = backend.submit(S);
     free(&cache, a);
-    let b = cache.alloc(64 * KIB, T).unwrap();
+    let b = cache.alloc(64 * KIB, &T).unwrap();
     assert_ne!(addr(&b), a_addr, "handed to T while S's work may still use it");
     assert_eq!(cache.stats().misses, 2);
     backend.complete(S);
-    let c = cache.alloc(64 * KIB, T).unwrap();
+    let c = cache.alloc(64 * KIB, &T).unwrap();
     assert_eq!(addr(&c), a_addr, "the fence recorded at the first miss has completed");
     assert!(backend.is_ordered(S, used, T));
     let stats = cache.stats();
     assert_eq!((stats.misses, stats.segments_adopted, stats.stream_waits), (2, 1, 0));
-    assert_eq!(backend.forgotten(), [S], "S holds nothing any more");
+    assert_eq!(cache.held_streams(), [T], "the cache holds nothing of S any more");
     free(&cache, b);
     free(&cache, c);
     cache.check_invariants();
@@ -86,12 +86,12 @@ fn another_stream_gets_an_idle_segment_only_after_its_fence_completes() {
 #[test]
 fn another_stream_may_instead_wait_on_the_device_for_an_idle_segment() {
     let (cache, backend) = allocator(Config { front_depth: 0, cross_stream_waits: true, ..small_config() });
-    let a = cache.alloc(64 * KIB, S).unwrap();
+    let a = cache.alloc(64 * KIB, &S).unwrap();
     let a_addr = addr(&a);
     let used = backend.submit(S);
     free(&cache, a);
     assert!(!backend.is_ordered(S, used, T));
-    let b = cache.alloc(64 * KIB, T).unwrap();
+    let b = cache.alloc(64 * KIB, &T).unwrap();
     assert_eq!(addr(&b), a_addr);
     assert!(backend.is_ordered(S, used, T), "T's later work waits for S's");
     assert!(!backend.is_complete(S, used), "without blocking the host");
@@ -103,20 +103,22 @@ fn another_stream_may_instead_wait_on_the_device_for_an_idle_segment() {
 #[test]
 fn a_block_freed_on_a_foreign_stream_waits_for_that_streams_work() {
     let (cache, backend) = allocator(small_config());
-    let a = cache.alloc(2048, S).unwrap();
+    let a = cache.alloc(2048, &S).unwrap();
     let a_addr = addr(&a);
     let used = backend.submit(T); // T read the block (after waiting for S)
     // SAFETY: the last use was queued on T.
-    unsafe { cache.free_on(a, T).unwrap() };
+    unsafe { cache.free_on(a, &T).unwrap() };
     assert_eq!(cache.stats().pending_bytes, 2048);
-    let b = cache.alloc(2048, S).unwrap();
+    assert_eq!(cache.held_streams(), [S, T], "T's handle is kept while its fence is pending");
+    let b = cache.alloc(2048, &S).unwrap();
     assert_ne!(addr(&b), a_addr, "reused on S while T's work may still use it");
     backend.complete(T);
-    let c = cache.alloc(2048, S).unwrap();
+    let c = cache.alloc(2048, &S).unwrap();
     assert_eq!(addr(&c), a_addr);
     assert!(backend.is_ordered(T, used, S));
     let stats = cache.stats();
     assert_eq!((stats.pending_bytes, stats.allocated.current, stats.misses), (0, 4096, 1));
+    assert_eq!(cache.held_streams(), [S]);
     free(&cache, b);
     free(&cache, c);
     cache.check_invariants();
@@ -125,10 +127,10 @@ fn a_block_freed_on_a_foreign_stream_waits_for_that_streams_work() {
 #[test]
 fn a_fence_that_cannot_be_recorded_keeps_the_block_out_for_good() {
     let (cache, backend) = allocator(small_config());
-    let a = cache.alloc(2048, S).unwrap();
+    let a = cache.alloc(2048, &S).unwrap();
     backend.fail_records(true);
     // SAFETY: as above.
-    assert!(unsafe { cache.free_on(a, T) }.is_err());
+    assert!(unsafe { cache.free_on(a, &T) }.is_err());
     backend.fail_records(false);
     assert_eq!(cache.stats().allocated.current, 2048, "still counted as held");
     cache.empty_cache();
@@ -139,7 +141,7 @@ fn a_fence_that_cannot_be_recorded_keeps_the_block_out_for_good() {
 #[test]
 fn blocks_split_from_a_segment_and_coalesce_back_into_it() {
     let (cache, _backend) = allocator(Config { front_depth: 0, ..small_config() });
-    let blocks: Vec<_> = [1024, 2048, 4096, 512].into_iter().map(|b| cache.alloc(b, S).unwrap()).collect();
+    let blocks: Vec<_> = [1024, 2048, 4096, 512].into_iter().map(|b| cache.alloc(b, &S).unwrap()).collect();
     let base = addr(&blocks[0]);
     let offsets: Vec<_> = blocks.iter().map(|b| addr(b) - base).collect();
     assert_eq!(offsets, [0, 1024, 3072, 7168], "carved one after another from one segment");
@@ -153,7 +155,7 @@ fn blocks_split_from_a_segment_and_coalesce_back_into_it() {
     assert_eq!((stats.free_bytes, stats.largest_free_block), (2048 + 9216, 9216));
     free(&cache, a); // merges with b
     assert_eq!((cache.stats().free_bytes, cache.stats().largest_free_block), (3072 + 9216, 9216));
-    let e = cache.alloc(3072, S).unwrap(); // fits the merged hole exactly: best fit
+    let e = cache.alloc(3072, &S).unwrap(); // fits the merged hole exactly: best fit
     assert_eq!(addr(&e), base);
     free(&cache, e);
     free(&cache, c); // everything merges: the segment is one free block again
@@ -165,11 +167,11 @@ fn blocks_split_from_a_segment_and_coalesce_back_into_it() {
 #[test]
 fn large_requests_get_their_own_segment_and_its_rest_is_free() {
     let (cache, backend) = allocator(small_config());
-    let a = cache.alloc(40 * KIB, S).unwrap(); // class 40 KiB, own segment of 48 KiB
+    let a = cache.alloc(40 * KIB, &S).unwrap(); // class 40 KiB, own segment of 48 KiB
     assert_eq!(backend.live_segments().iter().map(|s| s.1).collect::<Vec<_>>(), [48 * KIB]);
-    let b = cache.alloc(8 * KIB, S).unwrap(); // the large pool's rest of it
+    let b = cache.alloc(8 * KIB, &S).unwrap(); // the large pool's rest of it
     assert_eq!(addr(&b), addr(&a) + 40 * KIB);
-    let c = cache.alloc(4 * KIB, S).unwrap(); // the small pool: a segment of its own kind
+    let c = cache.alloc(4 * KIB, &S).unwrap(); // the small pool: a segment of its own kind
     assert_eq!(backend.allocations(), 2);
     assert!(addr(&c) + 4 * KIB <= addr(&a) || addr(&c) >= addr(&a) + 48 * KIB, "not in the large segment");
     for block in [a, b, c] {
@@ -180,14 +182,14 @@ fn large_requests_get_their_own_segment_and_its_rest_is_free() {
 #[test]
 fn empty_cache_releases_idle_segments_including_front_caches_and_keeps_held_ones() {
     let (cache, backend) = allocator(small_config());
-    let held = cache.alloc(1024, S).unwrap();
-    let parked = cache.alloc(40 * KIB, S).unwrap();
+    let held = cache.alloc(1024, &S).unwrap();
+    let parked = cache.alloc(40 * KIB, &S).unwrap();
     let other_thread = std::thread::scope(|s| {
         s.spawn(|| {
-            let block = cache.alloc(64 * KIB, T).unwrap();
+            let block = cache.alloc(64 * KIB, &T).unwrap();
             free(&cache, block); // parked in that thread's front cache until it exits
         });
-        s.spawn(|| cache.alloc(2048, T).unwrap()).join().unwrap()
+        s.spawn(|| cache.alloc(2048, &T).unwrap()).join().unwrap()
     });
     free(&cache, parked);
     backend.submit(S);
@@ -207,6 +209,7 @@ fn empty_cache_releases_idle_segments_including_front_caches_and_keeps_held_ones
     let stats = cache.stats();
     assert_eq!((stats.reserved.current, stats.segments, stats.segment_releases), (0, 0, 4));
     assert_eq!(backend.reserved(), 0);
+    assert!(cache.held_streams().is_empty(), "no stream handle kept without memory");
     cache.check_invariants();
 }
 
@@ -214,18 +217,18 @@ fn empty_cache_releases_idle_segments_including_front_caches_and_keeps_held_ones
 fn out_of_memory_releases_the_cache_retries_once_and_reports_figures() {
     let (cache, backend) = allocator(small_config());
     backend.set_capacity(Some(48 * KIB));
-    let small: Vec<_> = (0..4).map(|_| cache.alloc(4 * KIB, S).unwrap()).collect(); // one 16 KiB segment
+    let small: Vec<_> = (0..4).map(|_| cache.alloc(4 * KIB, &S).unwrap()).collect(); // one 16 KiB segment
     for block in small {
         free(&cache, block); // parked in this thread's front cache
     }
     // An own segment of 48 KiB fits only once the parked blocks' segment is released.
-    let big = cache.alloc(48 * KIB, S).unwrap();
+    let big = cache.alloc(48 * KIB, &S).unwrap();
     let stats = cache.stats();
     assert_eq!((stats.oom_retries, stats.segment_releases, stats.segments), (1, 1, 1));
     assert_eq!(stats.reserved, CurrentPeak { current: 48 * KIB, peak: 48 * KIB });
     assert_eq!(stats.parked_bytes, 0);
     // Nothing left to release: the second try fails too, with the figures in the report.
-    let err = cache.alloc(512, S).unwrap_err();
+    let err = cache.alloc(512, &S).unwrap_err();
     let ErrorKind::OutOfMemory { report, .. } = err.kind() else { panic!("{err}") };
     let figures = report.cache.expect("the cache's figures");
     assert_eq!((figures.reserved.current, figures.allocated.current, figures.oom_retries), (48 * KIB, 48 * KIB, 2));
@@ -234,8 +237,8 @@ fn out_of_memory_releases_the_cache_retries_once_and_reports_figures() {
     assert!(message.contains("the caching allocator still reserves 49152 bytes (49152 allocated"), "{message}");
     backend.set_capacity(None);
     backend.fail_next_allocations(2);
-    assert!(cache.alloc(512, T).unwrap_err().is_out_of_memory(), "refused twice: no third try");
-    let block = cache.alloc(512, T).unwrap();
+    assert!(cache.alloc(512, &T).unwrap_err().is_out_of_memory(), "refused twice: no third try");
+    let block = cache.alloc(512, &T).unwrap();
     free(&cache, block);
     free(&cache, big);
     cache.check_invariants();
@@ -244,8 +247,8 @@ fn out_of_memory_releases_the_cache_retries_once_and_reports_figures() {
 #[test]
 fn figures_are_exact_in_one_thread() {
     let (cache, _backend) = allocator(small_config());
-    let a = cache.alloc(1000, S).unwrap(); // class 1024
-    let b = cache.alloc(3000, S).unwrap(); // class 3072
+    let a = cache.alloc(1000, &S).unwrap(); // class 1024
+    let b = cache.alloc(3000, &S).unwrap(); // class 3072
     let stats = cache.stats();
     assert_eq!(stats.allocated, CurrentPeak { current: 4096, peak: 4096 });
     assert_eq!(stats.requested, CurrentPeak { current: 4000, peak: 4000 });
@@ -256,14 +259,14 @@ fn figures_are_exact_in_one_thread() {
     assert_eq!(stats.requested, CurrentPeak { current: 3000, peak: 4000 });
     assert_eq!(stats.active, CurrentPeak { current: 4096, peak: 4096 }, "the parked block is out of the core");
     assert_eq!(stats.parked_bytes, 1024);
-    let c = cache.alloc(100, S).unwrap(); // class 512: the core splits the free tail
-    let d = cache.alloc(1024, S).unwrap(); // the parked block
+    let c = cache.alloc(100, &S).unwrap(); // class 512: the core splits the free tail
+    let d = cache.alloc(1024, &S).unwrap(); // the parked block
     let stats = cache.stats();
     assert_eq!(stats.allocated, CurrentPeak { current: 4608, peak: 4608 });
     assert_eq!(stats.requested, CurrentPeak { current: 4124, peak: 4124 });
     assert_eq!((stats.front_hits, stats.core_hits, stats.misses), (1, 2, 1));
     assert_eq!(stats.free_bytes, 16 * KIB - 4608);
-    let big = cache.alloc(40 * KIB, T).unwrap();
+    let big = cache.alloc(40 * KIB, &T).unwrap();
     assert_eq!(cache.stats().reserved, CurrentPeak { current: 64 * KIB, peak: 64 * KIB });
     for block in [b, c, d, big] {
         free(&cache, block);
@@ -287,12 +290,12 @@ fn a_hot_pair_takes_no_shared_lock() {
     let ((locked, held), (unlock, unlocked)) = (channel(), channel());
     std::thread::scope(|s| {
         s.spawn(move || {
-            let block = cache.alloc(4096, S).unwrap();
+            let block = cache.alloc(4096, &S).unwrap();
             free(cache, block);
             warm.send(()).unwrap();
             started.recv().unwrap();
             for _ in 0..100 {
-                let block = cache.alloc(4096, S).unwrap();
+                let block = cache.alloc(4096, &S).unwrap();
                 free(cache, block);
             }
             done.send(()).unwrap();
@@ -316,7 +319,7 @@ fn a_threads_exit_returns_its_front_cache_to_the_core() {
     let (cache, _backend) = allocator(small_config());
     let thread_cache = cache.clone();
     let parked_addr = std::thread::spawn(move || {
-        let block = thread_cache.alloc(2048, S).unwrap();
+        let block = thread_cache.alloc(2048, &S).unwrap();
         let addr = addr(&block);
         free(&thread_cache, block);
         assert_eq!(thread_cache.stats().parked_bytes, 2048);
@@ -327,7 +330,7 @@ fn a_threads_exit_returns_its_front_cache_to_the_core() {
     let stats = cache.stats();
     assert_eq!((stats.parked_bytes, stats.active.current, stats.allocated.current), (0, 0, 0));
     assert_eq!(stats.allocated.peak, 2048, "the exited thread's figures are kept");
-    let block = cache.alloc(2048, S).unwrap();
+    let block = cache.alloc(2048, &S).unwrap();
     assert_eq!(addr(&block), parked_addr);
     assert_eq!(cache.stats().core_hits, 1);
     free(&cache, block);
@@ -341,14 +344,14 @@ fn dropping_the_allocator_releases_everything_even_from_living_threads_caches() 
     let (finish, wait_finish) = std::sync::mpsc::channel::<()>();
     let thread = std::thread::spawn(move || {
         let cache = from_main.recv().unwrap();
-        let block = cache.alloc(4096, S).unwrap();
+        let block = cache.alloc(4096, &S).unwrap();
         free(&cache, block);
         drop(cache);
         parked.send(()).unwrap();
         wait_finish.recv().unwrap();
         // A new allocator on the same thread: the dead one's entry is pruned.
         let (cache, backend) = allocator(small_config());
-        let block = cache.alloc(4096, S).unwrap();
+        let block = cache.alloc(4096, &S).unwrap();
         free(&cache, block);
         drop(cache);
         assert_eq!(backend.reserved(), 0);
@@ -391,7 +394,7 @@ fn threads_on_their_own_streams_exchange_blocks_without_overlap() {
                 let stream = StreamKey(0x100 + t);
                 for round in 0..rounds {
                     let bytes = [512, 4000, 20 * KIB, 40 * KIB][(t + round) % 4];
-                    let block = cache.alloc(bytes, stream).unwrap();
+                    let block = cache.alloc(bytes, &stream).unwrap();
                     claim(&block);
                     if round % 3 == 0 {
                         next.send(block).unwrap(); // freed by the next thread
@@ -439,7 +442,7 @@ fn bad_configurations_and_sizes_are_errors() {
     let err = CachingAllocator::new(backend, Config { small_segment: 1000, ..Config::default() }).unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
     let (cache, backend) = allocator(small_config());
-    let err = cache.alloc(usize::MAX, S).unwrap_err();
+    let err = cache.alloc(usize::MAX, &S).unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::SizeOverflow { .. }), "{err}");
     assert_eq!(backend.allocations(), 0);
 }
@@ -455,7 +458,7 @@ fn the_allocator_is_send_and_sync() {
 fn flushing_returns_this_threads_parked_blocks() {
     let (cache, _backend) = allocator(small_config());
     assert_eq!(cache.config(), &small_config());
-    let block = cache.alloc(2048, S).unwrap();
+    let block = cache.alloc(2048, &S).unwrap();
     free(&cache, block);
     std::thread::scope(|s| s.spawn(|| cache.flush_thread()).join().unwrap());
     assert_eq!(cache.stats().parked_bytes, 2048, "another thread's flush leaves this thread's cache");
@@ -469,16 +472,16 @@ fn flushing_returns_this_threads_parked_blocks() {
 fn the_fake_backend_models_streams_and_fences() {
     let backend = FakeBackend::default();
     assert_eq!(backend.submit(S), 1);
-    let fence = Backend::record(&backend, S).unwrap();
+    let fence = Backend::record(&backend, &S).unwrap();
     assert_eq!((backend.queued(S), backend.is_done(&fence)), (1, false));
-    backend.stream_wait(T, &fence).unwrap();
+    backend.stream_wait(&T, &fence).unwrap();
     assert!(backend.is_ordered(S, 1, T) && !backend.is_ordered(S, 1, StreamKey(3)));
     assert!(backend.is_ordered(S, 2, S), "a stream is ordered after itself");
     let u = StreamKey(3);
-    backend.stream_wait(u, &Backend::record(&backend, T).unwrap()).unwrap();
+    backend.stream_wait(&u, &Backend::record(&backend, &T).unwrap()).unwrap();
     assert!(backend.is_ordered(S, 1, u), "u waits for T, which waits for S");
     assert_eq!(backend.queued(T), 1, "the wait is work on T");
-    let after_wait = Backend::record(&backend, T).unwrap();
+    let after_wait = Backend::record(&backend, &T).unwrap();
     backend.wait(&after_wait).unwrap();
     assert!(backend.is_done(&fence) && backend.is_complete(S, 1), "T's work completes after S's");
     assert_eq!(backend.host_waits(), 1);
