@@ -11,7 +11,9 @@
 //! * With `DOCS_RS` set nothing is compiled; the documentation builds without CUDA.
 //!
 //! Exports to the crate: `CUDA_MEM_KERNELS_TARGETS` (the normalised target list) and
-//! `CUDA_MEM_KERNELS_LIB` (the library's path, read by the fat-binary test).
+//! `CUDA_MEM_KERNELS_LIB` (the library's path, read by the fat-binary test); to the build scripts
+//! of dependents: `DEP_CUDA_MEM_KERNELS_NVCC`, the nvcc found here (cuda-mem-bench compiles its C++
+//! reference with it), and `DEP_CUDA_MEM_KERNELS_TARGETS`.
 
 use std::collections::VecDeque;
 use std::env;
@@ -81,6 +83,7 @@ fn main() {
     cc::try_emit_link_directives(&build, &library).unwrap_or_else(|e| fail(&e.to_string()));
     println!("cargo:rustc-env=CUDA_MEM_KERNELS_LIB={}", library.display());
     println!("cargo:targets={}", targets.names().join(","));
+    println!("cargo:nvcc={}", nvcc.display());
 }
 
 /// The `.cu` files of `dir`, sorted; every kernel source (`.cu`, `.cuh`) reruns the build.

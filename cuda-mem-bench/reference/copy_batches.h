@@ -1,8 +1,5 @@
-// copy_batches.h: one batch of K synchronous copies, in plain CUDA runtime calls.
-//
-// Shared by raw_reference.cu (its bandwidth section) and in_process.cpp (the `paired` benchmark,
-// which interleaves these batches with cuda-mem's copies between the same buffers), so both
-// measure the same C++ code. Returns the first error, or cudaSuccess.
+// copy_batches.h: one batch of K synchronous copies, in plain CUDA runtime calls, shared by
+// raw_reference.cu and in_process.cu like alloc_batches.h. Returns the first error, or cudaSuccess.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,12 +14,8 @@ namespace copy_batches {
 inline cudaError_t copies(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, bool sync_legacy, int k) {
     for (int i = 0; i < k; ++i) {
         cudaError_t code = cudaMemcpy(dst, src, bytes, kind);
-        if (code == cudaSuccess && sync_legacy) {
-            code = cudaStreamSynchronize(0);
-        }
-        if (code != cudaSuccess) {
-            return code;
-        }
+        if (code == cudaSuccess && sync_legacy) code = cudaStreamSynchronize(0);
+        if (code != cudaSuccess) return code;
     }
     return cudaSuccess;
 }

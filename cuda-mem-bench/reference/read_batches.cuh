@@ -1,8 +1,6 @@
-// read_batches.cuh: the streaming-read kernel and one batch of K reads, in plain CUDA.
-//
-// Shared by raw_reference.cu (its kernel and managed sections) and in_process_kernels.cu (the
-// `paired` benchmark, which interleaves these batches with cuda-mem's launches on the same
-// buffers), so both measure the same C++ code. Functions return the first error, or cudaSuccess.
+// read_batches.cuh: the streaming-read kernel and one batch of K reads, in plain CUDA, shared by
+// raw_reference.cu and in_process.cu like alloc_batches.h. Functions return the first error, or
+// cudaSuccess.
 //
 // The kernel: 16-byte loads, grid-stride, grid = SMs x resident blocks of 256 threads. It does
 // the same work per launch as cuda-mem-kernels' stream_read_u32, which the Rust side launches
@@ -77,9 +75,7 @@ inline cudaError_t launch(const void* data, size_t bytes, uint32_t* sink, unsign
     const size_t needed = (count + READ_BLOCK - 1) / READ_BLOCK;
     const unsigned grid = static_cast<unsigned>(needed < blocks ? needed : blocks);
     cudaError_t code = cudaMemsetAsync(sink, 0, sizeof *sink, stream);
-    if (code != cudaSuccess) {
-        return code;
-    }
+    if (code != cudaSuccess) return code;
     stream_read<<<grid, READ_BLOCK, 0, stream>>>(static_cast<const uint4*>(data), count, sink);
     return cudaGetLastError();
 }
@@ -87,10 +83,7 @@ inline cudaError_t launch(const void* data, size_t bytes, uint32_t* sink, unsign
 // Prefetches managed memory to `device` on `stream`.
 inline cudaError_t prefetch(const void* data, size_t bytes, int device, cudaStream_t stream) {
 #if CUDART_VERSION >= 13000
-    cudaMemLocation location{};
-    location.type = cudaMemLocationTypeDevice;
-    location.id = device;
-    return cudaMemPrefetchAsync(data, bytes, location, 0, stream);
+    return cudaMemPrefetchAsync(data, bytes, {cudaMemLocationTypeDevice, device}, 0, stream);
 #else
     return cudaMemPrefetchAsync(data, bytes, device, stream);
 #endif
@@ -103,9 +96,7 @@ inline cudaError_t reads(const void* data, size_t bytes, uint32_t* sink, unsigne
         cudaError_t code = prefetch_device >= 0 ? prefetch(data, bytes, prefetch_device, stream) : cudaSuccess;
         if (code == cudaSuccess) code = launch(data, bytes, sink, blocks, stream);
         if (code == cudaSuccess) code = cudaStreamSynchronize(stream);
-        if (code != cudaSuccess) {
-            return code;
-        }
+        if (code != cudaSuccess) return code;
     }
     return cudaSuccess;
 }

@@ -1,12 +1,9 @@
 //! Time spent inside CUDA API calls, per thread, through CUPTI's callback API (`paired
-//! --api-time`). Splitting a batch's wall time into "inside CUDA" and "outside" shows where a
-//! difference between cuda-mem and raw C++ comes from: the wrapper's own code runs outside, the
-//! driver's work inside. It is the profile the H200 hosts allow: they have no perf, no strace
-//! and no working nsys, but CUPTI ships with the toolkit.
-//!
-//! CUPTI is loaded at run time (`dlopen`), so nothing here is needed to build or to run without
-//! it. Callbacks cost time of their own, on both sides alike, so profiled runs are never the
-//! judged ones.
+//! --api-time`): the wrapper's own code runs outside CUDA calls, the driver's work inside, so the
+//! split shows where a difference between cuda-mem and raw C++ comes from. CUPTI ships with the
+//! toolkit where perf, strace and nsys may be missing; it is loaded at run time (`dlopen`), so
+//! nothing here is needed to build or to run without it. Callbacks cost time of their own, on
+//! both sides alike, so profiled runs are never the judged ones.
 
 use std::cell::Cell;
 use std::ffi::{CStr, CString, c_int, c_void};
@@ -34,6 +31,10 @@ pub struct ApiTotals {
     pub calls: u64,
 }
 
+impl ApiTotals {
+    const ZERO: ApiTotals = ApiTotals { inside: Duration::ZERO, calls: 0 };
+}
+
 impl std::ops::Sub for ApiTotals {
     type Output = ApiTotals;
     fn sub(self, earlier: ApiTotals) -> ApiTotals {
@@ -44,15 +45,14 @@ impl std::ops::Sub for ApiTotals {
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 thread_local! {
-    /// Nesting depth (runtime calls enter driver calls), start of the outermost call, totals.
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
-    static ENTERED: Cell<Duration> = const { Cell::new(Duration::ZERO) };
-    static TOTALS: Cell<ApiTotals> = const { Cell::new(ApiTotals { inside: Duration::ZERO, calls: 0 }) };
+    /// This thread's nesting depth (runtime calls enter driver calls), the start of its outermost
+    /// call, and its totals.
+    static STATE: Cell<(u32, Duration, ApiTotals)> = const { Cell::new((0, Duration::ZERO, ApiTotals::ZERO)) };
 }
 
 /// This thread's totals so far (zero until [`start`] succeeded).
 pub fn totals() -> ApiTotals {
-    TOTALS.with(Cell::get)
+    STATE.with(|state| state.get().2)
 }
 
 /// The CUPTI callback: called on the calling thread at the entry and exit of every CUDA call.
@@ -65,22 +65,16 @@ extern "C" fn on_api(_userdata: *mut c_void, domain: u32, _cbid: u32, data: *con
     let site = unsafe { *data.cast::<u32>() };
     let now = EPOCH.elapsed();
     // `try_with`: the thread may be exiting; nothing here may unwind into CUDA.
-    let _ = DEPTH.try_with(|depth| {
-        if site == API_ENTER {
-            if depth.get() == 0 {
-                let _ = ENTERED.try_with(|entered| entered.set(now));
-            }
-            depth.set(depth.get() + 1);
-        } else if depth.get() > 0 {
-            depth.set(depth.get() - 1);
-            if depth.get() == 0 {
-                let entered = ENTERED.try_with(Cell::get).unwrap_or(now);
-                let _ = TOTALS.try_with(|t| {
-                    let so_far = t.get();
-                    t.set(ApiTotals { inside: so_far.inside + (now - entered), calls: so_far.calls + 1 })
-                });
-            }
-        }
+    let _ = STATE.try_with(|state| {
+        let (depth, entered, t) = state.get();
+        state.set(match (site == API_ENTER, depth) {
+            (true, 0) => (1, now, t),
+            (true, _) => (depth + 1, entered, t),
+            // An exit without its entry (subscribed mid-call) is ignored.
+            (false, 0) => (0, entered, t),
+            (false, 1) => (0, entered, ApiTotals { inside: t.inside + (now - entered), calls: t.calls + 1 }),
+            (false, _) => (depth - 1, entered, t),
+        });
     });
 }
 
@@ -141,27 +135,21 @@ fn start_from(names: &[String]) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    fn data(site: u32) -> [u64; 8] {
-        [u64::from(site), 0, 0, 0, 0, 0, 0, 0]
-    }
-
     #[test]
     fn nested_calls_count_once_and_other_domains_are_ignored() {
-        // Runs on its own test thread, so the thread-locals start at zero.
-        let (enter, exit) = (data(0), data(1));
-        let call = |domain: u32, d: &[u64; 8]| on_api(std::ptr::null_mut(), domain, 0, d.as_ptr().cast());
-        call(2, &enter); // runtime call
-        call(1, &enter); // its driver call
+        // Runs on its own test thread, so the thread-locals start at zero. `site`: 0 enter, 1 exit.
+        let call = |domain: u32, site: u64| on_api(std::ptr::null_mut(), domain, 0, [site, 0, 0, 0].as_ptr().cast());
+        call(2, 0); // runtime call
+        call(1, 0); // its driver call
         std::thread::sleep(Duration::from_millis(2));
-        call(1, &exit);
-        call(2, &exit);
-        call(3, &enter); // resource domain: not an API call
+        call(1, 1);
+        call(2, 1);
+        call(3, 0); // resource domain: not an API call
         let first = totals();
-        assert_eq!(first.calls, 1);
-        assert!(first.inside >= Duration::from_millis(2));
-        call(1, &enter);
-        call(1, &exit);
-        call(1, &exit); // an unmatched exit (subscribed mid-call) is ignored
+        assert!(first.calls == 1 && first.inside >= Duration::from_millis(2), "{first:?}");
+        call(1, 0);
+        call(1, 1);
+        call(1, 1); // an unmatched exit (subscribed mid-call) is ignored
         assert_eq!((totals() - first).calls, 1);
     }
 

@@ -1,14 +1,12 @@
-//! The raw C++ allocation, copy and kernel-read batches (`reference/alloc_batches.h`,
-//! `copy_batches.h`, `read_batches.cuh`: the code `raw_reference` runs), compiled by `build.rs`
-//! into this crate so that the `paired` benchmark can interleave raw CUDA and cuda-mem in one
-//! process. Timing is done here, with the same clock as every other row.
+//! The raw C++ allocation, copy and read batches of `reference/` (the code `raw_reference` runs),
+//! compiled by `build.rs` into this crate so that the `paired` benchmark can interleave raw CUDA
+//! and cuda-mem in one process. Timing is done here, with the clock of every other row.
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::time::{Duration, Instant};
 
-// SAFETY (for every function): plain C functions of reference/in_process.cpp and
-// in_process_kernels.cu; each takes its arguments by value (or an out-pointer) and only calls the
-// CUDA runtime.
+// The C functions of reference/in_process.cu: each takes plain values (or an out-pointer) and
+// only calls the CUDA runtime; they return a cudaError_t.
 unsafe extern "C" {
     fn cm_raw_device(bytes: usize, k: c_int) -> c_int;
     fn cm_raw_malloc_host(bytes: usize, k: c_int) -> c_int;
@@ -16,27 +14,19 @@ unsafe extern "C" {
     fn cm_raw_managed(bytes: usize, k: c_int) -> c_int;
     fn cm_raw_stream_ordered(bytes: usize, pool: *mut c_void, stream: *mut c_void, sync_each: c_int, k: c_int)
     -> c_int;
-    fn cm_raw_copy(
-        dst: *mut c_void,
-        src: *const c_void,
-        bytes: usize,
-        kind: c_int,
-        sync_legacy: c_int,
-        k: c_int,
-    ) -> c_int;
-    fn cm_raw_resident_blocks(blocks: *mut c_uint) -> c_int;
+    fn cm_raw_copy(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int, sync: c_int, k: c_int) -> c_int;
     fn cm_raw_reads(
         data: *const c_void,
         bytes: usize,
         sink: *mut c_void,
-        blocks: c_uint,
         prefetch_device: c_int,
         stream: *mut c_void,
         k: c_int,
     ) -> c_int;
 }
 
-/// Which raw C++ batch to run.
+/// Which raw C++ batch to run (the functions of `reference/alloc_batches.h`, `copy_batches.h`
+/// and `read_batches.cuh`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RawBatch {
     /// `cudaMalloc` + `cudaFree`.
@@ -47,62 +37,24 @@ pub enum RawBatch {
     HostAlloc(u32),
     /// `cudaMallocManaged` + host memset + `cudaFree`.
     Managed,
-    /// `cudaMallocAsync` (or `cudaMallocFromPoolAsync` when `pool` is not null) + `cudaFreeAsync`
-    /// on `stream`, synchronizing after each pair or once per batch.
-    StreamOrdered {
-        /// A `cudaMemPool_t`, or null for the device's current pool.
-        pool: *mut c_void,
-        /// A `cudaStream_t`.
-        stream: *mut c_void,
-        /// Synchronize after every pair (else once at the end of the batch).
-        sync_each: bool,
-    },
-    /// `cudaMemcpy(dst, src, bytes, kind)` (`copy_batches.h`), then `cudaStreamSynchronize(0)`
-    /// after each copy when `sync_legacy`.
-    Copy {
-        /// Destination: `bytes` writable (host or device).
-        dst: *mut c_void,
-        /// Source: `bytes` readable (host or device).
-        src: *const c_void,
-        /// A `cudaMemcpyKind` value.
-        kind: u32,
-        /// Wait for the legacy stream after each copy.
-        sync_legacy: bool,
-    },
-    /// The streaming-read kernel over `bytes` at `data` (`read_batches.cuh`): zero `sink`, launch
-    /// on `stream`, synchronize; with `prefetch_device`, a `cudaMemPrefetchAsync` to it first.
-    Reads {
-        /// Device-accessible memory of `bytes` (a multiple of 16).
-        data: *const c_void,
-        /// 4 bytes of device memory the kernel XORs into.
-        sink: *mut c_void,
-        /// Grid limit: [`resident_blocks`].
-        blocks: u32,
-        /// Prefetch managed `data` to this device before each read.
-        prefetch_device: Option<i32>,
-        /// A `cudaStream_t`.
-        stream: *mut c_void,
-    },
+    /// `cudaMallocAsync` (`cudaMallocFromPoolAsync` when `pool`, a `cudaMemPool_t`, is not null)
+    /// + `cudaFreeAsync` on `stream`, synchronizing after each pair or once per batch.
+    StreamOrdered { pool: *mut c_void, stream: *mut c_void, sync_each: bool },
+    /// `cudaMemcpy(dst, src, bytes, kind)`, then `cudaStreamSynchronize(0)` when `sync_legacy`.
+    Copy { dst: *mut c_void, src: *const c_void, kind: u32, sync_legacy: bool },
+    /// The streaming-read kernel over `data` (zero the 4-byte `sink`, launch on `stream`,
+    /// synchronize), after a `cudaMemPrefetchAsync` to `prefetch_device`.
+    Reads { data: *const c_void, sink: *mut c_void, prefetch_device: Option<i32>, stream: *mut c_void },
 }
 
-/// Blocks of 256 threads the current device holds at once (the reads' grid limit); `Err` holds
-/// the CUDA error code.
-pub fn resident_blocks() -> Result<u32, i32> {
-    let mut blocks: c_uint = 0;
-    // SAFETY: a valid out-pointer; the function only queries device attributes.
-    let code = unsafe { cm_raw_resident_blocks(&mut blocks) };
-    if code == 0 { Ok(blocks) } else { Err(code) }
-}
-
-/// Runs one batch of `k` raw C++ pairs of `bytes` and returns how long it took; `Err` holds the
+/// Runs one batch of `k` operations on `bytes` and returns how long it took; `Err` holds the
 /// CUDA error code of the first failing call.
 ///
 /// # Safety
-/// For [`RawBatch::StreamOrdered`], `pool` (when not null) and `stream` must be live handles of
-/// the current device for the whole call. For [`RawBatch::Copy`], `dst` and `src` must be valid
-/// for `bytes` of the memory `kind` names, not in use by anything else during the call. For
-/// [`RawBatch::Reads`], `data` must be device-accessible for `bytes`, `sink` 4 bytes of device
-/// memory and `stream` a live stream, none freed during the call.
+/// The handles and pointers of `batch` must be live for the whole call: `pool` (when not null)
+/// and `stream` of the current device, `dst`/`src` valid for `bytes` of the memory `kind` names,
+/// `data` device-accessible for `bytes`, `sink` 4 bytes of device memory; none of that memory may
+/// be in use by anything else during the call.
 pub unsafe fn time_batch(batch: RawBatch, bytes: usize, k: u32) -> Result<Duration, i32> {
     let k = c_int::try_from(k).map_err(|_| -1)?;
     let start = Instant::now();
@@ -119,8 +71,8 @@ pub unsafe fn time_batch(batch: RawBatch, bytes: usize, k: u32) -> Result<Durati
             RawBatch::Copy { dst, src, kind, sync_legacy } => {
                 cm_raw_copy(dst, src, bytes, kind as c_int, c_int::from(sync_legacy), k)
             }
-            RawBatch::Reads { data, sink, blocks, prefetch_device, stream } => {
-                cm_raw_reads(data, bytes, sink, blocks, prefetch_device.unwrap_or(-1), stream, k)
+            RawBatch::Reads { data, sink, prefetch_device, stream } => {
+                cm_raw_reads(data, bytes, sink, prefetch_device.unwrap_or(-1), stream, k)
             }
         }
     };

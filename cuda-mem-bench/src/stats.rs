@@ -1,5 +1,6 @@
-//! The arithmetic both sides share: medians, per-operation times, figures and ratios.
+//! The arithmetic both sides share: medians, figures and ratios.
 
+use crate::inputs::Samples;
 use crate::rows::{Row, Unit};
 
 /// The ratio above which a wrapper row is flagged: cuda-mem must stay within 2% of raw CUDA.
@@ -16,36 +17,26 @@ pub fn median(values: &[f64]) -> Option<f64> {
     Some(if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 })
 }
 
-/// Seconds per operation of each criterion sample: `times[i]` (ns) covers `iters[i]` criterion
-/// iterations of `k` operations each.
-pub fn per_op_seconds(times_ns: &[f64], iters: &[f64], k: u32) -> Vec<f64> {
-    times_ns.iter().zip(iters).map(|(&t, &n)| t / 1e9 / (n * f64::from(k))).collect()
-}
-
-/// The row's figure from the median seconds per operation: µs, or GB/s (1 GB = 1e9 bytes).
-pub fn figure(row: &Row, median_seconds: f64) -> f64 {
-    match row.unit() {
-        Unit::Micros => median_seconds * 1e6,
-        Unit::GigabytesPerSecond => row.bytes as f64 / median_seconds / 1e9,
-    }
+/// The row's figure from criterion's samples, computed as the C++ program computes its own: the
+/// median over samples of time / (iterations × K), as µs per operation or GB/s (1 GB = 1e9 bytes).
+pub fn figure(row: &Row, samples: &Samples) -> Option<f64> {
+    let per_op: Vec<f64> =
+        samples.times.iter().zip(&samples.iters).map(|(&ns, &n)| ns / 1e9 / (n * f64::from(row.k))).collect();
+    let seconds = median(&per_op)?;
+    Some(match row.unit {
+        Unit::Micros => seconds * 1e6,
+        Unit::GigabytesPerSecond => row.bytes as f64 / seconds / 1e9,
+    })
 }
 
 /// Ours relative to raw, so that above 1 always means slower: time ratio for µs rows,
 /// `raw_bw / our_bw` for GB/s rows. `None` when either figure is missing or not positive.
 pub fn ratio(unit: Unit, raw: Option<f64>, ours: Option<f64>) -> Option<f64> {
     let (raw, ours) = (raw?, ours?);
-    if !(raw > 0.0 && ours > 0.0) {
-        return None;
-    }
-    Some(match unit {
+    (raw > 0.0 && ours > 0.0).then(|| match unit {
         Unit::Micros => ours / raw,
         Unit::GigabytesPerSecond => raw / ours,
     })
-}
-
-/// True when a ratio exceeds [`TARGET_RATIO`].
-pub fn over_target(ratio: Option<f64>) -> bool {
-    ratio.is_some_and(|r| r > TARGET_RATIO)
 }
 
 #[cfg(test)]
@@ -54,40 +45,16 @@ mod tests {
     use crate::rows::row;
 
     #[test]
-    fn median_of_odd_even_and_empty() {
+    fn medians_figures_and_ratios() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
-        assert_eq!(median(&[]), None);
-        assert_eq!(median(&[1.0, f64::NAN]), None);
-        assert_eq!(median(&[7.0]), Some(7.0));
-    }
-
-    #[test]
-    fn per_op_divides_by_iterations_and_batch() {
-        // 2 samples: one batch of 200 ops in 20 ms; two batches of 200 in 50 ms.
-        let per_op = per_op_seconds(&[20e6, 50e6], &[1.0, 2.0], 200);
-        assert!((per_op[0] - 100e-6).abs() < 1e-12);
-        assert!((per_op[1] - 125e-6).abs() < 1e-12);
-    }
-
-    #[test]
-    fn figures_in_micros_and_gigabytes_per_second() {
-        let malloc = row("malloc_4k").unwrap();
-        assert!((figure(malloc, 62.5e-6) - 62.5).abs() < 1e-9);
-        let h2d = row("h2d_pinned").unwrap();
-        // 256 MiB in 5 ms = 53.687 GB/s.
-        assert!((figure(h2d, 5e-3) - 268_435_456.0 / 5e-3 / 1e9).abs() < 1e-9);
-    }
-
-    #[test]
-    fn ratios_mean_slower_above_one_for_both_units() {
+        assert_eq!((median(&[]), median(&[1.0, f64::NAN])), (None, None));
+        // Batches of 200 pairs in 12.0, 12.3 (two batches: 24.6) and 13.0 ms: median 61.5 µs per pair.
+        let s = Samples { iters: vec![1.0, 2.0, 1.0], times: vec![12.0e6, 24.6e6, 13.0e6] };
+        assert!((figure(row("malloc_4k").unwrap(), &s).unwrap() - 61.5).abs() < 1e-9);
+        // GB/s figures: the committed report's test (crate::cli).
         assert_eq!(ratio(Unit::Micros, Some(100.0), Some(101.0)), Some(1.01));
-        let r = ratio(Unit::GigabytesPerSecond, Some(55.0), Some(50.0)).unwrap();
-        assert!((r - 1.1).abs() < 1e-12);
-        assert_eq!(ratio(Unit::Micros, None, Some(1.0)), None);
-        assert_eq!(ratio(Unit::Micros, Some(0.0), Some(1.0)), None);
-        assert!(over_target(Some(1.021)));
-        assert!(!over_target(Some(1.02)));
-        assert!(!over_target(None));
+        assert!((ratio(Unit::GigabytesPerSecond, Some(55.0), Some(50.0)).unwrap() - 1.1).abs() < 1e-12);
+        assert_eq!((ratio(Unit::Micros, None, Some(1.0)), ratio(Unit::Micros, Some(0.0), Some(1.0))), (None, None));
     }
 }

@@ -3,7 +3,7 @@
 //! a mapped pinned buffer's device view).
 
 use crate::ffi;
-use crate::launch::{Launch, check, one_element};
+use crate::launch::{queue_pattern, queue_reduce};
 use cuda_mem::{DeviceSliceMut, DeviceSource, Result, StreamScope};
 
 /// Queues a kernel that reads every element of `data` with 16-byte loads and writes the XOR of all
@@ -34,15 +34,9 @@ pub fn stream_read_u32<'scope, 'v: 'scope>(
     data: impl DeviceSource<'scope, u32>,
     sink: &mut DeviceSliceMut<'v, u32>,
 ) -> Result<()> {
-    one_element("stream_read_u32", sink.len())?;
-    let (data_ptr, n) = scope.device_ptr(data)?;
-    let sink_ptr = scope.device_ptr_mut(sink)?;
-    let launch = Launch::grid_stride(scope, n.div_ceil(4))?;
-    // SAFETY: `data_ptr` addresses `n` u32 (4-byte aligned, as every u32 view is) and `sink_ptr`
-    // one u32 of device-accessible memory lent to the scope; the kernel reads only [0, n) of
-    // `data`, using 16-byte loads only inside its 16-byte-aligned part.
-    let code = unsafe { ffi::cmk_stream_read_u32(data_ptr, n, sink_ptr, launch.grid, launch.block, launch.stream) };
-    check(code, || format!("launching stream_read_u32 on {n} elements"))
+    // SAFETY: the read probe reads only [0, n) of the data, with 16-byte loads only inside its
+    // 16-byte-aligned part, and writes only the sink.
+    unsafe { queue_reduce(scope, (ffi::cmk_stream_read_u32, "stream_read_u32"), data, 4, sink) }
 }
 
 /// Queues a kernel that writes `value` to every element of `dst` with 16-byte stores.
@@ -61,14 +55,8 @@ pub fn stream_write_u32<'scope, 'v: 'scope>(
     dst: &mut DeviceSliceMut<'v, u32>,
     value: u32,
 ) -> Result<()> {
-    let n = dst.len();
-    if n == 0 {
-        return Ok(());
-    }
     let ptr = scope.device_ptr_mut(dst)?;
-    let launch = Launch::grid_stride(scope, n.div_ceil(4))?;
-    // SAFETY: `ptr` addresses `n` u32 (4-byte aligned) of device-accessible memory lent to the
-    // scope; the kernel writes exactly [0, n), with 16-byte stores only inside its aligned part.
-    let code = unsafe { ffi::cmk_stream_write_u32(ptr, n, value, launch.grid, launch.block, launch.stream) };
-    check(code, || format!("launching stream_write_u32 on {n} elements"))
+    // SAFETY: `ptr` addresses the view's u32 (4-byte aligned), lent to the scope; the write probe
+    // writes exactly them, with 16-byte stores only inside its aligned part.
+    unsafe { queue_pattern(scope, (ffi::cmk_stream_write_u32, "stream_write_u32"), ptr, dst.len(), 4, value) }
 }

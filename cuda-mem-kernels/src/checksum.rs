@@ -1,7 +1,7 @@
 //! Checksum of u32 data on the device, with its CPU mirror: verifies data without copying it back.
 
 use crate::ffi;
-use crate::launch::{Launch, check, one_element};
+use crate::launch::queue_reduce;
 use cuda_mem::{DeviceSliceMut, DeviceSource, Result, StreamScope};
 
 /// Queues a kernel that writes the checksum of `data` (see [`checksum_cpu`]) to `out`, which
@@ -26,14 +26,9 @@ pub fn checksum_u32<'scope, 'v: 'scope>(
     data: impl DeviceSource<'scope, u32>,
     out: &mut DeviceSliceMut<'v, u64>,
 ) -> Result<()> {
-    one_element("checksum_u32", out.len())?;
-    let (data_ptr, n) = scope.device_ptr(data)?;
-    let out_ptr = scope.device_ptr_mut(out)?;
-    let launch = Launch::grid_stride(scope, n)?;
-    // SAFETY: `data_ptr` addresses `n` u32 and `out_ptr` one u64 of device-accessible memory,
-    // both lent to the scope; the wrapper zeroes `out` and the kernel only reads `data`.
-    let code = unsafe { ffi::cmk_checksum_u32(data_ptr, n, out_ptr, launch.grid, launch.block, launch.stream) };
-    check(code, || format!("launching checksum_u32 on {n} elements"))
+    // SAFETY: the checksum kernel reads only [0, n) of the data and writes only `out` (which its
+    // wrapper zeroes first).
+    unsafe { queue_reduce(scope, (ffi::cmk_checksum_u32, "checksum_u32"), data, 1, out) }
 }
 
 /// The checksum [`checksum_u32`] computes: the sum over `i` of `data[i] * (2i + 1)`, wrapping

@@ -1,7 +1,7 @@
 //! Element-wise kernels: fill (u32, f32), scale and axpy (f32).
 
 use crate::ffi;
-use crate::launch::{Launch, check, same_len};
+use crate::launch::{MapKernel, queue_map, queue_pattern, same_len};
 use cuda_mem::{DeviceSliceMut, DeviceSource, Result, StreamScope};
 
 /// Queues a kernel that sets every element of `dst` to `value`.
@@ -22,7 +22,8 @@ pub fn fill_u32<'scope, 'v: 'scope>(
     value: u32,
 ) -> Result<()> {
     let ptr = scope.device_ptr_mut(dst)?;
-    fill_bits(scope, ptr, dst.len(), value, "fill_u32")
+    // SAFETY: `ptr` addresses the view's elements, lent to the scope; fill writes exactly them.
+    unsafe { queue_pattern(scope, (ffi::cmk_fill_b32, "fill_u32"), ptr, dst.len(), 1, value) }
 }
 
 /// Queues a kernel that sets every element of `dst` to `value`.
@@ -44,18 +45,8 @@ pub fn fill_f32<'scope, 'v: 'scope>(
 ) -> Result<()> {
     // An f32 is stored as its 32 bits; the kernel copies bit patterns.
     let ptr = scope.device_ptr_mut(dst)?.cast::<u32>();
-    fill_bits(scope, ptr, dst.len(), value.to_bits(), "fill_f32")
-}
-
-fn fill_bits(scope: &StreamScope<'_, '_>, ptr: *mut u32, n: usize, bits: u32, kernel: &'static str) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    let launch = Launch::grid_stride(scope, n)?;
-    // SAFETY: `ptr` addresses `n` 32-bit elements of device-accessible memory lent to the scope
-    // (whose end synchronizes the stream); the kernel writes exactly [0, n) on the scope's stream.
-    let code = unsafe { ffi::cmk_fill_b32(ptr, n, bits, launch.grid, launch.block, launch.stream) };
-    check(code, || format!("launching {kernel} on {n} elements"))
+    // SAFETY: as in `fill_u32`.
+    unsafe { queue_pattern(scope, (ffi::cmk_fill_b32, "fill_f32"), ptr, dst.len(), 1, value.to_bits()) }
 }
 
 /// Queues `dst[i] = alpha * src[i]` ([`scale_in_place_f32`] scales one view in place). Errors
@@ -78,34 +69,7 @@ pub fn scale_f32<'scope, 'v: 'scope>(
     src: impl DeviceSource<'scope, f32>,
     alpha: f32,
 ) -> Result<()> {
-    let (src_ptr, n) = scope.device_ptr(src)?;
-    same_len("scale_f32", n, dst.len())?;
-    if n == 0 {
-        return Ok(());
-    }
-    let dst_ptr = scope.device_ptr_mut(dst)?;
-    // SAFETY: both pointers address `n` f32 lent to the scope, as `launch_scale` requires.
-    unsafe { launch_scale(scope, dst_ptr, src_ptr, n, alpha, "scale_f32") }
-}
-
-/// Launches `dst[i] = alpha * src[i]` over `n` elements on the scope's stream.
-///
-/// # Safety
-/// `dst` and `src` each address `n` f32 of device-accessible memory lent to the scope (they may
-/// be the same: each element is read and then written by the same thread).
-unsafe fn launch_scale(
-    scope: &StreamScope<'_, '_>,
-    dst: *mut f32,
-    src: *const f32,
-    n: usize,
-    alpha: f32,
-    kernel: &'static str,
-) -> Result<()> {
-    let launch = Launch::grid_stride(scope, n)?;
-    // SAFETY: the caller's contract; the kernel touches exactly [0, n) of each on the scope's
-    // stream, whose end synchronizes it.
-    let code = unsafe { ffi::cmk_scale_f32(dst, src, n, alpha, launch.grid, launch.block, launch.stream) };
-    check(code, || format!("launching {kernel} on {n} elements"))
+    map_f32(scope, (ffi::cmk_scale_f32, "scale_f32"), dst, src, alpha)
 }
 
 /// Queues `x[i] = alpha * x[i]`.
@@ -125,13 +89,9 @@ pub fn scale_in_place_f32<'scope, 'v: 'scope>(
     x: &mut DeviceSliceMut<'v, f32>,
     alpha: f32,
 ) -> Result<()> {
-    let n = x.len();
-    if n == 0 {
-        return Ok(());
-    }
     let ptr = scope.device_ptr_mut(x)?;
-    // SAFETY: `ptr` addresses `n` f32 lent to the scope; in place is allowed by `launch_scale`.
-    unsafe { launch_scale(scope, ptr, ptr, n, alpha, "scale_in_place_f32") }
+    // SAFETY: `ptr` addresses the view's f32, lent to the scope; in place is allowed by `queue_map`.
+    unsafe { queue_map(scope, (ffi::cmk_scale_f32, "scale_in_place_f32"), ptr, ptr, x.len(), alpha) }
 }
 
 /// Queues `y[i] = alpha * x[i] + y[i]`, rounded once (a fused multiply-add, which
@@ -155,15 +115,21 @@ pub fn axpy_f32<'scope, 'v: 'scope>(
     alpha: f32,
     x: impl DeviceSource<'scope, f32>,
 ) -> Result<()> {
-    let (x_ptr, n) = scope.device_ptr(x)?;
-    same_len("axpy_f32", n, y.len())?;
-    if n == 0 {
-        return Ok(());
-    }
-    let y_ptr = scope.device_ptr_mut(y)?;
-    let launch = Launch::grid_stride(scope, n)?;
-    // SAFETY: both pointers address `n` f32 of device-accessible memory lent to the scope; each
-    // element is read and then written by the same thread.
-    let code = unsafe { ffi::cmk_axpy_f32(y_ptr, x_ptr, n, alpha, launch.grid, launch.block, launch.stream) };
-    check(code, || format!("launching axpy_f32 on {n} elements"))
+    map_f32(scope, (ffi::cmk_axpy_f32, "axpy_f32"), y, x, alpha)
+}
+
+/// `out` from `input` (the same length) and `alpha` through a map kernel.
+fn map_f32<'scope, 'v: 'scope>(
+    scope: &StreamScope<'scope, '_>,
+    kernel: (MapKernel, &'static str),
+    out: &mut DeviceSliceMut<'v, f32>,
+    input: impl DeviceSource<'scope, f32>,
+    alpha: f32,
+) -> Result<()> {
+    let (input_ptr, n) = scope.device_ptr(input)?;
+    same_len(n, out.len(), kernel.1)?;
+    let out_ptr = scope.device_ptr_mut(out)?;
+    // SAFETY: both pointers address `n` f32 lent to the scope; the map kernels (scale, axpy)
+    // touch only [0, n) of each.
+    unsafe { queue_map(scope, kernel, out_ptr, input_ptr, n, alpha) }
 }

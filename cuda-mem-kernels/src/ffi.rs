@@ -2,7 +2,7 @@
 //! `stream` with `<<<grid, block, 0, stream>>>` and returns `cudaGetLastError()` (the launch's own
 //! verdict: the kernel runs later, in stream order).
 
-use cuda_mem_sys::{cudaError_t, cudaStream_t};
+use cuda_mem::for_kernels::{cudaError_t, cudaStream_t};
 
 // SAFETY (for every declaration): the signatures match the `extern "C"` definitions in
 // kernels/*.cu (`size_t` = usize, `unsigned` = u32, `unsigned long long` = u64, `cudaError_t` is
@@ -12,26 +12,6 @@ unsafe extern "C" {
         dst: *mut u32,
         n: usize,
         bits: u32,
-        grid: u32,
-        block: u32,
-        stream: cudaStream_t,
-    ) -> cudaError_t;
-
-    pub(crate) fn cmk_scale_f32(
-        dst: *mut f32,
-        src: *const f32,
-        n: usize,
-        alpha: f32,
-        grid: u32,
-        block: u32,
-        stream: cudaStream_t,
-    ) -> cudaError_t;
-
-    pub(crate) fn cmk_axpy_f32(
-        y: *mut f32,
-        x: *const f32,
-        n: usize,
-        alpha: f32,
         grid: u32,
         block: u32,
         stream: cudaStream_t,
@@ -93,3 +73,26 @@ unsafe extern "C" {
         stream: cudaStream_t,
     ) -> cudaError_t;
 }
+
+/// The f32 kernels of one shape: `out` from `input` and `alpha` over `n` elements
+/// (`dst = alpha * src`, `y = alpha * x + y`).
+macro_rules! f32_kernels {
+    ($($name:ident),+) => {
+        // SAFETY: as for the block above.
+        unsafe extern "C" {
+            $(
+                pub(crate) fn $name(
+                    out: *mut f32,
+                    input: *const f32,
+                    n: usize,
+                    alpha: f32,
+                    grid: u32,
+                    block: u32,
+                    stream: cudaStream_t,
+                ) -> cudaError_t;
+            )+
+        }
+    };
+}
+
+f32_kernels!(cmk_scale_f32, cmk_axpy_f32);

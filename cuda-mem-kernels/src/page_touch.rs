@@ -23,7 +23,7 @@ pub fn touched_indices(len: usize, stride_bytes: usize) -> Result<StepBy<Range<u
 
 fn stride_elements(stride_bytes: usize) -> Result<usize> {
     const ELEMENT: usize = size_of::<u32>();
-    if stride_bytes == 0 || stride_bytes % ELEMENT != 0 {
+    if stride_bytes == 0 || !stride_bytes.is_multiple_of(ELEMENT) {
         let kind = ErrorKind::InvalidArgument("stride_bytes must be a positive multiple of 4 (the element size)");
         return Err(CudaError::new(kind, format!("page touch with a stride of {stride_bytes} bytes")));
     }

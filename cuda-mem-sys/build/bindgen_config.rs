@@ -405,13 +405,13 @@ fn inline(line: &str, out: &mut String) {
             }
         }
         // The headers' own Markdown code spans (`` `__launch_bounds__` ``) stay as written.
-        if c == '`' {
-            if let Some(end) = after.find('`') {
-                out.push_str(&rest[..end + 2]);
-                rest = &after[end + 1..];
-                prev = Some('`');
-                continue;
-            }
+        if c == '`'
+            && let Some(end) = after.find('`')
+        {
+            out.push_str(&rest[..end + 2]);
+            rest = &after[end + 1..];
+            prev = Some('`');
+            continue;
         }
         if (rest.starts_with("https://") || rest.starts_with("http://")) && !prev.is_some_and(is_ident_char) {
             let end = rest.find(char::is_whitespace).unwrap_or(rest.len());

@@ -1,8 +1,7 @@
 //! Devices: enumeration, selection, properties and attributes, memory figures, synchronization.
 
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::raw::{self, check, discard};
-use cuda_mem_sys as sys;
+use crate::raw;
 use std::ffi::{CStr, c_int};
 use std::fmt;
 
@@ -76,8 +75,8 @@ pub enum DeviceAttribute {
 }
 
 impl DeviceAttribute {
-    pub(crate) fn raw(self) -> sys::cudaDeviceAttr {
-        use sys::cudaDeviceAttr as A;
+    pub(crate) fn as_raw(self) -> raw::cudaDeviceAttr {
+        use raw::cudaDeviceAttr as A;
         match self {
             Self::ConcurrentManagedAccess => A::cudaDevAttrConcurrentManagedAccess,
             Self::PageableMemoryAccess => A::cudaDevAttrPageableMemoryAccess,
@@ -100,10 +99,7 @@ impl Device {
     /// Number of CUDA devices (`cudaGetDeviceCount`). Without a driver this is an error
     /// (`cudaErrorInsufficientDriver` or `cudaErrorNoDevice`), not 0.
     pub fn count() -> Result<usize> {
-        let mut count: c_int = 0;
-        // SAFETY: `count` is valid for writes.
-        check(unsafe { sys::cudaGetDeviceCount(&mut count) }, || "cudaGetDeviceCount".into())?;
-        Ok(count.max(0) as usize)
+        raw::device::count().map(|count| count.max(0) as usize)
     }
 
     /// The device with this ordinal, after checking that it exists.
@@ -124,16 +120,12 @@ impl Device {
 
     /// The calling thread's current device (`cudaGetDevice`).
     pub fn current() -> Result<Self> {
-        let mut ordinal: c_int = 0;
-        // SAFETY: `ordinal` is valid for writes.
-        check(unsafe { sys::cudaGetDevice(&mut ordinal) }, || "cudaGetDevice".into())?;
-        Ok(Self { ordinal })
+        raw::device::current().map(|ordinal| Self { ordinal })
     }
 
     /// Makes this the calling thread's current device (`cudaSetDevice`).
     pub fn set_current(self) -> Result<()> {
-        // SAFETY: plain value argument; the runtime validates the ordinal.
-        check(unsafe { sys::cudaSetDevice(self.ordinal) }, || format!("cudaSetDevice({})", self.ordinal))
+        raw::device::set_current(self.ordinal)
     }
 
     /// The ordinal.
@@ -141,17 +133,13 @@ impl Device {
         self.ordinal as usize
     }
 
-    pub(crate) fn raw(self) -> c_int {
+    pub(crate) fn as_raw(self) -> c_int {
         self.ordinal
     }
 
     /// Reads an integer attribute (`cudaDeviceGetAttribute`).
     pub fn attribute(self, attribute: DeviceAttribute) -> Result<i32> {
-        let mut value: c_int = 0;
-        // SAFETY: `value` is valid for writes; the attribute is a known enumerator.
-        let code = unsafe { sys::cudaDeviceGetAttribute(&mut value, attribute.raw(), self.ordinal) };
-        check(code, || format!("cudaDeviceGetAttribute({attribute:?}) on device {}", self.ordinal))?;
-        Ok(value)
+        raw::device::attribute(attribute.as_raw(), attribute, self.ordinal)
     }
 
     fn flag(self, attribute: DeviceAttribute) -> Result<bool> {
@@ -205,12 +193,8 @@ impl Device {
     }
 
     /// All properties (`cudaGetDeviceProperties`); slower than [`Device::attribute`].
-    pub fn properties(self) -> Result<sys::cudaDeviceProp> {
-        let mut props = sys::cudaDeviceProp::default();
-        // SAFETY: `props` is valid for writes of one cudaDeviceProp.
-        let code = unsafe { sys::cudaGetDeviceProperties(&mut props, self.ordinal) };
-        check(code, || format!("cudaGetDeviceProperties on device {}", self.ordinal))?;
-        Ok(props)
+    pub fn properties(self) -> Result<raw::cudaDeviceProp> {
+        raw::device::properties(self.ordinal)
     }
 
     /// Total device memory in bytes (from `cudaMemGetInfo`).
@@ -222,25 +206,42 @@ impl Device {
     /// previous current device restored).
     pub fn mem_get_info(self) -> Result<(usize, usize)> {
         let _guard = CurrentDevice::set(self)?;
-        raw::mem_info()
+        raw::device::mem_info()
+    }
+
+    /// Runs `f` with this device current, then restores the caller's current device.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), cuda_mem::CudaError> {
+    /// use cuda_mem::{Device, DeviceBuffer};
+    /// let second = Device::new(1)?;
+    /// let on_second = second.run_on(|| DeviceBuffer::<f32>::zeroed(1024))??;
+    /// assert_eq!(on_second.device(), second);
+    /// # Ok(()) }
+    /// ```
+    pub fn run_on<R>(self, f: impl FnOnce() -> R) -> Result<R> {
+        let _guard = CurrentDevice::set(self)?;
+        Ok(f())
     }
 
     /// Blocks until all work on this device has completed (`cudaDeviceSynchronize`).
     pub fn synchronize(self) -> Result<()> {
         let _guard = CurrentDevice::set(self)?;
-        // SAFETY: no arguments.
-        check(unsafe { sys::cudaDeviceSynchronize() }, || format!("cudaDeviceSynchronize on device {}", self.ordinal))
+        raw::device::synchronize(self.ordinal)
     }
 }
 
 /// Sets a device current for a scope and restores the previous one on drop, so operations that
 /// need a device current leave the caller's choice unchanged.
-pub(crate) struct CurrentDevice {
+#[derive(Debug)]
+pub struct CurrentDevice {
     previous: Option<c_int>,
 }
 
 impl CurrentDevice {
-    pub(crate) fn set(device: Device) -> Result<Self> {
+    /// Makes `device` current until the guard drops (no runtime call beyond `cudaGetDevice`
+    /// when it already is).
+    pub fn set(device: Device) -> Result<Self> {
         let current = Device::current()?;
         if current == device {
             return Ok(Self { previous: None });
@@ -253,9 +254,9 @@ impl CurrentDevice {
 impl Drop for CurrentDevice {
     fn drop(&mut self) {
         if let Some(previous) = self.previous {
-            // SAFETY: restores an ordinal the runtime reported; a failure leaves the newer device
-            // current, which the next operation that needs a device sets again.
-            discard(unsafe { sys::cudaSetDevice(previous) });
+            // A failure leaves the newer device current, which the next operation that needs a
+            // device sets again.
+            raw::quiet(raw::device::set_current(previous));
         }
     }
 }
@@ -263,18 +264,12 @@ impl Drop for CurrentDevice {
 /// The driver's CUDA version as (major, minor), e.g. (13, 0) (`cudaDriverGetVersion`). Returns
 /// (0, 0) when no driver is installed.
 pub fn driver_version() -> Result<(u32, u32)> {
-    let mut version: c_int = 0;
-    // SAFETY: `version` is valid for writes.
-    check(unsafe { sys::cudaDriverGetVersion(&mut version) }, || "cudaDriverGetVersion".into())?;
-    Ok(split_version(version))
+    raw::device::driver_version().map(split_version)
 }
 
 /// The linked runtime's version as (major, minor) (`cudaRuntimeGetVersion`).
 pub fn runtime_version() -> Result<(u32, u32)> {
-    let mut version: c_int = 0;
-    // SAFETY: `version` is valid for writes.
-    check(unsafe { sys::cudaRuntimeGetVersion(&mut version) }, || "cudaRuntimeGetVersion".into())?;
-    Ok(split_version(version))
+    raw::device::runtime_version().map(split_version)
 }
 
 fn split_version(version: c_int) -> (u32, u32) {

@@ -2,11 +2,9 @@
 
 use crate::device::{CurrentDevice, Device};
 use crate::error::Result;
-use crate::raw::{byte_len, check, check_alloc, discard, misaligned_error};
+use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
-use std::fmt;
 use std::ptr::NonNull;
 
 /// `len` elements of `T` in device memory (`cudaMalloc`), freed on drop (`cudaFree`).
@@ -38,15 +36,7 @@ unsafe impl<T: Pod> Send for DeviceBuffer<T> {}
 // SAFETY: `&DeviceBuffer` only gives shared views (reads), like `&Vec<T>`.
 unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
 
-impl<T: Pod> fmt::Debug for DeviceBuffer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeviceBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("device", &self.device)
-            .finish()
-    }
-}
+debug_fields!(DeviceBuffer: ptr, len, device);
 
 impl<T: Pod> DeviceBuffer<T> {
     /// Allocates `len` elements on the current device without initialising them.
@@ -60,15 +50,11 @@ impl<T: Pod> DeviceBuffer<T> {
         if bytes == 0 {
             return Ok(Self { ptr: NonNull::dangling(), len, device });
         }
-        let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes.
-        let code = unsafe { sys::cudaMalloc(&mut raw, bytes) };
-        check_alloc(code, bytes, || format!("cudaMalloc of {bytes} bytes on {device}"))?;
-        let Some(ptr) = NonNull::new(raw.cast::<T>()).filter(|p| p.as_ptr().is_aligned()) else {
-            // SAFETY: allocated just now, never used.
-            discard(unsafe { sys::cudaFree(raw) });
-            return Err(misaligned_error::<T>(raw as usize, "cudaMalloc"));
-        };
+        let fresh = raw::memory::malloc(bytes, device.as_raw())?;
+        // SAFETY: allocated just now, never used.
+        let ptr = raw::typed::<T>(fresh, "cudaMalloc", |p| unsafe {
+            raw::memory::free(p, || "a misaligned allocation".into())
+        })?;
         Ok(Self { ptr, len, device })
     }
 
@@ -88,15 +74,7 @@ impl<T: Pod> DeviceBuffer<T> {
         Ok(buffer)
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the buffer has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+    element_count!();
 
     /// The device the memory lives on.
     pub fn device(&self) -> Device {
@@ -127,22 +105,22 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     fn release(&self) -> Result<()> {
-        if self.len * size_of::<T>() == 0 {
+        if self.size_bytes() == 0 {
             return Ok(());
         }
         // Memory is freed with its device current; under unified addressing any device would do,
         // but this keeps multi-GPU programs correct without relying on that.
         let _guard = CurrentDevice::set(self.device)?;
         // SAFETY: the pointer came from cudaMalloc and is freed once (drop and free are exclusive).
-        check(unsafe { sys::cudaFree(self.ptr.as_ptr().cast()) }, || {
-            format!("cudaFree of {} bytes on {}", self.len * size_of::<T>(), self.device)
-        })
+        unsafe {
+            raw::memory::free(self.ptr.as_ptr().cast(), || format!("{} bytes on {}", self.size_bytes(), self.device))
+        }
     }
 }
 
 impl<T: Pod> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         // Errors here mean a broken context; there is nothing better to do than leak.
-        let _ = self.release();
+        raw::quiet(self.release());
     }
 }

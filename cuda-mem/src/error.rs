@@ -1,10 +1,8 @@
 //! `CudaError`: every failure of this crate, with what was attempted and why it failed.
 
 use crate::caching::CachingStats;
-use crate::pool::PoolStats;
-use cuda_mem_sys as sys;
+use crate::pool_stats::PoolStats;
 use std::borrow::Cow;
-use std::ffi::CStr;
 use std::fmt;
 
 /// A `cudaError_t` value from the runtime. Unknown values (from a newer runtime) are kept as is.
@@ -20,76 +18,6 @@ use std::fmt;
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ErrorCode(pub u32);
-
-impl ErrorCode {
-    /// `cudaErrorInvalidValue`
-    pub const INVALID_VALUE: Self = Self(sys::cudaError::cudaErrorInvalidValue.0);
-    /// `cudaErrorMemoryAllocation`
-    pub const MEMORY_ALLOCATION: Self = Self(sys::cudaError::cudaErrorMemoryAllocation.0);
-    /// `cudaErrorInsufficientDriver`: the installed driver is older than the runtime, or absent.
-    pub const INSUFFICIENT_DRIVER: Self = Self(sys::cudaError::cudaErrorInsufficientDriver.0);
-    /// `cudaErrorNoDevice`
-    pub const NO_DEVICE: Self = Self(sys::cudaError::cudaErrorNoDevice.0);
-    /// `cudaErrorInvalidDevice`
-    pub const INVALID_DEVICE: Self = Self(sys::cudaError::cudaErrorInvalidDevice.0);
-    /// `cudaErrorNotReady`: asynchronous work has not completed yet (not a failure for queries).
-    pub const NOT_READY: Self = Self(sys::cudaError::cudaErrorNotReady.0);
-    /// `cudaErrorNotSupported`
-    pub const NOT_SUPPORTED: Self = Self(sys::cudaError::cudaErrorNotSupported.0);
-    /// `cudaErrorHostMemoryAlreadyRegistered`
-    pub const HOST_MEMORY_ALREADY_REGISTERED: Self = Self(sys::cudaError::cudaErrorHostMemoryAlreadyRegistered.0);
-    /// `cudaErrorIllegalAddress` (sticky)
-    pub const ILLEGAL_ADDRESS: Self = Self(sys::cudaError::cudaErrorIllegalAddress.0);
-
-    /// Codes after which the CUDA context is unusable: every later call fails, and the process
-    /// must exit to recover (the runtime documentation's list for these codes).
-    const STICKY: [sys::cudaError; 10] = [
-        sys::cudaError::cudaErrorIllegalAddress,
-        sys::cudaError::cudaErrorLaunchFailure,
-        sys::cudaError::cudaErrorLaunchTimeout,
-        sys::cudaError::cudaErrorAssert,
-        sys::cudaError::cudaErrorHardwareStackError,
-        sys::cudaError::cudaErrorIllegalInstruction,
-        sys::cudaError::cudaErrorMisalignedAddress,
-        sys::cudaError::cudaErrorInvalidAddressSpace,
-        sys::cudaError::cudaErrorInvalidPc,
-        sys::cudaError::cudaErrorECCUncorrectable,
-    ];
-
-    /// The symbol name, e.g. `cudaErrorMemoryAllocation` (from `cudaGetErrorName`).
-    pub fn name(self) -> Cow<'static, str> {
-        // SAFETY: cudaGetErrorName accepts any value and returns a static NUL-terminated string
-        // (or "unrecognized error code"); it needs no driver.
-        let ptr = unsafe { sys::cudaGetErrorName(sys::cudaError(self.0)) };
-        static_str(ptr)
-    }
-
-    /// The runtime's description, e.g. "out of memory" (from `cudaGetErrorString`).
-    pub fn description(self) -> Cow<'static, str> {
-        // SAFETY: as for `name`: a static string for any input.
-        let ptr = unsafe { sys::cudaGetErrorString(sys::cudaError(self.0)) };
-        static_str(ptr)
-    }
-
-    /// True for errors that leave the context unusable (see the runtime's error documentation).
-    pub fn is_sticky(self) -> bool {
-        Self::STICKY.iter().any(|c| c.0 == self.0)
-    }
-
-    /// True when no usable driver or device exists (the path CI exercises).
-    pub fn is_no_driver_or_device(self) -> bool {
-        self == Self::INSUFFICIENT_DRIVER || self == Self::NO_DEVICE
-    }
-}
-
-fn static_str(ptr: *const std::ffi::c_char) -> Cow<'static, str> {
-    if ptr.is_null() {
-        return Cow::Borrowed("unrecognized error code");
-    }
-    // SAFETY: the runtime returns pointers into its static string tables, valid for the process.
-    let text: &'static CStr = unsafe { CStr::from_ptr(ptr) };
-    text.to_string_lossy()
-}
 
 impl fmt::Debug for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -220,6 +148,8 @@ impl OomReport {
 pub struct CudaError {
     kind: ErrorKind,
     operation: Cow<'static, str>,
+    /// A failure that followed this one in the same operation (see [`CudaError::later`]).
+    later: Option<Box<CudaError>>,
 }
 
 /// `Result` with [`CudaError`].
@@ -228,7 +158,40 @@ pub type Result<T, E = CudaError> = std::result::Result<T, E>;
 impl CudaError {
     /// An error of `kind` while doing `operation` (a phrase like "cudaMalloc of 64 bytes").
     pub fn new(kind: ErrorKind, operation: impl Into<Cow<'static, str>>) -> Self {
-        Self { kind, operation: operation.into() }
+        Self { kind, operation: operation.into(), later: None }
+    }
+
+    /// A failure that came after this one within the same call, which the call could not return
+    /// on its own: e.g. the synchronize at the end of [`Stream::try_scope`](crate::Stream::try_scope)
+    /// when the closure had already failed. The `Display` text shows it after `; then `.
+    ///
+    /// ```
+    /// # use cuda_mem::{CudaError, ErrorCode, ErrorKind};
+    /// let closure = CudaError::new(ErrorKind::LengthMismatch { src: 3, dst: 4 }, "cudaMemcpyAsync host to device");
+    /// let sync = CudaError::new(ErrorKind::Runtime(ErrorCode::ILLEGAL_ADDRESS), "cudaStreamSynchronize");
+    /// let both = closure.with_later(sync.clone());
+    /// assert_eq!(both.later(), Some(&sync));
+    /// assert_eq!(both.kind(), &ErrorKind::LengthMismatch { src: 3, dst: 4 });
+    /// assert_eq!(
+    ///     both.to_string(),
+    ///     "cudaMemcpyAsync host to device failed: source has 3 elements, destination 4; then \
+    ///      cudaStreamSynchronize failed: an illegal memory access was encountered \
+    ///      (cudaErrorIllegalAddress) [sticky: the CUDA context is unusable; the process must restart]"
+    /// );
+    /// ```
+    pub fn later(&self) -> Option<&CudaError> {
+        self.later.as_deref()
+    }
+
+    /// This error with `later` attached after any failure already attached (see
+    /// [`CudaError::later`]). The kind, code and operation stay this error's.
+    pub fn with_later(mut self, later: CudaError) -> Self {
+        let mut slot = &mut self.later;
+        while let Some(next) = slot {
+            slot = &mut next.later;
+        }
+        *slot = Some(Box::new(later));
+        self
     }
 
     /// What went wrong.
@@ -299,6 +262,9 @@ impl fmt::Display for CudaError {
         }
         if self.is_sticky() {
             f.write_str(" [sticky: the CUDA context is unusable; the process must restart]")?;
+        }
+        if let Some(later) = &self.later {
+            write!(f, "; then {later}")?;
         }
         Ok(())
     }

@@ -1,9 +1,10 @@
 //! Events: markers in a stream, for waiting, cross-stream ordering and timing.
 
+use crate::device::Device;
 use crate::error::Result;
-use crate::raw::{check, discard};
+use crate::notify::Completion;
+use crate::raw;
 use crate::stream::Stream;
-use cuda_mem_sys as sys;
 use std::time::Duration;
 
 /// A CUDA event (`cudaEventCreate`), destroyed on drop.
@@ -22,7 +23,7 @@ use std::time::Duration;
 /// ```
 #[derive(Debug)]
 pub struct Event {
-    raw: sys::cudaEvent_t,
+    raw: raw::cudaEvent_t,
 }
 
 // SAFETY: an event handle names one event from any thread (it is not relative to the current
@@ -36,60 +37,58 @@ unsafe impl Sync for Event {}
 impl Event {
     /// A new event with timing enabled.
     pub fn new() -> Result<Self> {
-        Self::with_flags(sys::cudaEventDefault)
+        raw::events::create(true).map(|raw| Self { raw })
     }
 
     /// A new event without timing: cheaper to record, what cross-stream ordering wants.
     pub fn without_timing() -> Result<Self> {
-        Self::with_flags(sys::cudaEventDisableTiming)
-    }
-
-    fn with_flags(flags: u32) -> Result<Self> {
-        let mut raw: sys::cudaEvent_t = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes; flags are documented constants.
-        check(unsafe { sys::cudaEventCreateWithFlags(&mut raw, flags) }, || "cudaEventCreateWithFlags".into())?;
-        Ok(Self { raw })
+        raw::events::create(false).map(|raw| Self { raw })
     }
 
     /// The raw handle, valid while `self` lives.
-    pub fn as_raw(&self) -> sys::cudaEvent_t {
+    pub fn as_raw(&self) -> raw::cudaEvent_t {
         self.raw
     }
 
     /// Captures the work queued on `stream` so far (`cudaEventRecord`).
     pub fn record(&self, stream: &Stream) -> Result<()> {
         let call = stream.call()?;
-        self.record_raw(call.raw())
-    }
-
-    /// Records on a raw stream handle that the caller keeps valid for the call.
-    pub(crate) fn record_raw(&self, stream: sys::cudaStream_t) -> Result<()> {
-        // SAFETY: the event handle is ours; the caller keeps the stream handle valid.
-        check(unsafe { sys::cudaEventRecord(self.raw, stream) }, || "cudaEventRecord".into())
+        // SAFETY: the event is ours; `call` keeps the stream handle valid and meaning this stream.
+        unsafe { raw::events::record(self.raw, call.as_raw()) }
     }
 
     /// Blocks until the captured work has completed.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the handle is valid while `self` lives.
-        check(unsafe { sys::cudaEventSynchronize(self.raw) }, || "cudaEventSynchronize".into())
+        unsafe { raw::events::synchronize(self.raw) }
+    }
+
+    /// A future that resolves once the captured work has completed (at once for an event never
+    /// recorded), woken through a host function on a helper stream that waits for the event; no
+    /// thread blocks. Recording the event again later does not change what the future waits for.
+    /// The waker must not call CUDA inline (see [`Completion`]).
+    ///
+    /// ```no_run
+    /// # async fn run() -> cuda_mem::Result<()> {
+    /// let stream = cuda_mem::Stream::non_blocking()?;
+    /// let done = stream.record_event()?;
+    /// done.wait_async()?.await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_async(&self) -> Result<Completion> {
+        Completion::after_events(Device::current()?, &[self])
     }
 
     /// True when the captured work has completed; never blocks.
     pub fn is_complete(&self) -> Result<bool> {
         // SAFETY: the handle is valid while `self` lives.
-        let code = unsafe { sys::cudaEventQuery(self.raw) };
-        if code == sys::cudaError::cudaErrorNotReady {
-            return Ok(false);
-        }
-        check(code, || "cudaEventQuery".into()).map(|()| true)
+        unsafe { raw::events::is_complete(self.raw) }
     }
 
     /// Time from `start` to `self`; both must have completed and have timing enabled.
     pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
-        let mut ms = 0f32;
-        // SAFETY: `ms` is valid for writes; both handles are valid.
-        check(unsafe { sys::cudaEventElapsedTime(&mut ms, start.raw, self.raw) }, || "cudaEventElapsedTime".into())?;
-        Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+        // SAFETY: both handles are valid while their owners live.
+        unsafe { raw::events::elapsed(start.raw, self.raw) }
     }
 }
 
@@ -97,27 +96,14 @@ impl Drop for Event {
     fn drop(&mut self) {
         // SAFETY: we own the handle; destroying a recorded, pending event is allowed (the runtime
         // releases it once complete).
-        discard(unsafe { sys::cudaEventDestroy(self.raw) });
+        raw::quiet(unsafe { raw::events::destroy(self.raw) });
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Destroying the null event fails; the drop must consume that failure instead of leaving it
-    /// in the thread's last-error slot. (Without a driver the slot cannot be cleared at all.)
-    #[test]
-    #[ignore = "needs a CUDA GPU"]
-    fn gpu_a_failed_destroy_in_drop_leaves_no_error_behind() {
-        // The slot works here: an unchecked failed call leaves its error in it.
-        // SAFETY: destroying the null handle is refused by the runtime, never dereferenced.
-        let code = unsafe { sys::cudaEventDestroy(std::ptr::null_mut()) };
-        assert_ne!(code, sys::cudaError::cudaSuccess);
-        // SAFETY: no arguments.
-        assert_eq!(unsafe { sys::cudaGetLastError() }, code, "the precondition: the slot holds the error");
-        drop(Event { raw: std::ptr::null_mut() });
-        // SAFETY: no arguments.
-        assert_eq!(unsafe { sys::cudaGetLastError() }, sys::cudaError::cudaSuccess);
+impl Event {
+    /// An event value around any handle, for drop-path tests.
+    pub(crate) fn from_raw_for_tests(raw: raw::cudaEvent_t) -> Self {
+        Self { raw }
     }
 }

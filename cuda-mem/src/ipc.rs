@@ -7,16 +7,14 @@
 //! freeing it is an `unsafe` call that states that. Imports are owning values whose views borrow
 //! them, so a view cannot outlive its import.
 
-use crate::address_range;
 use crate::device::Device;
 use crate::device_buffer::DeviceBuffer;
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::pool::{MemPool, ShareableHandle};
-use crate::raw::{byte_len, check, discard};
+use crate::pool::MemPool;
+use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream_buffer::StreamBuffer;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
@@ -43,7 +41,7 @@ fn decode(data: &[u8; EXPORT_BYTES]) -> ([u8; 64], usize) {
 /// Elements of `T` in `bytes`, or an error when they do not divide.
 fn elements<T>(bytes: usize, operation: &'static str) -> Result<usize> {
     let size = size_of::<T>().max(1);
-    if bytes % size != 0 {
+    if !bytes.is_multiple_of(size) {
         let kind = ErrorKind::InvalidArgument("the exported size is not a whole number of elements");
         return Err(CudaError::new(kind, operation));
     }
@@ -95,32 +93,21 @@ impl IpcMemHandle {
     pub fn open<T: Pod>(&self) -> Result<IpcMapping<T>> {
         let (opaque, bytes) = decode(&self.data);
         let len = elements::<T>(bytes, "cudaIpcOpenMemHandle")?;
-        let mut handle = sys::cudaIpcMemHandle_st::default();
-        for (dst, src) in handle.reserved.iter_mut().zip(opaque) {
-            *dst = src as std::ffi::c_char;
-        }
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes; the handle is plain data (the runtime validates it).
-        let code = unsafe { sys::cudaIpcOpenMemHandle(&mut raw, handle, sys::cudaIpcMemLazyEnablePeerAccess) };
-        check(code, || format!("cudaIpcOpenMemHandle of {bytes} bytes"))?;
+        let raw = raw::ipc::open_mem_handle(opaque, bytes)?;
         // From here the mapping is closed on drop, also when the length below is refused.
         let mapping = IpcMapping { ptr: mapped_ptr(raw), len, mapped: true };
-        address_range::require_mapped(raw, bytes, "cudaIpcOpenMemHandle")?;
+        raw::require_mapped(raw, bytes, "cudaIpcOpenMemHandle")?;
         Ok(mapping)
     }
 }
 
 impl MemPool {
     /// Exports the pool as a POSIX file descriptor (`cudaMemPoolExportToShareableHandle`). The
-    /// pool must have been created with [`ShareableHandle::PosixFileDescriptor`]. Pass the
+    /// pool must have been created with [`ShareableHandle::PosixFileDescriptor`](crate::ShareableHandle::PosixFileDescriptor). Pass the
     /// descriptor to another process (fork inheritance or `SCM_RIGHTS`).
     pub fn export_fd(&self) -> Result<OwnedFd> {
-        let mut fd: std::ffi::c_int = -1;
-        let handle_type = ShareableHandle::PosixFileDescriptor.raw();
-        // SAFETY: for this handle type the runtime writes an `int` through the pointer.
-        let code =
-            unsafe { sys::cudaMemPoolExportToShareableHandle((&raw mut fd).cast(), self.as_raw(), handle_type, 0) };
-        check(code, || format!("cudaMemPoolExportToShareableHandle of a pool on {}", self.device()))?;
+        // SAFETY: the pool handle is valid while `self` lives.
+        let fd = unsafe { raw::ipc::export_pool_fd(self.as_raw(), self.device().as_raw())? };
         // SAFETY: the runtime created this descriptor for us; we own it from here.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
@@ -129,13 +116,8 @@ impl MemPool {
     /// `device` is the pool's device as this process numbers it. The pool is released when the
     /// last clone drops.
     pub fn import_fd(fd: BorrowedFd<'_>, device: Device) -> Result<MemPool> {
-        let mut raw: sys::cudaMemPool_t = std::ptr::null_mut();
-        let handle_type = ShareableHandle::PosixFileDescriptor.raw();
-        // For file descriptors the handle argument is the descriptor's value itself.
-        let handle = fd.as_raw_fd() as usize as *mut std::ffi::c_void;
-        // SAFETY: `raw` is valid for writes; the descriptor stays open for the call.
-        let code = unsafe { sys::cudaMemPoolImportFromShareableHandle(&mut raw, handle, handle_type, 0) };
-        check(code, || format!("cudaMemPoolImportFromShareableHandle on {device}"))?;
+        // The borrow keeps the descriptor open for the call.
+        let raw = raw::ipc::import_pool_fd(fd.as_raw_fd(), device.as_raw())?;
         Ok(MemPool::from_imported(raw, device))
     }
 
@@ -146,15 +128,11 @@ impl MemPool {
     pub fn import_pointer<T: Pod>(&self, export: &PoolPointerExport) -> Result<ImportedSlice<'_, T>> {
         let (opaque, bytes) = decode(&export.data);
         let len = elements::<T>(bytes, "cudaMemPoolImportPointer")?;
-        let mut data = sys::cudaMemPoolPtrExportData { reserved: opaque };
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: both pointers are valid; the pool handle is valid while `self` lives.
-        check(unsafe { sys::cudaMemPoolImportPointer(&mut raw, self.as_raw(), &mut data) }, || {
-            format!("cudaMemPoolImportPointer of {bytes} bytes")
-        })?;
+        // SAFETY: the pool handle is valid while `self` lives.
+        let raw = unsafe { raw::ipc::import_pointer(self.as_raw(), opaque, bytes)? };
         // From here the import is released on drop, also when the length below is refused.
         let import = ImportedSlice { ptr: mapped_ptr(raw), len, mapped: true, _pool: PhantomData };
-        address_range::require_mapped(raw, bytes, "cudaMemPoolImportPointer")?;
+        raw::require_mapped(raw, bytes, "cudaMemPoolImportPointer")?;
         Ok(import)
     }
 }
@@ -246,15 +224,11 @@ impl<T: Pod> ImportedSlice<'_, T> {
         // `cudaFree`: the same release, but compute-sanitizer's leak check only counts this form
         // (docs/repro/ipc_import_free.cu). No work can still use the memory here: views borrow
         // `self`, and scopes synchronize their stream before those borrows end.
-        let legacy: sys::cudaStream_t = std::ptr::null_mut();
-        // SAFETY: imported with cudaMemPoolImportPointer and released once; nothing queued uses it.
-        let code = unsafe { sys::cudaFreeAsync(self.ptr.as_ptr().cast(), legacy) };
-        check(code, || format!("cudaFreeAsync of an import of {bytes} bytes"))?;
+        // SAFETY: imported with cudaMemPoolImportPointer and released once; nothing queued uses
+        // it; the legacy stream handle is always valid.
+        unsafe { raw::pools::free_async(self.ptr.as_ptr().cast(), std::ptr::null_mut(), bytes)? };
         // The release is complete when this returns, so the exporter may free the memory next.
-        // SAFETY: the legacy stream handle is always valid.
-        check(unsafe { sys::cudaStreamSynchronize(legacy) }, || {
-            "cudaStreamSynchronize after releasing an import".into()
-        })
+        raw::streams::synchronize_legacy("releasing an import")
     }
 }
 
@@ -268,73 +242,81 @@ impl<T: Pod> Drop for IpcMapping<T> {
     fn drop(&mut self) {
         if self.mapped {
             // SAFETY: opened with cudaIpcOpenMemHandle, closed once.
-            discard(unsafe { sys::cudaIpcCloseMemHandle(self.ptr.as_ptr().cast()) });
+            raw::quiet(unsafe { raw::ipc::close_mem_handle(self.ptr.as_ptr().cast()) });
         }
     }
 }
 
-/// A stream-ordered buffer whose memory other processes may be using. Dropping it leaks the
-/// memory (safe, but kept until the pool is destroyed); freeing it is the `unsafe`
-/// [`ExportedStreamBuffer::free_after_importers`].
-pub struct ExportedStreamBuffer<'a, T: Pod> {
-    inner: ManuallyDrop<StreamBuffer<'a, T>>,
+/// An owner whose memory other processes may be using: dropping it leaks the memory (safe, but
+/// kept until the process exits or its pool is destroyed); freeing it is the `unsafe`
+/// `free_after_importers`.
+macro_rules! exported_owner {
+    ($(#[$doc:meta])* $name:ident<$($lt:lifetime,)? T> wraps $owner:ty; $(#[$free_doc:meta])*) => {
+        $(#[$doc])*
+        pub struct $name<$($lt,)? T: Pod> {
+            inner: ManuallyDrop<$owner>,
+        }
+
+        impl<$($lt,)? T: Pod> fmt::Debug for $name<$($lt,)? T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($name)).field("inner", &*self.inner).finish()
+            }
+        }
+
+        impl<$($lt,)? T: Pod> $name<$($lt,)? T> {
+            /// A shared view.
+            pub fn as_slice(&self) -> DeviceSlice<'_, T> {
+                self.inner.as_slice()
+            }
+
+            /// An exclusive view (within this process).
+            pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+                self.inner.as_mut_slice()
+            }
+
+            $(#[$free_doc])*
+            pub unsafe fn free_after_importers(self) -> Result<()> {
+                let mut this = ManuallyDrop::new(self);
+                // SAFETY: taken once; `this` is never used again.
+                let inner = unsafe { ManuallyDrop::take(&mut this.inner) };
+                inner.free()
+            }
+        }
+    };
 }
 
-impl<T: Pod> fmt::Debug for ExportedStreamBuffer<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ExportedStreamBuffer").field("inner", &*self.inner).finish()
-    }
-}
-
-impl<'a, T: Pod> StreamBuffer<'a, T> {
-    /// Exports the buffer's memory for another process that imported its pool
-    /// (`cudaMemPoolExportPointer`). The buffer must come from a pool created with
-    /// [`ShareableHandle::PosixFileDescriptor`] and already exported with [`MemPool::export_fd`].
-    pub fn export(self) -> Result<(ExportedStreamBuffer<'a, T>, PoolPointerExport)> {
-        let bytes = byte_len::<T>(self.len(), "cudaMemPoolExportPointer")?;
-        let mut data = sys::cudaMemPoolPtrExportData::default();
-        // SAFETY: `data` is valid for writes; the pointer is a live pool allocation.
-        let code =
-            unsafe { sys::cudaMemPoolExportPointer(&mut data, self.as_slice().as_device_ptr().cast_mut().cast()) };
-        check(code, || format!("cudaMemPoolExportPointer of {bytes} bytes"))?;
-        let export = PoolPointerExport { data: encode(&data.reserved, bytes) };
-        Ok((ExportedStreamBuffer { inner: ManuallyDrop::new(self) }, export))
-    }
-}
-
-impl<T: Pod> ExportedStreamBuffer<'_, T> {
-    /// A shared view.
-    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
-        self.inner.as_slice()
-    }
-
-    /// An exclusive view (within this process).
-    pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
-        self.inner.as_mut_slice()
-    }
-
+exported_owner!(
+    /// A stream-ordered buffer whose memory other processes may be using. Dropping it leaks the
+    /// memory (safe, but kept until the pool is destroyed); freeing it is the `unsafe`
+    /// [`ExportedStreamBuffer::free_after_importers`].
+    ExportedStreamBuffer<'a, T> wraps StreamBuffer<'a, T>;
     /// Frees the memory in stream order on its stream.
     ///
     /// # Safety
     /// Every process that imported the memory has dropped its import (and its work on it is
     /// complete); the runtime requires importers to free first.
-    pub unsafe fn free_after_importers(self) -> Result<()> {
-        let mut this = ManuallyDrop::new(self);
-        // SAFETY: taken once; `this` is never used again.
-        let inner = unsafe { ManuallyDrop::take(&mut this.inner) };
-        inner.free()
-    }
-}
+);
 
-/// A `cudaMalloc` buffer shared through a legacy IPC handle. Dropping it leaks the memory;
-/// freeing it is the `unsafe` [`ExportedDeviceBuffer::free_after_importers`].
-pub struct ExportedDeviceBuffer<T: Pod> {
-    inner: ManuallyDrop<DeviceBuffer<T>>,
-}
+exported_owner!(
+    /// A `cudaMalloc` buffer shared through a legacy IPC handle. Dropping it leaks the memory;
+    /// freeing it is the `unsafe` [`ExportedDeviceBuffer::free_after_importers`].
+    ExportedDeviceBuffer<T> wraps DeviceBuffer<T>;
+    /// Frees the memory (`cudaFree`).
+    ///
+    /// # Safety
+    /// Every process that opened the handle has closed it.
+);
 
-impl<T: Pod> fmt::Debug for ExportedDeviceBuffer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ExportedDeviceBuffer").field("inner", &*self.inner).finish()
+impl<'a, T: Pod> StreamBuffer<'a, T> {
+    /// Exports the buffer's memory for another process that imported its pool
+    /// (`cudaMemPoolExportPointer`). The buffer must come from a pool created with
+    /// [`ShareableHandle::PosixFileDescriptor`](crate::ShareableHandle::PosixFileDescriptor) and already exported with [`MemPool::export_fd`].
+    pub fn export(self) -> Result<(ExportedStreamBuffer<'a, T>, PoolPointerExport)> {
+        let bytes = byte_len::<T>(self.len(), "cudaMemPoolExportPointer")?;
+        // SAFETY: the pointer is the start of this live pool allocation of `bytes`.
+        let opaque = unsafe { raw::ipc::export_pointer(self.as_slice().as_device_ptr().cast_mut().cast(), bytes)? };
+        let export = PoolPointerExport { data: encode(&opaque, bytes) };
+        Ok((ExportedStreamBuffer { inner: ManuallyDrop::new(self) }, export))
     }
 }
 
@@ -342,35 +324,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Exports the buffer through a legacy IPC handle (`cudaIpcGetMemHandle`).
     pub fn export_ipc(self) -> Result<(ExportedDeviceBuffer<T>, IpcMemHandle)> {
         let bytes = byte_len::<T>(self.len(), "cudaIpcGetMemHandle")?;
-        let mut handle = sys::cudaIpcMemHandle_st::default();
-        // SAFETY: `handle` is valid for writes; the pointer is a live cudaMalloc allocation.
-        let code = unsafe { sys::cudaIpcGetMemHandle(&mut handle, self.as_slice().as_device_ptr().cast_mut().cast()) };
-        check(code, || format!("cudaIpcGetMemHandle of {bytes} bytes"))?;
-        let opaque: [u8; 64] = std::array::from_fn(|i| handle.reserved[i] as u8);
+        // SAFETY: the pointer is the start of this live cudaMalloc allocation of `bytes`.
+        let opaque = unsafe { raw::ipc::get_mem_handle(self.as_slice().as_device_ptr().cast_mut().cast(), bytes)? };
         Ok((ExportedDeviceBuffer { inner: ManuallyDrop::new(self) }, IpcMemHandle { data: encode(&opaque, bytes) }))
-    }
-}
-
-impl<T: Pod> ExportedDeviceBuffer<T> {
-    /// A shared view.
-    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
-        self.inner.as_slice()
-    }
-
-    /// An exclusive view (within this process).
-    pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
-        self.inner.as_mut_slice()
-    }
-
-    /// Frees the memory (`cudaFree`).
-    ///
-    /// # Safety
-    /// Every process that opened the handle has closed it.
-    pub unsafe fn free_after_importers(self) -> Result<()> {
-        let mut this = ManuallyDrop::new(self);
-        // SAFETY: taken once; `this` is never used again.
-        let inner = unsafe { ManuallyDrop::take(&mut this.inner) };
-        inner.free()
     }
 }
 

@@ -15,10 +15,25 @@
 //! ## The unsafe contract
 //! Safe code cannot free memory that queued GPU work still uses, nor touch host memory a pending
 //! copy reads or writes: asynchronous work that borrows memory goes through
-//! [`Stream::scope`], which synchronizes the stream before the borrows end (like
-//! `std::thread::scope`). Blocking operations (`copy_from_host`, `set_bytes`, ...) return after
-//! the work is done. `cudaFree` waits for the device, so dropping device memory is always safe.
-//! Element types are [`bytemuck::Pod`]: any bit pattern a DMA or memset writes is a valid value.
+//! [`Stream::scope`] / [`Stream::try_scope`], which synchronize the stream before the borrows end
+//! (like `std::thread::scope`). Blocking operations (`copy_from_host`, `set_bytes`, ...) return
+//! after the work is done. `cudaFree` waits for the device, so dropping device memory is always
+//! safe. Element types are [`bytemuck::Pod`]: any bit pattern a DMA or memset writes is a valid
+//! value.
+//!
+//! ## Asynchronous work on owned buffers
+//! Work that should outlive the call (so the CPU prepares step k+1 while step k runs) takes its
+//! buffers by value and returns a [`Pending`] at once: [`Stream::upload`], [`Stream::download`],
+//! [`Stream::queue`] (any copies and kernels), [`Pending::then`] (more work, no wait),
+//! [`Pending::join`], and the staged copies [`StagedCopier::copy_from_host_on`] /
+//! [`StagedCopier::copy_to_host_on`]. The `Pending` owns every buffer its work touches until the
+//! work has completed, then hands them back through [`Pending::wait`], [`Pending::try_take`] or
+//! `.await`. Dropping it waits for the work; `mem::forget` leaks the buffers, never frees them.
+//!
+//! [`Pending`], [`Stream::synchronize_async`] and [`Event::wait_async`] are futures woken by the
+//! GPU through `cudaLaunchHostFunc`, for any executor (cuda-mem depends on none). The wake comes
+//! from a CUDA thread, where no CUDA call is allowed: a waker must schedule its task, never poll
+//! it inline.
 //!
 //! ## Errors
 //! Every fallible call returns [`CudaError`], which says what was attempted and why it failed
@@ -35,33 +50,38 @@
 //! let mut device = DeviceBuffer::<f32>::zeroed(input.len())?;
 //! let mut output = PinnedBuffer::<f32>::zeroed(input.len())?;
 //! let mut dev = device.as_mut_slice();
-//! stream.scope(|s| -> Result<(), cuda_mem::CudaError> {
+//! stream.try_scope(|s| {
 //!     s.copy_from_host(&mut dev, &input)?;
-//!     s.copy_to_host(&mut output, &dev)?;
-//!     Ok(())
-//! })??;
+//!     s.copy_to_host(&mut output, &dev)
+//! })?;
 //! assert_eq!(output[0], 2.0);
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
 
-mod address_range;
+#[macro_use]
+mod owner_macros;
 // The device caching allocator's CUDA-independent core: until it is wired to the runtime only
 // its tests and the fuzz targets reach it.
 #[cfg_attr(not(any(test, fuzzing)), allow(dead_code, unused_imports))]
 mod caching;
 mod device;
 mod device_buffer;
+#[cfg(feature = "dlpack")]
+pub mod dlpack;
 mod error;
 mod event;
 mod host_flags;
 mod ipc;
 mod managed;
 mod maybe_owned;
+mod notify;
 mod peer;
+mod pending;
 mod pinned;
 mod pinned_pool;
 mod pool;
+mod pool_stats;
 mod raw;
 mod registered;
 pub mod resource;
@@ -85,16 +105,28 @@ pub use ipc::{
 };
 pub use managed::{Advice, Attach, Location, ManagedBuffer};
 pub use maybe_owned::MaybeOwned;
+pub use notify::Completion;
 pub use peer::PoolAccess;
+pub use pending::Pending;
+pub use pending::owned::{OwnedDevice, OwnedHost};
 pub use pinned::PinnedBuffer;
 pub use pinned_pool::{PinnedPool, PinnedPoolStats, PooledPinned};
-pub use pool::{MemPool, PoolProps, PoolStats, ReusePolicy, ShareableHandle};
+pub use pool::{MemPool, PoolProps, ReusePolicy, ShareableHandle};
+pub use pool_stats::PoolStats;
 pub use registered::{RegisteredHost, UnregisterError};
 pub use scope::StreamScope;
 pub use slice::{DeviceSlice, DeviceSliceMut, DeviceSource};
 pub use staged::{MAX_LANES, StagedConfig, StagedCopier};
 pub use stream::Stream;
 pub use stream_buffer::StreamBuffer;
+
+/// What cuda-mem-kernels shares with cuda-mem: the one path from a runtime status to
+/// [`CudaError`], and the guard that makes a device current for a launch. Not a public API.
+#[doc(hidden)]
+pub mod for_kernels {
+    pub use crate::device::CurrentDevice;
+    pub use crate::raw::{check, cudaError_t, cudaStream_t, last_error, same_len};
+}
 
 /// Compile-time proof of the Send/Sync claims made by each `unsafe impl`.
 #[cfg(test)]
@@ -123,6 +155,15 @@ mod auto_traits {
         send_sync::<PooledPinned<u8>>();
         send_sync::<Event>();
         send_sync::<CudaError>();
+        send_sync::<Completion>();
+    }
+
+    fn send<T: Send>() {}
+
+    #[test]
+    fn pending_work_moves_between_threads_with_its_buffers() {
+        send::<Pending<(StreamBuffer<'static, f32>, PinnedBuffer<f32>)>>();
+        send::<Pending<(DeviceBuffer<u8>, Vec<u8>)>>();
     }
 }
 

@@ -11,12 +11,11 @@
 
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::raw::{byte_len, check, check_alloc, discard, misaligned_error};
+use crate::raw::managed::Place;
+use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
-use std::fmt;
 use std::ptr::NonNull;
 
 /// Where managed pages should live or be moved to.
@@ -113,15 +112,7 @@ unsafe impl<T: Pod> Send for ManagedBuffer<T> {}
 // SAFETY: shared access gives `&[T]` or read-only device views only, which other threads may read.
 unsafe impl<T: Pod> Sync for ManagedBuffer<T> {}
 
-impl<T: Pod> fmt::Debug for ManagedBuffer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ManagedBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("device", &self.device)
-            .finish()
-    }
-}
+debug_fields!(ManagedBuffer: ptr, len, device);
 
 impl<T: Pod> ManagedBuffer<T> {
     /// Allocates `len` zeroed elements attached globally (`cudaMallocManaged`). Zeroing writes
@@ -172,19 +163,11 @@ impl<T: Pod> ManagedBuffer<T> {
         if bytes == 0 {
             return Ok(Self { ptr: NonNull::dangling(), len, device, concurrent_access });
         }
-        let flags = match attach {
-            Attach::Global => sys::cudaMemAttachGlobal,
-            Attach::Host => sys::cudaMemAttachHost,
-        };
-        let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes; flags are the documented constants.
-        let code = unsafe { sys::cudaMallocManaged(&mut raw, bytes, flags) };
-        check_alloc(code, bytes, || format!("cudaMallocManaged of {bytes} bytes on {device}"))?;
-        let Some(ptr) = NonNull::new(raw.cast::<T>()).filter(|p| p.as_ptr().is_aligned()) else {
-            // SAFETY: allocated just now, never used.
-            discard(unsafe { sys::cudaFree(raw) });
-            return Err(misaligned_error::<T>(raw as usize, "cudaMallocManaged"));
-        };
+        let fresh = raw::managed::alloc(bytes, attach == Attach::Global, device.as_raw())?;
+        // SAFETY: allocated just now, never used.
+        let ptr = raw::typed::<T>(fresh, "cudaMallocManaged", |p| unsafe {
+            raw::memory::free(p, || "a misaligned allocation".into())
+        })?;
         Ok(Self { ptr, len, device, concurrent_access })
     }
 
@@ -201,34 +184,17 @@ impl<T: Pod> ManagedBuffer<T> {
         Ok(buffer)
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
+    element_count!();
+
+    /// The device that was current at allocation (the memory's preferred home until advised).
+    pub fn device(&self) -> Device {
+        self.device
     }
 
-    /// True when the buffer has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The host's view. On devices without `concurrentManagedAccess` this fails with
-    /// `ErrorKind::Unsupported` (the CPU may not touch managed memory while any kernel runs there).
-    pub fn host(&self) -> Result<&[T]> {
-        self.before_host_access()?;
-        // SAFETY: initialised at allocation; no GPU work uses the buffer (see the module rule);
-        // the borrow of `self` keeps it allocated.
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
-    }
-
-    /// The host's exclusive view; see [`ManagedBuffer::host`].
-    pub fn host_mut(&mut self) -> Result<&mut [T]> {
-        self.before_host_access()?;
-        // SAFETY: as in `host`, and `&mut self` makes it exclusive.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
-    }
+    host_views!();
 
     fn before_host_access(&self) -> Result<()> {
-        if self.len * size_of::<T>() == 0 {
+        if self.size_bytes() == 0 {
             return Ok(());
         }
         require_concurrent_access(self.concurrent_access)
@@ -248,28 +214,30 @@ impl<T: Pod> ManagedBuffer<T> {
 
     /// Gives the driver a usage hint for the whole buffer (`cudaMemAdvise`).
     pub fn advise(&self, advice: Advice) -> Result<()> {
-        let bytes = self.len * size_of::<T>();
+        let bytes = self.size_bytes();
         if bytes == 0 {
             return Ok(());
         }
         let (raw_advice, location) = advice_parts(advice, self.device);
         // SAFETY: the range is this live managed allocation.
-        let code = unsafe { advise_raw(self.ptr.as_ptr().cast(), bytes, raw_advice, location) };
-        check(code, || format!("cudaMemAdvise({advice:?}) over {bytes} bytes"))
+        unsafe {
+            raw::managed::advise(self.ptr.as_ptr().cast(), bytes, raw_advice, location.place(), || {
+                format!("{advice:?}")
+            })
+        }
     }
 
     /// Queues migration of the whole buffer to `to` on `stream` (`cudaMemPrefetchAsync`). The
     /// data does not change, so no scope is needed; the buffer stays borrowed only for the call
     /// because freeing (`cudaFree`) waits for the device.
     pub fn prefetch(&self, to: Location, stream: &Stream) -> Result<()> {
-        let bytes = self.len * size_of::<T>();
+        let bytes = self.size_bytes();
         if bytes == 0 {
             return Ok(());
         }
         let call = stream.call()?;
         // SAFETY: the range is this live managed allocation; `call` checked the stream handle.
-        let code = unsafe { prefetch_raw(self.ptr.as_ptr().cast(), bytes, to, call.raw()) };
-        check(code, || format!("cudaMemPrefetchAsync of {bytes} bytes to {to:?}"))
+        unsafe { raw::managed::prefetch_async(self.ptr.as_ptr().cast(), bytes, to.place(), call.as_raw()) }
     }
 
     /// Frees now and reports the runtime's verdict (drop ignores it).
@@ -278,18 +246,18 @@ impl<T: Pod> ManagedBuffer<T> {
     }
 
     fn release(&self) -> Result<()> {
-        if self.len * size_of::<T>() == 0 {
+        if self.size_bytes() == 0 {
             return Ok(());
         }
         let _guard = CurrentDevice::set(self.device)?;
-        // SAFETY: allocated by cudaMallocManaged, freed once.
-        check(unsafe { sys::cudaFree(self.ptr.as_ptr().cast()) }, || "cudaFree of managed memory".into())
+        // SAFETY: allocated by cudaMallocManaged, freed once; cudaFree waits for the device.
+        unsafe { raw::memory::free(self.ptr.as_ptr().cast(), || "managed memory".into()) }
     }
 }
 
 impl<T: Pod> Drop for ManagedBuffer<T> {
     fn drop(&mut self) {
-        let _ = self.release();
+        raw::quiet(self.release());
     }
 }
 
@@ -305,8 +273,17 @@ pub(crate) fn require_concurrent_access(concurrent_managed_access: bool) -> Resu
     ))
 }
 
-fn advice_parts(advice: Advice, own_device: Device) -> (sys::cudaMemoryAdvise, Location) {
-    use sys::cudaMemoryAdvise as A;
+impl Location {
+    fn place(self) -> Place {
+        match self {
+            Location::Device(device) => Place::Device(device.as_raw()),
+            Location::Host => Place::Host,
+        }
+    }
+}
+
+fn advice_parts(advice: Advice, own_device: Device) -> (raw::cudaMemoryAdvise, Location) {
+    use raw::cudaMemoryAdvise as A;
     match advice {
         // ReadMostly ignores the location; pass the buffer's device.
         Advice::SetReadMostly => (A::cudaMemAdviseSetReadMostly, Location::Device(own_device)),
@@ -316,58 +293,6 @@ fn advice_parts(advice: Advice, own_device: Device) -> (sys::cudaMemoryAdvise, L
         Advice::SetAccessedBy(by) => (A::cudaMemAdviseSetAccessedBy, by),
         Advice::UnsetAccessedBy(by) => (A::cudaMemAdviseUnsetAccessedBy, by),
     }
-}
-
-/// CUDA 13 takes a `cudaMemLocation`.
-#[cfg(cuda_major = "13")]
-fn mem_location(at: Location) -> sys::cudaMemLocation {
-    match at {
-        Location::Device(device) => {
-            sys::cudaMemLocation { type_: sys::cudaMemLocationType::cudaMemLocationTypeDevice, id: device.raw() }
-        }
-        Location::Host => sys::cudaMemLocation { type_: sys::cudaMemLocationType::cudaMemLocationTypeHost, id: 0 },
-    }
-}
-
-/// CUDA 12 takes a device ordinal, with `cudaCpuDeviceId` for the host.
-#[cfg(cuda_major = "12")]
-fn device_id(at: Location) -> std::ffi::c_int {
-    match at {
-        Location::Device(device) => device.raw(),
-        Location::Host => sys::cudaCpuDeviceId,
-    }
-}
-
-/// # Safety
-/// `ptr..ptr+bytes` must lie in one live managed allocation.
-unsafe fn advise_raw(
-    ptr: *const std::ffi::c_void,
-    bytes: usize,
-    advice: sys::cudaMemoryAdvise,
-    at: Location,
-) -> sys::cudaError_t {
-    #[cfg(cuda_major = "13")]
-    // SAFETY: forwarded from the caller.
-    return unsafe { sys::cudaMemAdvise(ptr, bytes, advice, mem_location(at)) };
-    #[cfg(cuda_major = "12")]
-    // SAFETY: forwarded from the caller.
-    return unsafe { sys::cudaMemAdvise(ptr, bytes, advice, device_id(at)) };
-}
-
-/// # Safety
-/// `ptr..ptr+bytes` must lie in one live managed allocation; `stream` must be a valid handle.
-unsafe fn prefetch_raw(
-    ptr: *const std::ffi::c_void,
-    bytes: usize,
-    to: Location,
-    stream: sys::cudaStream_t,
-) -> sys::cudaError_t {
-    #[cfg(cuda_major = "13")]
-    // SAFETY: forwarded from the caller.
-    return unsafe { sys::cudaMemPrefetchAsync(ptr, bytes, mem_location(to), 0, stream) };
-    #[cfg(cuda_major = "12")]
-    // SAFETY: forwarded from the caller.
-    return unsafe { sys::cudaMemPrefetchAsync(ptr, bytes, device_id(to), stream) };
 }
 
 #[cfg(test)]
@@ -385,27 +310,17 @@ mod tests {
     }
 
     #[test]
-    #[cfg(cuda_major = "13")]
-    fn locations_encode_as_cuda_13_mem_locations() {
-        let device = Device::new_unchecked_for_tests(3);
-        let loc = mem_location(Location::Device(device));
-        assert_eq!((loc.type_, loc.id), (sys::cudaMemLocationType::cudaMemLocationTypeDevice, 3));
-        let host = mem_location(Location::Host);
-        assert_eq!(host.type_, sys::cudaMemLocationType::cudaMemLocationTypeHost);
-    }
-
-    #[test]
     fn advice_maps_to_the_runtime_enumerators() {
         let own = Device::new_unchecked_for_tests(0);
         let other = Device::new_unchecked_for_tests(1);
-        assert_eq!(advice_parts(Advice::SetReadMostly, own).0, sys::cudaMemoryAdvise::cudaMemAdviseSetReadMostly);
+        assert_eq!(advice_parts(Advice::SetReadMostly, own).0, raw::cudaMemoryAdvise::cudaMemAdviseSetReadMostly);
         assert_eq!(
             advice_parts(Advice::SetAccessedBy(Location::Device(other)), own),
-            (sys::cudaMemoryAdvise::cudaMemAdviseSetAccessedBy, Location::Device(other))
+            (raw::cudaMemoryAdvise::cudaMemAdviseSetAccessedBy, Location::Device(other))
         );
         assert_eq!(
             advice_parts(Advice::SetPreferredLocation(Location::Host), own),
-            (sys::cudaMemoryAdvise::cudaMemAdviseSetPreferredLocation, Location::Host)
+            (raw::cudaMemoryAdvise::cudaMemAdviseSetPreferredLocation, Location::Host)
         );
         assert_eq!(advice_parts(Advice::UnsetPreferredLocation, own).0.0, 4);
     }

@@ -3,11 +3,9 @@
 
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::host_flags::HostAllocFlags;
-use crate::raw::{byte_len, check, check_alloc, discard, misaligned_error};
+use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
-use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
@@ -48,15 +46,7 @@ unsafe impl<T: Pod> Send for PinnedBuffer<T> {}
 // SAFETY: shared access only gives `&[T]` and read-only device views, like `&Vec<T>`.
 unsafe impl<T: Pod> Sync for PinnedBuffer<T> {}
 
-impl<T: Pod> fmt::Debug for PinnedBuffer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PinnedBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("flags", &self.flags)
-            .finish()
-    }
-}
+debug_fields!(PinnedBuffer: ptr, len, flags);
 
 impl<T: Pod> PinnedBuffer<T> {
     /// Allocates without initialising: `cudaMallocHost` when `flags` is empty, else
@@ -70,26 +60,9 @@ impl<T: Pod> PinnedBuffer<T> {
         if bytes == 0 {
             return Ok(Self { ptr: NonNull::dangling(), len, flags });
         }
-        let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
-        let code = if flags.is_empty() {
-            // SAFETY: `raw` is valid for writes.
-            unsafe { sys::cudaMallocHost(&mut raw, bytes) }
-        } else {
-            // SAFETY: `raw` is valid for writes; the flags are the documented bits.
-            unsafe { sys::cudaHostAlloc(&mut raw, bytes, flags.bits()) }
-        };
-        check_alloc(code, bytes, || {
-            if flags.is_empty() {
-                format!("cudaMallocHost of {bytes} bytes")
-            } else {
-                format!("cudaHostAlloc of {bytes} bytes with {flags:?}")
-            }
-        })?;
-        let Some(ptr) = NonNull::new(raw.cast::<T>()).filter(|p| p.as_ptr().is_aligned()) else {
-            // SAFETY: allocated just now, never used.
-            discard(unsafe { sys::cudaFreeHost(raw) });
-            return Err(misaligned_error::<T>(raw as usize, "cudaHostAlloc"));
-        };
+        let fresh = raw::host::alloc(bytes, flags)?;
+        // SAFETY: allocated just now, never used.
+        let ptr = raw::typed::<T>(fresh, "cudaHostAlloc", |p| unsafe { raw::host::free(p, bytes) })?;
         Ok(Self { ptr, len, flags })
     }
 
@@ -126,27 +99,10 @@ impl<T: Pod> PinnedBuffer<T> {
         self.flags
     }
 
-    /// The device's view of mapped memory (`cudaHostGetDevicePointer`), borrowed from the buffer.
-    /// Errors with [`ErrorKind::NotMapped`] unless allocated with [`HostAllocFlags::MAPPED`].
-    pub fn device_view(&self) -> Result<DeviceSlice<'_, T>> {
-        let ptr = self.mapped_ptr()?;
-        // SAFETY: the view borrows `self`, so the memory stays allocated; host writes need
-        // `&mut self`, which the borrow excludes.
-        Ok(unsafe { DeviceSlice::from_raw_parts(ptr, self.len) })
-    }
+    mapped_host_views!();
 
-    /// The device's exclusive view of mapped memory; see [`PinnedBuffer::device_view`].
-    pub fn device_view_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
-        let ptr = self.mapped_ptr()?;
-        // SAFETY: the view borrows `self` exclusively, so the host cannot touch the memory.
-        Ok(unsafe { DeviceSliceMut::from_raw_parts(ptr, self.len) })
-    }
-
-    fn mapped_ptr(&self) -> Result<*mut T> {
-        if !self.flags.contains(HostAllocFlags::MAPPED) {
-            return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
-        }
-        mapped_device_ptr(self.ptr.as_ptr(), self.len)
+    fn mapped_parts(&self) -> (bool, *mut T, usize) {
+        (self.flags.contains(HostAllocFlags::MAPPED), self.ptr.as_ptr(), self.len)
     }
 
     /// Frees now (`cudaFreeHost`) and reports the runtime's verdict (drop ignores it).
@@ -159,21 +115,21 @@ impl<T: Pod> PinnedBuffer<T> {
             return Ok(());
         }
         // SAFETY: the pointer came from cudaMallocHost/cudaHostAlloc and is freed once.
-        check(unsafe { sys::cudaFreeHost(self.ptr.as_ptr().cast()) }, || {
-            format!("cudaFreeHost of {} bytes", self.len * size_of::<T>())
-        })
+        unsafe { raw::host::free(self.ptr.as_ptr().cast(), self.len * size_of::<T>()) }
     }
 }
 
-/// The device address of mapped host memory; empty ranges map to a dangling address.
-pub(crate) fn mapped_device_ptr<T>(host: *mut T, len: usize) -> Result<*mut T> {
+/// The device address of mapped host memory; empty ranges map to a dangling address. Memory that
+/// is not `mapped` is refused with [`ErrorKind::NotMapped`].
+pub(crate) fn mapped_device_ptr<T>(mapped: bool, host: *mut T, len: usize) -> Result<*mut T> {
+    if !mapped {
+        return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
+    }
     if len * size_of::<T>() == 0 {
         return Ok(NonNull::dangling().as_ptr());
     }
-    let mut device: *mut std::ffi::c_void = std::ptr::null_mut();
-    // SAFETY: `device` is valid for writes; `host` is the start of a mapped allocation.
-    check(unsafe { sys::cudaHostGetDevicePointer(&mut device, host.cast(), 0) }, || "cudaHostGetDevicePointer".into())?;
-    Ok(device.cast())
+    // SAFETY: `host` is the start of a live mapped allocation (the caller's buffer).
+    unsafe { raw::host::device_pointer(host.cast()) }.map(|device| device.cast())
 }
 
 impl<T: Pod> Deref for PinnedBuffer<T> {
@@ -193,6 +149,6 @@ impl<T: Pod> DerefMut for PinnedBuffer<T> {
 
 impl<T: Pod> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
-        let _ = self.release();
+        raw::quiet(self.release());
     }
 }

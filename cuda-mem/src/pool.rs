@@ -17,10 +17,10 @@
 
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::raw::{check, discard};
-use cuda_mem_sys as sys;
+use crate::pool_stats::PoolStats;
+use crate::raw;
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -49,7 +49,7 @@ pub struct MemPool {
 }
 
 struct PoolInner {
-    raw: sys::cudaMemPool_t,
+    raw: raw::cudaMemPool_t,
     device: Device,
     /// True for pools from `cudaMemPoolCreate`, which we destroy.
     owned: bool,
@@ -94,10 +94,11 @@ pub enum ShareableHandle {
 }
 
 impl ShareableHandle {
-    pub(crate) fn raw(self) -> sys::cudaMemAllocationHandleType {
+    pub(crate) fn as_raw(self) -> raw::cudaMemAllocationHandleType {
+        use raw::cudaMemAllocationHandleType as H;
         match self {
-            Self::None => sys::cudaMemAllocationHandleType::cudaMemHandleTypeNone,
-            Self::PosixFileDescriptor => sys::cudaMemAllocationHandleType::cudaMemHandleTypePosixFileDescriptor,
+            Self::None => H::cudaMemHandleTypeNone,
+            Self::PosixFileDescriptor => H::cudaMemHandleTypePosixFileDescriptor,
         }
     }
 }
@@ -146,17 +147,8 @@ impl PoolProps {
         self
     }
 
-    pub(crate) fn to_raw(self) -> sys::cudaMemPoolProps {
-        sys::cudaMemPoolProps {
-            allocType: sys::cudaMemAllocationType::cudaMemAllocationTypePinned,
-            handleTypes: self.handle.raw(),
-            location: sys::cudaMemLocation {
-                type_: sys::cudaMemLocationType::cudaMemLocationTypeDevice,
-                id: self.device.raw(),
-            },
-            maxSize: self.max_size,
-            ..Default::default()
-        }
+    pub(crate) fn to_raw(self) -> raw::cudaMemPoolProps {
+        raw::pools::device_pool_props(self.device.as_raw(), self.handle.as_raw(), self.max_size)
     }
 }
 
@@ -181,8 +173,8 @@ pub enum ReusePolicy {
 }
 
 impl ReusePolicy {
-    pub(crate) fn raw(self) -> sys::cudaMemPoolAttr {
-        use sys::cudaMemPoolAttr as A;
+    pub(crate) fn as_raw(self) -> raw::cudaMemPoolAttr {
+        use raw::cudaMemPoolAttr as A;
         match self {
             Self::FollowEventDependencies => A::cudaMemPoolReuseFollowEventDependencies,
             Self::AllowOpportunistic => A::cudaMemPoolReuseAllowOpportunistic,
@@ -191,38 +183,12 @@ impl ReusePolicy {
     }
 }
 
-/// Memory figures of a pool, in bytes.
-///
-/// ```no_run
-/// # fn main() -> Result<(), cuda_mem::CudaError> {
-/// use cuda_mem::{Device, MemPool};
-/// let stats = MemPool::retaining(Device::current()?)?.stats()?;
-/// println!("reserved {} used {} (peak {})", stats.reserved_current, stats.used_current, stats.used_high);
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PoolStats {
-    /// Memory the pool holds from the driver now.
-    pub reserved_current: usize,
-    /// Highest `reserved_current` since creation or the last [`MemPool::reset_highs`].
-    pub reserved_high: usize,
-    /// Memory in live allocations now.
-    pub used_current: usize,
-    /// Highest `used_current` since creation or the last reset.
-    pub used_high: usize,
-}
-
 impl MemPool {
     /// Creates a pool (`cudaMemPoolCreate`) and applies the props' release threshold (retain by
     /// default). Errors with [`ErrorKind::Unsupported`] on devices without memory pools.
     pub fn new(props: PoolProps) -> Result<Self> {
         require_pools(props.device)?;
-        let raw_props = props.to_raw();
-        let mut raw: sys::cudaMemPool_t = std::ptr::null_mut();
-        // SAFETY: both pointers are valid; the props are fully initialised.
-        check(unsafe { sys::cudaMemPoolCreate(&mut raw, &raw_props) }, || {
-            format!("cudaMemPoolCreate on {} ({props:?})", props.device)
-        })?;
+        let raw = raw::pools::create(&props.to_raw(), || format!("{} ({props:?})", props.device))?;
         let pool = Self { inner: Arc::new(PoolInner { raw, device: props.device, owned: true }) };
         pool.set_release_threshold(props.release_threshold)?;
         Ok(pool)
@@ -240,7 +206,7 @@ impl MemPool {
     /// threshold 0 unless someone changed it, so each synchronize returns its free memory.
     pub fn driver_default(device: Device) -> Result<Self> {
         require_pools(device)?;
-        Ok(Self::borrowed(driver_default_raw(device)?, device))
+        Ok(Self::borrowed(raw::pools::driver_default(device.as_raw())?, device))
     }
 
     /// The device's current pool (what `cudaMallocAsync` uses, `cudaDeviceGetMemPool`), as it is:
@@ -249,15 +215,11 @@ impl MemPool {
     /// cuda-mem is refused with [`ErrorKind::Unsupported`]: nothing tells how long it lives.
     pub fn current(device: Device) -> Result<Self> {
         require_pools(device)?;
-        let mut raw: sys::cudaMemPool_t = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes.
-        check(unsafe { sys::cudaDeviceGetMemPool(&mut raw, device.raw()) }, || {
-            format!("cudaDeviceGetMemPool on {device}")
-        })?;
-        if let Some(pool) = lock(current_pools()).get(&device.raw()).filter(|pool| pool.as_raw() == raw) {
+        let raw = raw::pools::current(device.as_raw())?;
+        if let Some(pool) = lock(current_pools()).get(&device.as_raw()).filter(|pool| pool.as_raw() == raw) {
             return Ok(pool.clone());
         }
-        if raw == driver_default_raw(device)? {
+        if raw == raw::pools::driver_default(device.as_raw())? {
             return Ok(Self::borrowed(raw, device));
         }
         Err(CudaError::new(
@@ -267,11 +229,11 @@ impl MemPool {
     }
 
     /// A pool imported from another process: ours to destroy.
-    pub(crate) fn from_imported(raw: sys::cudaMemPool_t, device: Device) -> Self {
+    pub(crate) fn from_imported(raw: raw::cudaMemPool_t, device: Device) -> Self {
         Self { inner: Arc::new(PoolInner { raw, device, owned: true }) }
     }
 
-    fn borrowed(raw: sys::cudaMemPool_t, device: Device) -> Self {
+    fn borrowed(raw: raw::cudaMemPool_t, device: Device) -> Self {
         Self { inner: Arc::new(PoolInner { raw, device, owned: false }) }
     }
 
@@ -281,17 +243,16 @@ impl MemPool {
     pub fn set_current(&self) -> Result<()> {
         let device = self.inner.device;
         let mut current = lock(current_pools());
-        // SAFETY: the handle is valid while `self` lives.
-        check(unsafe { sys::cudaDeviceSetMemPool(device.raw(), self.inner.raw) }, || {
-            format!("cudaDeviceSetMemPool on {device}")
-        })?;
+        // SAFETY: the handle is valid while `self` lives, and `current` keeps a clone while it
+        // is current.
+        unsafe { raw::pools::set_current(device.as_raw(), self.inner.raw)? };
         // The pool this replaces may be destroyed here, now that it is no longer current.
-        current.insert(device.raw(), self.clone());
+        current.insert(device.as_raw(), self.clone());
         Ok(())
     }
 
     /// The raw handle, valid while `self` lives.
-    pub fn as_raw(&self) -> sys::cudaMemPool_t {
+    pub fn as_raw(&self) -> raw::cudaMemPool_t {
         self.inner.raw
     }
 
@@ -302,35 +263,30 @@ impl MemPool {
 
     /// Bytes of free memory the pool keeps across a synchronize.
     pub fn release_threshold(&self) -> Result<usize> {
-        self.get_u64(sys::cudaMemPoolAttr::cudaMemPoolAttrReleaseThreshold)
+        self.get_u64(raw::cudaMemPoolAttr::cudaMemPoolAttrReleaseThreshold)
     }
 
     /// Sets the release threshold (`usize::MAX`: keep everything; 0: the driver default, which
     /// returns free memory at each synchronize).
     pub fn set_release_threshold(&self, bytes: usize) -> Result<()> {
-        self.set_u64(sys::cudaMemPoolAttr::cudaMemPoolAttrReleaseThreshold, bytes)
+        self.set_u64(raw::cudaMemPoolAttr::cudaMemPoolAttrReleaseThreshold, bytes)
     }
 
     /// Whether a reuse policy is enabled.
     pub fn reuse_policy(&self, policy: ReusePolicy) -> Result<bool> {
-        let mut value: std::ffi::c_int = 0;
-        // SAFETY: reuse attributes are `int`; `value` is valid for writes.
-        let code = unsafe { sys::cudaMemPoolGetAttribute(self.inner.raw, policy.raw(), (&raw mut value).cast()) };
-        check(code, || format!("cudaMemPoolGetAttribute({policy:?})"))?;
-        Ok(value != 0)
+        // SAFETY: the handle is valid while `self` lives; reuse attributes are `int`.
+        unsafe { raw::pools::flag(self.inner.raw, policy.as_raw()) }
     }
 
     /// Enables or disables a reuse policy.
     pub fn set_reuse_policy(&self, policy: ReusePolicy, enabled: bool) -> Result<()> {
-        let mut value = std::ffi::c_int::from(enabled);
-        // SAFETY: reuse attributes are `int`; `value` is valid for reads.
-        let code = unsafe { sys::cudaMemPoolSetAttribute(self.inner.raw, policy.raw(), (&raw mut value).cast()) };
-        check(code, || format!("cudaMemPoolSetAttribute({policy:?}, {enabled})"))
+        // SAFETY: the handle is valid while `self` lives; reuse attributes are `int`.
+        unsafe { raw::pools::set_flag(self.inner.raw, policy.as_raw(), enabled) }
     }
 
     /// Reserved and used memory, current and high-water.
     pub fn stats(&self) -> Result<PoolStats> {
-        use sys::cudaMemPoolAttr as A;
+        use raw::cudaMemPoolAttr as A;
         Ok(PoolStats {
             reserved_current: self.get_u64(A::cudaMemPoolAttrReservedMemCurrent)?,
             reserved_high: self.get_u64(A::cudaMemPoolAttrReservedMemHigh)?,
@@ -341,7 +297,7 @@ impl MemPool {
 
     /// Resets both high-water marks to the current values.
     pub fn reset_highs(&self) -> Result<()> {
-        use sys::cudaMemPoolAttr as A;
+        use raw::cudaMemPoolAttr as A;
         self.set_u64(A::cudaMemPoolAttrReservedMemHigh, 0)?;
         self.set_u64(A::cudaMemPoolAttrUsedMemHigh, 0)
     }
@@ -351,25 +307,18 @@ impl MemPool {
     /// complete in stream order, so synchronize first for an exact figure.
     pub fn trim_to(&self, min_bytes_to_keep: usize) -> Result<()> {
         // SAFETY: the handle is valid while `self` lives.
-        check(unsafe { sys::cudaMemPoolTrimTo(self.inner.raw, min_bytes_to_keep) }, || {
-            format!("cudaMemPoolTrimTo({min_bytes_to_keep})")
-        })
+        unsafe { raw::pools::trim_to(self.inner.raw, min_bytes_to_keep) }
     }
 
     /// A `cuuint64_t` attribute, as a byte count (saturating where `usize` is narrower).
-    fn get_u64(&self, attr: sys::cudaMemPoolAttr) -> Result<usize> {
-        let mut value = 0u64;
-        // SAFETY: these attributes are `cuuint64_t`; `value` is valid for writes.
-        let code = unsafe { sys::cudaMemPoolGetAttribute(self.inner.raw, attr, (&raw mut value).cast::<c_void>()) };
-        check(code, || format!("cudaMemPoolGetAttribute({})", attr.0))?;
-        Ok(usize::try_from(value).unwrap_or(usize::MAX))
+    fn get_u64(&self, attr: raw::cudaMemPoolAttr) -> Result<usize> {
+        // SAFETY: the handle is valid while `self` lives; callers pass `cuuint64_t` attributes.
+        unsafe { raw::pools::bytes(self.inner.raw, attr) }
     }
 
-    fn set_u64(&self, attr: sys::cudaMemPoolAttr, value: usize) -> Result<()> {
-        let mut value = value as u64;
-        // SAFETY: these attributes are `cuuint64_t`; `value` is valid for reads.
-        let code = unsafe { sys::cudaMemPoolSetAttribute(self.inner.raw, attr, (&raw mut value).cast::<c_void>()) };
-        check(code, || format!("cudaMemPoolSetAttribute({}, {value})", attr.0))
+    fn set_u64(&self, attr: raw::cudaMemPoolAttr, value: usize) -> Result<()> {
+        // SAFETY: as for `get_u64`.
+        unsafe { raw::pools::set_bytes(self.inner.raw, attr, value) }
     }
 }
 
@@ -379,7 +328,7 @@ impl Drop for PoolInner {
             // SAFETY: created by cudaMemPoolCreate, destroyed once. Every buffer from this pool
             // held a clone, so none is alive; frees still pending in stream order are fine (the
             // runtime releases the pool once they complete).
-            discard(unsafe { sys::cudaMemPoolDestroy(self.raw) });
+            raw::quiet(unsafe { raw::pools::destroy(self.raw) });
         }
     }
 }
@@ -408,7 +357,7 @@ pub(crate) fn retaining_pool(device: Device) -> Result<&'static MemPool> {
         }
     };
     let Some(slot) = slots.get(device.ordinal()) else {
-        let kind = ErrorKind::InvalidDevice { ordinal: device.raw(), count: slots.len() as c_int };
+        let kind = ErrorKind::InvalidDevice { ordinal: device.as_raw(), count: slots.len() as c_int };
         return Err(CudaError::new(kind, "MemPool::retaining"));
     };
     if let Some(pool) = slot.get() {
@@ -426,15 +375,6 @@ fn create_retaining(slot: &'static OnceLock<MemPool>, device: Device) -> Result<
     }
     let pool = MemPool::new(PoolProps::new(device))?;
     Ok(slot.get_or_init(|| pool))
-}
-
-fn driver_default_raw(device: Device) -> Result<sys::cudaMemPool_t> {
-    let mut raw: sys::cudaMemPool_t = std::ptr::null_mut();
-    // SAFETY: `raw` is valid for writes.
-    check(unsafe { sys::cudaDeviceGetDefaultMemPool(&mut raw, device.raw()) }, || {
-        format!("cudaDeviceGetDefaultMemPool on {device}")
-    })?;
-    Ok(raw)
 }
 
 /// Errors with [`ErrorKind::Unsupported`] when the device has no memory pools.
@@ -458,9 +398,9 @@ mod tests {
             .max_size(1 << 30)
             .shareable(ShareableHandle::PosixFileDescriptor)
             .to_raw();
-        assert_eq!(raw.allocType, sys::cudaMemAllocationType::cudaMemAllocationTypePinned);
-        assert_eq!(raw.handleTypes, sys::cudaMemAllocationHandleType::cudaMemHandleTypePosixFileDescriptor);
-        assert_eq!((raw.location.type_, raw.location.id), (sys::cudaMemLocationType::cudaMemLocationTypeDevice, 2));
+        assert_eq!(raw.allocType, raw::cudaMemAllocationType::cudaMemAllocationTypePinned);
+        assert_eq!(raw.handleTypes, raw::cudaMemAllocationHandleType::cudaMemHandleTypePosixFileDescriptor);
+        assert_eq!((raw.location.type_, raw.location.id), (raw::cudaMemLocationType::cudaMemLocationTypeDevice, 2));
         assert_eq!(raw.maxSize, 1 << 30);
         assert!(raw.win32SecurityAttributes.is_null());
         assert_eq!(PoolProps::new(Device::new_unchecked_for_tests(0)).release_threshold, usize::MAX);
@@ -468,10 +408,10 @@ mod tests {
 
     #[test]
     fn reuse_policies_encode_as_pool_attributes() {
-        assert_eq!(ReusePolicy::FollowEventDependencies.raw().0, 1);
-        assert_eq!(ReusePolicy::AllowOpportunistic.raw().0, 2);
-        assert_eq!(ReusePolicy::AllowInternalDependencies.raw().0, 3);
-        assert_eq!(ShareableHandle::None.raw().0, 0);
-        assert_eq!(ShareableHandle::PosixFileDescriptor.raw().0, 1);
+        assert_eq!(ReusePolicy::FollowEventDependencies.as_raw().0, 1);
+        assert_eq!(ReusePolicy::AllowOpportunistic.as_raw().0, 2);
+        assert_eq!(ReusePolicy::AllowInternalDependencies.as_raw().0, 3);
+        assert_eq!(ShareableHandle::None.as_raw().0, 0);
+        assert_eq!(ShareableHandle::PosixFileDescriptor.as_raw().0, 1);
     }
 }

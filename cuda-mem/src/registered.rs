@@ -4,10 +4,9 @@
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::host_flags::HostRegisterFlags;
 use crate::pinned::mapped_device_ptr;
-use crate::raw::{byte_len, check};
+use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::ops::{Deref, DerefMut};
 
 /// A borrowed host slice, registered (page-locked) with the driver for as long as this value
@@ -48,8 +47,7 @@ impl<'a, T: Pod> RegisteredHost<'a, T> {
         if bytes != 0 {
             // SAFETY: the slice is valid for `bytes` and stays borrowed (so allocated and unmoved)
             // until drop unregisters it.
-            let code = unsafe { sys::cudaHostRegister(slice.as_mut_ptr().cast(), bytes, flags.bits()) };
-            check(code, || format!("cudaHostRegister of {bytes} bytes with {flags:?}"))?;
+            unsafe { raw::host::register(slice.as_mut_ptr().cast(), bytes, flags)? };
         }
         Ok(Self { slice, flags })
     }
@@ -78,10 +76,8 @@ impl<'a, T: Pod> RegisteredHost<'a, T> {
     }
 
     fn mapped_ptr(&self) -> Result<*mut T> {
-        if !self.flags.contains(HostRegisterFlags::MAPPED) {
-            return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
-        }
-        mapped_device_ptr(self.slice.as_ptr().cast_mut(), self.slice.len())
+        let mapped = self.flags.contains(HostRegisterFlags::MAPPED);
+        mapped_device_ptr(mapped, self.slice.as_ptr().cast_mut(), self.slice.len())
     }
 
     /// Unregisters now, reporting the runtime's verdict, and gives the slice back. On failure the
@@ -103,7 +99,7 @@ impl<'a, T: Pod> RegisteredHost<'a, T> {
             return Ok(());
         }
         // SAFETY: the pointer is the one registered in `new`.
-        check(unsafe { sys::cudaHostUnregister(self.slice.as_mut_ptr().cast()) }, || "cudaHostUnregister".into())
+        unsafe { raw::host::unregister(self.slice.as_mut_ptr().cast()) }
     }
 }
 
@@ -151,6 +147,6 @@ impl<T: Pod> DerefMut for RegisteredHost<'_, T> {
 
 impl<T: Pod> Drop for RegisteredHost<'_, T> {
     fn drop(&mut self) {
-        let _ = self.release();
+        raw::quiet(self.release());
     }
 }

@@ -3,16 +3,12 @@
 
 use crate::error::Result;
 use crate::event::Event;
-use crate::raw::{check, length_mismatch};
+use crate::raw::memory::Direction::{DeviceToDevice as D2D, DeviceToHost as D2H, HostToDevice as H2D};
+use crate::raw::{self, same_len};
 use crate::slice::{DeviceSliceMut, DeviceSource};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::marker::PhantomData;
-
-const H2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyHostToDevice;
-const D2H: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToHost;
-const D2D: sys::cudaMemcpyKind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
 
 /// Queues work on a stream; created by [`Stream::scope`]. Everything passed in is borrowed for
 /// `'scope`, which ends only after the stream has been synchronized.
@@ -78,6 +74,18 @@ pub struct StreamScope<'scope, 'env: 'scope> {
     _env: PhantomData<&'env mut &'env ()>,
 }
 
+/// One `Result` from a fallible scope's closure and the synchronize that ended it: the closure's
+/// error first, with the synchronize's failure attached (see [`CudaError::later`](crate::CudaError::later)) when both
+/// failed.
+pub(crate) fn merge<T>(value: Result<T>, synchronized: Result<()>) -> Result<T> {
+    match (value, synchronized) {
+        (Ok(value), Ok(())) => Ok(value),
+        (Ok(_), Err(sync)) => Err(sync),
+        (Err(err), Ok(())) => Err(err),
+        (Err(err), Err(sync)) => Err(err.with_later(sync)),
+    }
+}
+
 /// Waits for the stream if the scope's closure unwinds, so borrows never end with work pending.
 struct SyncOnUnwind<'a>(&'a Stream);
 
@@ -85,6 +93,24 @@ impl Drop for SyncOnUnwind<'_> {
     fn drop(&mut self) {
         // An error here is consumed by `synchronize` (it goes through `check`); unwinding goes on.
         let _ = self.0.synchronize();
+    }
+}
+
+impl<'scope> StreamScope<'scope, 'scope> {
+    /// Runs `f` with a scope whose end does not synchronize, for work on `value`, which the
+    /// caller owns by value and keeps until the work has completed (a [`Pending`](crate::Pending)).
+    /// Nothing borrowed from outside can be lent: `f` is higher-ranked over the scope's lifetime,
+    /// which only `value` is borrowed for. If `f` panics, the stream is synchronized before the
+    /// unwinding drops `value`.
+    pub(crate) fn run_owned<T, F>(stream: &Stream, value: &mut T, f: F) -> Result<()>
+    where
+        F: for<'s> FnOnce(&'s StreamScope<'s, 's>, &'s mut T) -> Result<()>,
+    {
+        let scope = StreamScope { stream, _scope: PhantomData, _env: PhantomData };
+        let guard = SyncOnUnwind(stream);
+        let queued = f(&scope, value);
+        std::mem::forget(guard);
+        queued
     }
 }
 
@@ -100,6 +126,18 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         stream.synchronize().map(|()| value)
     }
 
+    /// [`StreamScope::run`] for a fallible closure: one `Result` (see [`merge`]).
+    pub(crate) fn run_fallible<F, T>(stream: &'env Stream, f: F) -> Result<T>
+    where
+        F: for<'s> FnOnce(&'s StreamScope<'s, 'env>) -> Result<T>,
+    {
+        let scope = StreamScope { stream, _scope: PhantomData, _env: PhantomData };
+        let guard = SyncOnUnwind(stream);
+        let value = f(&scope);
+        std::mem::forget(guard);
+        merge(value, stream.synchronize())
+    }
+
     /// The stream work is queued on (for launching kernels through cuda-mem-kernels or other code).
     pub fn stream(&self) -> &'scope Stream {
         self.stream
@@ -109,24 +147,20 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
     /// work; from pageable memory the runtime stages it.
     pub fn copy_from_host<'v: 'scope, T: Pod>(&self, dst: &mut DeviceSliceMut<'v, T>, src: &'scope [T]) -> Result<()> {
         const OP: &str = "cudaMemcpyAsync host to device";
-        if dst.len() != src.len() {
-            return Err(length_mismatch(src.len(), dst.len(), OP));
-        }
+        same_len(src.len(), dst.len(), OP)?;
         self.order_after(dst.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope.
-        unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_ptr().cast(), dst.size_bytes(), H2D, OP) }
+        unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_ptr().cast(), dst.size_bytes(), H2D) }
     }
 
     /// Queues a device-to-host copy (`cudaMemcpyAsync`).
     pub fn copy_to_host<T: Pod>(&self, dst: &'scope mut [T], src: impl DeviceSource<'scope, T>) -> Result<()> {
         const OP: &str = "cudaMemcpyAsync device to host";
         let src = src.source();
-        if dst.len() != src.len() {
-            return Err(length_mismatch(src.len(), dst.len(), OP));
-        }
+        same_len(src.len(), dst.len(), OP)?;
         self.order_after(src.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope (`dst` exclusively).
-        unsafe { self.enqueue_copy(dst.as_mut_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2H, OP) }
+        unsafe { self.enqueue_copy(dst.as_mut_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2H) }
     }
 
     /// Queues a device-to-device copy (`cudaMemcpyAsync`).
@@ -137,13 +171,11 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
     ) -> Result<()> {
         const OP: &str = "cudaMemcpyAsync device to device";
         let src = src.source();
-        if dst.len() != src.len() {
-            return Err(length_mismatch(src.len(), dst.len(), OP));
-        }
+        same_len(src.len(), dst.len(), OP)?;
         self.order_after(dst.owner())?;
         self.order_after(src.owner())?;
         // SAFETY: both sides cover `size_bytes` and are borrowed for 'scope.
-        unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2D, OP) }
+        unsafe { self.enqueue_copy(dst.as_device_ptr().cast(), src.as_device_ptr().cast(), src.size_bytes(), D2D) }
     }
 
     /// Queues a memset of every byte (`cudaMemsetAsync`).
@@ -155,8 +187,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         self.order_after(dst.owner())?;
         let call = self.stream.call()?;
         // SAFETY: `dst` addresses `bytes` of device memory, borrowed for 'scope.
-        let code = unsafe { sys::cudaMemsetAsync(dst.as_device_ptr().cast(), i32::from(byte), bytes, call.raw()) };
-        check(code, || format!("cudaMemsetAsync of {bytes} bytes"))
+        unsafe { raw::memory::set_async(dst.as_device_ptr().cast(), byte, bytes, call.as_raw()) }
     }
 
     /// The device address of memory lent to this scope for writing, for kernel launchers: valid
@@ -202,8 +233,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         dst: *mut std::ffi::c_void,
         src: *const std::ffi::c_void,
         bytes: usize,
-        kind: sys::cudaMemcpyKind,
-        operation: &'static str,
+        direction: raw::memory::Direction,
     ) -> Result<()> {
         if bytes == 0 {
             return Ok(());
@@ -211,7 +241,49 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
         let call = self.stream.call()?;
         // SAFETY: the caller guarantees both ranges live, untouched, until the stream has been
         // synchronized at the end of the scope; `call` checked that the handle means this stream.
-        let code = unsafe { sys::cudaMemcpyAsync(dst, src, bytes, kind, call.raw()) };
-        check(code, || format!("{operation} of {bytes} bytes"))
+        unsafe { raw::memory::copy_async(dst, src, bytes, direction, call.as_raw()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge;
+    use crate::error::{CudaError, ErrorCode, ErrorKind};
+
+    fn closure_error() -> CudaError {
+        CudaError::new(ErrorKind::LengthMismatch { src: 1, dst: 2 }, "cudaMemcpyAsync host to device")
+    }
+
+    fn sync_error() -> CudaError {
+        CudaError::new(ErrorKind::Runtime(ErrorCode::ILLEGAL_ADDRESS), "cudaStreamSynchronize")
+    }
+
+    #[test]
+    fn merging_keeps_the_first_failure_and_attaches_the_synchronize() {
+        assert_eq!(merge(Ok(5), Ok(())), Ok(5));
+        assert_eq!(merge(Ok(5), Err(sync_error())), Err(sync_error()));
+        assert_eq!(merge::<u8>(Err(closure_error()), Ok(())), Err(closure_error()));
+        let both = merge::<u8>(Err(closure_error()), Err(sync_error())).unwrap_err();
+        assert_eq!(both.kind(), closure_error().kind());
+        assert_eq!(both.operation(), "cudaMemcpyAsync host to device");
+        assert_eq!(both.later(), Some(&sync_error()));
+        assert!(both.is_sticky() == closure_error().is_sticky(), "the kind stays the closure's");
+    }
+
+    #[test]
+    fn the_merged_message_names_both_failures_in_order() {
+        let both = merge::<u8>(Err(closure_error()), Err(sync_error())).unwrap_err();
+        let text = both.to_string();
+        let (first, second) = text.split_once("; then ").expect(&text);
+        assert_eq!(first, closure_error().to_string());
+        assert_eq!(second, sync_error().to_string());
+    }
+
+    #[test]
+    fn later_failures_chain_in_order() {
+        let third = CudaError::new(ErrorKind::Unsupported("x"), "third");
+        let chained = closure_error().with_later(sync_error()).with_later(third.clone());
+        assert_eq!(chained.later().unwrap().later(), Some(&third));
+        assert!(chained.to_string().ends_with("; then third failed: not supported: x"), "{chained}");
     }
 }

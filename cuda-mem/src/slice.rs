@@ -7,10 +7,10 @@
 //! stream makes its stream wait for it, so no use can overtake the allocation or its zeroing.
 
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::raw::{check, length_mismatch};
+use crate::raw::memory::Direction;
+use crate::raw::{self, same_len};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
@@ -120,6 +120,50 @@ fn bounds(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> 
     Ok((start, end))
 }
 
+/// What both views offer alike; `$ptr` is the view's pointer type.
+macro_rules! view_accessors {
+    ($view:ident, $ptr:ty) => {
+        impl<'a, T: Pod> $view<'a, T> {
+            /// A view of memory ordered on `owner` (see the module docs).
+            ///
+            /// # Safety
+            /// As for `from_raw_parts`, except that the memory's initialising work may be pending
+            /// on `owner`.
+            pub(crate) unsafe fn ordered_on(ptr: $ptr, len: usize, owner: &'a Stream) -> Self {
+                Self { ptr, len, owner: Some(owner), _borrow: PhantomData }
+            }
+
+            /// The stream the memory is ordered on, for stream-ordered memory.
+            pub(crate) fn owner(&self) -> Option<&'a Stream> {
+                self.owner
+            }
+
+            /// Number of elements.
+            pub fn len(&self) -> usize {
+                self.len
+            }
+
+            /// True when the view has no elements.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// Size in bytes.
+            pub fn size_bytes(&self) -> usize {
+                self.len * size_of::<T>()
+            }
+
+            /// The device address, for handing to other CUDA code. Valid for `'a`.
+            pub fn as_device_ptr(&self) -> $ptr {
+                self.ptr
+            }
+        }
+    };
+}
+
+view_accessors!(DeviceSlice, *const T);
+view_accessors!(DeviceSliceMut, *mut T);
+
 impl<'a, T: Pod> DeviceSlice<'a, T> {
     /// A view of raw device memory.
     ///
@@ -129,40 +173,6 @@ impl<'a, T: Pod> DeviceSlice<'a, T> {
     /// ordered before any work on the streams the view is used on.
     pub unsafe fn from_raw_parts(ptr: *const T, len: usize) -> Self {
         Self { ptr, len, owner: None, _borrow: PhantomData }
-    }
-
-    /// A view of memory ordered on `owner` (see the module docs).
-    ///
-    /// # Safety
-    /// As for [`DeviceSlice::from_raw_parts`], except that the memory's initialising work may be
-    /// pending on `owner`.
-    pub(crate) unsafe fn ordered_on(ptr: *const T, len: usize, owner: &'a Stream) -> Self {
-        Self { ptr, len, owner: Some(owner), _borrow: PhantomData }
-    }
-
-    /// The stream the memory is ordered on, for stream-ordered memory.
-    pub(crate) fn owner(&self) -> Option<&'a Stream> {
-        self.owner
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the view has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Size in bytes.
-    pub fn size_bytes(&self) -> usize {
-        self.len * size_of::<T>()
-    }
-
-    /// The device address, for handing to other CUDA code. Valid for `'a`.
-    pub fn as_device_ptr(&self) -> *const T {
-        self.ptr
     }
 
     /// A sub-range, or an error if it is out of bounds.
@@ -178,24 +188,14 @@ impl<'a, T: Pod> DeviceSlice<'a, T> {
 
     /// Copies into a host slice of the same length (`cudaMemcpy`, blocking).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
-        if dst.len() != self.len {
-            return Err(length_mismatch(self.len, dst.len(), "cudaMemcpy device to host"));
-        }
+        same_len(self.len, dst.len(), "cudaMemcpy device to host")?;
         let bytes = self.size_bytes();
         if bytes == 0 {
             return Ok(());
         }
         wait_for_owner(self.owner)?;
         // SAFETY: `dst` is valid for `bytes` writes; the view addresses `bytes` of device memory.
-        let code = unsafe {
-            sys::cudaMemcpy(
-                dst.as_mut_ptr().cast(),
-                self.ptr.cast(),
-                bytes,
-                sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
-            )
-        };
-        check(code, || format!("cudaMemcpy of {bytes} bytes device to host"))
+        unsafe { raw::memory::copy(dst.as_mut_ptr().cast(), self.ptr.cast(), bytes, Direction::DeviceToHost) }
     }
 
     /// Copies into a new `Vec`.
@@ -215,40 +215,6 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
     /// or ordered before any work on the streams the view is used on.
     pub unsafe fn from_raw_parts(ptr: *mut T, len: usize) -> Self {
         Self { ptr, len, owner: None, _borrow: PhantomData }
-    }
-
-    /// An exclusive view of memory ordered on `owner` (see the module docs).
-    ///
-    /// # Safety
-    /// As for [`DeviceSliceMut::from_raw_parts`], except that the memory's initialising work may
-    /// be pending on `owner`.
-    pub(crate) unsafe fn ordered_on(ptr: *mut T, len: usize, owner: &'a Stream) -> Self {
-        Self { ptr, len, owner: Some(owner), _borrow: PhantomData }
-    }
-
-    /// The stream the memory is ordered on, for stream-ordered memory.
-    pub(crate) fn owner(&self) -> Option<&'a Stream> {
-        self.owner
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the view has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Size in bytes.
-    pub fn size_bytes(&self) -> usize {
-        self.len * size_of::<T>()
-    }
-
-    /// The device address, for handing to other CUDA code. Valid for `'a`.
-    pub fn as_device_ptr(&self) -> *mut T {
-        self.ptr
     }
 
     /// A shared view of the same memory, for as long as this one is borrowed.
@@ -279,63 +245,59 @@ impl<'a, T: Pod> DeviceSliceMut<'a, T> {
         Ok((Self { len: mid, ..self }, high))
     }
 
-    /// Copies from a host slice of the same length (`cudaMemcpy`, blocking).
-    pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
-        if src.len() != self.len {
-            return Err(length_mismatch(src.len(), self.len, "cudaMemcpy host to device"));
-        }
-        let bytes = self.size_bytes();
-        if bytes == 0 {
-            return Ok(());
+    /// The bytes a blocking write of `src_len` elements covers, after checking the length and
+    /// waiting for the streams both sides are ordered on; `None` when there is nothing to do.
+    fn blocking_bytes(
+        &self,
+        src_len: usize,
+        src_owner: Option<&Stream>,
+        operation: &'static str,
+    ) -> Result<Option<usize>> {
+        same_len(src_len, self.len, operation)?;
+        if self.size_bytes() == 0 {
+            return Ok(None);
         }
         wait_for_owner(self.owner)?;
+        wait_for_owner(src_owner)?;
+        Ok(Some(self.size_bytes()))
+    }
+
+    /// Copies from a host slice of the same length (`cudaMemcpy`, blocking).
+    pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
+        let Some(bytes) = self.blocking_bytes(src.len(), None, "cudaMemcpy host to device")? else {
+            return Ok(());
+        };
         // SAFETY: `src` is valid for `bytes` reads; the view addresses `bytes` of device memory
         // that only this view may write.
-        let code = unsafe {
-            sys::cudaMemcpy(self.ptr.cast(), src.as_ptr().cast(), bytes, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
-        };
-        check(code, || format!("cudaMemcpy of {bytes} bytes host to device"))?;
+        unsafe { raw::memory::copy(self.ptr.cast(), src.as_ptr().cast(), bytes, Direction::HostToDevice)? };
         // From pageable memory cudaMemcpy returns once the data is staged, before the DMA has
         // landed (documented); work on a non-blocking stream would race with it.
-        sync_legacy_stream("a host-to-device cudaMemcpy")
+        raw::streams::synchronize_legacy("a host-to-device cudaMemcpy")
     }
 
     /// Copies from another device slice of the same length (`cudaMemcpy` device to device; the
     /// host waits for it).
     pub fn copy_from_device<'s>(&mut self, src: impl DeviceSource<'s, T>) -> Result<()> {
         let src = src.source();
-        if src.len() != self.len {
-            return Err(length_mismatch(src.len(), self.len, "cudaMemcpy device to device"));
-        }
-        let bytes = self.size_bytes();
-        if bytes == 0 {
+        let Some(bytes) = self.blocking_bytes(src.len(), src.owner, "cudaMemcpy device to device")? else {
             return Ok(());
-        }
-        wait_for_owner(self.owner)?;
-        wait_for_owner(src.owner)?;
+        };
         // SAFETY: both views address `bytes` of live device memory; `self` is exclusive, so the
         // ranges can only overlap if `src` was made unsafely.
-        let code = unsafe {
-            sys::cudaMemcpy(self.ptr.cast(), src.ptr.cast(), bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice)
-        };
-        check(code, || format!("cudaMemcpy of {bytes} bytes device to device"))?;
+        unsafe { raw::memory::copy(self.ptr.cast(), src.ptr.cast(), bytes, Direction::DeviceToDevice)? };
         // cudaMemcpy device-to-device may return before the copy ends; keep the blocking promise.
-        sync_legacy_stream("a device-to-device cudaMemcpy")
+        raw::streams::synchronize_legacy("a device-to-device cudaMemcpy")
     }
 
     /// Sets every byte to `byte` (`cudaMemset`, blocking).
     pub fn set_bytes(&mut self, byte: u8) -> Result<()> {
-        let bytes = self.size_bytes();
-        if bytes == 0 {
+        let Some(bytes) = self.blocking_bytes(self.len, None, "cudaMemset")? else {
             return Ok(());
-        }
-        wait_for_owner(self.owner)?;
+        };
         // SAFETY: the view addresses `bytes` of device memory only it may write.
-        check(unsafe { sys::cudaMemset(self.ptr.cast(), i32::from(byte), bytes) }, || {
-            format!("cudaMemset of {bytes} bytes")
-        })?;
+        unsafe { raw::memory::set(self.ptr.cast(), byte, bytes)? };
         // cudaMemset may return before it finishes for device memory.
-        sync_legacy_stream("cudaMemset")
+        raw::streams::synchronize_legacy("cudaMemset")
     }
 
     /// Copies into a host slice of the same length (blocking).
@@ -398,12 +360,6 @@ fn wait_for_owner(owner: Option<&Stream>) -> Result<()> {
     }
 }
 
-/// Waits for the legacy default stream, where the blocking `cudaMemcpy`/`cudaMemset` run.
-fn sync_legacy_stream(after: &'static str) -> Result<()> {
-    // SAFETY: the null handle names the legacy default stream, which always exists.
-    check(unsafe { sys::cudaStreamSynchronize(std::ptr::null_mut()) }, || format!("waiting for {after}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,7 +385,7 @@ mod tests {
     }
 
     #[test]
-    fn length_mismatch_is_reported_before_any_cuda_call() {
+    fn same_len_is_reported_before_any_cuda_call() {
         let mut host = [0u32; 3];
         let err = view(4).copy_to_host(&mut host).unwrap_err();
         assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 4, dst: 3 });

@@ -3,9 +3,10 @@
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
-use crate::raw::{check, discard};
+use crate::notify::Completion;
+use crate::raw;
+use crate::resource::StreamRef;
 use crate::scope::StreamScope;
-use cuda_mem_sys as sys;
 use std::fmt;
 use std::sync::Arc;
 use std::thread::ThreadId;
@@ -38,7 +39,7 @@ pub struct Stream {
 }
 
 struct StreamInner {
-    raw: sys::cudaStream_t,
+    raw: raw::cudaStream_t,
     device: Device,
     kind: StreamKind,
 }
@@ -69,15 +70,20 @@ unsafe impl Sync for StreamInner {}
 /// A stream handle checked for use on the calling thread, with the stream's device current
 /// while a built-in handle is in use (restored on drop).
 pub(crate) struct StreamCall {
-    raw: sys::cudaStream_t,
+    raw: raw::cudaStream_t,
     _device: Option<CurrentDevice>,
 }
 
 impl StreamCall {
     /// The handle, meaning the stream it was checked for until `self` drops.
     #[inline]
-    pub(crate) fn raw(&self) -> sys::cudaStream_t {
+    pub(crate) fn as_raw(&self) -> raw::cudaStream_t {
         self.raw
+    }
+
+    /// The checked handle as a [`StreamRef`], valid while the call guard lives.
+    pub(crate) fn stream_ref(&self) -> StreamRef<'_> {
+        StreamRef::new(self.raw)
     }
 }
 
@@ -125,24 +131,13 @@ impl Stream {
 
     /// (least, greatest) priority; the greatest is the numerically lowest.
     pub fn priority_range() -> Result<(i32, i32)> {
-        let (mut least, mut greatest) = (0, 0);
-        // SAFETY: both out-pointers are valid for writes.
-        check(unsafe { sys::cudaDeviceGetStreamPriorityRange(&mut least, &mut greatest) }, || {
-            "cudaDeviceGetStreamPriorityRange".into()
-        })?;
-        Ok((least, greatest))
+        raw::device::stream_priority_range()
     }
 
     fn create(device: Device, blocking: Blocking, priority: Option<i32>) -> Result<Self> {
         let _guard = CurrentDevice::set(device)?;
-        let flags = match blocking {
-            Blocking::Blocking => sys::cudaStreamDefault,
-            Blocking::NonBlocking => sys::cudaStreamNonBlocking,
-        };
-        let mut raw: sys::cudaStream_t = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes; flags are the documented constants.
-        let code = unsafe { sys::cudaStreamCreateWithPriority(&mut raw, flags, priority.unwrap_or(0)) };
-        check(code, || format!("cudaStreamCreateWithPriority on {device}"))?;
+        let non_blocking = blocking == Blocking::NonBlocking;
+        let raw = raw::streams::create(non_blocking, priority.unwrap_or(0), device.as_raw())?;
         Ok(Self { inner: Arc::new(StreamInner { raw, device, kind: StreamKind::Created }) })
     }
 
@@ -160,24 +155,30 @@ impl Stream {
     /// [`ResourceBuffer`](crate::resource::ResourceBuffer)) refuse it.
     pub fn per_thread() -> Result<Self> {
         // `cudaStreamPerThread` is `((cudaStream_t)0x2)` in the headers.
-        Self::builtin(0x2 as sys::cudaStream_t, StreamKind::PerThread(std::thread::current().id()))
+        Self::builtin(0x2 as raw::cudaStream_t, StreamKind::PerThread(std::thread::current().id()))
     }
 
-    fn builtin(raw: sys::cudaStream_t, kind: StreamKind) -> Result<Self> {
+    fn builtin(raw: raw::cudaStream_t, kind: StreamKind) -> Result<Self> {
         Ok(Self { inner: Arc::new(StreamInner { raw, device: Device::current()?, kind }) })
     }
 
     /// The raw handle, for interoperation with other CUDA code. It stays valid while `self` lives.
     /// For the built-in streams it is the runtime's name (0 or `cudaStreamPerThread`), which means
     /// the calling thread's stream on its current device: see [`Stream::checked_raw`].
-    pub fn as_raw(&self) -> sys::cudaStream_t {
+    pub fn as_raw(&self) -> raw::cudaStream_t {
         self.inner.raw
+    }
+
+    /// This stream as a [`StreamRef`] for memory resources (see [`Stream::as_raw`] for what the
+    /// handle of a built-in stream means).
+    pub fn as_stream_ref(&self) -> StreamRef<'_> {
+        StreamRef::new(self.inner.raw)
     }
 
     /// The raw handle after checking that, here, it means this stream: for a built-in stream the
     /// current device must be the stream's, and for the per-thread stream the calling thread must
     /// be the one that created it. What launchers of other crates pass to the runtime.
-    pub fn checked_raw(&self) -> Result<sys::cudaStream_t> {
+    pub fn checked_raw(&self) -> Result<raw::cudaStream_t> {
         self.check_thread()?;
         if self.inner.kind != StreamKind::Created {
             let current = Device::current()?;
@@ -210,14 +211,21 @@ impl Stream {
         Err(CudaError::new(kind, operation))
     }
 
+    /// The bytes of a buffer of `len` elements of `T` ordered on this stream, which must not be
+    /// the per-thread stream (see [`Stream::require_thread_independent`]).
+    pub(crate) fn buffer_bytes<T>(&self, len: usize, operation: &'static str) -> Result<usize> {
+        self.require_thread_independent(operation)?;
+        raw::byte_len::<T>(len, operation)
+    }
+
     fn check_thread(&self) -> Result<()> {
-        if let StreamKind::PerThread(creator) = self.inner.kind {
-            if creator != std::thread::current().id() {
-                let kind = ErrorKind::InvalidArgument(
-                    "the per-thread default stream used from a thread other than the one that created it",
-                );
-                return Err(CudaError::new(kind, format!("{self:?}")));
-            }
+        if let StreamKind::PerThread(creator) = self.inner.kind
+            && creator != std::thread::current().id()
+        {
+            let kind = ErrorKind::InvalidArgument(
+                "the per-thread default stream used from a thread other than the one that created it",
+            );
+            return Err(CudaError::new(kind, format!("{self:?}")));
         }
         Ok(())
     }
@@ -249,18 +257,31 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         let call = self.call()?;
         // SAFETY: the handle is valid while `self` lives and means this stream here (`call`).
-        check(unsafe { sys::cudaStreamSynchronize(call.raw()) }, || "cudaStreamSynchronize".into())
+        unsafe { raw::streams::synchronize(call.as_raw(), || "cudaStreamSynchronize".into()) }
+    }
+
+    /// A future that resolves once the work queued so far has completed, woken through a host
+    /// function (`cudaLaunchHostFunc`) queued now; no thread blocks. Later work on this stream
+    /// waits for that host function to return (it only wakes the task). The waker must not call
+    /// CUDA inline (see [`Completion`]). The per-thread stream is refused
+    /// ([`ErrorKind::InvalidArgument`]): the future may be polled on another thread.
+    ///
+    /// ```no_run
+    /// # async fn run() -> cuda_mem::Result<()> {
+    /// let stream = cuda_mem::Stream::non_blocking()?;
+    /// // ... queue work ...
+    /// stream.synchronize_async()?.await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn synchronize_async(&self) -> Result<Completion> {
+        Completion::after_stream(self)
     }
 
     /// True when all queued work has completed (`cudaStreamQuery`); never blocks.
     pub fn is_idle(&self) -> Result<bool> {
         let call = self.call()?;
         // SAFETY: the handle is valid while `self` lives and means this stream here (`call`).
-        let code = unsafe { sys::cudaStreamQuery(call.raw()) };
-        if code == sys::cudaError::cudaErrorNotReady {
-            return Ok(false);
-        }
-        check(code, || "cudaStreamQuery".into()).map(|()| true)
+        unsafe { raw::streams::is_idle(call.as_raw()) }
     }
 
     /// Makes later work on this stream wait until `event` has completed (`cudaStreamWaitEvent`);
@@ -268,12 +289,19 @@ impl Stream {
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         let call = self.call()?;
         // SAFETY: both handles are valid while their owners live; `call` checked the stream's.
-        check(unsafe { sys::cudaStreamWaitEvent(call.raw(), event.as_raw(), 0) }, || "cudaStreamWaitEvent".into())
+        unsafe { raw::streams::wait_event(call.as_raw(), event.as_raw()) }
     }
 
     /// Records a new event at the current end of this stream.
     pub fn record_event(&self) -> Result<Event> {
         let event = Event::new()?;
+        event.record(self)?;
+        Ok(event)
+    }
+
+    /// Records a new event without timing (cheaper; for ordering and completion only).
+    pub(crate) fn record_event_untimed(&self) -> Result<Event> {
+        let event = Event::without_timing()?;
         event.record(self)?;
         Ok(event)
     }
@@ -291,6 +319,32 @@ impl Stream {
     {
         StreamScope::run(self, f)
     }
+
+    /// [`Stream::scope`] for a closure that returns a `Result`: one `Result` comes back, the
+    /// closure's error first. When both the closure and the final synchronize fail, the
+    /// synchronize's error is attached to the closure's ([`CudaError::later`]).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), cuda_mem::CudaError> {
+    /// use cuda_mem::{DeviceBuffer, Stream};
+    /// let stream = Stream::non_blocking()?;
+    /// let host = vec![3u32; 1024];
+    /// let mut device = DeviceBuffer::<u32>::zeroed(1024)?;
+    /// let mut back = vec![0u32; 1024];
+    /// let mut view = device.as_mut_slice();
+    /// stream.try_scope(|s| {
+    ///     s.copy_from_host(&mut view, &host)?;
+    ///     s.copy_to_host(&mut back, &view)
+    /// })?;
+    /// assert_eq!(back, host);
+    /// # Ok(()) }
+    /// ```
+    pub fn try_scope<'env, F, T>(&'env self, f: F) -> Result<T>
+    where
+        F: for<'scope> FnOnce(&'scope StreamScope<'scope, 'env>) -> Result<T>,
+    {
+        StreamScope::run_fallible(self, f)
+    }
 }
 
 impl Drop for StreamInner {
@@ -298,7 +352,7 @@ impl Drop for StreamInner {
         if self.kind == StreamKind::Created {
             // SAFETY: we created the handle and this is its last user. Queued work completes
             // after destruction; scopes have already waited for any work that borrowed memory.
-            discard(unsafe { sys::cudaStreamDestroy(self.raw) });
+            raw::quiet(unsafe { raw::streams::destroy(self.raw) });
         }
     }
 }

@@ -1,17 +1,15 @@
 //! `StreamBuffer<T>`: stream-ordered device memory (`cudaMallocAsync` / `cudaMallocFromPoolAsync`),
 //! freed with `cudaFreeAsync` on its stream.
 
-use crate::error::{CudaError, ErrorCode, ErrorKind, Result};
+use crate::error::{CudaError, Result};
 use crate::event::Event;
 use crate::maybe_owned::MaybeOwned;
 use crate::pool::{MemPool, retaining_pool};
-use crate::raw::{byte_len, check, check_alloc, discard, misaligned_error};
+use crate::raw::{self, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
 use std::ffi::c_void;
-use std::fmt;
 use std::ptr::NonNull;
 
 /// `len` elements of device memory allocated in stream order on a stream, from cuda-mem's
@@ -76,16 +74,7 @@ unsafe impl<T: Pod> Send for StreamBuffer<'_, T> {}
 // runtime calls ordered after the buffer's stream.
 unsafe impl<T: Pod> Sync for StreamBuffer<'_, T> {}
 
-impl<T: Pod> fmt::Debug for StreamBuffer<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StreamBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("stream", &self.stream)
-            .field("pool", &self.pool)
-            .finish()
-    }
-}
+debug_fields!(StreamBuffer<'a>: ptr, len, stream, pool);
 
 impl<'a, T: Pod> StreamBuffer<'a, T> {
     /// Allocates on `stream` (borrowed `&Stream` or owned `Stream`) from cuda-mem's retaining
@@ -115,18 +104,16 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         len: usize,
     ) -> Result<Self> {
         let (pool, stream) = (pool.into(), stream.into());
-        let bytes = byte_len::<T>(len, "cudaMallocFromPoolAsync")?;
-        stream.require_thread_independent("StreamBuffer")?;
+        let bytes = stream.buffer_bytes::<T>(len, "StreamBuffer")?;
         let mut raw: *mut c_void = std::ptr::null_mut();
         if bytes != 0 {
             let call = stream.call()?;
-            // SAFETY: `raw` is valid for writes; pool and stream handles are valid (`call`).
-            let code = unsafe { sys::cudaMallocFromPoolAsync(&mut raw, bytes, pool.as_raw(), call.raw()) };
-            if code != sys::cudaError::cudaSuccess {
-                return Err(pool_alloc_error(code, bytes, &pool));
-            }
+            // SAFETY: pool and stream handles are valid (`call` checked the stream's).
+            raw =
+                unsafe { raw::pools::malloc_from_pool_async(bytes, pool.as_raw(), call.as_raw(), || pool_site(&pool)) }
+                    .map_err(|err| err.with_pool_stats(|| pool.stats().ok()))?;
             if !raw.cast::<T>().is_aligned() {
-                return Err(misaligned::<T>(raw, call.raw()));
+                return Err(misaligned::<T>(raw, bytes, call.as_raw()));
             }
         }
         Ok(Self::from_raw(raw, len, stream, pool))
@@ -159,29 +146,27 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     }
 
     fn zero_in_stream_order(&self) -> Result<()> {
+        self.set_in_stream_order(0)
+    }
+
+    fn set_in_stream_order(&self, byte: u8) -> Result<()> {
         let bytes = self.size_bytes();
         if bytes == 0 {
             return Ok(());
         }
         let call = self.stream.call()?;
         // SAFETY: the allocation holds `bytes`; the memset is ordered after it on its stream.
-        let code = unsafe { sys::cudaMemsetAsync(self.ptr.as_ptr().cast(), 0, bytes, call.raw()) };
-        check(code, || format!("cudaMemsetAsync of {bytes} bytes"))
+        unsafe { raw::memory::set_async(self.ptr.as_ptr().cast(), byte, bytes, call.as_raw()) }
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
+    /// Queues `cudaMemsetAsync` of every byte to `byte` on the buffer's stream and returns
+    /// without waiting. Views name that stream, so blocking copies, scopes and the free are
+    /// ordered after it.
+    pub fn set_bytes_async(&mut self, byte: u8) -> Result<()> {
+        self.set_in_stream_order(byte)
     }
 
-    /// True when the buffer has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn size_bytes(&self) -> usize {
-        self.len * size_of::<T>()
-    }
+    element_count!();
 
     /// The stream the memory was allocated on and will be freed on.
     pub fn stream(&self) -> &Stream {
@@ -255,11 +240,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         let call = self.stream.call()?;
         // SAFETY: the pointer came from cudaMallocFromPoolAsync and is freed once, in stream order
         // after every known use.
-        let code = unsafe { sys::cudaFreeAsync(self.ptr.as_ptr().cast(), call.raw()) };
-        if code == sys::cudaError::cudaSuccess {
-            return Ok(());
-        }
-        self.free_error(code)
+        unsafe { raw::pools::free_async(self.ptr.as_ptr().cast(), call.as_raw(), self.size_bytes()) }
     }
 
     /// Makes the owning stream wait for every stream that used the buffer, so the free cannot
@@ -277,51 +258,26 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         }
         Ok(())
     }
-
-    #[cold]
-    #[inline(never)]
-    fn free_error(&self, code: sys::cudaError_t) -> Result<()> {
-        check(code, || format!("cudaFreeAsync of {} bytes", self.size_bytes()))
-    }
 }
 
 impl<T: Pod> Drop for StreamBuffer<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        let _ = self.release();
+        raw::quiet(self.release());
     }
 }
 
 /// Frees a fresh allocation whose address does not suit `T` and says so (pools align to at
 /// least 256 bytes; only element types aligned beyond that can get here).
 #[cold]
-fn misaligned<T>(raw: *mut c_void, stream: sys::cudaStream_t) -> CudaError {
+fn misaligned<T>(ptr: *mut c_void, bytes: usize, stream: raw::cudaStream_t) -> CudaError {
     // SAFETY: allocated just now on `stream` and never used.
-    discard(unsafe { sys::cudaFreeAsync(raw, stream) });
-    misaligned_error::<T>(raw as usize, "cudaMallocFromPoolAsync")
+    raw::quiet(unsafe { raw::pools::free_async(ptr, stream, bytes) });
+    misaligned_error::<T>(ptr as usize, "cudaMallocFromPoolAsync")
 }
 
-/// The error of a failed `cudaMallocFromPoolAsync` from `pool`, with its figures.
+/// Where a pool allocation was made, for error messages.
 #[cold]
-#[inline(never)]
-fn pool_alloc_error(code: sys::cudaError_t, bytes: usize, pool: &MemPool) -> CudaError {
-    alloc_error(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", pool.device()))
-        .with_pool_stats(|| pool.stats().ok())
-}
-
-/// The error of a failed stream-ordered allocation (`code` is not success): out-of-memory
-/// carries the device's figures; a device without pools gets [`ErrorKind::Unsupported`].
-fn alloc_error(code: sys::cudaError_t, bytes: usize, operation: impl Fn() -> String) -> CudaError {
-    if code == sys::cudaError::cudaErrorNotSupported {
-        let _ = check(code, String::new); // clears the runtime's last-error slot
-        return CudaError::new(
-            ErrorKind::Unsupported("stream-ordered allocation (memoryPoolsSupported = 0)"),
-            operation(),
-        );
-    }
-    match check_alloc(code, bytes, &operation) {
-        Err(err) => err,
-        // Not reached: `check_alloc` errs for every code but success, which callers rule out.
-        Ok(()) => CudaError::new(ErrorKind::Runtime(ErrorCode(code.0)), operation()),
-    }
+fn pool_site(pool: &MemPool) -> String {
+    format!("on {}", pool.device())
 }

@@ -68,18 +68,19 @@ pub fn run() -> Result {
     step("5/6 raw C++ again (noise floor)", None, rerun, Progress::JsonLines, &out.join("raw-rerun.jsonl"))?;
     let report = out.join("report");
     let mut report_command = Command::new(bench.join("report"));
+    // The report's date: today, from the system clock (UTC).
+    report_command.arg("--date").arg(util::output(Command::new("date").args(["-u", "+%F"]))?.trim());
     if with_profile {
         report_command.arg("--paired-api").arg(&profile);
     }
     util::run(
         report_command.args(
-            ["--raw", "--raw-rerun", "--paired", "--criterion", "--cudarc", "--out"]
+            ["--raw", "--raw-rerun", "--paired", "--criterion", "--out"]
                 .iter()
                 .zip([
                     out.join("raw.jsonl"),
                     out.join("raw-rerun.jsonl"),
                     out.join("paired.jsonl"),
-                    out.join("criterion"),
                     out.join("criterion"),
                     report.clone(),
                 ])

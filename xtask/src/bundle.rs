@@ -1,5 +1,6 @@
 //! `cargo xtask bundle`: GPU test executables and examples, built here, in one folder with a `run`
-//! script, for a GPU host that has only a driver (no Rust).
+//! script, for a GPU host that has only a driver (no Rust); and in `python/`, the Python module,
+//! the PyTorch allocator and their Python tests (`./run --python`).
 
 use crate::provision;
 use crate::util::{self, Result};
@@ -31,6 +32,7 @@ pub fn run() -> Result<PathBuf> {
             let _ = std::process::Command::new("strip").arg("--strip-debug").arg(&copy).status();
         }
     }
+    python(&dir)?;
     let script = dir.join("run");
     std::fs::write(&script, RUN_SCRIPT).map_err(|e| format!("write {}: {e}", script.display()))?;
     make_executable(&script)?;
@@ -39,28 +41,78 @@ pub fn run() -> Result<PathBuf> {
 
 /// Builds through cargo's JSON messages and returns the executables whose target kind matches.
 fn build(args: &[&str], keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>> {
+    artifacts(args, |msg| {
+        let (exe, kind) = (msg["executable"].as_str()?, msg["target"]["kind"][0].as_str()?);
+        keep(kind).then(|| PathBuf::from(exe))
+    })
+}
+
+/// The shared libraries (`cdylib` targets) a build produces, with their library names.
+fn libraries(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
+    artifacts(args, |msg| {
+        if msg["target"]["kind"][0].as_str()? != "cdylib" {
+            return None;
+        }
+        let name = msg["target"]["name"].as_str()?.replace('-', "_");
+        let file = msg["filenames"].as_array()?.iter().filter_map(|f| f.as_str()).find(|f| f.ends_with(".so"))?;
+        Some((name, PathBuf::from(file)))
+    })
+}
+
+/// The Python module (`cuda_mem.abi3.so`, importable as `cuda_mem` from the folder) and the
+/// PyTorch allocator (`libcuda_mem_torch_alloc.so`), release builds with static cudart, beside
+/// their Python tests (`cuda-mem-py/python`).
+fn python(dir: &Path) -> Result {
+    let python = dir.join("python");
+    copy_tree(&util::workspace_root().join("cuda-mem-py").join("python"), &python)?;
+    for (name, file) in libraries(&["build", "--release", "-p", "cuda-mem-py", "-p", "cuda-mem-torch-alloc"])? {
+        let installed = match name.as_str() {
+            "cuda_mem_py" => "cuda_mem.abi3.so".to_string(),
+            other => format!("lib{other}.so"),
+        };
+        let copy = python.join(installed);
+        std::fs::copy(&file, &copy).map_err(|e| format!("copy {}: {e}", file.display()))?;
+        let _ = std::process::Command::new("strip").arg("--strip-debug").arg(&copy).status();
+    }
+    Ok(())
+}
+
+/// Copies the files under `from` to `to`, leaving out Python caches.
+fn copy_tree(from: &Path, to: &Path) -> Result {
+    std::fs::create_dir_all(to).map_err(|e| format!("create {}: {e}", to.display()))?;
+    for entry in std::fs::read_dir(from).map_err(|e| format!("read {}: {e}", from.display()))?.flatten() {
+        let (path, name) = (entry.path(), entry.file_name());
+        if name == "__pycache__" || name == ".pytest_cache" {
+            continue;
+        }
+        if path.is_dir() {
+            copy_tree(&path, &to.join(&name))?;
+        } else {
+            std::fs::copy(&path, to.join(&name)).map_err(|e| format!("copy {}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs cargo with JSON messages and keeps what `pick` takes from each message.
+fn artifacts<T>(args: &[&str], pick: impl Fn(&serde_json::Value) -> Option<T>) -> Result<Vec<T>> {
     let mut child = util::cargo()
         .args(args)
         .arg("--message-format=json-render-diagnostics")
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cargo did not start: {e}"))?;
-    let mut exes = Vec::new();
+    let mut picked = Vec::new();
     let stdout = child.stdout.take().expect("piped stdout");
     for line in std::io::BufReader::new(stdout).lines().map_while(std::result::Result::ok) {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
-        let (Some(exe), Some(kind)) = (msg["executable"].as_str(), msg["target"]["kind"][0].as_str()) else {
-            continue;
-        };
-        if keep(kind) {
-            exes.push(PathBuf::from(exe));
-        }
+        picked.extend(pick(&msg));
     }
     let status = child.wait().map_err(|e| e.to_string())?;
     if !status.success() {
         return Err(format!("cargo {} failed", args.join(" ")));
     }
-    Ok(exes)
+    Ok(picked)
 }
 
 fn make_executable(path: &Path) -> Result {
@@ -73,6 +125,8 @@ const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #   ./run                     every test executable (GPU tests included), then the examples
 #   ./run --sanitize [TOOL]   the tests under compute-sanitizer TOOL (memcheck, racecheck,
 #                             synccheck) or all three
+#   ./run --python [ARGS]     the Python tests in python/ (pytest, else python/run_tests.py),
+#                             ARGS passed on (e.g. -k torch)
 #   ./run --bench OUT         raw C++ reference, criterion benchmarks, the same-process
 #                             interleaved comparison (paired), its rows over target profiled
 #                             through CUPTI (time inside CUDA calls; skipped without CUPTI), a second
@@ -136,6 +190,15 @@ example() {
   "examples/$1" "${@:2}" || fail=1
 }
 case "${1:-}" in
+  --python)
+    # The Python module's tests (PyTorch, CuPy, JAX where installed) and the PyTorch allocator's.
+    cd python
+    if python3 -c "import pytest" 2>/dev/null; then
+      python3 -m pytest -v -s -rs tests "${@:2}" || fail=1
+    else
+      python3 run_tests.py "${@:2}" || fail=1
+    fi
+    ;;
   --sanitize)
     sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
     # Tests shorten their slowest serial kernels under a sanitizer; each binary gets at most
@@ -172,8 +235,8 @@ case "${1:-}" in
       bench/raw_reference alloc managed > "$out/raw-rerun.jsonl" || fail=1
       rerun=(--raw-rerun "$out/raw-rerun.jsonl")
     fi
-    bench/report --raw "$out/raw.jsonl" "${rerun[@]}" "${profile[@]}" --paired "$out/paired.jsonl" \
-      --criterion "$out/criterion" --cudarc "$out/criterion" --out "$out/report" || fail=1
+    bench/report --date "$(date -u +%F)" --raw "$out/raw.jsonl" "${rerun[@]}" "${profile[@]}" \
+      --paired "$out/paired.jsonl" --criterion "$out/criterion" --out "$out/report" || fail=1
     ;;
   *)
     run_tests
@@ -189,6 +252,10 @@ case "${1:-}" in
     for r in device pool pinned-pool; do example replay "$log" "$r"; done
     rm -f "$log"
     example staged_tuning
+    example loader
+    example async_server
+    # Pickling a PyTorch memory snapshot of 100k trace entries (prints the time).
+    example snapshot_dump
     [ "$gpus" -ge 2 ] && example peer_bandwidth
     ;;
 esac
@@ -239,7 +306,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
 "#;
 
     /// The examples the script runs: each stands in as a program that succeeds.
-    const EXAMPLES: [&str; 12] = [
+    const EXAMPLES: [&str; 15] = [
         "smoke",
         "device_memory",
         "pinned_memory",
@@ -251,6 +318,9 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
         "stress",
         "replay",
         "staged_tuning",
+        "loader",
+        "async_server",
+        "snapshot_dump",
         "peer_bandwidth",
     ];
 

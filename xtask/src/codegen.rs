@@ -26,12 +26,12 @@ pub fn bindings_path(file: &str) -> PathBuf {
 
 pub fn run(check: bool) -> Result {
     let libclang = provision::libclang()?;
-    if let Some(path) = &libclang.path {
-        if std::env::var_os("LIBCLANG_PATH").as_deref() != Some(path.as_os_str()) {
-            // SAFETY: only `cargo xtask codegen` calls `run`, from its main thread before any other
-            // thread exists; the test calls `check_or_write`, which leaves the environment alone.
-            unsafe { std::env::set_var("LIBCLANG_PATH", path) };
-        }
+    if let Some(path) = &libclang.path
+        && std::env::var_os("LIBCLANG_PATH").as_deref() != Some(path.as_os_str())
+    {
+        // SAFETY: only `cargo xtask codegen` calls `run`, from its main thread before any other
+        // thread exists; the test calls `check_or_write`, which leaves the environment alone.
+        unsafe { std::env::set_var("LIBCLANG_PATH", path) };
     }
     check_or_write(check, &libclang.clang_args)
 }

@@ -6,6 +6,7 @@ mod codegen;
 mod package;
 mod provision;
 mod test;
+mod tidy;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +36,8 @@ enum Command {
         #[arg(long)]
         sanitize: bool,
     },
+    /// The textual rules (layering, unsafe discipline, no hardware figures in comments).
+    Tidy,
     /// Run each fuzz target (cargo +nightly fuzz) for a number of executions.
     Fuzz {
         /// Executions per target.
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Codegen { check } => codegen::run(check),
         Command::Test { sanitize: false } => test::run(),
         Command::Test { sanitize: true } => test::sanitize(),
+        Command::Tidy => tidy::run(),
         Command::Fuzz { runs } => test::fuzz(runs),
         Command::Miri => test::miri(),
         Command::Bench => bench::run(),

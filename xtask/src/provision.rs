@@ -225,10 +225,10 @@ impl LibclangSearch {
 /// The first libclang clang-sys would accept, searched where it searches.
 fn find_libclang(search: &LibclangSearch) -> Option<PathBuf> {
     if let Some(path) = &search.libclang_path {
-        if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
-            if let Some(file) = libclang_in(dir).into_iter().find(|f| f.file_name() == Some(name)) {
-                return Some(file);
-            }
+        if let (Some(dir), Some(name)) = (path.parent(), path.file_name())
+            && let Some(file) = libclang_in(dir).into_iter().find(|f| f.file_name() == Some(name))
+        {
+            return Some(file);
         }
         return libclang_in(path).into_iter().next();
     }

@@ -1,4 +1,4 @@
-//! `cargo xtask test`: provision CUDA if missing, fmt check, clippy `-D warnings`, and the whole
+//! `cargo xtask test`: provision CUDA if missing, the tidy rules, fmt check, clippy `-D warnings`, and the whole
 //! test suite (unit, integration, doc tests, the codegen check), the package dry-run and the GPU
 //! bundle's release builds. On a host with a GPU the GPU tests (ignored elsewhere) run too.
 
@@ -14,6 +14,8 @@ pub fn run() -> Result {
     provision::rust_components()?;
 
     let with_env = |cmd: std::process::Command| libclang.apply(cmd);
+    // The quick textual checks first: their failures read faster than a compile's.
+    crate::tidy::run()?;
     util::run(util::cargo().args(["fmt", "--all", "--check"]))?;
     util::run(with_env(util::cargo()).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
 

@@ -1,18 +1,17 @@
 //! `report`: joins raw_reference's rows with criterion's samples; see `report --help`.
 
-use cuda_mem_bench::cli::{self, Command};
+use cuda_mem_bench::cli;
 
 fn main() {
     match cli::parse(std::env::args().skip(1)) {
-        Ok(Command::Report(options)) => match cli::run(&options) {
+        Ok(Some(options)) => match cli::run(&options) {
             Ok(path) => println!("report written to {}", path.display()),
             Err(e) => {
                 eprintln!("report: {e}");
                 std::process::exit(1);
             }
         },
-        Ok(Command::RawReferencePath) => println!("{}", cuda_mem_bench::RAW_REFERENCE_PATH),
-        Ok(Command::Help) => println!("{}", cli::USAGE),
+        Ok(None) => println!("{}", cli::USAGE),
         Err(e) => {
             eprintln!("report: {e}\n\n{}", cli::USAGE);
             std::process::exit(2);

@@ -353,7 +353,7 @@ impl<F> Arena<F> {
             while let Some(b) = cursor {
                 let block = self.blocks.at(b);
                 assert_eq!((block.segment, block.offset, block.prev), (id, offset, prev.map(|p| p.0)));
-                assert!(block.size > 0 && block.size % super::size_class::MIN_BLOCK == 0);
+                assert!(block.size > 0 && block.size.is_multiple_of(super::size_class::MIN_BLOCK));
                 if block.state == BlockState::Free {
                     assert_ne!(prev.map(|p| p.1), Some(BlockState::Free), "two free neighbours");
                     free += block.size;

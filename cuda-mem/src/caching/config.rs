@@ -57,7 +57,7 @@ impl Config {
     /// Why these parameters cannot work, if they cannot.
     pub fn check(&self) -> Result<(), &'static str> {
         let sizes = [self.small_max, self.small_segment, self.large_segment, self.own_segment_from, self.granularity];
-        if sizes.iter().any(|&s| s == 0 || s % MIN_BLOCK != 0) {
+        if sizes.iter().any(|&s| s == 0 || !s.is_multiple_of(MIN_BLOCK)) {
             return Err("caching allocator sizes must be non-zero multiples of 512");
         }
         if self.small_max > self.small_segment {

@@ -15,18 +15,16 @@ pub use cache::PinnedPoolStats;
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
 use crate::host_flags::HostAllocFlags;
-use crate::pinned::mapped_device_ptr;
-use crate::raw::{byte_len, check_alloc, discard};
+use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cache::{Backend, Block, BlockCache};
-use cuda_mem_sys as sys;
 use size_class::{SizeClass, class_of};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// CUDA events as fences, `cudaFreeHost` as release.
 struct CudaBackend;
@@ -40,13 +38,13 @@ impl Backend for CudaBackend {
     }
 
     fn wait(&self, fence: &Event) {
-        let _ = fence.synchronize();
+        raw::quiet(fence.synchronize());
     }
 
-    unsafe fn release(&self, ptr: NonNull<u8>, _bytes: usize) {
+    unsafe fn release(&self, ptr: NonNull<u8>, bytes: usize) {
         // SAFETY: the caller guarantees `ptr` came from cudaHostAlloc/cudaMallocHost and has no
         // pending work.
-        discard(unsafe { sys::cudaFreeHost(ptr.as_ptr().cast()) });
+        raw::quiet(unsafe { raw::host::free(ptr.as_ptr().cast(), bytes) });
     }
 }
 
@@ -88,6 +86,14 @@ impl PinnedPool {
     /// back to the driver (oldest first). A block larger than the cap is never cached.
     pub fn with_max_cached_bytes(flags: HostAllocFlags, max_cached_bytes: usize) -> Self {
         Self { cache: Arc::new(BlockCache::new(CudaBackend, max_cached_bytes)), flags }
+    }
+
+    /// The process-wide pool that [`Stream::upload`] and [`Stream::download`] stage pageable
+    /// `Vec`s through (portable, caching without limit: [`PinnedPool::trim`] hands its blocks
+    /// back). Makes no CUDA call until its first allocation.
+    pub fn staging() -> &'static PinnedPool {
+        static STAGING: OnceLock<PinnedPool> = OnceLock::new();
+        STAGING.get_or_init(|| PinnedPool::new(HostAllocFlags::PORTABLE))
     }
 
     /// The flags every block is allocated with.
@@ -146,17 +152,10 @@ impl PinnedPool {
     }
 
     fn new_block(&self, class: SizeClass) -> Result<Block<Event>> {
-        let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
         let bytes = class.bytes;
-        let code = if self.flags.is_empty() {
-            // SAFETY: `raw` is valid for writes.
-            unsafe { sys::cudaMallocHost(&mut raw, bytes) }
-        } else {
-            // SAFETY: `raw` is valid for writes; the flags are documented bits.
-            unsafe { sys::cudaHostAlloc(&mut raw, bytes, self.flags.bits()) }
-        };
-        check_alloc(code, bytes, || format!("PinnedPool allocating a {bytes}-byte block with {:?}", self.flags))?;
-        let ptr = NonNull::new(raw.cast::<u8>()).expect("cudaHostAlloc succeeded with a null pointer");
+        let fresh = raw::host::alloc(bytes, self.flags)?;
+        // SAFETY: allocated just now, never used.
+        let ptr = raw::typed::<u8>(fresh, "PinnedPool", |p| unsafe { raw::host::free(p, bytes) })?;
         // SAFETY: a fresh allocation of `bytes`; zeroing makes every later view initialised.
         unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
         self.cache.note_miss(class);
@@ -216,25 +215,10 @@ impl<T: Pod> PooledPinned<T> {
         Ok(())
     }
 
-    /// The device's view of a mapped pool's block.
-    pub fn device_view(&self) -> Result<DeviceSlice<'_, T>> {
-        let ptr = self.mapped_ptr()?;
-        // SAFETY: borrowed from `self`; host writes need `&mut self`.
-        Ok(unsafe { DeviceSlice::from_raw_parts(ptr, self.len) })
-    }
+    mapped_host_views!();
 
-    /// The device's exclusive view of a mapped pool's block.
-    pub fn device_view_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
-        let ptr = self.mapped_ptr()?;
-        // SAFETY: borrowed exclusively from `self`.
-        Ok(unsafe { DeviceSliceMut::from_raw_parts(ptr, self.len) })
-    }
-
-    fn mapped_ptr(&self) -> Result<*mut T> {
-        if !self.flags.contains(HostAllocFlags::MAPPED) {
-            return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
-        }
-        mapped_device_ptr(self.ptr(), self.len)
+    fn mapped_parts(&self) -> (bool, *mut T, usize) {
+        (self.flags.contains(HostAllocFlags::MAPPED), self.ptr(), self.len)
     }
 }
 

@@ -3,12 +3,10 @@
 use super::{MemoryKind, MemoryResource};
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::maybe_owned::MaybeOwned;
-use crate::raw::{byte_len, check, misaligned_error};
+use crate::raw::{self, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
-use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -20,7 +18,7 @@ use std::sync::Arc;
 /// [`MaybeOwned`].
 ///
 /// Device and managed memory give device views ([`ResourceBuffer::device_slice`]); pinned host
-/// and managed memory give host slices ([`ResourceBuffer::host`]).
+/// and managed memory give host slices (`host`).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {
@@ -48,15 +46,7 @@ unsafe impl<T: Pod> Send for ResourceBuffer<'_, T> {}
 // SAFETY: shared access only gives shared views and `&[T]`, which other threads may read.
 unsafe impl<T: Pod> Sync for ResourceBuffer<'_, T> {}
 
-impl<T: Pod> fmt::Debug for ResourceBuffer<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResourceBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("resource", &self.resource)
-            .finish()
-    }
-}
+debug_fields!(ResourceBuffer<'a>: ptr, len, resource);
 
 impl<'a, T: Pod> ResourceBuffer<'a, T> {
     /// Allocates `len` elements from `resource`, ordered on `stream`, uninitialised.
@@ -70,8 +60,7 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
         len: usize,
     ) -> Result<Self> {
         let (resource, stream) = (resource.into(), stream.into());
-        let bytes = byte_len::<T>(len, "ResourceBuffer")?;
-        stream.require_thread_independent("ResourceBuffer")?;
+        let bytes = stream.buffer_bytes::<T>(len, "ResourceBuffer")?;
         if bytes == 0 {
             return Ok(Self { ptr: NonNull::dangling(), len, resource, stream });
         }
@@ -108,26 +97,13 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
             MemoryKind::Device | MemoryKind::Managed => {
                 let call = buffer.stream.call()?;
                 // SAFETY: `bytes` of device-accessible memory owned by this buffer, in stream order.
-                let code = unsafe { sys::cudaMemsetAsync(buffer.ptr.as_ptr().cast(), 0, bytes, call.raw()) };
-                check(code, || format!("cudaMemsetAsync of {bytes} bytes"))?;
+                unsafe { raw::memory::set_async(buffer.ptr.as_ptr().cast(), 0, bytes, call.as_raw())? };
             }
         }
         Ok(buffer)
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn size_bytes(&self) -> usize {
-        self.len * size_of::<T>()
-    }
+    element_count!();
 
     /// The resource it came from.
     pub fn resource(&self) -> &Arc<dyn MemoryResource> {
@@ -167,28 +143,15 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
     fn before_host_access(&self) -> Result<()> {
         let kind = self.resource.kind();
         self.require(kind != MemoryKind::Device, "device memory has no host view")?;
-        if kind == MemoryKind::Managed {
-            if let Some(device) = self.resource.device() {
-                crate::managed::require_concurrent_access(device.concurrent_managed_access()?)?;
-            }
+        if kind == MemoryKind::Managed
+            && let Some(device) = self.resource.device()
+        {
+            crate::managed::require_concurrent_access(device.concurrent_managed_access()?)?;
         }
         self.stream.synchronize()
     }
 
-    /// The host's view (pinned host and managed memory), after waiting for this buffer's stream.
-    pub fn host(&self) -> Result<&[T]> {
-        self.before_host_access()?;
-        // SAFETY: initialised (zeroed or written through views), host-accessible, no queued work
-        // on its stream, and work on other streams goes through scopes that have ended.
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
-    }
-
-    /// The host's exclusive view; see [`ResourceBuffer::host`].
-    pub fn host_mut(&mut self) -> Result<&mut [T]> {
-        self.before_host_access()?;
-        // SAFETY: as in `host`, and `&mut self` is exclusive.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
-    }
+    host_views!();
 
     /// Copies the contents into a `Vec`, after waiting for this buffer's stream.
     pub fn to_vec(&self) -> Result<Vec<T>> {

@@ -28,6 +28,7 @@ mod limiting;
 mod logging;
 mod outstanding;
 mod replay;
+pub mod snapshot;
 mod sources;
 mod statistics;
 #[cfg(any(test, fuzzing))]
@@ -46,9 +47,9 @@ pub use tracking::{AllocationRecord, DEFAULT_TRACKING_SLOTS, MAX_TRACKING_SLOTS,
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::pool::PoolStats;
+use crate::pool_stats::PoolStats;
+use crate::raw;
 use crate::stream::Stream;
-use cuda_mem_sys as sys;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -71,7 +72,7 @@ pub enum MemoryKind {
 /// [`ResourceBuffer`] passes resources one only while it holds the stream's device current.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct StreamRef<'a> {
-    raw: sys::cudaStream_t,
+    raw: raw::cudaStream_t,
     _stream: PhantomData<&'a Stream>,
 }
 
@@ -88,8 +89,22 @@ impl StreamRef<'static> {
 }
 
 impl StreamRef<'_> {
+    /// A reference to the stream `raw` names, for as long as the caller keeps it valid.
+    pub(crate) fn new(raw: raw::cudaStream_t) -> Self {
+        Self { raw, _stream: PhantomData }
+    }
+
+    /// A reference to a stream handle from other CUDA code (a PyTorch allocator hook, say).
+    ///
+    /// # Safety
+    /// `raw` names a live stream for `'a`, or is a built-in handle (0, `cudaStreamPerThread`),
+    /// which means the calling thread's stream on its current device wherever it is used.
+    pub unsafe fn from_raw(raw: raw::cudaStream_t) -> Self {
+        Self { raw, _stream: PhantomData }
+    }
+
     /// The raw handle.
-    pub fn as_raw(self) -> sys::cudaStream_t {
+    pub fn as_raw(self) -> raw::cudaStream_t {
         self.raw
     }
 }
@@ -97,21 +112,6 @@ impl StreamRef<'_> {
 impl fmt::Debug for StreamRef<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "StreamRef({:p})", self.raw)
-    }
-}
-
-impl Stream {
-    /// This stream as a [`StreamRef`] for memory resources (see [`Stream::as_raw`] for what the
-    /// handle of a built-in stream means).
-    pub fn as_stream_ref(&self) -> StreamRef<'_> {
-        StreamRef { raw: self.as_raw(), _stream: PhantomData }
-    }
-}
-
-impl crate::stream::StreamCall {
-    /// The checked handle as a [`StreamRef`], valid while the call guard lives.
-    pub(crate) fn stream_ref(&self) -> StreamRef<'_> {
-        StreamRef { raw: self.raw(), _stream: PhantomData }
     }
 }
 

@@ -6,14 +6,18 @@ use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
 use crate::host_flags::HostAllocFlags;
 use crate::pinned_pool::PinnedPool;
-use crate::pool::{MemPool, PoolStats};
-use crate::raw::{check_alloc, discard};
-use cuda_mem_sys as sys;
+use crate::pool::MemPool;
+use crate::pool_stats::PoolStats;
+use crate::raw;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
-fn zero_bytes(operation: &'static str) -> CudaError {
-    CudaError::new(ErrorKind::InvalidArgument("a resource allocation of 0 bytes"), operation)
+/// Refuses a request of 0 bytes, which the runtime would answer with a null pointer.
+fn nonzero(bytes: usize, operation: &'static str) -> Result<()> {
+    if bytes == 0 {
+        return Err(CudaError::new(ErrorKind::InvalidArgument("a resource allocation of 0 bytes"), operation));
+    }
+    Ok(())
 }
 
 fn non_null(raw: *mut c_void) -> NonNull<u8> {
@@ -23,94 +27,71 @@ fn non_null(raw: *mut c_void) -> NonNull<u8> {
 /// Waits for `stream`: synchronous frees must not overtake work queued on it.
 fn wait_for(stream: StreamRef<'_>) {
     // SAFETY: the caller of `deallocate` keeps the stream handle valid.
-    discard(unsafe { sys::cudaStreamSynchronize(stream.as_raw()) });
+    raw::quiet(unsafe { raw::streams::synchronize(stream.as_raw(), || "cudaStreamSynchronize".into()) });
 }
 
-/// `cudaMalloc` / `cudaFree` on one device. Frees are synchronous (`cudaFree` waits for the
-/// device).
-#[derive(Debug, Clone, Copy)]
-pub struct DeviceResource {
-    device: Device,
-}
-
-impl DeviceResource {
-    /// A resource allocating on `device`.
-    pub fn new(device: Device) -> Self {
-        Self { device }
-    }
-}
-
-// SAFETY: the contract on `MemoryResource` holds: `cudaMalloc` memory (256-byte aligned) on `device`, freed only by `deallocate`; kind is always Device.
-unsafe impl MemoryResource for DeviceResource {
-    fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
-        if bytes == 0 {
-            return Err(zero_bytes("DeviceResource::allocate"));
+/// A resource over one device's `cudaFree`-released family: synchronous frees (`cudaFree` waits
+/// for the device, so queued work that uses the memory has finished first).
+macro_rules! device_family_resource {
+    ($(#[$doc:meta])* $name:ident, $kind:ident, $new_doc:literal, |$bytes:ident, $ordinal:ident| $alloc:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name {
+            device: Device,
         }
-        let _guard = CurrentDevice::set(self.device)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes.
-        let code = unsafe { sys::cudaMalloc(&mut raw, bytes) };
-        check_alloc(code, bytes, || format!("cudaMalloc of {bytes} bytes on {}", self.device))?;
-        Ok(non_null(raw))
-    }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, _stream: StreamRef<'_>) {
-        let _guard = CurrentDevice::set(self.device);
-        // SAFETY: from cudaMalloc in `allocate` (the caller's contract); cudaFree waits for the
-        // device, so queued work that uses it has finished.
-        discard(unsafe { sys::cudaFree(ptr.as_ptr().cast()) });
-    }
-
-    fn kind(&self) -> MemoryKind {
-        MemoryKind::Device
-    }
-
-    fn device(&self) -> Option<Device> {
-        Some(self.device)
-    }
-}
-
-/// `cudaMallocManaged` (attached globally) / `cudaFree`.
-#[derive(Debug, Clone, Copy)]
-pub struct ManagedResource {
-    device: Device,
-}
-
-impl ManagedResource {
-    /// A resource of managed memory, counted against `device`.
-    pub fn new(device: Device) -> Self {
-        Self { device }
-    }
-}
-
-// SAFETY: the contract on `MemoryResource` holds: `cudaMallocManaged` memory (256-byte aligned), host- and device-accessible; kind is always Managed.
-unsafe impl MemoryResource for ManagedResource {
-    fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
-        if bytes == 0 {
-            return Err(zero_bytes("ManagedResource::allocate"));
+        impl $name {
+            #[doc = $new_doc]
+            pub fn new(device: Device) -> Self {
+                Self { device }
+            }
         }
-        let _guard = CurrentDevice::set(self.device)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes; the flag is a documented constant.
-        let code = unsafe { sys::cudaMallocManaged(&mut raw, bytes, sys::cudaMemAttachGlobal) };
-        check_alloc(code, bytes, || format!("cudaMallocManaged of {bytes} bytes"))?;
-        Ok(non_null(raw))
-    }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, _stream: StreamRef<'_>) {
-        let _guard = CurrentDevice::set(self.device);
-        // SAFETY: from cudaMallocManaged (the caller's contract); cudaFree waits for the device.
-        discard(unsafe { sys::cudaFree(ptr.as_ptr().cast()) });
-    }
+        // SAFETY: the contract on `MemoryResource` holds: memory of the family below (at least
+        // 256-byte aligned) counted against `device`, freed only by `deallocate`; the kind never
+        // changes.
+        unsafe impl MemoryResource for $name {
+            fn allocate(&self, $bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+                nonzero($bytes, concat!(stringify!($name), "::allocate"))?;
+                let _guard = CurrentDevice::set(self.device)?;
+                let $ordinal = self.device.as_raw();
+                $alloc.map(non_null)
+            }
 
-    fn kind(&self) -> MemoryKind {
-        MemoryKind::Managed
-    }
+            unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, _stream: StreamRef<'_>) {
+                let _guard = CurrentDevice::set(self.device);
+                // SAFETY: from `allocate` (the caller's contract), freed once; cudaFree waits for
+                // the device, so queued work that uses it has finished.
+                raw::quiet(unsafe { raw::memory::free(ptr.as_ptr().cast(), || stringify!($name).into()) });
+            }
 
-    fn device(&self) -> Option<Device> {
-        Some(self.device)
-    }
+            fn kind(&self) -> MemoryKind {
+                MemoryKind::$kind
+            }
+
+            fn device(&self) -> Option<Device> {
+                Some(self.device)
+            }
+        }
+    };
 }
+
+device_family_resource!(
+    /// `cudaMalloc` / `cudaFree` on one device. Frees are synchronous (`cudaFree` waits for the
+    /// device).
+    DeviceResource,
+    Device,
+    "A resource allocating on `device`.",
+    |bytes, ordinal| raw::memory::malloc(bytes, ordinal)
+);
+
+device_family_resource!(
+    /// `cudaMallocManaged` (attached globally) / `cudaFree`.
+    ManagedResource,
+    Managed,
+    "A resource of managed memory, counted against `device`.",
+    |bytes, ordinal| raw::managed::alloc(bytes, true, ordinal)
+);
 
 /// Stream-ordered allocation from a [`MemPool`] (`cudaMallocFromPoolAsync` / `cudaFreeAsync`).
 #[derive(Debug, Clone)]
@@ -133,20 +114,20 @@ impl PoolResource {
 // SAFETY: the contract on `MemoryResource` holds: pool memory of `pool.device()` (aligned by the pool), freed in stream order; kind is always Device.
 unsafe impl MemoryResource for PoolResource {
     fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
-        if bytes == 0 {
-            return Err(zero_bytes("PoolResource::allocate"));
+        nonzero(bytes, "PoolResource::allocate")?;
+        // SAFETY: the pool handle is valid while `self` lives; the caller keeps the stream's.
+        unsafe {
+            raw::pools::malloc_from_pool_async(bytes, self.pool.as_raw(), stream.as_raw(), || {
+                format!("on {}", self.pool.device())
+            })
         }
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes; pool and stream handles are valid.
-        let code = unsafe { sys::cudaMallocFromPoolAsync(&mut raw, bytes, self.pool.as_raw(), stream.as_raw()) };
-        check_alloc(code, bytes, || format!("cudaMallocFromPoolAsync of {bytes} bytes on {}", self.pool.device()))
-            .map_err(|e| e.with_pool_stats(|| self.pool.stats().ok()))?;
-        Ok(non_null(raw))
+        .map(non_null)
+        .map_err(|e| e.with_pool_stats(|| self.pool.stats().ok()))
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
         // SAFETY: from this pool (the caller's contract), freed in stream order after its uses.
-        discard(unsafe { sys::cudaFreeAsync(ptr.as_ptr().cast(), stream.as_raw()) });
+        raw::quiet(unsafe { raw::pools::free_async(ptr.as_ptr().cast(), stream.as_raw(), bytes) });
     }
 
     fn kind(&self) -> MemoryKind {
@@ -178,20 +159,14 @@ impl PinnedResource {
 // SAFETY: the contract on `MemoryResource` holds: `cudaHostAlloc` memory (page-aligned, host-accessible); kind is always PinnedHost.
 unsafe impl MemoryResource for PinnedResource {
     fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
-        if bytes == 0 {
-            return Err(zero_bytes("PinnedResource::allocate"));
-        }
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is valid for writes; the flags are documented bits.
-        let code = unsafe { sys::cudaHostAlloc(&mut raw, bytes, self.flags.bits()) };
-        check_alloc(code, bytes, || format!("cudaHostAlloc of {bytes} bytes with {:?}", self.flags))?;
-        Ok(non_null(raw))
+        nonzero(bytes, "PinnedResource::allocate")?;
+        raw::host::alloc(bytes, self.flags).map(non_null)
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
         wait_for(stream);
         // SAFETY: from cudaHostAlloc (the caller's contract); the stream's work is done.
-        discard(unsafe { sys::cudaFreeHost(ptr.as_ptr().cast()) });
+        raw::quiet(unsafe { raw::host::free(ptr.as_ptr().cast(), bytes) });
     }
 
     fn kind(&self) -> MemoryKind {
@@ -221,14 +196,15 @@ impl PinnedPoolResource {
 // SAFETY: the contract on `MemoryResource` holds: blocks of the pinned pool (page-aligned, host-accessible) reused only after their fence; kind is always PinnedHost.
 unsafe impl MemoryResource for PinnedPoolResource {
     fn allocate(&self, bytes: usize, _stream: StreamRef<'_>) -> Result<NonNull<u8>> {
-        if bytes == 0 {
-            return Err(zero_bytes("PinnedPoolResource::allocate"));
-        }
+        nonzero(bytes, "PinnedPoolResource::allocate")?;
         self.pool.take_raw(bytes)
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
-        let fence = Event::without_timing().and_then(|event| event.record_raw(stream.as_raw()).map(|()| event));
+        let fence = Event::without_timing().and_then(|event| {
+            // SAFETY: the caller of `deallocate` keeps the stream handle valid.
+            unsafe { raw::events::record(event.as_raw(), stream.as_raw()) }.map(|()| event)
+        });
         match fence {
             // SAFETY: from `take_raw(bytes)` on this pool (the caller's contract).
             Ok(event) => unsafe { self.pool.put_raw(ptr, bytes, Some(event)) },

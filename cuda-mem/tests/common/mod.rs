@@ -39,3 +39,44 @@ pub fn assert_same(got: &[u32], want: &[u32]) {
 
 pub const KIB: usize = 1 << 10;
 pub const MIB: usize = 1 << 20;
+
+/// Polls `future` on this thread until it is ready, parking in between (no async runtime): the
+/// tests of cuda-mem's futures need nothing else. Returns the output and the thread the last wake
+/// came from (a wake from the CUDA runtime's host-function thread shows the GPU woke the task).
+pub fn block_on<F: std::future::Future>(future: F) -> (F::Output, Option<std::thread::ThreadId>) {
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Unpark {
+        thread: std::thread::Thread,
+        woken_from: Mutex<Option<std::thread::ThreadId>>,
+    }
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            *self.woken_from.lock().unwrap() = Some(std::thread::current().id());
+            self.thread.unpark();
+        }
+    }
+
+    let unpark = Arc::new(Unpark { thread: std::thread::current(), woken_from: Mutex::new(None) });
+    let waker = Waker::from(Arc::clone(&unpark));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return (output, *unpark.woken_from.lock().unwrap());
+        }
+        std::thread::park();
+    }
+}
+
+/// Holds `stream` for `millis` milliseconds with a host function that sleeps, so the work queued
+/// behind it is surely pending meanwhile (the host function makes no CUDA call).
+pub fn hold_stream(stream: &cuda_mem::Stream, millis: u64) {
+    unsafe extern "C" fn sleep(data: *mut std::ffi::c_void) {
+        std::thread::sleep(std::time::Duration::from_millis(data as u64));
+    }
+    // SAFETY: a valid stream, a callback that makes no CUDA call, and a plain number as data.
+    let code = unsafe { cuda_mem::sys::cudaLaunchHostFunc(stream.as_raw(), Some(sleep), millis as *mut _) };
+    assert_eq!(code, cuda_mem::sys::cudaError::cudaSuccess, "cudaLaunchHostFunc");
+}

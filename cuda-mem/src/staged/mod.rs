@@ -7,17 +7,19 @@
 //! of) one slot overlap with the DMA of the other and the lanes run in parallel. The ceiling is
 //! the host's memcpy bandwidth. Small copies take the plain path.
 
+mod on;
+
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
 use crate::host_flags::HostAllocFlags;
 use crate::pinned_pool::{PinnedPool, PooledPinned};
-use crate::raw::check;
+use crate::raw;
+use crate::raw::memory::Direction;
 use crate::slice::{DeviceSliceMut, DeviceSource};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_sys as sys;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Tuning of a [`StagedCopier`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +69,12 @@ const CHUNKS_PER_LANE: usize = 4;
 /// # Ok(()) }
 /// ```
 pub struct StagedCopier {
+    inner: Arc<Lanes>,
+}
+
+/// The lanes and their threads, shared with the jobs of the stream-ordered forms (`on.rs`),
+/// which run after the call that queued them has returned.
+struct Lanes {
     config: StagedConfig,
     device: Device,
     workers: rayon::ThreadPool,
@@ -76,8 +84,25 @@ pub struct StagedCopier {
 
 impl std::fmt::Debug for StagedCopier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StagedCopier").field("config", &self.config).field("device", &self.device).finish()
+        f.debug_struct("StagedCopier").field("config", &self.inner.config).field("device", &self.inner.device).finish()
     }
+}
+
+/// How a lane ends its share of a copy.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LaneEnd {
+    /// Waits for its stream (the blocking forms).
+    Synchronize,
+    /// Records an event after its last DMA and hands it back (the stream-ordered forms).
+    Record,
+}
+
+/// One staged copy's sizes and the stream its device memory is ordered on.
+struct Transfer<'a> {
+    src_len: usize,
+    dst_len: usize,
+    bytes: usize,
+    owner: Option<&'a Stream>,
 }
 
 struct Lane {
@@ -126,79 +151,104 @@ impl StagedCopier {
             .thread_name(|i| format!("cuda-mem-stage-{i}"))
             .build()
             .map_err(|_| CudaError::new(ErrorKind::Unsupported("spawning threads"), "StagedCopier::new"))?;
-        Ok(Self { config, device, workers, lanes, staging: PinnedPool::new(HostAllocFlags::PORTABLE) })
+        let staging = PinnedPool::new(HostAllocFlags::PORTABLE);
+        Ok(Self { inner: Arc::new(Lanes { config, device, workers, lanes, staging }) })
     }
 
     /// The configuration in use.
     pub fn config(&self) -> StagedConfig {
-        self.config
+        self.inner.config
     }
 
     /// Copies `src` (pageable host memory) into `dst`; returns when the data is on the device.
     pub fn copy_from_host<T: Pod>(&self, dst: &mut DeviceSliceMut<'_, T>, src: &[T]) -> Result<()> {
-        if src.len() != dst.len() {
-            return Err(crate::raw::length_mismatch(src.len(), dst.len(), "staged copy host to device"));
-        }
-        let bytes = size_of_val(src);
-        if bytes < self.config.small_copy_bytes {
-            return dst.copy_from_host(src);
-        }
-        // The lanes' streams must not overtake the allocation or zeroing of stream-ordered memory.
-        if let Some(owner) = dst.owner() {
-            owner.synchronize()?;
-        }
         let host = Addr(src.as_ptr().cast::<u8>().cast_mut());
         let device = Addr(dst.as_device_ptr().cast());
-        self.run(bytes, |lane, chunks| lane.upload(chunks, host, device))
+        let plan = Transfer { src_len: src.len(), dst_len: dst.len(), bytes: size_of_val(src), owner: dst.owner() };
+        self.transfer(
+            plan,
+            "staged copy host to device",
+            || dst.copy_from_host(src),
+            |lane, chunks| lane.upload(chunks, host, device),
+        )
     }
 
     /// Copies `src` (device memory) into `dst` (pageable host memory); returns when done.
     pub fn copy_to_host<'s, T: Pod>(&self, dst: &mut [T], src: impl DeviceSource<'s, T>) -> Result<()> {
         let src = src.source();
-        if src.len() != dst.len() {
-            return Err(crate::raw::length_mismatch(src.len(), dst.len(), "staged copy device to host"));
-        }
-        let bytes = size_of_val(dst);
-        if bytes < self.config.small_copy_bytes {
-            return src.copy_to_host(dst);
-        }
-        if let Some(owner) = src.owner() {
-            owner.synchronize()?;
-        }
         let host = Addr(dst.as_mut_ptr().cast());
         let device = Addr(src.as_device_ptr().cast::<u8>().cast_mut());
-        self.run(bytes, |lane, chunks| lane.download(chunks, host, device))
+        let plan = Transfer { src_len: src.len(), dst_len: dst.len(), bytes: size_of_val(dst), owner: src.owner() };
+        self.transfer(
+            plan,
+            "staged copy device to host",
+            || src.copy_to_host(dst),
+            |lane, chunks| lane.download(chunks, host, device),
+        )
     }
 
+    /// What both directions share: the length check, the blocking path for small copies, and
+    /// ordering after the stream that stream-ordered memory is ordered on (the lanes' streams must
+    /// not overtake its allocation or zeroing).
+    fn transfer(
+        &self,
+        plan: Transfer<'_>,
+        operation: &'static str,
+        small: impl FnOnce() -> Result<()>,
+        large: impl Fn(&mut Lane, &[(usize, usize)]) -> Result<()> + Sync,
+    ) -> Result<()> {
+        crate::raw::same_len(plan.src_len, plan.dst_len, operation)?;
+        if plan.bytes < self.inner.config.small_copy_bytes {
+            return small();
+        }
+        if let Some(owner) = plan.owner {
+            owner.synchronize()?;
+        }
+        self.inner.run(plan.bytes, &[], LaneEnd::Synchronize, large).map(drop)
+    }
+}
+
+impl Lanes {
     /// Splits `bytes` into chunks, deals them to the lanes round-robin, runs every lane on its own
-    /// worker thread and waits for all of them.
-    fn run(&self, bytes: usize, work: impl Fn(&mut Lane, &[(usize, usize)]) -> Result<()> + Sync) -> Result<()> {
+    /// worker thread and waits for all of them. Each lane's stream first waits for `waits` (on the
+    /// device); at its end the lane synchronizes its stream or records an event, as `end` says,
+    /// and the recorded events come back. A lane that fails synchronizes its stream, so nothing of
+    /// a failed copy is left in flight.
+    fn run(
+        &self,
+        bytes: usize,
+        waits: &[Event],
+        end: LaneEnd,
+        work: impl Fn(&mut Lane, &[(usize, usize)]) -> Result<()> + Sync,
+    ) -> Result<Vec<Event>> {
         let chunk = chunk_size(bytes, self.config);
         let plan = deal(bytes, chunk, self.lanes.len());
-        let errors = Mutex::new(Vec::new());
+        let outcomes = Mutex::new(Vec::new());
         self.workers.scope(|scope| {
             for (lane, chunks) in self.lanes.iter().zip(&plan).filter(|(_, c)| !c.is_empty()) {
-                let (work, errors) = (&work, &errors);
+                let (work, outcomes) = (&work, &outcomes);
                 scope.spawn(move |_| {
-                    let mut lane = lane.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut lane = lane.lock().unwrap_or_else(PoisonError::into_inner);
                     let result = self
                         .device
                         .set_current()
                         .and_then(|()| lane.ensure_slots(&self.staging, chunk))
+                        .and_then(|()| waits.iter().try_for_each(|ready| lane.stream.wait_event(ready)))
                         .and_then(|()| work(&mut lane, chunks))
-                        .and_then(|()| lane.stream.synchronize());
-                    if let Err(err) = result {
+                        .and_then(|()| match end {
+                            LaneEnd::Synchronize => lane.stream.synchronize().map(|()| None),
+                            LaneEnd::Record => lane.stream.record_event().map(Some),
+                        });
+                    if result.is_err() {
                         // Leave nothing in flight on the error path either.
-                        let _ = lane.stream.synchronize();
-                        errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(err);
+                        raw::quiet(lane.stream.synchronize());
                     }
+                    outcomes.lock().unwrap_or_else(PoisonError::into_inner).push(result);
                 });
             }
         });
-        match errors.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).into_iter().next() {
-            Some(err) => Err(err),
-            None => Ok(()),
-        }
+        let outcomes = outcomes.into_inner().unwrap_or_else(PoisonError::into_inner);
+        outcomes.into_iter().filter_map(Result::transpose).collect()
     }
 }
 
@@ -214,7 +264,7 @@ impl Lane {
 
     fn wait_all(&mut self) {
         for event in self.in_flight.iter_mut().filter_map(Option::take) {
-            let _ = event.synchronize();
+            raw::quiet(event.synchronize());
         }
     }
 
@@ -236,18 +286,35 @@ impl Lane {
             self.slots[slot][..len].copy_from_slice(src);
             // SAFETY: the slot holds `len` bytes and stays untouched until the event completes;
             // the destination range lies inside the borrowed device slice.
-            let code = unsafe {
-                sys::cudaMemcpyAsync(
-                    device.at(offset).cast(),
-                    self.slots[slot].as_ptr().cast(),
+            unsafe {
+                self.queue_dma(
+                    slot,
+                    device.at(offset),
+                    self.slots[slot].as_ptr().cast_mut(),
                     len,
-                    sys::cudaMemcpyKind::cudaMemcpyHostToDevice,
-                    self.stream.as_raw(),
-                )
+                    Direction::HostToDevice,
+                )?
             };
-            check(code, || format!("cudaMemcpyAsync of a {len}-byte staged chunk to the device"))?;
-            self.in_flight[slot] = Some(self.stream.record_event()?);
         }
+        Ok(())
+    }
+
+    /// Queues a copy of `len` bytes on the lane's stream and records its completion for `slot`.
+    ///
+    /// # Safety
+    /// Both ranges hold `len` bytes and stay allocated and untouched until the slot's event has
+    /// completed.
+    unsafe fn queue_dma(
+        &mut self,
+        slot: usize,
+        dst: *mut u8,
+        src: *mut u8,
+        len: usize,
+        direction: Direction,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; the lane's stream is a created stream it owns.
+        unsafe { raw::memory::copy_async(dst.cast(), src.cast(), len, direction, self.stream.as_raw())? };
+        self.in_flight[slot] = Some(self.stream.record_event()?);
         Ok(())
     }
 
@@ -256,20 +323,10 @@ impl Lane {
         let queue = |lane: &mut Self, k: usize| -> Result<()> {
             let (offset, len) = chunks[k];
             let slot = k % 2;
+            let slot_ptr = lane.slots[slot].as_mut_ptr();
             // SAFETY: the device range lies inside the borrowed slice; the slot is free (its last
             // chunk was copied out before this call) and holds `len` bytes.
-            let code = unsafe {
-                sys::cudaMemcpyAsync(
-                    lane.slots[slot].as_mut_ptr().cast(),
-                    device.at(offset).cast(),
-                    len,
-                    sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
-                    lane.stream.as_raw(),
-                )
-            };
-            check(code, || format!("cudaMemcpyAsync of a {len}-byte staged chunk to the host"))?;
-            lane.in_flight[slot] = Some(lane.stream.record_event()?);
-            Ok(())
+            unsafe { lane.queue_dma(slot, slot_ptr, device.at(offset), len, Direction::DeviceToHost) }
         };
         queue(self, 0)?;
         for k in 0..chunks.len() {

@@ -1,0 +1,106 @@
+"""cuda-mem's PyTorch allocator: load `libcuda_mem_torch_alloc.so` (beside this file), install it
+before PyTorch's first CUDA allocation, and read its statistics or set its limit.
+
+    import cuda_mem_torch
+    alloc = cuda_mem_torch.install()          # torch.cuda.memory.change_current_allocator(...)
+    x = torch.randn(1 << 20, device="cuda")
+    alloc.stats(0)["allocated_current"]       # bytes PyTorch holds
+    alloc.set_limit(0, 8 << 30)               # beyond it PyTorch raises RuntimeError (out of memory)
+    alloc.record_history(0)                   # then alloc.snapshot("snap.pickle") for _memory_viz
+"""
+import ctypes
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_PATH = os.path.join(HERE, "libcuda_mem_torch_alloc.so")
+FIELDS = (
+    "allocated_current",
+    "allocated_peak",
+    "reserved_current",
+    "reserved_peak",
+    "alloc_count",
+    "free_count",
+    "failed_count",
+    "limit",
+)
+NO_LIMIT = (1 << 64) - 1
+
+
+class Allocator:
+    """The library's statistics and controls, through ctypes."""
+
+    def __init__(self, path=DEFAULT_PATH):
+        self.path = path
+        self.lib = ctypes.CDLL(path)
+        self.lib.cuda_mem_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+        self.lib.cuda_mem_torch_set_limit.argtypes = [ctypes.c_int, ctypes.c_uint64]
+        self.lib.cuda_mem_torch_reset_peaks.argtypes = [ctypes.c_int]
+        self.lib.cuda_mem_torch_empty_cache.argtypes = [ctypes.c_int]
+        self.lib.cuda_mem_torch_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.cuda_mem_torch_last_error.restype = ctypes.c_size_t
+        self.lib.cuda_mem_torch_record_history.argtypes = [ctypes.c_int, ctypes.c_size_t]
+        self.lib.cuda_mem_torch_snapshot.argtypes = [ctypes.c_char_p]
+        self.lib.cuda_mem_torch_dump_on_oom.argtypes = [ctypes.c_char_p]
+        self.torch_allocator = None
+
+    def install(self):
+        """Makes this PyTorch's CUDA allocator; must run before PyTorch allocates CUDA memory."""
+        import torch
+
+        self.torch_allocator = torch.cuda.memory.CUDAPluggableAllocator(
+            self.path, "cuda_mem_torch_alloc", "cuda_mem_torch_free"
+        )
+        torch.cuda.memory.change_current_allocator(self.torch_allocator)
+        return self
+
+    def _check(self, status, what):
+        if status != 0:
+            raise RuntimeError(f"{what}: {self.last_error()}")
+
+    def last_error(self):
+        buffer = ctypes.create_string_buffer(1024)
+        self.lib.cuda_mem_torch_last_error(buffer, len(buffer))
+        return buffer.value.decode(errors="replace")
+
+    def stats(self, device=0):
+        """The device's figures: allocated/reserved current and peak (bytes), alloc/free/failed
+        counts, and the limit (None when unlimited)."""
+        values = (ctypes.c_uint64 * len(FIELDS))()
+        self._check(self.lib.cuda_mem_torch_stats(device, values, len(FIELDS)), "cuda_mem_torch_stats")
+        stats = dict(zip(FIELDS, values))
+        stats["limit"] = None if stats["limit"] == NO_LIMIT else stats["limit"]
+        return stats
+
+    def set_limit(self, device, nbytes):
+        """Refuses allocations that would take the device's allocated bytes above `nbytes`
+        (None: no limit)."""
+        limit = NO_LIMIT if nbytes is None else int(nbytes)
+        self._check(self.lib.cuda_mem_torch_set_limit(device, limit), "cuda_mem_torch_set_limit")
+
+    def reset_peaks(self, device=0):
+        self._check(self.lib.cuda_mem_torch_reset_peaks(device), "cuda_mem_torch_reset_peaks")
+
+    def empty_cache(self, device=0):
+        """Returns the device pool's cached memory to the driver."""
+        self._check(self.lib.cuda_mem_torch_empty_cache(device), "cuda_mem_torch_empty_cache")
+
+
+    def record_history(self, device=0, max_entries=100_000):
+        """Records the device's last `max_entries` allocations and frees (0 stops)."""
+        self._check(self.lib.cuda_mem_torch_record_history(device, max_entries), "cuda_mem_torch_record_history")
+
+    def snapshot(self, path):
+        """Writes a snapshot (live allocations since recording began, and the trace) in the
+        format of torch.cuda.memory._snapshot(), for `python -m torch.cuda._memory_viz`."""
+        self._check(self.lib.cuda_mem_torch_snapshot(os.fsencode(path)), "cuda_mem_torch_snapshot")
+
+    def dump_on_oom(self, path):
+        """Writes the snapshot to `path` whenever an allocation is refused for lack of memory
+        (None: never)."""
+        encoded = None if path is None else os.fsencode(path)
+        self._check(self.lib.cuda_mem_torch_dump_on_oom(encoded), "cuda_mem_torch_dump_on_oom")
+
+
+def install(path=DEFAULT_PATH):
+    """Loads the library and installs it as PyTorch's CUDA allocator."""
+    return Allocator(path).install()

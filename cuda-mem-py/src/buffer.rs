@@ -1,0 +1,394 @@
+//! `cuda_mem.Buffer`: memory cuda-mem owns, shared with Python (and with DLPack consumers, which
+//! keep it alive through an `Arc` until their deleter runs).
+
+use crate::stream::Stream;
+use crate::{capsule, device_or_current, dtype, to_py};
+use cuda_mem::dlpack::ffi::{kDLCUDA, kDLCUDAHost, kDLCUDAManaged};
+use cuda_mem::dlpack::{ConsumerStream, DLDevice, DataType, DlpackTensor};
+use cuda_mem::{Device, DeviceBuffer, HostAllocFlags, ManagedBuffer, PinnedBuffer, StreamBuffer};
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyTuple};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// The owning cuda-mem buffer.
+enum Storage {
+    Device(DeviceBuffer<u8>),
+    Managed(ManagedBuffer<u8>),
+    // Held for its free; its bytes are reached through raw pointers (see `read`).
+    Pinned(#[allow(dead_code)] PinnedBuffer<u8>),
+    Pooled(StreamBuffer<'static, u8>),
+}
+
+/// One allocation, shared by every `Buffer` view of it and every export.
+struct Allocation {
+    storage: Mutex<Storage>,
+    /// The address, fixed at allocation (as an integer: the struct is shared across threads).
+    data: usize,
+    nbytes: usize,
+    kind: &'static str,
+    /// Where DLPack places the memory.
+    natural: DLDevice,
+    device: Device,
+    /// The stream of a pooled buffer, where its pending work is.
+    producer: Option<cuda_mem::Stream>,
+}
+
+impl Allocation {
+    fn lock(&self) -> MutexGuard<'_, Storage> {
+        self.storage.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What an export keeps alive: the allocation. A pooled buffer's release waits for the device
+/// first, as the consumer's streams are unknown (the other kinds' frees wait by themselves).
+struct Keep(Arc<Allocation>);
+
+impl Drop for Keep {
+    fn drop(&mut self) {
+        if self.0.producer.is_some() {
+            // On failure the context is broken; the free that may follow reports nothing either.
+            self.0.device.synchronize().ok();
+        }
+    }
+}
+
+/// Memory allocated by cuda-mem: `kind` is `"device"` (`cudaMalloc`), `"managed"`
+/// (`cudaMallocManaged`), `"pinned"` (`cudaMallocHost`) or `"pooled"` (`cudaMallocFromPoolAsync`
+/// from cuda-mem's retaining pool, on `stream`). Consumers take it with `torch.from_dlpack`,
+/// `cupy.from_dlpack`, `jax.dlpack.from_dlpack` or `numpy.from_dlpack`, without a copy.
+#[pyclass(module = "cuda_mem", frozen)]
+pub(crate) struct Buffer {
+    alloc: Arc<Allocation>,
+    shape: Vec<usize>,
+    dtype: DataType,
+    /// The device `__dlpack_device__` reports (see `with_dl_device`).
+    presented: DLDevice,
+}
+
+/// A shape given as an int or a sequence of ints.
+fn shape_of(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    match shape.extract::<usize>() {
+        Ok(n) => Ok(vec![n]),
+        Err(_) => shape.extract::<Vec<usize>>(),
+    }
+}
+
+/// Allocates a zeroed buffer.
+#[pyfunction]
+#[pyo3(signature = (shape, dtype="float32", kind="device", device=None, stream=None))]
+pub(crate) fn zeros(
+    py: Python<'_>,
+    shape: &Bound<'_, PyAny>,
+    dtype: &str,
+    kind: &str,
+    device: Option<usize>,
+    stream: Option<&Stream>,
+) -> PyResult<Buffer> {
+    let shape = shape_of(shape)?;
+    let dtype = dtype::parse(dtype)?;
+    let nbytes = dtype::bytes(&shape, dtype)?;
+    let device = match stream {
+        Some(stream) if device.is_none() => stream.inner.device(),
+        _ => device_or_current(device)?,
+    };
+    let stream = stream.map(|s| s.inner.clone());
+    let alloc = py.detach(|| allocate(kind, nbytes, device, stream))?;
+    let presented = alloc.natural;
+    Ok(Buffer { alloc: Arc::new(alloc), shape, dtype, presented })
+}
+
+/// Allocates a buffer holding a copy of `data` (`bytes` or `bytearray`), 1-D unless `shape` is
+/// given.
+#[pyfunction]
+#[pyo3(signature = (data, dtype="uint8", shape=None, kind="device", device=None, stream=None))]
+pub(crate) fn from_bytes(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    dtype: &str,
+    shape: Option<&Bound<'_, PyAny>>,
+    kind: &str,
+    device: Option<usize>,
+    stream: Option<&Stream>,
+) -> PyResult<Buffer> {
+    let bytes = host_bytes(data)?;
+    let element_type = dtype::parse(dtype)?;
+    let shape = match shape {
+        Some(shape) => shape_of(shape)?,
+        None if bytes.len() % element_type.size() == 0 => vec![bytes.len() / element_type.size()],
+        None => return Err(PyValueError::new_err(format!("{} bytes are not whole {dtype} elements", bytes.len()))),
+    };
+    let shape_obj = PyTuple::new(py, &shape)?;
+    let buffer = zeros(py, shape_obj.as_any(), dtype, kind, device, stream)?;
+    buffer.write(py, data)?;
+    Ok(buffer)
+}
+
+fn host_bytes(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(bytes) = data.cast::<PyBytes>() {
+        return Ok(bytes.as_bytes().to_vec());
+    }
+    if let Ok(array) = data.cast::<PyByteArray>() {
+        return Ok(array.to_vec());
+    }
+    Err(PyValueError::new_err("expected bytes or bytearray"))
+}
+
+fn allocate(kind: &str, nbytes: usize, device: Device, stream: Option<cuda_mem::Stream>) -> PyResult<Allocation> {
+    let cuda = DLDevice { device_type: kDLCUDA, device_id: device.ordinal() as i32 };
+    let (storage, data, kind, natural, producer) = device
+        .run_on(|| -> cuda_mem::Result<_> {
+            Ok(match kind {
+                "device" => {
+                    let b = DeviceBuffer::<u8>::zeroed(nbytes)?;
+                    let data = b.as_slice().as_device_ptr() as usize;
+                    (Storage::Device(b), data, "device", cuda, None)
+                }
+                "managed" => {
+                    let b = ManagedBuffer::<u8>::zeroed(nbytes)?;
+                    let data = b.as_device_slice().as_device_ptr() as usize;
+                    let natural = DLDevice { device_type: kDLCUDAManaged, device_id: cuda.device_id };
+                    (Storage::Managed(b), data, "managed", natural, None)
+                }
+                "pinned" => {
+                    let b = PinnedBuffer::<u8>::zeroed_with_flags(nbytes, HostAllocFlags::PORTABLE)?;
+                    let data = b.as_ptr() as usize;
+                    (Storage::Pinned(b), data, "pinned", DLDevice { device_type: kDLCUDAHost, device_id: 0 }, None)
+                }
+                "pooled" => {
+                    let stream = match stream {
+                        Some(stream) => stream,
+                        None => cuda_mem::Stream::on_device(device)?,
+                    };
+                    let b = StreamBuffer::<u8>::zeroed(stream.clone(), nbytes)?;
+                    let data = b.as_slice().as_device_ptr() as usize;
+                    (Storage::Pooled(b), data, "pooled", cuda, Some(stream))
+                }
+                _ => {
+                    let kind = cuda_mem::ErrorKind::InvalidArgument("kind is device, managed, pinned or pooled");
+                    return Err(cuda_mem::CudaError::new(kind, "cuda_mem.zeros"));
+                }
+            })
+        })
+        .and_then(|r| r)
+        .map_err(to_py)?;
+    Ok(Allocation { storage: Mutex::new(storage), data, nbytes, kind, natural, device, producer })
+}
+
+#[pymethods]
+impl Buffer {
+    /// The extents.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.shape)
+    }
+
+    /// The element type's name.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.dtype.name()
+    }
+
+    /// Size in bytes.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.alloc.nbytes
+    }
+
+    /// `"device"`, `"managed"`, `"pinned"` or `"pooled"`.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.alloc.kind
+    }
+
+    /// The device ordinal (for pinned memory: the device current at allocation).
+    #[getter]
+    fn device(&self) -> usize {
+        self.alloc.device.ordinal()
+    }
+
+    /// The address, as an integer.
+    #[getter]
+    fn ptr(&self) -> usize {
+        self.alloc.data
+    }
+
+    /// The stream of a pooled buffer (its allocation, zeroing and queued fills), else None.
+    #[getter]
+    fn stream(&self) -> Option<Stream> {
+        self.alloc.producer.clone().map(|inner| Stream { inner })
+    }
+
+    /// A copy of the contents (blocking; after the buffer's pending work).
+    fn read<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let alloc = &*self.alloc;
+        let bytes = py.detach(|| -> cuda_mem::Result<Vec<u8>> {
+            match &*alloc.lock() {
+                Storage::Device(b) => b.to_vec(),
+                Storage::Managed(b) => b.as_device_slice().to_vec(),
+                Storage::Pooled(b) => b.as_slice().to_vec(),
+                Storage::Pinned(_) => {
+                    let mut out = vec![0u8; alloc.nbytes];
+                    // SAFETY: the lock keeps the buffer, which holds `nbytes` at `data`; the copy
+                    // goes through raw pointers, forming no Rust reference to memory consumers
+                    // may write.
+                    unsafe { std::ptr::copy_nonoverlapping(alloc.data as *const u8, out.as_mut_ptr(), alloc.nbytes) };
+                    Ok(out)
+                }
+            }
+        });
+        Ok(PyBytes::new(py, &bytes.map_err(to_py)?))
+    }
+
+    /// Overwrites the contents with `data` (`bytes` or `bytearray` of `nbytes` bytes; blocking).
+    fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let bytes = host_bytes(data)?;
+        let alloc = &*self.alloc;
+        if bytes.len() != alloc.nbytes {
+            return Err(PyValueError::new_err(format!("{} bytes given for a buffer of {}", bytes.len(), alloc.nbytes)));
+        }
+        py.detach(|| match &mut *alloc.lock() {
+            Storage::Device(b) => b.as_mut_slice().copy_from_host(&bytes),
+            Storage::Managed(b) => b.as_device_slice_mut().copy_from_host(&bytes),
+            Storage::Pooled(b) => b.as_mut_slice().copy_from_host(&bytes),
+            Storage::Pinned(_) => {
+                // SAFETY: as in `read`, for writes of `nbytes` (checked above).
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), alloc.data as *mut u8, alloc.nbytes) };
+                Ok(())
+            }
+        })
+        .map_err(to_py)
+    }
+
+    /// Sets every byte to `value` (blocking).
+    fn fill_byte(&self, py: Python<'_>, value: u8) -> PyResult<()> {
+        let alloc = &*self.alloc;
+        py.detach(|| match &mut *alloc.lock() {
+            Storage::Device(b) => b.as_mut_slice().set_bytes(value),
+            Storage::Managed(b) => b.as_device_slice_mut().set_bytes(value),
+            Storage::Pooled(b) => b.as_mut_slice().set_bytes(value),
+            Storage::Pinned(_) => {
+                // SAFETY: as in `write`.
+                unsafe { std::ptr::write_bytes(alloc.data as *mut u8, value, alloc.nbytes) };
+                Ok(())
+            }
+        })
+        .map_err(to_py)
+    }
+
+    /// Queues a fill of every byte with `value` on the stream of a pooled buffer and returns
+    /// at once: pending work, which `__dlpack__(stream=...)` orders consumers after.
+    fn fill_byte_async(&self, value: u8) -> PyResult<()> {
+        match &mut *self.alloc.lock() {
+            Storage::Pooled(b) => b.set_bytes_async(value).map_err(to_py),
+            _ => Err(PyValueError::new_err("only pooled buffers have a stream to queue work on")),
+        }
+    }
+
+    /// The same memory with another shape (same element count).
+    fn reshape(&self, shape: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        let shape = shape_of(shape)?;
+        if dtype::elements(&shape)? != dtype::elements(&self.shape)? {
+            return Err(PyValueError::new_err(format!("cannot reshape {:?} to {shape:?}", self.shape)));
+        }
+        Ok(Buffer { alloc: self.alloc.clone(), shape, dtype: self.dtype, presented: self.presented })
+    }
+
+    /// The same bytes as a 1-D buffer of `dtype`.
+    fn view(&self, dtype: &str) -> PyResult<Buffer> {
+        let dtype = dtype::parse(dtype)?;
+        if self.alloc.nbytes % dtype.size() != 0 {
+            return Err(PyValueError::new_err(format!(
+                "{} bytes are not whole {} elements",
+                self.alloc.nbytes,
+                dtype.name()
+            )));
+        }
+        let shape = vec![self.alloc.nbytes / dtype.size()];
+        Ok(Buffer { alloc: self.alloc.clone(), shape, dtype, presented: self.presented })
+    }
+
+    /// The same buffer, reported to DLPack consumers as `(device_type, device_id)`: managed memory
+    /// as `(2, ordinal)` (kDLCUDA) for consumers that do not know managed memory, pinned memory as
+    /// `(1, 0)` (kDLCPU) for NumPy.
+    fn with_dl_device(&self, dl_device: (i32, i32)) -> PyResult<Buffer> {
+        let presented = DLDevice { device_type: dl_device.0, device_id: dl_device.1 };
+        self.export()?.with_device(presented).map_err(to_py)?;
+        Ok(Buffer { alloc: self.alloc.clone(), shape: self.shape.clone(), dtype: self.dtype, presented })
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (self.presented.device_type, self.presented.device_id)
+    }
+
+    /// The DLPack protocol: a `"dltensor_versioned"` capsule when `max_version` is 1.x or later,
+    /// else the legacy `"dltensor"` one. For CUDA memory, the consumer's `stream` (`None` or 1:
+    /// legacy default, 2: per-thread default, -1: no ordering, else a `cudaStream_t`) is made to
+    /// wait for the buffer's pending work.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<i64>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err("cuda_mem shares its memory; copy=True is not supported"));
+        }
+        let mut tensor = self.export()?;
+        if let Some((device_type, device_id)) = dl_device {
+            tensor = tensor
+                .with_device(DLDevice { device_type, device_id })
+                .map_err(|err| PyBufferError::new_err(err.to_string()))?;
+        }
+        let device_type = tensor.device().device_type;
+        if device_type == kDLCUDA || device_type == kDLCUDAManaged {
+            // SAFETY: a handle above 2 is the consumer's live stream: the protocol's contract,
+            // which the caller of `__dlpack__` keeps.
+            let consumer = unsafe { ConsumerStream::from_dlpack_arg(stream) }.map_err(to_py)?;
+            tensor.order_consumer(&consumer).map_err(to_py)?;
+        }
+        let legacy = max_version.is_none_or(|(major, _)| major < 1);
+        capsule::export(py, tensor, legacy)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "cuda_mem.Buffer(shape={:?}, dtype={}, kind={}, device={}, ptr={:#x})",
+            self.shape,
+            self.dtype.name(),
+            self.alloc.kind,
+            self.alloc.device.ordinal(),
+            self.alloc.data
+        )
+    }
+}
+
+impl Buffer {
+    /// An owned export of the whole allocation with this buffer's type, shape and presentation.
+    fn export(&self) -> PyResult<DlpackTensor<'static>> {
+        let alloc = &self.alloc;
+        // SAFETY: `Keep` holds the allocation, which is freed only when the last `Arc` drops;
+        // this module touches host memory (pinned) only through raw pointers, never through a
+        // Rust reference while a consumer may write it.
+        let tensor = unsafe {
+            DlpackTensor::from_raw_parts(
+                alloc.data as *mut c_void,
+                alloc.nbytes,
+                DataType::U8,
+                alloc.natural,
+                alloc.producer.clone(),
+                Keep(alloc.clone()),
+                true,
+            )
+        };
+        tensor
+            .and_then(|t| t.with_dtype(self.dtype))
+            .and_then(|t| t.reshape(&self.shape))
+            .and_then(|t| t.with_device(self.presented))
+            .map_err(to_py)
+    }
+}

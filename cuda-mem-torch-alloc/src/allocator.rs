@@ -1,0 +1,334 @@
+//! One device's allocator: a byte limit and PyTorch-style statistics around a [`Backend`].
+
+use crate::backend::{Backend, Reserved};
+use cuda_mem::resource::StreamRef;
+use cuda_mem::resource::snapshot::{Frames, TraceRecorder};
+use cuda_mem::{CudaError, ErrorKind, OomReport, Result};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// "No limit".
+pub const NO_LIMIT: usize = usize::MAX;
+
+/// The figures of one device, in the order `cuda_mem_torch_stats` writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Bytes handed to PyTorch and not yet freed (as requested).
+    pub allocated_current: u64,
+    /// Highest `allocated_current` since the start or the last peak reset.
+    pub allocated_peak: u64,
+    /// Bytes the backend holds from the driver.
+    pub reserved_current: u64,
+    /// Highest `reserved_current`.
+    pub reserved_peak: u64,
+    /// Successful allocations.
+    pub alloc_count: u64,
+    /// Frees.
+    pub free_count: u64,
+    /// Refused allocations (over the limit, or the backend out of memory).
+    pub failed_count: u64,
+    /// The limit in bytes (`u64::MAX`: none).
+    pub limit: u64,
+}
+
+impl Stats {
+    /// Number of figures.
+    pub const LEN: usize = 8;
+
+    /// The figures as `cuda_mem_torch_stats` writes them.
+    pub fn to_array(self) -> [u64; Self::LEN] {
+        [
+            self.allocated_current,
+            self.allocated_peak,
+            self.reserved_current,
+            self.reserved_peak,
+            self.alloc_count,
+            self.free_count,
+            self.failed_count,
+            self.limit,
+        ]
+    }
+}
+
+/// Allocations of one device through `B`, under a limit, counted.
+#[derive(Debug)]
+pub struct DeviceAllocator<B> {
+    backend: B,
+    device: i32,
+    /// True while a trace is recorded (checked before taking the lock).
+    recording: AtomicBool,
+    trace: Mutex<Option<Arc<TraceRecorder>>>,
+    limit: AtomicUsize,
+    allocated: AtomicUsize,
+    peak: AtomicUsize,
+    allocs: AtomicU64,
+    frees: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl<B: Backend> DeviceAllocator<B> {
+    /// An allocator of device `device` over `backend`, without a limit.
+    pub fn new(backend: B, device: i32) -> Self {
+        Self {
+            backend,
+            device,
+            recording: AtomicBool::new(false),
+            trace: Mutex::new(None),
+            limit: AtomicUsize::new(NO_LIMIT),
+            allocated: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            allocs: AtomicU64::new(0),
+            frees: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// `size` bytes for PyTorch on `stream`. A request of 0 bytes gets a unique allocation of
+    /// one byte (PyTorch keys its records by address). Over the limit, or when the backend is
+    /// out of memory, the error is [`ErrorKind::OutOfMemory`].
+    pub fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        // Reserve under the limit first, so concurrent requests cannot overshoot it together.
+        let reserved = self.allocated.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+            used.checked_add(size).filter(|&total| total <= limit)
+        });
+        let used = match reserved {
+            Ok(used) => used,
+            Err(used) => {
+                let report = OomReport { limit: Some((limit, used)), ..OomReport::requested(size) };
+                let kind = ErrorKind::OutOfMemory { code: None, report: Box::new(report) };
+                let err = CudaError::new(kind, format!("cuda-mem's PyTorch allocator: allocating {size} bytes"));
+                return Err(self.refused(err, size, stream));
+            }
+        };
+        match self.backend.allocate(size.max(1), stream) {
+            Ok(ptr) => {
+                self.peak.fetch_max(used + size, Ordering::Relaxed);
+                self.allocs.fetch_add(1, Ordering::Relaxed);
+                if let Some(trace) = self.recorder() {
+                    trace.alloc(ptr.as_ptr() as usize, size, stream.as_raw() as usize, Frames::from([]));
+                }
+                Ok(ptr)
+            }
+            Err(err) => {
+                self.allocated.fetch_sub(size, Ordering::Relaxed);
+                Err(self.refused(err, size, stream))
+            }
+        }
+    }
+
+    #[cold]
+    fn refused(&self, err: CudaError, size: usize, stream: StreamRef<'_>) -> CudaError {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        if let (Some(trace), ErrorKind::OutOfMemory { report, .. }) = (self.recorder(), err.kind()) {
+            trace.oom(size, stream.as_raw() as usize, report.free.unwrap_or(0));
+        }
+        err
+    }
+
+    fn recorder(&self) -> Option<Arc<TraceRecorder>> {
+        if !self.recording.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.trace.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Records the last `capacity` allocations and frees (a new, empty trace); 0 stops.
+    pub fn record_history(&self, capacity: usize) {
+        let mut trace = self.trace.lock().unwrap_or_else(PoisonError::into_inner);
+        *trace = (capacity > 0).then(|| Arc::new(TraceRecorder::new(self.device, capacity)));
+        self.recording.store(capacity > 0, Ordering::Relaxed);
+    }
+
+    /// The recorded trace and live allocations, when recording.
+    pub fn history(&self) -> Option<Arc<TraceRecorder>> {
+        self.trace.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Frees `ptr` of `size` bytes in stream order on `stream`.
+    ///
+    /// # Safety
+    /// `ptr` came from [`DeviceAllocator::allocate`] with `size`, is freed once, and nothing uses
+    /// it after the work queued on `stream`.
+    pub unsafe fn free(&self, ptr: NonNull<u8>, size: usize, stream: StreamRef<'_>) {
+        // SAFETY: forwarded from the caller; `allocate` asked the backend for `size.max(1)`.
+        unsafe { self.backend.deallocate(ptr, size.max(1), stream) };
+        if let Some(trace) = self.recorder() {
+            trace.free(ptr.as_ptr() as usize, size, stream.as_raw() as usize);
+        }
+        self.allocated.fetch_sub(size, Ordering::Relaxed);
+        self.frees.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The figures now.
+    pub fn stats(&self) -> Stats {
+        let Reserved { current, peak } = self.backend.reserved();
+        Stats {
+            allocated_current: self.allocated.load(Ordering::Relaxed) as u64,
+            allocated_peak: self.peak.load(Ordering::Relaxed) as u64,
+            reserved_current: current as u64,
+            reserved_peak: peak as u64,
+            alloc_count: self.allocs.load(Ordering::Relaxed),
+            free_count: self.frees.load(Ordering::Relaxed),
+            failed_count: self.failures.load(Ordering::Relaxed),
+            limit: self.limit.load(Ordering::Relaxed) as u64,
+        }
+    }
+
+    /// Sets the limit in bytes ([`NO_LIMIT`]: none). Live allocations stay; later requests that
+    /// would exceed it are refused.
+    pub fn set_limit(&self, bytes: usize) {
+        self.limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Restarts both peaks from the current figures.
+    pub fn reset_peaks(&self) {
+        self.peak.store(self.allocated.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.backend.reset_peak();
+    }
+
+    /// Returns the backend's cached memory to the driver.
+    pub fn release_cached(&self) -> Result<()> {
+        self.backend.release_cached()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Host memory standing in for device memory; counts what it holds.
+    #[derive(Debug, Default)]
+    struct HostBackend {
+        held: Mutex<Vec<(usize, Box<[u8]>)>>,
+        peak: AtomicUsize,
+    }
+
+    impl Backend for HostBackend {
+        fn allocate(&self, bytes: usize, _: StreamRef<'_>) -> Result<NonNull<u8>> {
+            let mut block = vec![0u8; bytes].into_boxed_slice();
+            let ptr = NonNull::new(block.as_mut_ptr()).unwrap();
+            let mut held = self.held.lock().unwrap();
+            held.push((ptr.as_ptr() as usize, block));
+            let total = held.iter().map(|(_, b)| b.len()).sum();
+            self.peak.fetch_max(total, Ordering::Relaxed);
+            Ok(ptr)
+        }
+
+        unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, _: StreamRef<'_>) {
+            let mut held = self.held.lock().unwrap();
+            let at = held.iter().position(|(p, _)| *p == ptr.as_ptr() as usize).expect("allocated here");
+            assert_eq!(held.remove(at).1.len(), bytes);
+        }
+
+        fn reserved(&self) -> Reserved {
+            let current = self.held.lock().unwrap().iter().map(|(_, b)| b.len()).sum();
+            Reserved { current, peak: self.peak.load(Ordering::Relaxed) }
+        }
+
+        fn reset_peak(&self) {
+            self.peak.store(self.reserved().current, Ordering::Relaxed);
+        }
+
+        fn release_cached(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    const S: StreamRef<'static> = StreamRef::LEGACY;
+
+    #[test]
+    fn statistics_count_what_pytorch_asked_for() {
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
+        let x = a.allocate(1000, S).unwrap();
+        let y = a.allocate(24, S).unwrap();
+        let s = a.stats();
+        assert_eq!((s.allocated_current, s.allocated_peak, s.alloc_count, s.free_count), (1024, 1024, 2, 0));
+        assert_eq!((s.reserved_current, s.limit), (1024, u64::MAX));
+        // SAFETY: from this allocator, freed once.
+        unsafe { a.free(x, 1000, S) };
+        let s = a.stats();
+        assert_eq!((s.allocated_current, s.allocated_peak, s.free_count), (24, 1024, 1));
+        a.reset_peaks();
+        assert_eq!((a.stats().allocated_peak, a.stats().reserved_peak), (24, 24));
+        // SAFETY: as above.
+        unsafe { a.free(y, 24, S) };
+        assert_eq!(a.stats().to_array(), [0, 24, 0, 24, 2, 2, 0, u64::MAX]);
+    }
+
+    #[test]
+    fn zero_byte_requests_get_distinct_addresses() {
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
+        let (x, y) = (a.allocate(0, S).unwrap(), a.allocate(0, S).unwrap());
+        assert_ne!(x, y);
+        assert_eq!((a.stats().allocated_current, a.stats().reserved_current), (0, 2));
+        // SAFETY: from this allocator, freed once each.
+        unsafe { (a.free(x, 0, S), a.free(y, 0, S)) };
+        assert_eq!(a.stats().reserved_current, 0);
+    }
+
+    #[test]
+    fn the_limit_refuses_with_out_of_memory_and_can_change() {
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
+        a.set_limit(100);
+        let x = a.allocate(60, S).unwrap();
+        let err = a.allocate(41, S).unwrap_err();
+        assert!(err.is_out_of_memory(), "{err}");
+        assert!(
+            err.to_string().contains("the limit of 100 bytes would be exceeded (60 bytes in use under it)"),
+            "{err}"
+        );
+        let y = a.allocate(40, S).unwrap();
+        assert_eq!((a.stats().failed_count, a.stats().allocated_current, a.stats().limit), (1, 100, 100));
+        a.set_limit(NO_LIMIT);
+        let z = a.allocate(1 << 20, S).unwrap();
+        // SAFETY: from this allocator, freed once each.
+        unsafe { (a.free(x, 60, S), a.free(y, 40, S), a.free(z, 1 << 20, S)) };
+        assert_eq!(a.stats().allocated_current, 0);
+    }
+
+    #[test]
+    fn history_records_allocations_frees_and_refusals() {
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
+        let untraced = a.allocate(8, S).unwrap();
+        assert!(a.history().is_none());
+        a.record_history(100);
+        a.set_limit(1000);
+        let x = a.allocate(100, S).unwrap();
+        assert!(a.allocate(10_000, S).is_err());
+        // SAFETY: from this allocator, freed once each.
+        unsafe { (a.free(x, 100, S), a.free(untraced, 8, S)) };
+        let (segments, trace) = a.history().unwrap().snapshot();
+        let actions: Vec<&str> = trace.iter().map(|e| e.action.name()).collect();
+        assert_eq!(actions, ["alloc", "oom", "free_requested", "free_completed", "free_requested", "free_completed"]);
+        assert_eq!((trace[0].addr, trace[0].size, trace[1].size), (x.as_ptr() as usize, 100, 10_000));
+        assert!(segments.is_empty());
+        a.record_history(0);
+        assert!(a.history().is_none());
+    }
+
+    #[test]
+    fn concurrent_requests_never_overshoot_the_limit() {
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
+        a.set_limit(64 * 100);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..500 {
+                        if let Ok(p) = a.allocate(64, S) {
+                            assert!(a.stats().allocated_current <= 6400);
+                            // SAFETY: from this allocator, freed once.
+                            unsafe { a.free(p, 64, S) };
+                        }
+                    }
+                });
+            }
+        });
+        let s = a.stats();
+        assert_eq!(s.allocated_current, 0);
+        assert!(s.allocated_peak <= 6400);
+        assert_eq!(s.alloc_count + s.failed_count, 2000);
+    }
+}

@@ -1,0 +1,135 @@
+//! What each cuda-mem buffer and view says of its memory to an export.
+
+use super::dtype::DlpackElement;
+use super::export::{Described, DlpackOwner, DlpackSource, DlpackSourceMut, sealed};
+use super::ffi::{self, DLDevice};
+use super::invalid;
+use crate::device::Device;
+use crate::error::Result;
+use crate::raw::memory::{MemoryType, pointer_type};
+use crate::{DeviceBuffer, DeviceSlice, DeviceSliceMut, ManagedBuffer, PinnedBuffer, StreamBuffer};
+
+fn described<T: DlpackElement>(data: *const T, len: usize, device: DLDevice) -> Described {
+    Described { data: data.cast_mut().cast(), len, dtype: T::DTYPE, device, producer: None }
+}
+
+fn cuda(device: Device) -> DLDevice {
+    DLDevice { device_type: ffi::kDLCUDA, device_id: device.as_raw() }
+}
+
+/// Marks an owning buffer as a source, writable source and owner (it owns itself).
+macro_rules! owner {
+    ($owner:ident) => {
+        impl<T: DlpackElement> DlpackSource for $owner<T> {}
+        impl<T: DlpackElement> DlpackSourceMut for $owner<T> {}
+        impl<T: DlpackElement> DlpackOwner for $owner<T> {}
+        impl<T: DlpackElement> sealed::Owner for $owner<T> {
+            type Keep = Self;
+            fn keep(self) -> Self {
+                self
+            }
+        }
+    };
+}
+
+owner!(DeviceBuffer);
+owner!(ManagedBuffer);
+owner!(PinnedBuffer);
+
+impl<T: DlpackElement> sealed::Source for DeviceBuffer<T> {
+    fn describe(&self) -> Result<Described> {
+        Ok(described(self.as_slice().as_device_ptr(), self.len(), cuda(self.device())))
+    }
+}
+
+impl<T: DlpackElement> sealed::Source for ManagedBuffer<T> {
+    fn describe(&self) -> Result<Described> {
+        let device = DLDevice { device_type: ffi::kDLCUDAManaged, device_id: self.device().as_raw() };
+        Ok(described(self.as_device_slice().as_device_ptr(), self.len(), device))
+    }
+}
+
+impl<T: DlpackElement> sealed::Source for PinnedBuffer<T> {
+    fn describe(&self) -> Result<Described> {
+        Ok(described(self.as_ptr(), self.len(), DLDevice { device_type: ffi::kDLCUDAHost, device_id: 0 }))
+    }
+}
+
+impl<T: DlpackElement> sealed::Source for StreamBuffer<'_, T> {
+    fn describe(&self) -> Result<Described> {
+        let mut described = described(self.as_slice().as_device_ptr(), self.len(), cuda(self.stream().device()));
+        described.producer = Some(self.stream().clone());
+        Ok(described)
+    }
+}
+impl<T: DlpackElement> DlpackSource for StreamBuffer<'_, T> {}
+impl<T: DlpackElement> DlpackSourceMut for StreamBuffer<'_, T> {}
+impl<T: DlpackElement> DlpackOwner for StreamBuffer<'static, T> {}
+impl<T: DlpackElement> sealed::Owner for StreamBuffer<'static, T> {
+    type Keep = WaitThenFree<Self>;
+    fn keep(self) -> Self::Keep {
+        WaitThenFree { device: self.stream().device(), buffer: self }
+    }
+}
+
+/// A stream-ordered buffer in an owned export: when the consumer releases it, the device is
+/// waited for before the free is queued, as the consumer's streams are unknown.
+#[derive(Debug)]
+pub struct WaitThenFree<B> {
+    device: Device,
+    #[allow(dead_code)] // held for its drop, after the wait
+    buffer: B,
+}
+
+impl<B> Drop for WaitThenFree<B> {
+    fn drop(&mut self) {
+        // A blocking wait, by design (see `DlpackTensor::owned`). If it fails the context is
+        // broken, and the free that follows fails too.
+        crate::raw::quiet(self.device.synchronize());
+    }
+}
+
+impl<T: DlpackElement> sealed::Source for DeviceSlice<'_, T> {
+    fn describe(&self) -> Result<Described> {
+        let data = self.as_device_ptr();
+        let device = if self.is_empty() {
+            // No memory to look up: an empty view is reported on the current device.
+            cuda(Device::current()?)
+        } else {
+            device_of(data.cast())?
+        };
+        let mut described = described(data, self.len(), device);
+        described.producer = self.owner().cloned();
+        Ok(described)
+    }
+}
+
+/// Where the runtime says the memory at `data` lives, as DLPack names it.
+fn device_of(data: *const std::ffi::c_void) -> Result<DLDevice> {
+    Ok(match pointer_type(data)? {
+        MemoryType::Device { device } => DLDevice { device_type: ffi::kDLCUDA, device_id: device },
+        MemoryType::Managed { device } => DLDevice { device_type: ffi::kDLCUDAManaged, device_id: device },
+        // Mapped pinned memory whose device address is its host address (unified addressing).
+        MemoryType::Host { host, .. } if host.cast_const() == data => {
+            DLDevice { device_type: ffi::kDLCUDAHost, device_id: 0 }
+        }
+        MemoryType::Host { .. } => {
+            return Err(invalid(
+                "mapped host memory whose device address differs from its host address",
+                format!("exporting the view at {data:p}"),
+            ));
+        }
+        MemoryType::Unregistered => {
+            return Err(invalid("the view's address is not CUDA memory", format!("exporting the view at {data:p}")));
+        }
+    })
+}
+impl<T: DlpackElement> DlpackSource for DeviceSlice<'_, T> {}
+
+impl<T: DlpackElement> sealed::Source for DeviceSliceMut<'_, T> {
+    fn describe(&self) -> Result<Described> {
+        sealed::Source::describe(&self.as_slice())
+    }
+}
+impl<T: DlpackElement> DlpackSource for DeviceSliceMut<'_, T> {}
+impl<T: DlpackElement> DlpackSourceMut for DeviceSliceMut<'_, T> {}

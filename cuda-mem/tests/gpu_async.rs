@@ -1,0 +1,338 @@
+//! GPU tests of asynchronous work on owned buffers (`Pending`), the futures woken through
+//! `cudaLaunchHostFunc`, the stream-ordered staged copies and `Stream::try_scope` (issue 22).
+//! Ignored where no GPU exists.
+
+mod common;
+
+use common::{MIB, assert_same, block_on, hold_stream, pattern};
+use cuda_mem::*;
+use cuda_mem_kernels::{axpy_f32, checksum_cpu, checksum_u32, scale_in_place_f32};
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_pending_copies_round_trip_with_every_host_buffer_kind() {
+    let stream = Stream::non_blocking().unwrap();
+    let pool = PinnedPool::new(HostAllocFlags::empty());
+    for len in [1usize, 4097, 3 * MIB] {
+        let want = pattern(len, len as u32);
+
+        // PinnedBuffer into a DeviceBuffer and back, with `wait`.
+        let pinned = PinnedBuffer::from_slice(&want, HostAllocFlags::empty()).unwrap();
+        let (device, pinned) =
+            stream.upload(DeviceBuffer::<u32>::zeroed(len).unwrap(), pinned).unwrap().wait().unwrap();
+        assert_same(&pinned, &want);
+        assert_same(&device.to_vec().unwrap(), &want);
+        let (back, _device) =
+            stream.download(PinnedBuffer::<u32>::zeroed(len).unwrap(), device).unwrap().wait().unwrap();
+        assert_same(&back, &want);
+
+        // PooledPinned into a StreamBuffer that owns its stream, taken back with `try_take`.
+        let mut block = pool.alloc::<u32>(len).unwrap();
+        block.copy_from_slice(&want);
+        let target = StreamBuffer::<u32>::zeroed(stream.clone(), len).unwrap();
+        let mut pending = stream.upload(target, block).unwrap();
+        let (target, _block) = loop {
+            match pending.try_take() {
+                Ok(value) => break value,
+                Err(still) => {
+                    pending = still;
+                    std::thread::yield_now();
+                }
+            }
+        };
+        let (back, _target) = stream.download(pool.alloc::<u32>(len).unwrap(), target).unwrap().wait().unwrap();
+        assert_same(&back, &want);
+
+        // A pageable Vec (staged through the shared pinned pool), awaited.
+        let (device, source) =
+            block_on(stream.upload(DeviceBuffer::<u32>::zeroed(len).unwrap(), want.clone()).unwrap()).0.unwrap();
+        assert_same(&source, &want);
+        assert_same(&device.to_vec().unwrap(), &want);
+        let (back, _device) = block_on(stream.download(vec![0u32; len], device).unwrap()).0.unwrap();
+        assert_same(&back, &want);
+
+        // More work after a download into a Vec: `then` lands the data in the Vec first, so the
+        // copy back to the (cleared) device reads the downloaded values, not the Vec's zeros.
+        let device = DeviceBuffer::from_slice(&want).unwrap();
+        let (_vec, device) = stream
+            .download(vec![0u32; len], device)
+            .unwrap()
+            .then(|s, (vec, device)| {
+                let mut view = device.as_mut_slice();
+                s.set_bytes(&mut view, 0)?;
+                s.copy_from_host(&mut view, &vec[..])
+            })
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_same(&device.to_vec().unwrap(), &want);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_pending_operations_refuse_bad_input_with_typed_errors() {
+    let stream = Stream::non_blocking().unwrap();
+    let err = stream.upload(DeviceBuffer::<u32>::zeroed(4).unwrap(), vec![0u32; 3]).unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 3, dst: 4 });
+    let err = stream.download(PinnedBuffer::<u32>::zeroed(5).unwrap(), DeviceBuffer::<u32>::zeroed(4).unwrap());
+    assert_eq!(err.unwrap_err().kind(), &ErrorKind::LengthMismatch { src: 4, dst: 5 });
+    // A closure that fails after queueing work: its error comes back (after that work).
+    let err = stream
+        .queue(DeviceBuffer::<u32>::zeroed(4).unwrap(), |s, device| {
+            let mut view = device.as_mut_slice();
+            s.set_bytes(&mut view, 1)?;
+            s.copy_from_host(&mut view, &[1u32; 3]) // 'static data may be lent
+        })
+        .unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 3, dst: 4 });
+    assert!(err.later().is_none());
+    // The per-thread stream cannot wake a future polled on another thread.
+    let per_thread = Stream::per_thread().unwrap();
+    let err = per_thread.synchronize_async().unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+}
+
+/// Forgetting a `Pending` leaks its buffers: the held copy into a stream-ordered buffer must not
+/// land in memory handed out again. Had the forget freed the buffer (a `cudaFreeAsync` on its
+/// own stream, not ordered after the copy's stream), the next allocation on that stream would
+/// reuse its memory at once and the held copy would overwrite it. Alone: it checks that the copy
+/// was still pending when forgotten.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_alone_a_forgotten_pending_leaks_its_buffers_instead_of_freeing_them_under_the_copy() {
+    let len = 64 * MIB / 4;
+    let pool = MemPool::new(PoolProps::new(Device::current().unwrap())).unwrap();
+    let owner = Stream::non_blocking().unwrap();
+    let copying = Stream::non_blocking().unwrap();
+    let target = StreamBuffer::<u32>::zeroed_from(pool.clone(), owner.clone(), len).unwrap();
+    let host = PinnedBuffer::from_slice(&pattern(len, 1), HostAllocFlags::empty()).unwrap();
+    owner.synchronize().unwrap(); // the zeroing is done: only the held copy is pending
+    hold_stream(&copying, 300);
+    let pending = copying.upload(target, host).unwrap();
+    std::mem::forget(pending);
+    let in_flight = !copying.is_idle().unwrap();
+
+    let second = pattern(len, 2);
+    let mut fresh = StreamBuffer::<u32>::zeroed_from(pool.clone(), owner.clone(), len).unwrap();
+    let staging = PinnedBuffer::from_slice(&second, HostAllocFlags::empty()).unwrap();
+    let mut view = fresh.as_mut_slice();
+    owner.try_scope(|s| s.copy_from_host(&mut view, &staging)).unwrap();
+    copying.synchronize().unwrap(); // the forgotten copy has landed, wherever it went
+    assert_same(&fresh.as_slice().to_vec().unwrap(), &second);
+    assert!(in_flight, "the copy finished before it was forgotten: the test proved nothing");
+}
+
+/// Dropping an unfinished `Pending` blocks until its work has completed.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_dropping_a_pending_waits_for_its_work() {
+    let len = 16 * MIB / 4;
+    let stream = Stream::non_blocking().unwrap();
+    let source = DeviceBuffer::from_slice(&pattern(len, 5)).unwrap();
+    hold_stream(&stream, 200);
+    let pending = stream.download(PinnedBuffer::<u32>::zeroed(len).unwrap(), source).unwrap();
+    let was_pending = !pending.is_done().unwrap();
+    drop(pending); // frees the pinned destination: only after the copy into it
+    assert!(stream.is_idle().unwrap(), "the drop returned before the copy completed");
+    assert!(was_pending, "the copy finished before the drop: the test proved nothing");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_futures_are_woken_by_the_gpu_and_survive_being_dropped_or_forgotten() {
+    let here = std::thread::current().id();
+    let stream = Stream::non_blocking().unwrap();
+
+    hold_stream(&stream, 100);
+    let (result, woken_from) = block_on(stream.synchronize_async().unwrap());
+    result.unwrap();
+    assert!(woken_from.is_some_and(|t| t != here), "woken by the runtime's thread: {woken_from:?}");
+
+    hold_stream(&stream, 100);
+    let event = stream.record_event().unwrap();
+    let (result, woken_from) = block_on(event.wait_async().unwrap());
+    result.unwrap();
+    assert!(event.is_complete().unwrap());
+    assert!(woken_from.is_some_and(|t| t != here), "woken by the runtime's thread: {woken_from:?}");
+    // An event never recorded counts as complete, as for `cudaEventSynchronize`.
+    block_on(Event::without_timing().unwrap().wait_async().unwrap()).0.unwrap();
+
+    // A Pending awaited gives its buffers back with the data in place.
+    let want = pattern(MIB, 6);
+    hold_stream(&stream, 50);
+    let pinned = PinnedBuffer::from_slice(&want, HostAllocFlags::empty()).unwrap();
+    let mut pending = stream.upload(DeviceBuffer::<u32>::zeroed(MIB).unwrap(), pinned).unwrap();
+    let ((device, _pinned), woken_from) = {
+        let (value, woken_from) = block_on(&mut pending);
+        (value.unwrap(), woken_from)
+    };
+    assert_same(&device.to_vec().unwrap(), &want);
+    assert!(woken_from.is_some(), "the first poll found the held copy complete");
+    // Polling again after Ready is a typed error, not a panic.
+    let err = block_on(&mut pending).0.unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+
+    // Futures dropped or forgotten before the GPU gets there: their host functions still run
+    // with valid state, and later futures work.
+    hold_stream(&stream, 100);
+    let dropped = stream.synchronize_async().unwrap();
+    let forgotten = event.wait_async().unwrap();
+    let other = Event::without_timing().unwrap();
+    other.record(&stream).unwrap();
+    let forgotten_too = other.wait_async().unwrap();
+    drop(dropped);
+    std::mem::forget(forgotten);
+    std::mem::forget(forgotten_too);
+    drop(other);
+    stream.synchronize().unwrap();
+    block_on(stream.synchronize_async().unwrap()).0.unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_then_and_join_chain_kernels_and_copies_on_owned_buffers() {
+    let (a, b) = (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
+    let n = MIB;
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    hold_stream(&a, 50);
+    let first = a
+        .upload(
+            StreamBuffer::<f32>::zeroed(a.clone(), n).unwrap(),
+            PinnedBuffer::from_slice(&x, Default::default()).unwrap(),
+        )
+        .unwrap()
+        .then(|s, (device, _)| scale_in_place_f32(s, &mut device.as_mut_slice(), 2.0))
+        .unwrap()
+        .then(|s, (device, host)| s.copy_to_host(&mut host[..], device.as_slice()))
+        .unwrap();
+    let second = b.upload(DeviceBuffer::<f32>::zeroed(n).unwrap(), x.clone()).unwrap();
+    // Queued on `a`, after both: y = 1 * (2x) + x.
+    let both = first
+        .join(second)
+        .unwrap()
+        .then(|s, ((doubled, _), (y, _))| axpy_f32(s, &mut y.as_mut_slice(), 1.0, doubled.as_slice()))
+        .unwrap();
+    let ((doubled, host), (y, source)) = block_on(both).0.unwrap();
+    let twice: Vec<f32> = x.iter().map(|v| 2.0 * v).collect();
+    let thrice: Vec<f32> = x.iter().map(|v| 3.0 * v).collect();
+    assert!(host[..] == twice[..], "the download after the kernel");
+    assert!(doubled.as_slice().to_vec().unwrap() == twice);
+    assert!(y.to_vec().unwrap() == thrice, "the kernel after the join ran after both uploads");
+    assert!(source == x, "the pageable source came back intact");
+}
+
+fn small_copier() -> StagedCopier {
+    StagedCopier::new(StagedConfig { lanes: 4, chunk_bytes: 2 * MIB, small_copy_bytes: MIB }).unwrap()
+}
+
+/// The lanes of the stream-ordered forms wait for the work already queued on the stream (here a
+/// zeroing held behind a host function), and work queued with `then` (a checksum kernel) waits
+/// for the lanes.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_staged_on_copies_are_ordered_with_the_work_on_their_stream() {
+    let copier = small_copier();
+    let stream = Stream::non_blocking().unwrap();
+    let pool = MemPool::new(PoolProps::new(Device::current().unwrap())).unwrap();
+    let len = 32 * MIB / 4;
+
+    // Reading: memory that held 0xab, freed and reallocated zeroed in stream order behind a hold.
+    let mut stale = StreamBuffer::<u32>::zeroed_from(pool.clone(), stream.clone(), len).unwrap();
+    stale.as_mut_slice().set_bytes(0xab).unwrap();
+    let stale_at = stale.as_slice().as_device_ptr();
+    drop(stale);
+    hold_stream(&stream, 200);
+    let zeroed = StreamBuffer::<u32>::zeroed_from(pool.clone(), stream.clone(), len).unwrap();
+    let reused = zeroed.as_slice().as_device_ptr() == stale_at;
+    let (back, _zeroed) = copier.copy_to_host_on(&stream, vec![1u32; len], zeroed).unwrap().wait().unwrap();
+    assert!(back.iter().all(|&x| x == 0), "the lanes read before the zeroing queued on the stream (reused: {reused})");
+
+    // Writing: the lanes' DMAs land after the held zeroing; the kernel queued with `then` sees them.
+    hold_stream(&stream, 200);
+    let target = StreamBuffer::<u32>::zeroed_from(pool.clone(), stream.clone(), len).unwrap();
+    let data = pattern(len, 9);
+    let sum = stream.queue(DeviceBuffer::<u64>::zeroed(1).unwrap(), |_, _| Ok(())).unwrap();
+    let ((target, data_back), sum) = copier
+        .copy_from_host_on(&stream, target, data.clone())
+        .unwrap()
+        .join(sum)
+        .unwrap()
+        .then(|s, ((target, _), sum)| checksum_u32(s, target.as_slice(), &mut sum.as_mut_slice()))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(sum.to_vec().unwrap(), [checksum_cpu(&data)]);
+    assert_same(&target.as_slice().to_vec().unwrap(), &data);
+    assert_same(&data_back, &data);
+
+    // Below small_copy_bytes, and with pinned host buffers, the stream's own copies are used.
+    let small = pattern(1000, 10);
+    let (device, _) = copier
+        .copy_from_host_on(&stream, DeviceBuffer::<u32>::zeroed(1000).unwrap(), small.clone())
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_same(&device.to_vec().unwrap(), &small);
+    let (pinned, _) =
+        copier.copy_to_host_on(&stream, PinnedBuffer::<u32>::zeroed(1000).unwrap(), device).unwrap().wait().unwrap();
+    assert_same(&pinned, &small);
+
+    // Awaited, large, into a pageable Vec.
+    let device = DeviceBuffer::from_slice(&data).unwrap();
+    let (back, _device) = block_on(copier.copy_to_host_on(&stream, vec![0u32; len], device).unwrap()).0.unwrap();
+    assert_same(&back, &data);
+    let err = copier.copy_to_host_on(&stream, vec![0u32; 3], DeviceBuffer::<u32>::zeroed(4).unwrap()).unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 4, dst: 3 });
+}
+
+/// A forgotten staged copy leaks its buffers (the lanes finish reading the leaked Vec) and the
+/// copier takes the next copy as usual.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_a_forgotten_staged_copy_leaks_its_buffers_and_the_copier_goes_on() {
+    let copier = small_copier();
+    let stream = Stream::non_blocking().unwrap();
+    let len = 32 * MIB / 4;
+    hold_stream(&stream, 100);
+    let forgotten =
+        copier.copy_from_host_on(&stream, DeviceBuffer::<u32>::zeroed(len).unwrap(), pattern(len, 3)).unwrap();
+    std::mem::forget(forgotten);
+    let want = pattern(len, 4);
+    let (device, _) = copier
+        .copy_from_host_on(&stream, DeviceBuffer::<u32>::zeroed(len).unwrap(), want.clone())
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_same(&device.to_vec().unwrap(), &want);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_try_scope_returns_one_result_and_attaches_the_synchronize_failure() {
+    let stream = Stream::per_thread().unwrap();
+    let host = vec![1u32; 1024];
+    let mut device = DeviceBuffer::<u32>::zeroed(1024).unwrap();
+    let mut view = device.as_mut_slice();
+    let value = stream
+        .try_scope(|s| {
+            s.copy_from_host(&mut view, &host)?;
+            Ok(7)
+        })
+        .unwrap();
+    assert_eq!(value, 7);
+    // The closure fails alone: its error, nothing attached.
+    let err = stream.try_scope(|s| s.copy_from_host(&mut view, &host[..3])).unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::LengthMismatch { src: 3, dst: 1024 });
+    assert!(err.later().is_none());
+    // Both fail: from another thread the per-thread stream refuses the copy, then the synchronize.
+    let err = std::thread::scope(|threads| {
+        threads.spawn(|| stream.try_scope(|s| s.copy_from_host(&mut view, &host))).join().unwrap()
+    })
+    .unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    let later = err.later().expect("the synchronize's failure is attached");
+    assert!(matches!(later.kind(), ErrorKind::InvalidArgument(_)), "{later}");
+    assert!(err.to_string().contains("; then "), "{err}");
+    assert_same(&device.to_vec().unwrap(), &host);
+}
