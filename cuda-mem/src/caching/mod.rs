@@ -1,5 +1,5 @@
 //! A caching allocator of device memory, independent of CUDA: the runtime plugs in through
-//! [`Backend`] (segments, and events as fences); the tests and fuzz targets plug in [`fake`].
+//! [`Backend`] (segments, and events as fences); the tests and fuzz targets plug in `fake`.
 //!
 //! **Size classes.** Requests round up to a class: 512-byte steps up to 8 KiB, then sixteen
 //! classes per power of two, so rounding wastes under a sixteenth of a request (see
