@@ -1,5 +1,6 @@
 //! `CudaError`: every failure of this crate, with what was attempted and why it failed.
 
+use crate::caching::CachingStats;
 use crate::pool_stats::PoolStats;
 use std::borrow::Cow;
 use std::fmt;
@@ -99,6 +100,8 @@ pub struct OomReport {
     pub pool: Option<PoolStats>,
     /// The cap of the limiting adaptor that refused, and what was in use under it.
     pub limit: Option<(usize, usize)>,
+    /// The caching allocator's figures after it released every free segment and tried again.
+    pub cache: Option<CachingStats>,
 }
 
 impl OomReport {
@@ -204,6 +207,14 @@ impl CudaError {
         self
     }
 
+    /// Adds a caching allocator's figures to an out-of-memory error (other errors pass through).
+    pub(crate) fn with_cache_stats(mut self, stats: impl FnOnce() -> CachingStats) -> Self {
+        if let ErrorKind::OutOfMemory { report, .. } = &mut self.kind {
+            report.cache = Some(stats());
+        }
+        self
+    }
+
     /// What was attempted.
     pub fn operation(&self) -> &str {
         &self.operation
@@ -278,6 +289,14 @@ fn write_oom(f: &mut fmt::Formatter<'_>, code: Option<ErrorCode>, report: &OomRe
     }
     if let Some((cap, in_use)) = report.limit {
         write!(f, "; the limit of {cap} bytes would be exceeded ({in_use} bytes in use under it)")?;
+    }
+    if let Some(cache) = &report.cache {
+        write!(
+            f,
+            "; the caching allocator still reserves {} bytes ({} allocated, {} free in segments in use, \
+             largest free block {} bytes)",
+            cache.reserved.current, cache.allocated.current, cache.free_bytes, cache.largest_free_block
+        )?;
     }
     let hint = if report.limit.is_some() {
         "raise the limit or free buffers first"

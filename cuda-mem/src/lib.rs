@@ -61,6 +61,10 @@
 
 #[macro_use]
 mod owner_macros;
+// The device caching allocator's CUDA-independent core: until it is wired to the runtime only
+// its tests and the fuzz targets reach it.
+#[cfg_attr(not(any(test, fuzzing)), allow(dead_code, unused_imports))]
+mod caching;
 mod device;
 mod device_buffer;
 #[cfg(feature = "dlpack")]
@@ -88,6 +92,7 @@ mod stream;
 mod stream_buffer;
 
 pub use bytemuck::{Pod, Zeroable};
+pub use caching::{CachingStats, CurrentPeak};
 pub use cuda_mem_sys as sys;
 pub use device::{Device, DeviceAttribute, driver_version, runtime_version};
 pub use device_buffer::DeviceBuffer;
@@ -166,6 +171,11 @@ mod auto_traits {
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzzing {
+    pub use crate::caching::fake::{FakeBackend as FakeDeviceBackend, FakeFence as FakeDeviceFence};
+    pub use crate::caching::{
+        Backend as DeviceBackend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config as CachingConfig,
+        StreamKey,
+    };
     pub use crate::pinned_pool::cache::fake::{FakeBackend, FakeFence, fake_block};
     pub use crate::pinned_pool::cache::{Backend, Block, BlockCache};
     pub use crate::pinned_pool::size_class::{MIN_BLOCK, NUM_CLASSES, SizeClass, class_of};

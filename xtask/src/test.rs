@@ -111,10 +111,11 @@ pub fn sanitize() -> Result {
 }
 
 /// Each target with its input size cap (the resource and log targets run many operations per byte).
-const FUZZ_TARGETS: [(&str, u32); 5] = [
+const FUZZ_TARGETS: [(&str, u32); 6] = [
     ("size_classes", 2048),
     ("staged_plan", 2048),
     ("pinned_cache", 2048),
+    ("device_cache", 2048),
     ("resource_adaptors", 512),
     ("replay_log", 512),
 ];

@@ -1,0 +1,450 @@
+//! `CachingAllocator`: the front caches, the core, and the paths between them.
+
+use super::arena::BlockId;
+use super::backend::{Backend, StreamKey};
+use super::block::CachedBlock;
+use super::config::Config;
+use super::core::{Core, On};
+use super::front::{self, BinKey, FrontLimits, Parked, ThreadCache, ThreadExit, ThreadTotals};
+use super::size_class::{SizeClass, class_of};
+use super::stats::{CachingStats, ClassStats, CurrentPeak};
+use crate::error::{CudaError, ErrorKind, Result};
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+/// Allocator ids key the threads' front caches; never reused, so a dropped allocator's entries
+/// cannot be mistaken for a new one's.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A caching allocator of device memory over a [`Backend`]. Cloning shares it.
+///
+/// Blocks are reused on the stream they were freed on at once; a freed block goes first to the
+/// calling thread's front cache (no shared lock), and to the shared core when that is full or on
+/// a miss. See the module documentation for the design.
+pub struct CachingAllocator<B: Backend> {
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: Backend> Clone for CachingAllocator<B> {
+    fn clone(&self) -> Self {
+        Self { shared: Arc::clone(&self.shared) }
+    }
+}
+
+impl<B: Backend> fmt::Debug for CachingAllocator<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachingAllocator")
+            .field("config", &self.shared.config)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared<B: Backend> {
+    id: u64,
+    backend: B,
+    config: Config,
+    limits: FrontLimits,
+    core: Mutex<Core<B>>,
+    threads: Mutex<Registry>,
+}
+
+/// Every thread's front cache, and the figures of threads that exited (or had no cache).
+#[derive(Default)]
+struct Registry {
+    caches: Vec<Arc<ThreadCache>>,
+    retired: ThreadTotals,
+}
+
+/// A panic under these locks can only come from a broken invariant (a bug) or a panicking
+/// backend, which is called where the bookkeeping is consistent; either way the state is usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<B: Backend> CachingAllocator<B> {
+    /// An empty cache over `backend`. Makes no backend call.
+    pub fn new(backend: B, config: Config) -> Result<Self> {
+        config.check().map_err(|why| CudaError::new(ErrorKind::InvalidArgument(why), "CachingAllocator::new"))?;
+        let limits = FrontLimits { depth: config.front_depth, max_bytes: config.front_max_bytes };
+        let shared = Shared {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            backend,
+            config,
+            limits,
+            core: Mutex::new(Core::new()),
+            threads: Mutex::new(Registry::default()),
+        };
+        Ok(Self { shared: Arc::new(shared) })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.shared.backend
+    }
+
+    /// The parameters.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// A block of at least `bytes` for use on `stream`: from this thread's front cache, else from
+    /// the core (growing it by a segment if needed). Out of memory is
+    /// [`ErrorKind::OutOfMemory`] after the cache has released everything it held and tried again;
+    /// its report carries the cache's figures.
+    #[inline]
+    pub fn alloc(&self, bytes: usize, stream: &B::Stream) -> Result<CachedBlock> {
+        let Some(class) = class_of(bytes) else {
+            return Err(super::size_overflow(bytes));
+        };
+        let shared = &*self.shared;
+        let key = BinKey { stream: B::key(stream), class: class.index() };
+        let hit = front::with_cache(shared.id, || self.register(), |cache| cache.take(key, class.bytes(), bytes));
+        match hit {
+            Some(Some(parked)) => Ok(shared.handle(parked.ptr, parked.id, class, bytes, key.stream)),
+            _ => self.alloc_slow(class, bytes, stream),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow(&self, class: SizeClass, requested: usize, stream: &B::Stream) -> Result<CachedBlock> {
+        let shared = &*self.shared;
+        let key = BinKey { stream: B::key(stream), class: class.index() };
+        let (id, ptr) = shared.take_from_core(stream, class)?;
+        let counted = front::with_cache(
+            shared.id,
+            || self.register(),
+            |cache| cache.note_alloc(key, class.bytes(), requested, shared.limits),
+        );
+        if counted.is_none() {
+            shared.count_without_cache(key, class.bytes(), requested, true);
+        }
+        Ok(shared.handle(ptr, id, class, requested, key.stream))
+    }
+
+    /// Returns `block` for reuse on its own stream, at once.
+    ///
+    /// # Safety
+    /// `block` came from this allocator, and every use of its memory is ordered before the work
+    /// queued on `block.stream()` after this call (a use on another stream is, once the block's
+    /// stream was made to wait for it, e.g. with `cudaStreamWaitEvent`; otherwise use
+    /// [`CachingAllocator::free_on`]).
+    #[inline]
+    pub unsafe fn free(&self, block: CachedBlock) {
+        let shared = &*self.shared;
+        if block.allocator != shared.id {
+            return foreign_block(block);
+        }
+        let key = BinKey { stream: block.stream, class: block.class.index() };
+        let (bytes, requested) = (block.bytes(), block.requested);
+        let parked = block.parked();
+        let rejected = front::with_cache(
+            shared.id,
+            || self.register(),
+            |cache| cache.put(key, parked, bytes, requested, shared.limits),
+        );
+        match rejected {
+            Some(None) => {}
+            Some(Some(parked)) => shared.give_back(parked),
+            None => {
+                shared.count_without_cache(key, bytes, requested, false);
+                shared.give_back(block.parked());
+            }
+        }
+    }
+
+    /// Returns `block`, last used on `stream`: reusable once the work queued on `stream` so far
+    /// has completed (a fence recorded there now). Freeing on the block's own stream is
+    /// [`CachingAllocator::free`].
+    ///
+    /// If no fence can be recorded, the error is returned and the block stays allocated for
+    /// good: it cannot be known when the stream's work ends.
+    ///
+    /// # Safety
+    /// `block` came from this allocator, and every use of its memory is ordered before the work
+    /// queued on `stream` after this call.
+    pub unsafe fn free_on(&self, block: CachedBlock, stream: &B::Stream) -> Result<()> {
+        let on = On { key: B::key(stream), stream };
+        if on.key == block.stream {
+            // SAFETY: the caller's guarantee, for the block's own stream.
+            unsafe { self.free(block) };
+            return Ok(());
+        }
+        let shared = &*self.shared;
+        if block.allocator != shared.id {
+            foreign_block(block);
+            return Ok(());
+        }
+        {
+            let mut core = shared.core();
+            if !core.arena().is_out_at(block.id, block.ptr) {
+                debug_assert!(false, "{block:?} is not out of this allocator");
+                return Ok(());
+            }
+            core.free_pending(&shared.backend, block.id, on)?;
+        }
+        let key = BinKey { stream: block.stream, class: block.class.index() };
+        let (bytes, requested) = (block.bytes(), block.requested);
+        let counted = front::with_cache(
+            shared.id,
+            || self.register(),
+            |cache| cache.note_free(key, bytes, requested, shared.limits),
+        );
+        if counted.is_none() {
+            shared.count_without_cache(key, bytes, requested, false);
+        }
+        Ok(())
+    }
+
+    /// Returns this thread's front cache to the core.
+    pub fn flush_thread(&self) {
+        let mut parked = Vec::new();
+        front::with_existing(self.shared.id, |cache| cache.drain(&mut parked));
+        self.shared.give_back_all(parked);
+    }
+
+    /// Releases every cached segment to the backend: all threads' front caches are returned to
+    /// the core first, then every segment none of whose blocks is out is released. Blocks the
+    /// calling thread until the last work on those segments (and on blocks freed on other
+    /// streams) has completed. Returns the bytes released.
+    pub fn empty_cache(&self) -> usize {
+        self.shared.flush_all();
+        self.shared.core().release_cached(&self.shared.backend)
+    }
+
+    /// The allocator's figures. Locks every thread's front cache in turn, then the core.
+    pub fn stats(&self) -> CachingStats {
+        self.shared.stats()
+    }
+
+    /// Counts per size class, smallest class first (classes never allocated are left out).
+    pub fn class_stats(&self) -> Vec<ClassStats> {
+        let totals = self.shared.thread_totals();
+        let mut classes: Vec<ClassStats> = totals
+            .classes
+            .iter()
+            .map(|(&index, counts)| ClassStats {
+                bytes: SizeClass::from_index(index).map_or(0, SizeClass::bytes),
+                allocations: counts.allocations,
+                frees: counts.frees,
+                front_hits: counts.front_hits,
+            })
+            .collect();
+        classes.sort_by_key(|c| c.bytes);
+        classes
+    }
+
+    /// Panics if the core's bookkeeping is inconsistent.
+    #[cfg(any(test, fuzzing))]
+    pub fn check_invariants(&self) {
+        self.shared.core().check();
+    }
+
+    /// Keys of the streams the allocator holds a handle of.
+    #[cfg(any(test, fuzzing))]
+    pub fn held_streams(&self) -> Vec<StreamKey> {
+        self.shared.core().held_streams()
+    }
+
+    /// Holds the core's lock (to prove that a path does not need it).
+    #[cfg(test)]
+    pub(super) fn hold_core(&self) -> impl Drop + '_ {
+        self.shared.core()
+    }
+
+    fn register(&self) -> (Arc<ThreadCache>, Weak<dyn ThreadExit>) {
+        let cache = Arc::new(ThreadCache::new());
+        self.shared.threads().caches.push(Arc::clone(&cache));
+        let owner: Weak<Shared<B>> = Arc::downgrade(&self.shared);
+        (cache, owner)
+    }
+}
+
+impl<B: Backend> Shared<B> {
+    fn core(&self) -> MutexGuard<'_, Core<B>> {
+        lock(&self.core)
+    }
+
+    fn threads(&self) -> MutexGuard<'_, Registry> {
+        lock(&self.threads)
+    }
+
+    #[inline]
+    fn handle(
+        &self,
+        ptr: NonNull<u8>,
+        id: BlockId,
+        class: SizeClass,
+        requested: usize,
+        stream: StreamKey,
+    ) -> CachedBlock {
+        CachedBlock { ptr, requested, class, stream, id, allocator: self.id }
+    }
+
+    /// A block from the core: the stream's free blocks; else, after every front cache is
+    /// returned (parked blocks may be what is missing), adoption or growth; on out of memory,
+    /// once more after releasing everything cached.
+    fn take_from_core(&self, stream: &B::Stream, class: SizeClass) -> Result<(BlockId, NonNull<u8>)> {
+        let (backend, config) = (&self.backend, &self.config);
+        let on = || On { key: B::key(stream), stream };
+        {
+            let mut core = self.core();
+            if let Some(id) = core.take_cached(backend, config, B::key(stream), class) {
+                return Ok((id, core.arena().ptr(id)));
+            }
+        }
+        self.flush_all();
+        let first = {
+            let mut core = self.core();
+            core.take_or_grow(backend, config, on(), class).map(|id| (id, core.arena().ptr(id)))
+        };
+        match first {
+            Err(err) if err.is_out_of_memory() => {}
+            other => return other,
+        }
+        self.flush_all();
+        let retry = {
+            let mut core = self.core();
+            core.figures.oom_retries += 1;
+            core.release_cached(backend);
+            core.take_or_grow(backend, config, on(), class).map(|id| (id, core.arena().ptr(id)))
+        };
+        retry.map_err(|err| err.with_cache_stats(|| self.stats()))
+    }
+
+    /// Returns a parked block to the core.
+    fn give_back(&self, parked: Parked) {
+        let mut core = self.core();
+        give_back_to(&mut core, parked);
+    }
+
+    fn give_back_all(&self, parked: Vec<Parked>) {
+        if parked.is_empty() {
+            return;
+        }
+        let mut core = self.core();
+        for p in parked {
+            give_back_to(&mut core, p);
+        }
+    }
+
+    /// Returns every thread's front cache to the core. The registry stays locked until the
+    /// blocks are in the core, so a flush sees every block a finished thread parked (its exit
+    /// is either done, blocks in the core, or not begun, cache in the registry).
+    fn flush_all(&self) {
+        let registry = self.threads();
+        let mut parked = Vec::new();
+        for cache in &registry.caches {
+            cache.drain(&mut parked);
+        }
+        self.give_back_all(parked);
+    }
+
+    /// Counts an allocation or free of a thread without a front cache (at thread exit).
+    #[cold]
+    fn count_without_cache(&self, key: BinKey, bytes: usize, requested: usize, alloc: bool) {
+        let mut registry = self.threads();
+        let retired = &mut registry.retired;
+        let counts = retired.classes.entry(key.class).or_default();
+        if alloc {
+            retired.counters.alloc(bytes, requested);
+            counts.allocations += 1;
+        } else {
+            retired.counters.free(bytes, requested);
+            counts.frees += 1;
+        }
+    }
+
+    fn thread_totals(&self) -> ThreadTotals {
+        let registry = self.threads();
+        let mut totals = ThreadTotals::default();
+        totals.counters.absorb(registry.retired.counters);
+        totals.absorb_classes(&registry.retired.classes);
+        for cache in &registry.caches {
+            cache.read(&mut totals);
+        }
+        totals
+    }
+
+    fn stats(&self) -> CachingStats {
+        let totals = self.thread_totals();
+        let core = self.core();
+        let figures = core.figures;
+        let (segments, free_bytes, largest_free_block) = core.arena().free_figures();
+        drop(core);
+        let current = |net: isize| usize::try_from(net).unwrap_or(0);
+        let allocated = current(totals.counters.allocated);
+        // Both bound the true peak from above: one thread's peaks summed, and what was out of
+        // the core (held blocks are a part of it).
+        let allocated_peak = current(totals.counters.allocated_peak).min(figures.active.peak).max(allocated);
+        let requested = current(totals.counters.requested);
+        let requested_peak = current(totals.counters.requested_peak).min(allocated_peak).max(requested);
+        CachingStats {
+            allocated: CurrentPeak { current: allocated, peak: allocated_peak },
+            requested: CurrentPeak { current: requested, peak: requested_peak },
+            active: figures.active,
+            reserved: figures.reserved,
+            free_bytes,
+            largest_free_block,
+            parked_bytes: totals.parked_bytes,
+            pending_bytes: figures.pending_bytes,
+            segments,
+            segment_allocations: figures.segment_allocations,
+            segment_releases: figures.segment_releases,
+            front_hits: totals.front_hits,
+            core_hits: figures.core_hits,
+            misses: figures.misses,
+            segments_adopted: figures.segments_adopted,
+            stream_waits: figures.stream_waits,
+            oom_retries: figures.oom_retries,
+        }
+    }
+}
+
+/// A block given to an allocator that did not hand it out (a broken `free` contract): leaked
+/// rather than cached where it does not belong.
+#[cold]
+fn foreign_block(block: CachedBlock) {
+    debug_assert!(false, "{block:?} belongs to another allocator");
+}
+
+/// Returns a parked block to the core, if it is one the core handed out (it always is, unless a
+/// caller broke `free`'s contract; then it is leaked rather than trusted).
+fn give_back_to<B: Backend>(core: &mut Core<B>, parked: Parked) {
+    if core.arena().is_out_at(parked.id, parked.ptr) {
+        core.give_back(parked.id);
+    } else {
+        debug_assert!(false, "{parked:?} is not out of this allocator");
+    }
+}
+
+impl<B: Backend> ThreadExit for Shared<B> {
+    fn thread_exit(&self, cache: &Arc<ThreadCache>) {
+        let mut registry = self.threads();
+        registry.caches.retain(|c| !Arc::ptr_eq(c, cache));
+        let mut parked = Vec::new();
+        cache.retire(&mut parked, &mut registry.retired);
+        self.give_back_all(parked); // under the registry's lock, as in `flush_all`
+    }
+}
+
+impl<B: Backend> Drop for Shared<B> {
+    fn drop(&mut self) {
+        // No handle is left, so no call is in flight; threads' caches may still hold blocks.
+        let caches = std::mem::take(&mut lock(&self.threads).caches);
+        let mut parked = Vec::new();
+        for cache in &caches {
+            cache.drain(&mut parked);
+        }
+        let core = self.core.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for p in parked {
+            give_back_to(core, p);
+        }
+        // Segments with blocks still out (forgotten handles) stay allocated: leaked, never
+        // released under a holder.
+        core.release_cached(&self.backend);
+    }
+}

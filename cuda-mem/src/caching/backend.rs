@@ -1,0 +1,58 @@
+//! What the caching allocator needs from CUDA: segments of device memory, and fences (events)
+//! recorded on streams that the host can query or wait for and that other streams can wait for.
+
+use crate::error::Result;
+use std::ptr::NonNull;
+
+/// A stream as the front caches and blocks know it: the value of its raw handle, compared and
+/// hashed, never dereferenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamKey(pub usize);
+
+/// The memory system behind a [`CachingAllocator`](super::CachingAllocator).
+///
+/// # Safety
+/// The cache hands out parts of segments and decides when memory may be reused from these
+/// promises; an implementation that breaks one makes it hand out memory that is still in use:
+/// - `allocate(bytes)` returns `bytes` bytes aligned to at least 256, overlapping no segment it
+///   returned before that has not been released;
+/// - a fence from `record(stream)` covers the work queued on `stream` before the call: `is_done`
+///   is true and `wait` returns `Ok` only once that work has completed, and `stream_wait(other,
+///   fence)` returns `Ok` only when work queued on `other` afterwards cannot start before it;
+/// - while a `Stream` handle lives, its `key` names that stream and no other.
+pub unsafe trait Backend: Send + Sync + 'static {
+    /// A handle to a stream. The cache keeps a clone of it (taken off the hot path) while it
+    /// holds memory of that stream or a fence on it, so the stream, and with it its key, stays
+    /// that stream's until the cache is done with it.
+    type Stream: Clone + Send + Sync + 'static;
+
+    /// A mark in a stream's work (a CUDA event).
+    type Fence: Send + Sync + 'static;
+
+    /// The key of `stream` (its raw handle's value): cheap, as every allocation and free uses it.
+    fn key(stream: &Self::Stream) -> StreamKey;
+
+    /// A new segment of `bytes` (a multiple of 512) bytes. Out of memory is
+    /// `ErrorKind::OutOfMemory`, which makes the cache release what it holds and try once more.
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>>;
+
+    /// Returns a segment to the system.
+    ///
+    /// # Safety
+    /// `base` and `bytes` are a segment from this backend's `allocate`, released once, and every
+    /// piece of work that used its memory has completed.
+    unsafe fn release(&self, base: NonNull<u8>, bytes: usize);
+
+    /// A fence after the work queued on `stream` so far.
+    fn record(&self, stream: &Self::Stream) -> Result<Self::Fence>;
+
+    /// True when the fenced work has completed; never blocks.
+    fn is_done(&self, fence: &Self::Fence) -> bool;
+
+    /// Blocks the calling thread until the fenced work has completed.
+    fn wait(&self, fence: &Self::Fence) -> Result<()>;
+
+    /// Makes work queued on `stream` from now on wait for the fenced work, without blocking the
+    /// host (`cudaStreamWaitEvent`).
+    fn stream_wait(&self, stream: &Self::Stream, fence: &Self::Fence) -> Result<()>;
+}

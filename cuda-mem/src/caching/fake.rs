@@ -1,0 +1,278 @@
+//! A backend for tests and fuzzing: segments from the system allocator, and streams modelled
+//! by counters. Work queued on a stream ([`FakeBackend::submit`]) completes in order, only when a
+//! test says so ([`FakeBackend::complete`]) or the cache waits for it; a fence is a stream and a
+//! count. A device-side wait is a piece of work too, which completes only after the work it waits
+//! for (so completing a stream completes what it waited for, as on a device).
+//! [`FakeBackend::is_ordered`] answers whether work queued on a stream now comes after a given
+//! piece of another stream's work, which is what a test checks when a block changes hands.
+
+use super::backend::{Backend, StreamKey};
+use crate::error::{CudaError, ErrorKind, OomReport, Result};
+use rustc_hash::FxHashMap;
+use std::alloc::Layout;
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Segment alignment: what `cudaMalloc` guarantees at least.
+const ALIGN: usize = 512;
+
+/// A backend over the system allocator with hand-completed streams. Clones share the state, so
+/// a test keeps one to inspect what the allocator did with the other.
+#[derive(Debug, Clone, Default)]
+pub struct FakeBackend {
+    state: Arc<Mutex<FakeState>>,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    streams: FxHashMap<StreamKey, FakeStream>,
+    /// Live segments: address -> (pointer, bytes).
+    segments: BTreeMap<usize, (NonNull<u8>, usize)>,
+    /// Refuse allocations beyond this many reserved bytes (`None`: no limit).
+    capacity: Option<usize>,
+    /// Refuse this many allocations whatever the capacity.
+    fail_next: usize,
+    fail_records: bool,
+    allocations: u64,
+    released: Vec<(usize, usize)>,
+    host_waits: u64,
+}
+
+// SAFETY: the segment pointers are system-allocator memory this state alone frees; any thread
+// holding the state (through its mutex) may free them.
+unsafe impl Send for FakeState {}
+
+#[derive(Debug, Default)]
+struct FakeStream {
+    /// Pieces of work queued so far.
+    queued: u64,
+    /// Pieces of work completed (a prefix of the queued ones).
+    completed: u64,
+    /// Device-side waits: (the piece of work that is the wait, the stream and count it waits for).
+    waits: Vec<(u64, StreamKey, u64)>,
+}
+
+impl FakeState {
+    fn completed(&self, stream: StreamKey) -> u64 {
+        self.streams.get(&stream).map_or(0, |s| s.completed)
+    }
+
+    /// Completes the first `seq` pieces of `stream`'s work, and first what they waited for.
+    fn complete_to(&mut self, stream: StreamKey, seq: u64) {
+        if self.completed(stream) >= seq {
+            return;
+        }
+        let waits: Vec<_> = self.streams[&stream].waits.iter().filter(|w| w.0 <= seq).map(|w| (w.1, w.2)).collect();
+        for (other, other_seq) in waits {
+            self.complete_to(other, other_seq);
+        }
+        self.streams.get_mut(&stream).expect("a stream with work").completed = seq;
+    }
+}
+
+/// The work queued on `stream` before the fence was recorded: its first `seq` pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FakeFence {
+    /// Where it was recorded.
+    pub stream: StreamKey,
+    /// How many pieces of work it covers.
+    pub seq: u64,
+}
+
+impl FakeBackend {
+    fn state(&self) -> MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Refuses allocations that would take the live segments beyond `bytes` (`None`: no limit).
+    pub fn set_capacity(&self, bytes: Option<usize>) {
+        self.state().capacity = bytes;
+    }
+
+    /// Refuses the next `count` allocations.
+    pub fn fail_next_allocations(&self, count: usize) {
+        self.state().fail_next = count;
+    }
+
+    /// Makes `record` fail (a broken context) or work again.
+    pub fn fail_records(&self, fail: bool) {
+        self.state().fail_records = fail;
+    }
+
+    /// Queues a piece of work on `stream`; returns how many are queued there now.
+    pub fn submit(&self, stream: StreamKey) -> u64 {
+        let mut state = self.state();
+        let s = state.streams.entry(stream).or_default();
+        s.queued += 1;
+        s.queued
+    }
+
+    /// Work queued on `stream` so far: a free now is ordered after this much of it.
+    pub fn queued(&self, stream: StreamKey) -> u64 {
+        self.state().streams.get(&stream).map_or(0, |s| s.queued)
+    }
+
+    /// Completes every piece of work queued on `stream` (and what it waited for).
+    pub fn complete(&self, stream: StreamKey) {
+        let mut state = self.state();
+        let queued = state.streams.get(&stream).map_or(0, |s| s.queued);
+        state.complete_to(stream, queued);
+    }
+
+    /// Completes all work on every stream.
+    pub fn complete_all(&self) {
+        let mut state = self.state();
+        let streams: Vec<_> = state.streams.iter().map(|(&k, s)| (k, s.queued)).collect();
+        for (stream, queued) in streams {
+            state.complete_to(stream, queued);
+        }
+    }
+
+    /// True when work queued on `to` from now on starts after the first `seq` pieces of `from`'s
+    /// work: same stream, completed, or waited for on the device, directly or through waits of
+    /// the streams waited for.
+    pub fn is_ordered(&self, from: StreamKey, seq: u64, to: StreamKey) -> bool {
+        let state = self.state();
+        if from == to || state.completed(from) >= seq {
+            return true;
+        }
+        // Depth-first over waits: `(stream, count)` means "after that stream's first `count` pieces".
+        let mut seen: FxHashMap<StreamKey, u64> = FxHashMap::default();
+        let mut stack = vec![(to, state.streams.get(&to).map_or(0, |s| s.queued))];
+        while let Some((stream, count)) = stack.pop() {
+            if stream == from && count >= seq {
+                return true;
+            }
+            if seen.get(&stream).is_some_and(|&c| c >= count) {
+                continue;
+            }
+            seen.insert(stream, count);
+            if let Some(s) = state.streams.get(&stream) {
+                stack.extend(s.waits.iter().filter(|w| w.0 <= count).map(|w| (w.1, w.2)));
+            }
+        }
+        false
+    }
+
+    /// True when the first `seq` pieces of work on `stream` have completed.
+    pub fn is_complete(&self, stream: StreamKey, seq: u64) -> bool {
+        self.state().completed(stream) >= seq
+    }
+
+    /// Bytes in live segments.
+    pub fn reserved(&self) -> usize {
+        self.state().segments.values().map(|&(_, bytes)| bytes).sum()
+    }
+
+    /// Live segments as (address, bytes).
+    pub fn live_segments(&self) -> Vec<(usize, usize)> {
+        self.state().segments.iter().map(|(&a, &(_, b))| (a, b)).collect()
+    }
+
+    /// Segments allocated so far.
+    pub fn allocations(&self) -> u64 {
+        self.state().allocations
+    }
+
+    /// Segments released since the last call, as (address, bytes).
+    pub fn take_released(&self) -> Vec<(usize, usize)> {
+        std::mem::take(&mut self.state().released)
+    }
+
+    /// Times the cache blocked on a fence.
+    pub fn host_waits(&self) -> u64 {
+        self.state().host_waits
+    }
+}
+
+impl Drop for FakeState {
+    fn drop(&mut self) {
+        // Segments the allocator kept (blocks it could never take back): the test is over.
+        for &(ptr, bytes) in self.segments.values() {
+            // SAFETY: a live segment from `allocate`, released here once as the state goes.
+            unsafe { std::alloc::dealloc(ptr.as_ptr(), layout(bytes)) };
+        }
+    }
+}
+
+fn layout(bytes: usize) -> Layout {
+    Layout::from_size_align(bytes, ALIGN).expect("segment sizes fit a layout")
+}
+
+// SAFETY: segments are distinct live allocations of the system allocator, aligned to 512. A fence
+// covers the first `seq` pieces of its stream's work: `is_done` and `wait` report completion of
+// exactly those (waiting completes them, as a blocking wait returns only after they ran), and
+// `stream_wait` queues a wait after which the stream's work comes after them. Streams are their
+// keys: plain numbers chosen by the tests, never reused for another stream.
+unsafe impl Backend for FakeBackend {
+    type Stream = StreamKey;
+    type Fence = FakeFence;
+
+    fn key(stream: &StreamKey) -> StreamKey {
+        *stream
+    }
+
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
+        let mut state = self.state();
+        let reserved: usize = state.segments.values().map(|&(_, bytes)| bytes).sum();
+        let over = state.capacity.is_some_and(|cap| reserved + bytes > cap);
+        if state.fail_next > 0 || over {
+            state.fail_next = state.fail_next.saturating_sub(1);
+            let report = OomReport {
+                requested: bytes,
+                free: state.capacity.map(|cap| cap.saturating_sub(reserved)),
+                total: state.capacity,
+                ..OomReport::default()
+            };
+            let kind = ErrorKind::OutOfMemory { code: None, report: Box::new(report) };
+            return Err(CudaError::new(kind, "fake segment allocation"));
+        }
+        // SAFETY: a non-zero size (the cache asks for multiples of 512) and a valid alignment.
+        let ptr = NonNull::new(unsafe { std::alloc::alloc(layout(bytes)) }).unwrap_or_else(|| {
+            std::alloc::handle_alloc_error(layout(bytes));
+        });
+        state.segments.insert(ptr.as_ptr().addr(), (ptr, bytes));
+        state.allocations += 1;
+        Ok(ptr)
+    }
+
+    unsafe fn release(&self, base: NonNull<u8>, bytes: usize) {
+        let mut state = self.state();
+        let addr = base.as_ptr().addr();
+        let live = state.segments.remove(&addr).map(|(_, b)| b);
+        assert_eq!(live, Some(bytes), "released a segment that is not live");
+        state.released.push((addr, bytes));
+        // SAFETY: allocated by `allocate` with this layout (the map just proved it live, so this
+        // is its one release).
+        unsafe { std::alloc::dealloc(base.as_ptr(), layout(bytes)) };
+    }
+
+    fn record(&self, stream: &StreamKey) -> Result<FakeFence> {
+        let mut state = self.state();
+        if state.fail_records {
+            return Err(CudaError::new(ErrorKind::InvalidArgument("fake fence refused"), "FakeBackend::record"));
+        }
+        let seq = state.streams.entry(*stream).or_default().queued;
+        Ok(FakeFence { stream: *stream, seq })
+    }
+
+    fn is_done(&self, fence: &FakeFence) -> bool {
+        self.state().completed(fence.stream) >= fence.seq
+    }
+
+    fn wait(&self, fence: &FakeFence) -> Result<()> {
+        let mut state = self.state();
+        state.host_waits += 1;
+        state.complete_to(fence.stream, fence.seq);
+        Ok(())
+    }
+
+    fn stream_wait(&self, stream: &StreamKey, fence: &FakeFence) -> Result<()> {
+        let mut state = self.state();
+        let s = state.streams.entry(*stream).or_default();
+        s.queued += 1;
+        s.waits.push((s.queued, fence.stream, fence.seq));
+        Ok(())
+    }
+}

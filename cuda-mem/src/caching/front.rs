@@ -1,0 +1,262 @@
+//! Per-thread front caches: each thread keeps a few freed blocks per (stream, class) for each
+//! allocator it uses, so that an allocation after a free of the same class on the same stream
+//! takes no lock shared with other threads.
+//!
+//! A thread's cache sits behind its own [`SpinLock`], which only that thread takes on the hot
+//! path; other threads take it only to flush the cache (`empty_cache`, growth, allocator drop)
+//! or read its counters. The allocator keeps every thread's cache in its registry for that; the
+//! thread finds its own through a thread-local list keyed by allocator id. At thread exit the
+//! list's destructor hands each cache's blocks back to its allocator, if the allocator still
+//! lives (a dropped allocator has flushed every registered cache already).
+
+use super::arena::BlockId;
+use super::backend::StreamKey;
+use super::spin::SpinLock;
+use super::stats::{ClassCounts, ThreadCounters};
+use rustc_hash::FxHashMap;
+use std::cell::RefCell;
+use std::ptr::NonNull;
+use std::sync::{Arc, Weak};
+
+/// A block parked in a front cache: out of the core, held by no user.
+#[derive(Debug)]
+pub(super) struct Parked {
+    pub ptr: NonNull<u8>,
+    pub id: BlockId,
+}
+
+// SAFETY: the address of device memory the cache owns, never dereferenced by the cache; the thread
+// that receives it may hand the block out or return it to the core.
+unsafe impl Send for Parked {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct BinKey {
+    pub stream: StreamKey,
+    pub class: u16,
+}
+
+/// Blocks freed on one stream in one class, newest last; capacity fixed when created.
+struct Bin {
+    parked: Vec<Parked>,
+    counts: ClassCounts,
+}
+
+/// How much a front cache may hold.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FrontLimits {
+    pub depth: usize,
+    pub max_bytes: usize,
+}
+
+#[derive(Default)]
+struct Front {
+    bins: FxHashMap<BinKey, Bin>,
+    parked_bytes: usize,
+    counters: ThreadCounters,
+    /// Counts of bins removed by flushes.
+    classes: FxHashMap<u16, ClassCounts>,
+}
+
+impl Front {
+    fn bin(&mut self, key: BinKey, depth: usize) -> &mut Bin {
+        self.bins
+            .entry(key)
+            .or_insert_with(|| Bin { parked: Vec::with_capacity(depth), counts: ClassCounts::default() })
+    }
+
+    /// Moves every parked block to `out` and forgets the bins (their counts kept per class), so
+    /// bins of streams no longer used do not accumulate.
+    fn drain(&mut self, out: &mut Vec<Parked>) {
+        for (key, bin) in self.bins.drain() {
+            out.extend(bin.parked);
+            self.classes.entry(key.class).or_default().absorb(bin.counts);
+        }
+        self.parked_bytes = 0;
+    }
+}
+
+/// One thread's front cache for one allocator, with that thread's counters.
+pub(super) struct ThreadCache {
+    front: SpinLock<Front>,
+}
+
+/// What a thread's caches add up to, for statistics.
+#[derive(Default)]
+pub(super) struct ThreadTotals {
+    pub counters: ThreadCounters,
+    pub parked_bytes: usize,
+    pub front_hits: u64,
+    pub classes: FxHashMap<u16, ClassCounts>,
+}
+
+impl ThreadTotals {
+    pub(super) fn absorb_classes(&mut self, classes: &FxHashMap<u16, ClassCounts>) {
+        for (&class, &counts) in classes {
+            self.front_hits += counts.front_hits;
+            self.classes.entry(class).or_default().absorb(counts);
+        }
+    }
+}
+
+impl ThreadCache {
+    pub fn new() -> Self {
+        Self { front: SpinLock::new(Front::default()) }
+    }
+
+    /// A parked block of `key` for a request of `requested` bytes (`bytes` being the class's).
+    #[inline]
+    pub fn take(&self, key: BinKey, bytes: usize, requested: usize) -> Option<Parked> {
+        let mut front = self.front.lock();
+        let front = &mut *front;
+        let bin = front.bins.get_mut(&key)?;
+        let parked = bin.parked.pop()?;
+        bin.counts.allocations += 1;
+        bin.counts.front_hits += 1;
+        front.parked_bytes -= bytes;
+        front.counters.alloc(bytes, requested);
+        Some(parked)
+    }
+
+    /// Counts a free and parks the block if the limits allow; otherwise hands it back for the core.
+    #[inline]
+    pub fn put(
+        &self,
+        key: BinKey,
+        parked: Parked,
+        bytes: usize,
+        requested: usize,
+        limits: FrontLimits,
+    ) -> Option<Parked> {
+        let mut front = self.front.lock();
+        let front = &mut *front;
+        front.counters.free(bytes, requested);
+        let fits = front.parked_bytes + bytes <= limits.max_bytes;
+        let bin = front.bin(key, limits.depth);
+        bin.counts.frees += 1;
+        if fits && bin.parked.len() < limits.depth {
+            bin.parked.push(parked);
+            front.parked_bytes += bytes;
+            None
+        } else {
+            Some(parked)
+        }
+    }
+
+    /// Counts an allocation the core served.
+    pub fn note_alloc(&self, key: BinKey, bytes: usize, requested: usize, limits: FrontLimits) {
+        let mut front = self.front.lock();
+        front.counters.alloc(bytes, requested);
+        front.bin(key, limits.depth).counts.allocations += 1;
+    }
+
+    /// Counts a free that bypasses the front cache (a free on a foreign stream).
+    pub fn note_free(&self, key: BinKey, bytes: usize, requested: usize, limits: FrontLimits) {
+        let mut front = self.front.lock();
+        front.counters.free(bytes, requested);
+        front.bin(key, limits.depth).counts.frees += 1;
+    }
+
+    /// Moves every parked block to `out`.
+    pub fn drain(&self, out: &mut Vec<Parked>) {
+        self.front.lock().drain(out);
+    }
+
+    /// Moves every parked block to `out` and adds the counters to `totals` (at thread exit).
+    pub fn retire(&self, out: &mut Vec<Parked>, totals: &mut ThreadTotals) {
+        let mut front = self.front.lock();
+        front.drain(out);
+        totals.counters.absorb(front.counters);
+        front.counters = ThreadCounters::default();
+        for (class, counts) in front.classes.drain() {
+            totals.classes.entry(class).or_default().absorb(counts);
+        }
+    }
+
+    /// Adds this cache's figures to `totals`.
+    pub fn read(&self, totals: &mut ThreadTotals) {
+        let front = self.front.lock();
+        totals.counters.absorb(front.counters);
+        totals.parked_bytes += front.parked_bytes;
+        totals.absorb_classes(&front.classes);
+        for (key, bin) in &front.bins {
+            totals.front_hits += bin.counts.front_hits;
+            totals.classes.entry(key.class).or_default().absorb(bin.counts);
+        }
+    }
+}
+
+/// What a thread's exit does with its cache of an allocator (implemented by the allocator).
+pub(super) trait ThreadExit: Send + Sync {
+    fn thread_exit(&self, cache: &Arc<ThreadCache>);
+}
+
+/// This thread's cache of one allocator.
+struct Entry {
+    allocator: u64,
+    cache: Arc<ThreadCache>,
+    owner: Weak<dyn ThreadExit>,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        // Only at thread exit is the owner still alive here (dead entries are the only ones
+        // pruned); a dropped owner has flushed the cache itself.
+        if let Some(owner) = self.owner.upgrade() {
+            owner.thread_exit(&self.cache);
+        }
+    }
+}
+
+thread_local! {
+    static ENTRIES: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's cache of allocator `allocator`, registering one made by `register`
+/// on first use. `None` when this thread's storage is being torn down (thread exit) or is in use
+/// further up the stack; the caller then goes to the core directly.
+#[inline]
+pub(super) fn with_cache<R>(
+    allocator: u64,
+    register: impl FnOnce() -> (Arc<ThreadCache>, Weak<dyn ThreadExit>),
+    f: impl FnOnce(&ThreadCache) -> R,
+) -> Option<R> {
+    ENTRIES
+        .try_with(|entries| {
+            {
+                let entries = entries.try_borrow().ok()?;
+                if let Some(entry) = entries.iter().find(|e| e.allocator == allocator) {
+                    return Some(f(&entry.cache));
+                }
+            }
+            let cache = register_here(entries, allocator, register)?;
+            Some(f(&cache))
+        })
+        .ok()
+        .flatten()
+}
+
+#[cold]
+#[inline(never)]
+fn register_here(
+    entries: &RefCell<Vec<Entry>>,
+    allocator: u64,
+    register: impl FnOnce() -> (Arc<ThreadCache>, Weak<dyn ThreadExit>),
+) -> Option<Arc<ThreadCache>> {
+    let mut entries = entries.try_borrow_mut().ok()?;
+    // Entries of dropped allocators: their caches were flushed when the allocator dropped.
+    entries.retain(|e| e.owner.strong_count() > 0);
+    let (cache, owner) = register();
+    entries.push(Entry { allocator, cache: Arc::clone(&cache), owner });
+    Some(cache)
+}
+
+/// Runs `f` on this thread's cache of `allocator`, if it has one.
+pub(super) fn with_existing<R>(allocator: u64, f: impl FnOnce(&ThreadCache) -> R) -> Option<R> {
+    ENTRIES
+        .try_with(|entries| {
+            let entries = entries.try_borrow().ok()?;
+            entries.iter().find(|e| e.allocator == allocator).map(|e| f(&e.cache))
+        })
+        .ok()
+        .flatten()
+}

@@ -1,0 +1,85 @@
+//! A caching allocator of device memory, independent of CUDA: the runtime plugs in through
+//! [`Backend`] (segments, and events as fences); the tests and fuzz targets plug in `fake`.
+//!
+//! **Size classes.** Requests round up to a class: 512-byte steps up to 8 KiB, then sixteen
+//! classes per power of two, so rounding wastes under a sixteenth of a request (see
+//! [`size_class`]). Every block of a class has exactly the class's bytes, so a cached block
+//! serves any request of its class.
+//!
+//! **Segments.** Classes up to `small_max` (1 MiB) are carved from small segments (2 MiB), larger
+//! ones from large segments (20 MiB), and classes from `own_segment_from` (10 MiB) up get a
+//! segment of their own rounded to `granularity`; all of it is a [`Config`]. A block is the best
+//! fit of its stream's free blocks in its pool, split on the way out; a freed block merges with
+//! free neighbours, and a segment that is one free block again is idle: it can be released
+//! ([`CachingAllocator::empty_cache`], or on out of memory) or given to another stream.
+//!
+//! **Streams.** Every segment belongs to one stream, with all its blocks. A block freed on its
+//! stream is reusable on that stream at once: the caller guarantees that its uses are ordered
+//! before later work there ([`CachingAllocator::free`]). Memory moves to another stream only as
+//! an idle segment, and only after a fence recorded on the owner while the segment was idle has
+//! completed (checked without blocking), or, when [`Config::cross_stream_waits`] allows, after
+//! the new stream was made to wait for that fence on the device. Either way all work that used
+//! the memory comes before the new stream's work: the fence follows every use, because every use
+//! was ordered on the owner before its block was freed. Completed fences are preferred (no
+//! dependency between streams); the device-side wait is there because the alternative, growing,
+//! costs memory and a `cudaMalloc` that is slower than `cudaStreamWaitEvent`, and the driver's
+//! own pools make the same choice by default. A block freed on a foreign stream
+//! ([`CachingAllocator::free_on`]) gets a fence on that stream and rejoins its segment when the
+//! fence completes. Segments are released only after a fence on their owner has completed. The
+//! core keeps a clone of the [`Backend::Stream`] handle of every stream it holds memory or a
+//! fence of, taken off the hot path, so a stream cannot be destroyed and its handle's value
+//! reused by a new stream while blocks freed on it are cached; blocks and front caches name
+//! streams by [`StreamKey`] only.
+//!
+//! **Front caches.** Each thread keeps, per allocator, up to `front_depth` freed blocks per
+//! (stream, class) and `front_max_bytes` in all, behind a lock that only that thread takes on
+//! the hot path: an allocation after a free of its class on its stream locks no shared state,
+//! allocates nothing and touches only that thread's counters. The shared core has one mutex,
+//! taken on misses and overflows. The allocator keeps every thread's cache in a registry, so
+//! `empty_cache`, growth and out-of-memory retries return all parked blocks to the core first;
+//! a thread's exit returns its blocks through its thread-local destructor. A block may be freed
+//! on any thread: it parks in the freeing thread's cache under its own stream and class.
+//!
+//! **Soundness.** A block is in one place at a time: the core (free, or pending a fence), a
+//! user's [`CachedBlock`] (neither `Clone` nor `Copy`, given back by value), or one front cache's
+//! bin. The core changes under its mutex and a bin under its thread's lock; a block on its way
+//! between a bin and the core is held by the moving thread alone, so no block is handed out
+//! twice. Only idle segments (all of it one free block in the core) are released, under the
+//! core's mutex, so no released memory is out. `empty_cache` racing with other threads' calls at
+//! worst misses a block on its way to the core, which then stays cached. Locks nest in one order
+//! only: the registry of front caches, then one front cache or the core; a front cache and the
+//! core are never held together, and the hot path takes its front cache's lock alone.
+//!
+//! **Out of memory.** When the backend refuses a segment, every front cache is returned, pending
+//! blocks are waited for, every idle segment is released and the allocation is tried once more;
+//! if that fails too the error is [`ErrorKind::OutOfMemory`] with the cache's
+//! [`CachingStats`] in its report.
+
+mod allocator;
+mod arena;
+mod backend;
+mod block;
+mod config;
+mod core;
+#[cfg(any(test, fuzzing))]
+pub mod fake;
+mod front;
+pub mod size_class;
+mod spin;
+mod stats;
+#[cfg(test)]
+mod tests;
+
+pub use allocator::CachingAllocator;
+pub use backend::{Backend, StreamKey};
+pub use block::CachedBlock;
+pub use config::Config;
+pub use stats::{CachingStats, ClassStats, CurrentPeak};
+
+use crate::error::{CudaError, ErrorKind};
+
+/// The error of a request whose class or segment would not fit in `usize`.
+#[cold]
+fn size_overflow(bytes: usize) -> CudaError {
+    CudaError::new(ErrorKind::SizeOverflow { len: bytes, elem_size: 1 }, "CachingAllocator::alloc")
+}

@@ -1,0 +1,494 @@
+//! The allocator over the fake backend: reuse on a stream, across streams only after fences,
+//! splitting and coalescing, release, out of memory, exact figures, threads.
+
+use super::fake::FakeBackend;
+use super::*;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+const S: StreamKey = StreamKey(0x10);
+const T: StreamKey = StreamKey(0x20);
+
+const KIB: usize = 1024;
+
+/// Small segments so that the tests stay cheap under miri: 4 KiB classes and below share 16 KiB
+/// segments, larger ones share 64 KiB ones, and 32 KiB and up get their own (16 KiB multiples).
+fn small_config() -> Config {
+    Config {
+        small_max: 4 * KIB,
+        small_segment: 16 * KIB,
+        large_segment: 64 * KIB,
+        own_segment_from: 32 * KIB,
+        granularity: 16 * KIB,
+        front_depth: 4,
+        front_max_bytes: 1 << 20,
+        cross_stream_waits: false,
+    }
+}
+
+fn allocator(config: Config) -> (CachingAllocator<FakeBackend>, FakeBackend) {
+    let backend = FakeBackend::default();
+    (CachingAllocator::new(backend.clone(), config).unwrap(), backend)
+}
+
+fn free(allocator: &CachingAllocator<FakeBackend>, block: CachedBlock) {
+    // SAFETY: the fake backend's memory is never touched; blocks come from `allocator`.
+    unsafe { allocator.free(block) };
+}
+
+fn addr(block: &CachedBlock) -> usize {
+    block.ptr().as_ptr().addr()
+}
+
+#[test]
+fn a_block_freed_on_its_stream_is_reused_there_at_once() {
+    for depth in [4, 0] {
+        let (cache, backend) = allocator(Config { front_depth: depth, ..small_config() });
+        let a = cache.alloc(4000, &S).unwrap();
+        assert_eq!((a.bytes(), a.requested(), a.stream()), (4096, 4000, S));
+        assert_eq!(addr(&a) % 512, 0);
+        let first = addr(&a);
+        backend.submit(S); // work using `a`, still running: the stream orders the reuse
+        free(&cache, a);
+        let b = cache.alloc(3900, &S).unwrap();
+        assert_eq!(addr(&b), first, "front depth {depth}");
+        let stats = cache.stats();
+        assert_eq!((stats.misses, stats.front_hits + stats.core_hits), (1, 1));
+        assert_eq!(stats.front_hits, if depth > 0 { 1 } else { 0 });
+        free(&cache, b);
+        cache.check_invariants();
+    }
+}
+
+#[test]
+fn another_stream_gets_an_idle_segment_only_after_its_fence_completes() {
+    // A request of 16 KiB fills a small segment's worth in the large pool: one block per segment.
+    let (cache, backend) = allocator(Config { front_depth: 0, ..small_config() });
+    let a = cache.alloc(64 * KIB, &S).unwrap();
+    let a_addr = addr(&a);
+    let used = backend.submit(S);
+    free(&cache, a);
+    let b = cache.alloc(64 * KIB, &T).unwrap();
+    assert_ne!(addr(&b), a_addr, "handed to T while S's work may still use it");
+    assert_eq!(cache.stats().misses, 2);
+    backend.complete(S);
+    let c = cache.alloc(64 * KIB, &T).unwrap();
+    assert_eq!(addr(&c), a_addr, "the fence recorded at the first miss has completed");
+    assert!(backend.is_ordered(S, used, T));
+    let stats = cache.stats();
+    assert_eq!((stats.misses, stats.segments_adopted, stats.stream_waits), (2, 1, 0));
+    assert_eq!(cache.held_streams(), [T], "the cache holds nothing of S any more");
+    free(&cache, b);
+    free(&cache, c);
+    cache.check_invariants();
+}
+
+#[test]
+fn another_stream_may_instead_wait_on_the_device_for_an_idle_segment() {
+    let (cache, backend) = allocator(Config { front_depth: 0, cross_stream_waits: true, ..small_config() });
+    let a = cache.alloc(64 * KIB, &S).unwrap();
+    let a_addr = addr(&a);
+    let used = backend.submit(S);
+    free(&cache, a);
+    assert!(!backend.is_ordered(S, used, T));
+    let b = cache.alloc(64 * KIB, &T).unwrap();
+    assert_eq!(addr(&b), a_addr);
+    assert!(backend.is_ordered(S, used, T), "T's later work waits for S's");
+    assert!(!backend.is_complete(S, used), "without blocking the host");
+    let stats = cache.stats();
+    assert_eq!((stats.misses, stats.segments_adopted, stats.stream_waits), (1, 1, 1));
+    free(&cache, b);
+}
+
+#[test]
+fn a_block_freed_on_a_foreign_stream_waits_for_that_streams_work() {
+    let (cache, backend) = allocator(small_config());
+    let a = cache.alloc(2048, &S).unwrap();
+    let a_addr = addr(&a);
+    let used = backend.submit(T); // T read the block (after waiting for S)
+    // SAFETY: the last use was queued on T.
+    unsafe { cache.free_on(a, &T).unwrap() };
+    assert_eq!(cache.stats().pending_bytes, 2048);
+    assert_eq!(cache.held_streams(), [S, T], "T's handle is kept while its fence is pending");
+    let b = cache.alloc(2048, &S).unwrap();
+    assert_ne!(addr(&b), a_addr, "reused on S while T's work may still use it");
+    backend.complete(T);
+    let c = cache.alloc(2048, &S).unwrap();
+    assert_eq!(addr(&c), a_addr);
+    assert!(backend.is_ordered(T, used, S));
+    let stats = cache.stats();
+    assert_eq!((stats.pending_bytes, stats.allocated.current, stats.misses), (0, 4096, 1));
+    assert_eq!(cache.held_streams(), [S]);
+    free(&cache, b);
+    free(&cache, c);
+    cache.check_invariants();
+}
+
+#[test]
+fn a_fence_that_cannot_be_recorded_keeps_the_block_out_for_good() {
+    let (cache, backend) = allocator(small_config());
+    let a = cache.alloc(2048, &S).unwrap();
+    backend.fail_records(true);
+    // SAFETY: as above.
+    assert!(unsafe { cache.free_on(a, &T) }.is_err());
+    backend.fail_records(false);
+    assert_eq!(cache.stats().allocated.current, 2048, "still counted as held");
+    cache.empty_cache();
+    assert_eq!(backend.reserved(), 16 * KIB, "its segment is not released");
+    cache.check_invariants();
+}
+
+#[test]
+fn blocks_split_from_a_segment_and_coalesce_back_into_it() {
+    let (cache, _backend) = allocator(Config { front_depth: 0, ..small_config() });
+    let blocks: Vec<_> = [1024, 2048, 4096, 512].into_iter().map(|b| cache.alloc(b, &S).unwrap()).collect();
+    let base = addr(&blocks[0]);
+    let offsets: Vec<_> = blocks.iter().map(|b| addr(b) - base).collect();
+    assert_eq!(offsets, [0, 1024, 3072, 7168], "carved one after another from one segment");
+    let stats = cache.stats();
+    assert_eq!((stats.segments, stats.free_bytes, stats.largest_free_block), (1, 8704, 8704));
+    let mut blocks = blocks.into_iter();
+    let (a, b, c, d) = (blocks.next().unwrap(), blocks.next().unwrap(), blocks.next().unwrap(), blocks.next().unwrap());
+    free(&cache, b);
+    free(&cache, d); // merges with the free tail
+    let stats = cache.stats();
+    assert_eq!((stats.free_bytes, stats.largest_free_block), (2048 + 9216, 9216));
+    free(&cache, a); // merges with b
+    assert_eq!((cache.stats().free_bytes, cache.stats().largest_free_block), (3072 + 9216, 9216));
+    let e = cache.alloc(3072, &S).unwrap(); // fits the merged hole exactly: best fit
+    assert_eq!(addr(&e), base);
+    free(&cache, e);
+    free(&cache, c); // everything merges: the segment is one free block again
+    let stats = cache.stats();
+    assert_eq!((stats.free_bytes, stats.largest_free_block, stats.reserved.current), (16 * KIB, 16 * KIB, 16 * KIB));
+    cache.check_invariants();
+}
+
+#[test]
+fn large_requests_get_their_own_segment_and_its_rest_is_free() {
+    let (cache, backend) = allocator(small_config());
+    let a = cache.alloc(40 * KIB, &S).unwrap(); // class 40 KiB, own segment of 48 KiB
+    assert_eq!(backend.live_segments().iter().map(|s| s.1).collect::<Vec<_>>(), [48 * KIB]);
+    let b = cache.alloc(8 * KIB, &S).unwrap(); // the large pool's rest of it
+    assert_eq!(addr(&b), addr(&a) + 40 * KIB);
+    let c = cache.alloc(4 * KIB, &S).unwrap(); // the small pool: a segment of its own kind
+    assert_eq!(backend.allocations(), 2);
+    assert!(addr(&c) + 4 * KIB <= addr(&a) || addr(&c) >= addr(&a) + 48 * KIB, "not in the large segment");
+    for block in [a, b, c] {
+        free(&cache, block);
+    }
+}
+
+#[test]
+fn empty_cache_releases_idle_segments_including_front_caches_and_keeps_held_ones() {
+    let (cache, backend) = allocator(small_config());
+    let held = cache.alloc(1024, &S).unwrap();
+    let parked = cache.alloc(40 * KIB, &S).unwrap();
+    let other_thread = std::thread::scope(|s| {
+        s.spawn(|| {
+            let block = cache.alloc(64 * KIB, &T).unwrap();
+            free(&cache, block); // parked in that thread's front cache until it exits
+        });
+        s.spawn(|| cache.alloc(2048, &T).unwrap()).join().unwrap()
+    });
+    free(&cache, parked);
+    backend.submit(S);
+    assert_eq!(backend.allocations(), 4);
+    let reserved = cache.stats().reserved.current;
+    let released = cache.empty_cache();
+    assert_eq!(released, 48 * KIB + 64 * KIB);
+    assert_eq!(reserved - released, 2 * 16 * KIB, "the two segments with held blocks stay");
+    assert_eq!(backend.reserved(), 2 * 16 * KIB);
+    assert!(backend.is_complete(S, 1), "released only after S's work completed");
+    assert_eq!(backend.host_waits(), 1, "T had no work left: its fence needed no wait");
+    let released_bytes: Vec<_> = backend.take_released().into_iter().map(|(_, bytes)| bytes).collect();
+    assert_eq!(released_bytes.iter().sum::<usize>(), released);
+    free(&cache, held);
+    free(&cache, other_thread);
+    assert_eq!(cache.empty_cache(), 2 * 16 * KIB);
+    let stats = cache.stats();
+    assert_eq!((stats.reserved.current, stats.segments, stats.segment_releases), (0, 0, 4));
+    assert_eq!(backend.reserved(), 0);
+    assert!(cache.held_streams().is_empty(), "no stream handle kept without memory");
+    cache.check_invariants();
+}
+
+#[test]
+fn out_of_memory_releases_the_cache_retries_once_and_reports_figures() {
+    let (cache, backend) = allocator(small_config());
+    backend.set_capacity(Some(48 * KIB));
+    let small: Vec<_> = (0..4).map(|_| cache.alloc(4 * KIB, &S).unwrap()).collect(); // one 16 KiB segment
+    for block in small {
+        free(&cache, block); // parked in this thread's front cache
+    }
+    // An own segment of 48 KiB fits only once the parked blocks' segment is released.
+    let big = cache.alloc(48 * KIB, &S).unwrap();
+    let stats = cache.stats();
+    assert_eq!((stats.oom_retries, stats.segment_releases, stats.segments), (1, 1, 1));
+    assert_eq!(stats.reserved, CurrentPeak { current: 48 * KIB, peak: 48 * KIB });
+    assert_eq!(stats.parked_bytes, 0);
+    // Nothing left to release: the second try fails too, with the figures in the report.
+    let err = cache.alloc(512, &S).unwrap_err();
+    let ErrorKind::OutOfMemory { report, .. } = err.kind() else { panic!("{err}") };
+    let figures = report.cache.expect("the cache's figures");
+    assert_eq!((figures.reserved.current, figures.allocated.current, figures.oom_retries), (48 * KIB, 48 * KIB, 2));
+    assert_eq!(report.requested, 16 * KIB, "the segment the backend refused");
+    let message = err.to_string();
+    assert!(message.contains("the caching allocator still reserves 49152 bytes (49152 allocated"), "{message}");
+    backend.set_capacity(None);
+    backend.fail_next_allocations(2);
+    assert!(cache.alloc(512, &T).unwrap_err().is_out_of_memory(), "refused twice: no third try");
+    let block = cache.alloc(512, &T).unwrap();
+    free(&cache, block);
+    free(&cache, big);
+    cache.check_invariants();
+}
+
+#[test]
+fn figures_are_exact_in_one_thread() {
+    let (cache, _backend) = allocator(small_config());
+    let a = cache.alloc(1000, &S).unwrap(); // class 1024
+    let b = cache.alloc(3000, &S).unwrap(); // class 3072
+    let stats = cache.stats();
+    assert_eq!(stats.allocated, CurrentPeak { current: 4096, peak: 4096 });
+    assert_eq!(stats.requested, CurrentPeak { current: 4000, peak: 4000 });
+    assert_eq!(stats.reserved, CurrentPeak { current: 16 * KIB, peak: 16 * KIB });
+    free(&cache, a);
+    let stats = cache.stats();
+    assert_eq!(stats.allocated, CurrentPeak { current: 3072, peak: 4096 });
+    assert_eq!(stats.requested, CurrentPeak { current: 3000, peak: 4000 });
+    assert_eq!(stats.active, CurrentPeak { current: 4096, peak: 4096 }, "the parked block is out of the core");
+    assert_eq!(stats.parked_bytes, 1024);
+    let c = cache.alloc(100, &S).unwrap(); // class 512: the core splits the free tail
+    let d = cache.alloc(1024, &S).unwrap(); // the parked block
+    let stats = cache.stats();
+    assert_eq!(stats.allocated, CurrentPeak { current: 4608, peak: 4608 });
+    assert_eq!(stats.requested, CurrentPeak { current: 4124, peak: 4124 });
+    assert_eq!((stats.front_hits, stats.core_hits, stats.misses), (1, 2, 1));
+    assert_eq!(stats.free_bytes, 16 * KIB - 4608);
+    let big = cache.alloc(40 * KIB, &T).unwrap();
+    assert_eq!(cache.stats().reserved, CurrentPeak { current: 64 * KIB, peak: 64 * KIB });
+    for block in [b, c, d, big] {
+        free(&cache, block);
+    }
+    cache.empty_cache();
+    let stats = cache.stats();
+    assert_eq!(stats.allocated, CurrentPeak { current: 0, peak: 4608 + 40 * KIB });
+    assert_eq!(stats.reserved, CurrentPeak { current: 0, peak: 64 * KIB });
+    assert_eq!((stats.segment_allocations, stats.segment_releases, stats.active.current), (2, 2, 0));
+    let classes: Vec<ClassStats> = cache.class_stats();
+    let classes: Vec<_> = classes.iter().map(|c| (c.bytes, c.allocations, c.frees, c.front_hits)).collect();
+    assert_eq!(classes, [(512, 1, 1, 0), (1024, 2, 2, 1), (3072, 1, 1, 0), (40 * KIB, 1, 1, 0)]);
+}
+
+#[test]
+fn a_hot_pair_takes_no_shared_lock() {
+    use std::sync::mpsc::channel;
+    let (cache, _backend) = allocator(small_config());
+    let cache = &cache;
+    let ((warm, warmed), (go, started), (done, finished)) = (channel(), channel(), channel());
+    let ((locked, held), (unlock, unlocked)) = (channel(), channel());
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let block = cache.alloc(4096, &S).unwrap();
+            free(cache, block);
+            warm.send(()).unwrap();
+            started.recv().unwrap();
+            for _ in 0..100 {
+                let block = cache.alloc(4096, &S).unwrap();
+                free(cache, block);
+            }
+            done.send(()).unwrap();
+        });
+        warmed.recv().unwrap();
+        s.spawn(move || {
+            let _core = cache.hold_core();
+            locked.send(()).unwrap();
+            unlocked.recv().unwrap();
+        });
+        held.recv().unwrap();
+        go.send(()).unwrap();
+        let pairs = finished.recv_timeout(std::time::Duration::from_secs(60));
+        unlock.send(()).unwrap();
+        pairs.expect("hot pairs waited for the core's lock");
+    });
+}
+
+#[test]
+fn a_threads_exit_returns_its_front_cache_to_the_core() {
+    let (cache, _backend) = allocator(small_config());
+    let thread_cache = cache.clone();
+    let parked_addr = std::thread::spawn(move || {
+        let block = thread_cache.alloc(2048, &S).unwrap();
+        let addr = addr(&block);
+        free(&thread_cache, block);
+        assert_eq!(thread_cache.stats().parked_bytes, 2048);
+        addr
+    })
+    .join()
+    .unwrap();
+    let stats = cache.stats();
+    assert_eq!((stats.parked_bytes, stats.active.current, stats.allocated.current), (0, 0, 0));
+    assert_eq!(stats.allocated.peak, 2048, "the exited thread's figures are kept");
+    let block = cache.alloc(2048, &S).unwrap();
+    assert_eq!(addr(&block), parked_addr);
+    assert_eq!(cache.stats().core_hits, 1);
+    free(&cache, block);
+}
+
+#[test]
+fn dropping_the_allocator_releases_everything_even_from_living_threads_caches() {
+    let backend = FakeBackend::default();
+    let (to_thread, from_main) = std::sync::mpsc::channel::<CachingAllocator<FakeBackend>>();
+    let (parked, wait_parked) = std::sync::mpsc::channel();
+    let (finish, wait_finish) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let cache = from_main.recv().unwrap();
+        let block = cache.alloc(4096, &S).unwrap();
+        free(&cache, block);
+        drop(cache);
+        parked.send(()).unwrap();
+        wait_finish.recv().unwrap();
+        // A new allocator on the same thread: the dead one's entry is pruned.
+        let (cache, backend) = allocator(small_config());
+        let block = cache.alloc(4096, &S).unwrap();
+        free(&cache, block);
+        drop(cache);
+        assert_eq!(backend.reserved(), 0);
+    });
+    let cache = CachingAllocator::new(backend.clone(), small_config()).unwrap();
+    to_thread.send(cache.clone()).unwrap();
+    wait_parked.recv().unwrap();
+    assert_eq!(cache.stats().parked_bytes, 4096);
+    drop(cache);
+    assert_eq!(backend.reserved(), 0, "the thread's parked block was flushed");
+    finish.send(()).unwrap();
+    thread.join().unwrap();
+}
+
+#[test]
+fn threads_on_their_own_streams_exchange_blocks_without_overlap() {
+    let (cache, backend) = allocator(Config { cross_stream_waits: true, ..small_config() });
+    let threads = 4;
+    let rounds = if cfg!(miri) { 12 } else { 400 };
+    let live: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+    let claim = |block: &CachedBlock| {
+        let mut live = live.lock().unwrap();
+        let start = addr(block);
+        if let Some((&prev, &len)) = live.range(..=start).next_back() {
+            assert!(prev + len <= start, "{block:?} overlaps a live block");
+        }
+        if let Some((&next, _)) = live.range(start..).next() {
+            assert!(start + block.bytes() <= next, "{block:?} overlaps a live block");
+        }
+        live.insert(start, block.bytes());
+    };
+    let release = |block: &CachedBlock| assert!(live.lock().unwrap().remove(&addr(block)).is_some());
+    let channels: Vec<_> = (0..threads).map(|_| std::sync::mpsc::channel::<CachedBlock>()).collect();
+    let (senders, receivers): (Vec<_>, Vec<_>) = channels.into_iter().unzip();
+    std::thread::scope(|s| {
+        for (t, inbox) in receivers.into_iter().enumerate() {
+            let next = senders[(t + 1) % threads].clone();
+            let (cache, claim, release) = (&cache, &claim, &release);
+            s.spawn(move || {
+                let stream = StreamKey(0x100 + t);
+                for round in 0..rounds {
+                    let bytes = [512, 4000, 20 * KIB, 40 * KIB][(t + round) % 4];
+                    let block = cache.alloc(bytes, &stream).unwrap();
+                    claim(&block);
+                    if round % 3 == 0 {
+                        next.send(block).unwrap(); // freed by the next thread
+                    } else {
+                        release(&block);
+                        free(cache, block);
+                    }
+                    while let Ok(block) = inbox.try_recv() {
+                        release(&block);
+                        free(cache, block);
+                    }
+                    if t == 0 && round % 5 == 0 {
+                        cache.empty_cache();
+                    }
+                }
+                drop(next);
+                // The previous thread may still send: drain until every sender is gone.
+                for block in inbox {
+                    release(&block);
+                    free(cache, block);
+                }
+            });
+        }
+        drop(senders);
+    });
+    assert!(live.lock().unwrap().is_empty());
+    cache.check_invariants();
+    let stats = cache.stats();
+    assert_eq!(stats.allocated.current, 0);
+    assert_eq!(stats.requested.current, 0);
+    let allocations: u64 = cache.class_stats().iter().map(|c| c.allocations).sum();
+    assert_eq!(allocations, (threads * rounds) as u64);
+    assert_eq!(stats.front_hits + stats.core_hits + stats.misses, allocations);
+    backend.complete_all();
+    cache.empty_cache();
+    let stats = cache.stats();
+    assert_eq!((stats.reserved.current, stats.active.current, stats.parked_bytes), (0, 0, 0));
+    assert_eq!(backend.reserved(), 0);
+    assert_eq!(stats.segment_allocations, stats.segment_releases);
+}
+
+#[test]
+fn bad_configurations_and_sizes_are_errors() {
+    let backend = FakeBackend::default();
+    let err = CachingAllocator::new(backend, Config { small_segment: 1000, ..Config::default() }).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    let (cache, backend) = allocator(small_config());
+    let err = cache.alloc(usize::MAX, &S).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::SizeOverflow { .. }), "{err}");
+    assert_eq!(backend.allocations(), 0);
+}
+
+#[test]
+fn the_allocator_is_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<CachingAllocator<FakeBackend>>();
+    send_sync::<CachedBlock>();
+}
+
+#[test]
+fn flushing_returns_this_threads_parked_blocks() {
+    let (cache, _backend) = allocator(small_config());
+    assert_eq!(cache.config(), &small_config());
+    let block = cache.alloc(2048, &S).unwrap();
+    free(&cache, block);
+    std::thread::scope(|s| s.spawn(|| cache.flush_thread()).join().unwrap());
+    assert_eq!(cache.stats().parked_bytes, 2048, "another thread's flush leaves this thread's cache");
+    cache.flush_thread();
+    let stats = cache.stats();
+    assert_eq!((stats.parked_bytes, stats.active.current, stats.free_bytes), (0, 0, 16 * KIB));
+    assert_eq!(cache.backend().allocations(), 1);
+}
+
+#[test]
+fn the_fake_backend_models_streams_and_fences() {
+    let backend = FakeBackend::default();
+    assert_eq!(backend.submit(S), 1);
+    let fence = Backend::record(&backend, &S).unwrap();
+    assert_eq!((backend.queued(S), backend.is_done(&fence)), (1, false));
+    backend.stream_wait(&T, &fence).unwrap();
+    assert!(backend.is_ordered(S, 1, T) && !backend.is_ordered(S, 1, StreamKey(3)));
+    assert!(backend.is_ordered(S, 2, S), "a stream is ordered after itself");
+    let u = StreamKey(3);
+    backend.stream_wait(&u, &Backend::record(&backend, &T).unwrap()).unwrap();
+    assert!(backend.is_ordered(S, 1, u), "u waits for T, which waits for S");
+    assert_eq!(backend.queued(T), 1, "the wait is work on T");
+    let after_wait = Backend::record(&backend, &T).unwrap();
+    backend.wait(&after_wait).unwrap();
+    assert!(backend.is_done(&fence) && backend.is_complete(S, 1), "T's work completes after S's");
+    assert_eq!(backend.host_waits(), 1);
+    let segment = backend.allocate(4096).unwrap();
+    assert_eq!(backend.live_segments(), [(segment.as_ptr().addr(), 4096)]);
+    // SAFETY: allocated just now, unused.
+    unsafe { backend.release(segment, 4096) };
+    assert_eq!(backend.take_released(), [(segment.as_ptr().addr(), 4096)]);
+    assert_eq!(backend.reserved(), 0);
+}

@@ -1,0 +1,244 @@
+#![no_main]
+//! Sequences of allocations, frees on the block's own stream or a foreign one, work queued and
+//! completed on streams, flushes, `empty_cache`, refused allocations and refused fences, over the
+//! device caching allocator with its fake backend. Checks after every step:
+//! - live blocks never overlap;
+//! - a block handed out on a stream comes after every earlier use of its memory (same stream,
+//!   completed, or waited for on the device);
+//! - a released segment had no incomplete work on it and no live block in it;
+//! - the figures match a model (exact: one thread) and the core's bookkeeping is consistent;
+//! - at the end, with every block freed, `empty_cache` releases everything but the segments of
+//!   blocks whose fence could not be recorded.
+
+use arbitrary::Arbitrary;
+use cuda_mem::fuzzing::{CachedBlock, CachingAllocator, CachingConfig, FakeDeviceBackend, StreamKey};
+use libfuzzer_sys::fuzz_target;
+use std::collections::BTreeMap;
+
+const KIB: usize = 1024;
+const STREAMS: usize = 3;
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Alloc { size: u16, stream: u8 },
+    Free { index: u8 },
+    FreeOn { index: u8, stream: u8 },
+    Submit { stream: u8 },
+    Complete { stream: u8 },
+    Flush,
+    EmptyCache,
+    FailNext { count: u8 },
+    Capacity { segments: u8 },
+    FailRecords { fail: bool },
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    depth: u8,
+    cross_stream_waits: bool,
+    ops: Vec<Op>,
+}
+
+fn stream(index: u8) -> StreamKey {
+    StreamKey(1 + usize::from(index) % STREAMS)
+}
+
+/// Address ranges and the last free of their memory: (end, stream, work queued there at the free).
+#[derive(Default)]
+struct History(BTreeMap<usize, (usize, StreamKey, u64)>);
+
+impl History {
+    /// Removes and returns the entries overlapping `start..end`, keeping the parts outside it.
+    fn take(&mut self, start: usize, end: usize) -> Vec<(StreamKey, u64)> {
+        let overlapping: Vec<usize> = self.0.range(..end).filter(|(_, v)| v.0 > start).map(|(&s, _)| s).collect();
+        let mut taken = Vec::new();
+        for s in overlapping {
+            let (e, stream, seq) = self.0.remove(&s).unwrap();
+            taken.push((stream, seq));
+            if s < start {
+                self.0.insert(s, (start, stream, seq));
+            }
+            if e > end {
+                self.0.insert(end, (e, stream, seq));
+            }
+        }
+        taken
+    }
+
+    fn record(&mut self, start: usize, end: usize, stream: StreamKey, seq: u64) {
+        self.take(start, end);
+        self.0.insert(start, (end, stream, seq));
+    }
+}
+
+struct Model {
+    cache: CachingAllocator<FakeDeviceBackend>,
+    backend: FakeDeviceBackend,
+    held: Vec<CachedBlock>,
+    /// Live blocks by address: end.
+    live: BTreeMap<usize, usize>,
+    history: History,
+    /// Bytes (rounded, requested) of blocks whose foreign free failed: held by nobody, for good.
+    lost: (usize, usize),
+    lost_addrs: Vec<usize>,
+    peak: usize,
+}
+
+impl Model {
+    fn allocated(&self) -> (usize, usize) {
+        let held = self.held.iter().fold((0, 0), |(b, r), x| (b + x.bytes(), r + x.requested()));
+        (held.0 + self.lost.0, held.1 + self.lost.1)
+    }
+
+    fn claim(&mut self, block: &CachedBlock) {
+        let (start, end) = (block.ptr().as_ptr().addr(), block.ptr().as_ptr().addr() + block.bytes());
+        assert_eq!(start % 256, 0, "misaligned block");
+        if let Some((_, &prev_end)) = self.live.range(..=start).next_back() {
+            assert!(prev_end <= start, "{block:?} overlaps a live block");
+        }
+        if let Some((&next, _)) = self.live.range(start..).next() {
+            assert!(end <= next, "{block:?} overlaps a live block");
+        }
+        // Segments released by this allocation (out of memory) may be where the block now lies.
+        self.absorb_releases();
+        self.live.insert(start, end);
+        for (from, seq) in self.history.take(start, end) {
+            assert!(self.backend.is_ordered(from, seq, block.stream()), "{block:?} reused before {from:?}'s work");
+        }
+    }
+
+    fn unclaim(&mut self, block: &CachedBlock, freed_on: StreamKey) {
+        let start = block.ptr().as_ptr().addr();
+        assert!(self.live.remove(&start).is_some());
+        let seq = self.backend.queued(freed_on);
+        self.history.record(start, start + block.bytes(), freed_on, seq);
+    }
+
+    /// Checks the segments released since the last call and forgets their history.
+    fn absorb_releases(&mut self) {
+        for (start, bytes) in self.backend.take_released() {
+            let end = start + bytes;
+            assert!(self.live.range(..end).all(|(_, &e)| e <= start), "released under a live block");
+            for (stream, seq) in self.history.take(start, end) {
+                assert!(self.backend.is_complete(stream, seq), "released before {stream:?}'s work completed");
+            }
+        }
+    }
+
+    fn check(&mut self) {
+        self.absorb_releases();
+        self.cache.check_invariants();
+        let stats = self.cache.stats();
+        let (allocated, requested) = self.allocated();
+        self.peak = self.peak.max(allocated);
+        assert_eq!((stats.allocated.current, stats.requested.current), (allocated, requested));
+        assert_eq!(stats.allocated.peak, self.peak, "one thread: exact peak");
+        assert!(stats.requested.peak <= stats.allocated.peak);
+        assert_eq!(stats.active.current, allocated + stats.parked_bytes + stats.pending_bytes);
+        assert_eq!(stats.reserved.current, self.backend.reserved());
+        assert_eq!(stats.free_bytes + stats.active.current, stats.reserved.current);
+        assert!(stats.largest_free_block <= stats.free_bytes);
+        assert_eq!(stats.segments, self.backend.live_segments().len());
+        assert!(stats.reserved.peak >= stats.reserved.current && stats.active.peak >= stats.active.current);
+        assert_eq!(stats.segment_allocations - stats.segment_releases, stats.segments as u64);
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let config = CachingConfig {
+        small_max: 4 * KIB,
+        small_segment: 16 * KIB,
+        large_segment: 64 * KIB,
+        own_segment_from: 32 * KIB,
+        granularity: 16 * KIB,
+        front_depth: usize::from(input.depth % 5),
+        front_max_bytes: 256 * KIB,
+        cross_stream_waits: input.cross_stream_waits,
+    };
+    let backend = FakeDeviceBackend::default();
+    let cache = CachingAllocator::new(backend.clone(), config).unwrap();
+    let mut m = Model {
+        cache,
+        backend,
+        held: Vec::new(),
+        live: BTreeMap::new(),
+        history: History::default(),
+        lost: (0, 0),
+        lost_addrs: Vec::new(),
+        peak: 0,
+    };
+    // DEVICE_CACHE_TRACE=1 prints each step, to follow a crash input.
+    let trace = std::env::var_os("DEVICE_CACHE_TRACE").is_some();
+    for op in input.ops {
+        if trace {
+            eprintln!("{op:?}");
+        }
+        match op {
+            Op::Alloc { size, stream: s } => match m.cache.alloc(usize::from(size) * 4, &stream(s)) {
+                Ok(block) => {
+                    if trace {
+                        eprintln!("  -> {block:?}");
+                    }
+                    assert!(block.bytes() >= block.requested() && block.stream() == stream(s));
+                    m.claim(&block);
+                    m.held.push(block);
+                }
+                Err(err) => {
+                    assert!(err.is_out_of_memory(), "{err}");
+                    let cuda_mem::ErrorKind::OutOfMemory { report, .. } = err.kind() else { unreachable!() };
+                    assert!(report.cache.is_some(), "{err}");
+                }
+            },
+            Op::Free { index } if !m.held.is_empty() => {
+                let block = m.held.swap_remove(usize::from(index) % m.held.len());
+                m.unclaim(&block, block.stream());
+                // SAFETY: fake memory is never touched; the model's uses are ordered on the stream.
+                unsafe { m.cache.free(block) };
+            }
+            Op::FreeOn { index, stream: s } if !m.held.is_empty() => {
+                let block = m.held.swap_remove(usize::from(index) % m.held.len());
+                let (addr, bytes, requested) = (block.ptr().as_ptr().addr(), block.bytes(), block.requested());
+                m.unclaim(&block, stream(s));
+                // SAFETY: as above, with the last use on `stream(s)`.
+                if unsafe { m.cache.free_on(block, &stream(s)) }.is_err() {
+                    m.lost.0 += bytes;
+                    m.lost.1 += requested;
+                    m.lost_addrs.push(addr);
+                }
+            }
+            Op::Submit { stream: s } => {
+                m.backend.submit(stream(s));
+            }
+            Op::Complete { stream: s } => m.backend.complete(stream(s)),
+            Op::Flush => m.cache.flush_thread(),
+            Op::EmptyCache => {
+                m.cache.empty_cache();
+            }
+            Op::FailNext { count } => m.backend.fail_next_allocations(usize::from(count % 4)),
+            Op::Capacity { segments } => {
+                m.backend.set_capacity((segments != 0).then(|| usize::from(segments) * 64 * KIB));
+            }
+            Op::FailRecords { fail } => m.backend.fail_records(fail),
+            _ => {}
+        }
+        m.check();
+    }
+    for block in std::mem::take(&mut m.held) {
+        m.unclaim(&block, block.stream());
+        // SAFETY: as above.
+        unsafe { m.cache.free(block) };
+    }
+    m.backend.fail_records(false);
+    m.cache.empty_cache();
+    m.check();
+    let stats = m.cache.stats();
+    assert_eq!((stats.parked_bytes, stats.pending_bytes, stats.allocated.current), (0, 0, m.lost.0));
+    // Only segments holding a lost block stay.
+    for (start, bytes) in m.backend.live_segments() {
+        assert!(m.lost_addrs.iter().any(|&a| (start..start + bytes).contains(&a)), "segment {start:#x} kept");
+    }
+    if m.lost_addrs.is_empty() {
+        assert_eq!(m.backend.reserved(), 0);
+        assert!(m.cache.held_streams().is_empty(), "stream handles kept without memory");
+    }
+});
