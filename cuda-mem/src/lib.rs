@@ -61,12 +61,10 @@
 
 #[macro_use]
 mod owner_macros;
-// The device caching allocator's CUDA-independent core: until it is wired to the runtime only
-// its tests and the fuzz targets reach it.
-#[cfg_attr(not(any(test, fuzzing)), allow(dead_code, unused_imports))]
-mod caching;
+pub mod caching;
 mod device;
 mod device_buffer;
+mod device_cache;
 #[cfg(feature = "dlpack")]
 pub mod dlpack;
 mod error;
@@ -96,6 +94,7 @@ pub use caching::{CachingStats, CurrentPeak};
 pub use cuda_mem_sys as sys;
 pub use device::{Device, DeviceAttribute, driver_version, runtime_version};
 pub use device_buffer::DeviceBuffer;
+pub use device_cache::{CachedBuffer, CudaSegments, DeviceCache};
 pub use error::{CudaError, ErrorCode, ErrorKind, OomReport, Result};
 pub use event::Event;
 pub use host_flags::{HostAllocFlags, HostRegisterFlags};

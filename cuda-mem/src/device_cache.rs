@@ -1,0 +1,438 @@
+//! `DeviceCache` and `CachedBuffer`: the caching allocator of [`crate::caching`] over the CUDA
+//! runtime. Segments come from `cudaMalloc` on the cache's device; fences are events.
+//!
+//! Segments from `cudaMalloc` rather than from a `MemPool`: a hit never reaches the runtime, so
+//! the segment source only matters on a miss, where `cudaMalloc` gives memory usable on every
+//! stream at once (a pool allocation is ordered on the stream that made it), and releasing a
+//! segment needs no stream. `cudaFree` waits for the device, which `empty_cache` may do anyway.
+
+use crate::caching::{Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, StreamKey};
+use crate::device::{CurrentDevice, Device};
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::event::Event;
+use crate::maybe_owned::MaybeOwned;
+use crate::raw;
+use crate::resource::{MemoryKind, MemoryResource, StreamRef};
+use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::stream::Stream;
+use bytemuck::Pod;
+use std::collections::HashMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+/// The runtime behind a [`DeviceCache`]: `cudaMalloc` segments on one device, events as fences.
+#[derive(Debug)]
+pub struct CudaSegments {
+    device: Device,
+}
+
+// SAFETY: the promises of `Backend` hold:
+// - `allocate` returns fresh `cudaMalloc` memory (256-byte aligned) that no live segment overlaps;
+// - a fence is an event recorded on the stream after its queued work: `is_done` is its query
+//   (a failed query means a broken context, where no work runs any more), `wait` its
+//   synchronize, `stream_wait` a `cudaStreamWaitEvent`;
+// - a `Stream` value names one stream while it lives: the buffers refuse the per-thread stream,
+//   and every stream of one cache belongs to the cache's device, so the legacy handle (0) means
+//   that device's legacy stream (`Stream::call` makes the device current for it).
+unsafe impl Backend for CudaSegments {
+    type Stream = Stream;
+    type Fence = Event;
+
+    #[inline]
+    fn key(stream: &Stream) -> StreamKey {
+        StreamKey(stream.as_raw() as usize)
+    }
+
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
+        let _device = CurrentDevice::set(self.device)?;
+        let fresh = raw::memory::malloc(bytes, self.device.as_raw())?;
+        // SAFETY: allocated just now, never used.
+        raw::typed::<u8>(fresh, "DeviceCache segment", |p| unsafe { raw::memory::free(p, || "a segment".into()) })
+    }
+
+    unsafe fn release(&self, base: NonNull<u8>, bytes: usize) {
+        let device = CurrentDevice::set(self.device);
+        // SAFETY: a segment of this backend, released once, with no pending work (the caller's
+        // contract); cudaFree waits for the device anyway.
+        raw::quiet(unsafe { raw::memory::free(base.as_ptr().cast(), || format!("a {bytes}-byte segment")) });
+        drop(device);
+    }
+
+    fn record(&self, stream: &Stream) -> Result<Event> {
+        fence(stream)
+    }
+
+    fn is_done(&self, fence: &Event) -> bool {
+        fence.is_complete().unwrap_or(true)
+    }
+
+    fn wait(&self, fence: &Event) -> Result<()> {
+        fence.synchronize()
+    }
+
+    fn stream_wait(&self, stream: &Stream, fence: &Event) -> Result<()> {
+        stream.wait_event(fence)
+    }
+}
+
+/// A caching allocator of device memory for one device, faster than stream-ordered allocation
+/// on a hit: a block freed on a stream is reused on that stream at once, from the freeing
+/// thread's own cache, without a runtime call or a shared lock. Blocks move between streams only
+/// after events show the old stream's work on them is done. See [`crate::caching`] for the
+/// design, and [`DeviceCache::stats`] for PyTorch-style figures.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Device, DeviceCache, Stream};
+/// let cache = DeviceCache::for_device(Device::current()?)?;
+/// let stream = Stream::non_blocking()?;
+/// for _step in 0..1000 {
+///     let scratch = cache.zeroed::<f32>(&stream, 1 << 20)?; // a hit after the first step
+///     drop(scratch); // back to this thread's cache, reusable on `stream` at once
+/// }
+/// println!("{:?}", cache.stats());
+/// # Ok(()) }
+/// ```
+pub struct DeviceCache {
+    allocator: CachingAllocator<CudaSegments>,
+    device: Device,
+    /// The stream that orders allocations made through [`MemoryResource`], which names streams
+    /// by raw handle only (see the impl).
+    resource_stream: OnceLock<Stream>,
+    /// The blocks out through [`MemoryResource`], by address.
+    resource_blocks: Mutex<HashMap<usize, CachedBlock>>,
+}
+
+impl fmt::Debug for DeviceCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceCache").field("device", &self.device).field("stats", &self.stats()).finish()
+    }
+}
+
+impl DeviceCache {
+    /// A new cache for `device` with the default [`Config`]. Makes no CUDA call.
+    pub fn new(device: Device) -> Result<Self> {
+        Self::with_config(device, Config::default())
+    }
+
+    /// A new cache for `device` with `config`.
+    pub fn with_config(device: Device, config: Config) -> Result<Self> {
+        let allocator = CachingAllocator::new(CudaSegments { device }, config)?;
+        Ok(Self { allocator, device, resource_stream: OnceLock::new(), resource_blocks: Mutex::default() })
+    }
+
+    /// The process's cache for `device`, created on first use and never dropped.
+    pub fn for_device(device: Device) -> Result<&'static DeviceCache> {
+        static CACHES: Mutex<Vec<(Device, &'static DeviceCache)>> = Mutex::new(Vec::new());
+        let mut caches = CACHES.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, cache)) = caches.iter().find(|(d, _)| *d == device) {
+            return Ok(cache);
+        }
+        // Checks the ordinal before anything is cached for it.
+        let device = Device::new(device.ordinal())?;
+        let cache: &'static DeviceCache = Box::leak(Box::new(Self::new(device)?));
+        caches.push((device, cache));
+        Ok(cache)
+    }
+
+    /// The device the memory lives on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// `len` elements for use on `stream`, uninitialised.
+    ///
+    /// # Safety
+    /// The contents are whatever the memory held (possibly another buffer's data); the caller
+    /// must write every element, in stream order, before reading it.
+    #[inline]
+    pub unsafe fn uninit<'a, T: Pod>(
+        &'a self,
+        stream: impl Into<MaybeOwned<'a, Stream>>,
+        len: usize,
+    ) -> Result<CachedBuffer<'a, T>> {
+        let stream = stream.into();
+        let bytes = stream.buffer_bytes::<T>(len, "DeviceCache")?;
+        if stream.device() != self.device {
+            return Err(wrong_device(&stream, self.device));
+        }
+        if align_of::<T>() > 256 {
+            let kind = ErrorKind::InvalidArgument("element alignment above 256 bytes");
+            return Err(CudaError::new(kind, "DeviceCache"));
+        }
+        let block = if bytes == 0 { None } else { Some(self.allocator.alloc(bytes, &stream)?) };
+        Ok(CachedBuffer { block, len, cache: self, stream, used_on: Vec::new(), _type: PhantomData })
+    }
+
+    /// `len` zeroed elements for use on `stream` (a `cudaMemsetAsync` on it).
+    pub fn zeroed<'a, T: Pod>(
+        &'a self,
+        stream: impl Into<MaybeOwned<'a, Stream>>,
+        len: usize,
+    ) -> Result<CachedBuffer<'a, T>> {
+        // SAFETY: the memset below, queued on the buffer's stream before any other use, writes
+        // every byte.
+        let buffer = unsafe { self.uninit(stream, len)? };
+        buffer.zero_in_stream_order()?;
+        Ok(buffer)
+    }
+
+    /// Releases every cached segment no block of which is in use (all threads' caches included);
+    /// returns the bytes released.
+    pub fn empty_cache(&self) -> usize {
+        self.allocator.empty_cache()
+    }
+
+    /// Allocated, requested, active and reserved bytes (current and peak), fragmentation (the
+    /// largest free block against all free bytes), segment allocations and releases, hits and
+    /// misses.
+    pub fn stats(&self) -> CachingStats {
+        self.allocator.stats()
+    }
+
+    /// The same per size class.
+    pub fn class_stats(&self) -> Vec<ClassStats> {
+        self.allocator.class_stats()
+    }
+
+    fn resource_stream(&self) -> Result<&Stream> {
+        if let Some(stream) = self.resource_stream.get() {
+            return Ok(stream);
+        }
+        let stream = Stream::on_device(self.device)?;
+        Ok(self.resource_stream.get_or_init(|| stream))
+    }
+}
+
+/// Keeps a block out of the cache for good: a handle that is not given back leaves its block, and
+/// the block's segment, allocated until the process ends. For blocks whose users' work could not
+/// be ordered before a reuse.
+fn keep_out(block: CachedBlock) {
+    let _ = block;
+}
+
+/// An event without timing, recorded after the work queued on `stream` so far.
+fn fence(stream: &Stream) -> Result<Event> {
+    let event = Event::without_timing()?;
+    event.record(stream)?;
+    Ok(event)
+}
+
+#[cold]
+fn wrong_device(stream: &Stream, device: Device) -> CudaError {
+    let kind = ErrorKind::InvalidArgument("the stream belongs to another device than the cache");
+    CudaError::new(kind, format!("DeviceCache of {device} used with a stream of {}", stream.device()))
+}
+
+/// `len` elements of device memory from a [`DeviceCache`], ordered on a stream: the
+/// [`StreamBuffer`](crate::StreamBuffer) contract. Dropping it returns the block to the cache
+/// for reuse on its stream at once (work queued there later runs after every use queued before),
+/// after making its stream wait for every stream passed to [`CachedBuffer::use_on`].
+pub struct CachedBuffer<'a, T: Pod> {
+    /// `None` for zero elements.
+    block: Option<CachedBlock>,
+    len: usize,
+    cache: &'a DeviceCache,
+    stream: MaybeOwned<'a, Stream>,
+    used_on: Vec<Stream>,
+    _type: PhantomData<T>,
+}
+
+// SAFETY: the buffer owns its block exclusively (like `StreamBuffer`); the thread it moves to may
+// queue work on it through views and free it, which returns the block to that thread's cache
+// under the buffer's stream (never the per-thread stream: refused at allocation). The cache and
+// streams are Sync.
+unsafe impl<T: Pod> Send for CachedBuffer<'_, T> {}
+// SAFETY: shared access only gives shared device views.
+unsafe impl<T: Pod> Sync for CachedBuffer<'_, T> {}
+
+impl<T: Pod> fmt::Debug for CachedBuffer<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachedBuffer")
+            .field("ptr", &self.ptr())
+            .field("len", &self.len)
+            .field("stream", &*self.stream)
+            .finish()
+    }
+}
+
+impl<'a, T: Pod> CachedBuffer<'a, T> {
+    #[inline]
+    fn ptr(&self) -> *mut T {
+        self.block.as_ref().map_or(NonNull::dangling().as_ptr(), |b| b.ptr().as_ptr().cast())
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The stream the block is ordered on and returns to.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// A shared view, ordered on the buffer's stream.
+    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
+        // SAFETY: borrowed from `self`, which keeps the block out of the cache; its previous
+        // users' work and its zeroing are ordered on the stream the view names.
+        unsafe { DeviceSlice::ordered_on(self.ptr(), self.len, &self.stream) }
+    }
+
+    /// An exclusive view, ordered on the buffer's stream.
+    pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        // SAFETY: borrowed exclusively from `self`; ordered as in `as_slice`.
+        unsafe { DeviceSliceMut::ordered_on(self.ptr(), self.len, &self.stream) }
+    }
+
+    /// Prepares use on `other`: `other` waits (on the device) for the work queued on the
+    /// buffer's stream so far, and the free will make the buffer's stream wait for `other`.
+    pub fn use_on(&mut self, other: &Stream) -> Result<()> {
+        if other.is_same_stream(&self.stream) {
+            return Ok(());
+        }
+        other.require_thread_independent("CachedBuffer::use_on")?;
+        other.wait_event(&fence(&self.stream)?)?;
+        if !self.used_on.iter().any(|s| s.is_same_stream(other)) {
+            self.used_on.push(other.clone());
+        }
+        Ok(())
+    }
+
+    /// Frees now and reports the verdict: the buffer's stream is made to wait for every stream
+    /// passed to `use_on` (on the device); where that fails the host waits for that stream, and
+    /// only if that fails too is the block kept out of the cache for good.
+    pub fn free(mut self) -> Result<()> {
+        self.release()
+    }
+
+    /// Frees on `stream` instead of the buffer's own: `stream` is made to wait for the buffer's
+    /// stream and every stream passed to `use_on`, and the block returns to the cache once the
+    /// work queued on `stream` so far has completed (an event shows it).
+    pub fn free_on(mut self, stream: &Stream) -> Result<()> {
+        stream.require_thread_independent("CachedBuffer::free_on")?;
+        let Some(block) = self.block.take() else { return Ok(()) };
+        if stream.is_same_stream(&self.stream) {
+            self.block = Some(block);
+            return self.release();
+        }
+        let mut users = std::mem::take(&mut self.used_on);
+        users.push((*self.stream).clone());
+        for user in users.iter().filter(|u| !u.is_same_stream(stream)) {
+            if let Err(err) = fence(user).and_then(|done| stream.wait_event(&done)).or_else(|_| user.synchronize()) {
+                keep_out(block); // its users' work cannot be ordered: never reused
+                return Err(err);
+            }
+        }
+        // SAFETY: from this cache; every use is ordered before the work queued on `stream` now.
+        unsafe { self.cache.allocator.free_on(block, stream) }
+    }
+
+    #[inline]
+    fn release(&mut self) -> Result<()> {
+        let Some(block) = self.block.take() else { return Ok(()) };
+        if !self.used_on.is_empty()
+            && let Err(err) = self.order_after_users()
+        {
+            keep_out(block); // its users' work cannot be ordered: never reused
+            return Err(err);
+        }
+        // SAFETY: the block came from this cache; every use was queued on the buffer's stream or
+        // on a stream the buffer's stream now waits for, so the work queued there after this call
+        // runs after all of them.
+        unsafe { self.cache.allocator.free(block) };
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn order_after_users(&mut self) -> Result<()> {
+        for user in std::mem::take(&mut self.used_on) {
+            let ordered = fence(&user).and_then(|done| self.stream.wait_event(&done));
+            if ordered.is_err() {
+                user.synchronize()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn zero_in_stream_order(&self) -> Result<()> {
+        let bytes = self.len * size_of::<T>();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let call = self.stream.call()?;
+        // SAFETY: the block holds at least `bytes`; the memset is ordered on its stream.
+        unsafe { raw::memory::set_async(self.ptr().cast(), 0, bytes, call.as_raw()) }
+    }
+}
+
+impl<T: Pod> Drop for CachedBuffer<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        raw::quiet(self.release());
+    }
+}
+
+// SAFETY: the contract on `MemoryResource` holds: blocks of at least `bytes`, 256-byte aligned,
+// device memory of `device`, out of the cache (used by no one else) until `deallocate`. A resource
+// names streams by raw handle only, which the cache cannot keep alive, so every block is taken
+// on the cache's own stream, and the caller's stream is ordered after it with an event on
+// allocation; on deallocation the cache's stream waits for the caller's before the block is
+// returned. Slower than `CachedBuffer` (two events per pair), for adaptors that need a resource.
+unsafe impl MemoryResource for DeviceCache {
+    fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+        if bytes == 0 {
+            let kind = ErrorKind::InvalidArgument("a resource allocation of 0 bytes");
+            return Err(CudaError::new(kind, "DeviceCache::allocate"));
+        }
+        let own = self.resource_stream()?;
+        let block = self.allocator.alloc(bytes, own)?;
+        let ptr = block.ptr();
+        let ready = fence(own).and_then(|ready| {
+            // SAFETY: the caller keeps the stream handle valid for the call (resource contract).
+            unsafe { raw::streams::wait_event(stream.as_raw(), ready.as_raw()) }
+        });
+        if let Err(err) = ready {
+            // SAFETY: from this cache, never used.
+            unsafe { self.allocator.free(block) };
+            return Err(err);
+        }
+        self.resource_blocks.lock().unwrap_or_else(PoisonError::into_inner).insert(ptr.as_ptr() as usize, block);
+        Ok(ptr)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
+        let block =
+            self.resource_blocks.lock().unwrap_or_else(PoisonError::into_inner).remove(&(ptr.as_ptr() as usize));
+        let (Some(block), Ok(own)) = (block, self.resource_stream()) else { return };
+        let done = Event::without_timing().and_then(|done| {
+            // SAFETY: the caller keeps the stream handle valid for the call (resource contract).
+            unsafe { raw::events::record(done.as_raw(), stream.as_raw()) }?;
+            own.wait_event(&done)
+        });
+        if done.is_err() {
+            // The caller's work cannot be ordered before reuse: the block stays out for good.
+            keep_out(block);
+            return;
+        }
+        // SAFETY: taken on the cache's stream in `allocate`; that stream now waits for the
+        // caller's work on it.
+        unsafe { self.allocator.free(block) };
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Device
+    }
+
+    fn device(&self) -> Option<Device> {
+        Some(self.device)
+    }
+}

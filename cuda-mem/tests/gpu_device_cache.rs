@@ -1,0 +1,141 @@
+//! The device caching allocator on a GPU (issue 20): reuse on a stream, ordering across streams
+//! behind a held stream, out-of-memory release and retry, statistics, the resource form.
+
+mod common;
+
+use common::{MIB, assert_same, hold_stream, pattern};
+use cuda_mem::caching::Config;
+use cuda_mem::resource::{MemoryResource, ResourceBuffer};
+use cuda_mem::{Device, DeviceCache, ErrorKind, Stream};
+use std::sync::Arc;
+
+fn device() -> Device {
+    Device::current().expect("a GPU")
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_cached_buffers_round_trip_and_reuse_their_block_on_their_stream() {
+    let cache = DeviceCache::new(device()).unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    let data = pattern(MIB / 4, 7);
+    let mut first = cache.zeroed::<u32>(&stream, data.len()).unwrap();
+    assert!(first.as_slice().to_vec().unwrap().iter().all(|&x| x == 0));
+    first.as_mut_slice().copy_from_host(&data).unwrap();
+    assert_same(&first.as_slice().to_vec().unwrap(), &data);
+    let address = first.as_slice().as_device_ptr();
+    drop(first);
+    let before = cache.stats();
+    let second = cache.zeroed::<u32>(&stream, data.len()).unwrap();
+    assert_eq!(second.as_slice().as_device_ptr(), address, "the freed block comes back on its stream");
+    assert_eq!(cache.stats().front_hits, before.front_hits + 1);
+    // Zeroed again in stream order: nothing of the previous contents shows.
+    assert!(second.as_slice().to_vec().unwrap().iter().all(|&x| x == 0));
+    // Views work in scopes and with the kernel launchers' device pointers.
+    let mut third = cache.zeroed::<u32>(&stream, 1024).unwrap();
+    let mut view = third.as_mut_slice();
+    let host = vec![5u32; 1024];
+    stream.scope(|s| s.copy_from_host(&mut view, &host)).unwrap().unwrap();
+    assert_eq!(third.as_slice().to_vec().unwrap(), host);
+}
+
+/// A block freed on stream A while A's work on it is held back must not be written by stream B
+/// before that work ends: B either gets other memory or waits for A on the device. Checked by
+/// value: A's late zeroing must not land on what B wrote afterwards.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_a_block_freed_on_a_busy_stream_is_not_used_by_another_stream_before_that_work_ends() {
+    for cross_stream_waits in [false, true] {
+        // No front cache: the freed block goes to the core, where its segment is idle at once and
+        // can be offered to B.
+        let config = Config { front_depth: 0, cross_stream_waits, ..Config::default() };
+        let cache = DeviceCache::with_config(device(), config).unwrap();
+        let (a, b) = (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
+        let len = 256 * 1024;
+        hold_stream(&a, 300);
+        // The zeroing is queued on A behind the hold; the free on A does not wait for it.
+        drop(cache.zeroed::<u32>(&a, len).unwrap());
+        let mut on_b = cache.zeroed::<u32>(&b, len).unwrap();
+        b.scope(|s| s.set_bytes(&mut on_b.as_mut_slice(), 0x22)).unwrap().unwrap();
+        a.synchronize().unwrap();
+        assert!(
+            on_b.as_slice().to_vec().unwrap().iter().all(|&x| x == 0x2222_2222),
+            "cross_stream_waits = {cross_stream_waits}: A's late zeroing landed on B's data"
+        );
+        let stats = cache.stats();
+        assert!(stats.segments_adopted + stats.segment_allocations >= 2, "{stats:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_statistics_follow_allocations_and_empty_cache_releases_segments() {
+    let cache = DeviceCache::new(device()).unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    let a = cache.zeroed::<u8>(&stream, 3 * MIB).unwrap();
+    let b = cache.zeroed::<u8>(&stream, 5000).unwrap();
+    let stats = cache.stats();
+    assert_eq!(stats.requested.current, 3 * MIB + 5000);
+    assert!(stats.allocated.current >= stats.requested.current);
+    assert!(stats.reserved.current >= stats.allocated.current);
+    assert!(stats.segment_allocations >= 2, "{stats:?}");
+    drop((a, b));
+    stream.synchronize().unwrap();
+    let after = cache.stats();
+    assert_eq!(after.allocated.current, 0);
+    assert_eq!(after.allocated.peak, stats.allocated.peak);
+    assert!(cache.class_stats().iter().map(|c| c.allocations).sum::<u64>() >= 2);
+    let released = cache.empty_cache();
+    assert!(released > 0);
+    assert_eq!(cache.stats().reserved.current, 0, "{:?}", cache.stats());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_the_resource_form_orders_the_callers_stream() {
+    let cache: Arc<dyn MemoryResource> = Arc::new(DeviceCache::new(device()).unwrap());
+    let stream = Stream::non_blocking().unwrap();
+    let data = pattern(4096, 3);
+    for _ in 0..3 {
+        let mut buffer = ResourceBuffer::<u32>::zeroed(&cache, &stream, data.len()).unwrap();
+        assert!(buffer.to_vec().unwrap().iter().all(|&x| x == 0));
+        buffer.device_slice_mut().unwrap().copy_from_host(&data).unwrap();
+        assert_same(&buffer.to_vec().unwrap(), &data);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_bad_requests_are_typed_errors() {
+    let cache = DeviceCache::new(device()).unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    let err = cache.zeroed::<u64>(&stream, usize::MAX / 4).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::SizeOverflow { .. }), "{err}");
+    let per_thread = Stream::per_thread().unwrap();
+    assert!(matches!(cache.zeroed::<u8>(&per_thread, 16).unwrap_err().kind(), ErrorKind::InvalidArgument(_)));
+    let empty = cache.zeroed::<u8>(&stream, 0).unwrap();
+    assert!(empty.is_empty());
+}
+
+/// Cached memory is released and the allocation tried again when the device runs out; beyond the
+/// device, the error carries the cache's figures.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_alone_out_of_memory_releases_the_cache_and_retries_once() {
+    let cache = DeviceCache::new(device()).unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    let (free, total) = device().mem_get_info().unwrap();
+    let piece = free / 8;
+    let held: Vec<_> = (0..6).map(|_| cache.zeroed::<u8>(&stream, piece).unwrap()).collect();
+    drop(held); // cached, not released
+    stream.synchronize().unwrap();
+    assert!(cache.stats().reserved.current >= 6 * piece);
+    // Needs most of what the cache holds: only a release makes room.
+    let big = cache.zeroed::<u8>(&stream, free / 2).unwrap();
+    assert!(cache.stats().oom_retries >= 1, "{:?}", cache.stats());
+    drop(big);
+    let err = cache.zeroed::<u8>(&stream, total * 2).unwrap_err();
+    assert!(err.is_out_of_memory(), "{err}");
+    assert!(err.to_string().contains("cache"), "the report names the cache's figures: {err}");
+    cache.empty_cache();
+}
