@@ -84,6 +84,7 @@ mod raw;
 mod registered;
 pub mod resource;
 mod scope;
+mod size_steps;
 mod slice;
 pub(crate) mod staged;
 mod stream;

@@ -58,13 +58,9 @@ pub fn class_of(bytes: usize) -> Option<SizeClass> {
         let steps = bytes.div_ceil(MIN_BLOCK).max(1);
         return Some(SizeClass { index: (steps - 1) as u16, bytes: steps * MIN_BLOCK });
     }
-    let shift = usize::BITS - 1 - bytes.leading_zeros(); // floor(log2(bytes)) >= LINEAR_SHIFT
-    let base = 1usize << shift;
-    let step = base / STEPS_PER_DOUBLING;
-    let steps = (bytes - base).div_ceil(step); // 0..=16; 16 is the next power of two
-    let class_bytes = base.checked_add(steps * step)?;
-    let index = STEPS_PER_DOUBLING - 1 + (shift - LINEAR_SHIFT) as usize * STEPS_PER_DOUBLING + steps;
-    Some(SizeClass { index: index as u16, bytes: class_bytes })
+    let (steps, bytes) = crate::size_steps::round_up(bytes, LINEAR_SHIFT, STEPS_PER_DOUBLING)?;
+    let index = STEPS_PER_DOUBLING - 1 + steps;
+    Some(SizeClass { index: index as u16, bytes })
 }
 
 #[cfg(test)]

@@ -67,32 +67,23 @@ macro_rules! pinned_host {
 
 pinned_host!(PinnedBuffer, PooledPinned);
 
-impl<T: Pod> sealed::Device<T> for DeviceBuffer<T> {
-    fn view(&self) -> DeviceSlice<'_, T> {
-        self.as_slice()
-    }
-    fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
-        self.as_mut_slice()
-    }
+/// Device owners, with the methods that give their device views.
+macro_rules! device_owner {
+    ($($owner:ty: $view:ident, $view_mut:ident);*) => {$(
+        impl<T: Pod> sealed::Device<T> for $owner {
+            fn view(&self) -> DeviceSlice<'_, T> {
+                self.$view()
+            }
+            fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
+                self.$view_mut()
+            }
+        }
+        impl<T: Pod> OwnedDevice<T> for $owner {}
+    )*};
 }
-impl<T: Pod> OwnedDevice<T> for DeviceBuffer<T> {}
 
-impl<T: Pod> sealed::Device<T> for StreamBuffer<'static, T> {
-    fn view(&self) -> DeviceSlice<'_, T> {
-        self.as_slice()
-    }
-    fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
-        self.as_mut_slice()
-    }
-}
-impl<T: Pod> OwnedDevice<T> for StreamBuffer<'static, T> {}
-
-impl<T: Pod> sealed::Device<T> for ManagedBuffer<T> {
-    fn view(&self) -> DeviceSlice<'_, T> {
-        self.as_device_slice()
-    }
-    fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
-        self.as_device_slice_mut()
-    }
-}
-impl<T: Pod> OwnedDevice<T> for ManagedBuffer<T> {}
+device_owner!(
+    DeviceBuffer<T>: as_slice, as_mut_slice;
+    StreamBuffer<'static, T>: as_slice, as_mut_slice;
+    ManagedBuffer<T>: as_device_slice, as_device_slice_mut
+);

@@ -21,13 +21,8 @@ pub fn class_of(bytes: usize) -> Option<SizeClass> {
     if bytes <= MIN_BLOCK {
         return Some(SizeClass { index: 0, bytes: MIN_BLOCK });
     }
-    let shift = usize::BITS - 1 - bytes.leading_zeros(); // floor(log2(bytes)), >= MIN_SHIFT
-    let base = 1usize << shift;
-    let step = base / STEPS_PER_DOUBLING;
-    let steps = (bytes - base).div_ceil(step); // 0..=4
-    let class_bytes = base.checked_add(steps * step)?;
-    let index = (shift - MIN_SHIFT) as usize * STEPS_PER_DOUBLING + steps;
-    Some(SizeClass { index, bytes: class_bytes })
+    let (index, bytes) = crate::size_steps::round_up(bytes, MIN_SHIFT, STEPS_PER_DOUBLING)?;
+    Some(SizeClass { index, bytes })
 }
 
 #[cfg(test)]

@@ -93,23 +93,34 @@ device_family_resource!(
     |bytes, ordinal| raw::managed::alloc(bytes, true, ordinal)
 );
 
-/// Stream-ordered allocation from a [`MemPool`] (`cudaMallocFromPoolAsync` / `cudaFreeAsync`).
-#[derive(Debug, Clone)]
-pub struct PoolResource {
-    pool: MemPool,
+/// A resource that allocates from a pool it holds: the struct, `new` and `pool`.
+macro_rules! pool_resource {
+    ($(#[$doc:meta])* $name:ident($pool:ty), $new_doc:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            pool: $pool,
+        }
+
+        impl $name {
+            #[doc = $new_doc]
+            pub fn new(pool: $pool) -> Self {
+                Self { pool }
+            }
+
+            /// The pool.
+            pub fn pool(&self) -> &$pool {
+                &self.pool
+            }
+        }
+    };
 }
 
-impl PoolResource {
-    /// A resource over `pool` (which it keeps alive).
-    pub fn new(pool: MemPool) -> Self {
-        Self { pool }
-    }
-
-    /// The pool.
-    pub fn pool(&self) -> &MemPool {
-        &self.pool
-    }
-}
+pool_resource!(
+    /// Stream-ordered allocation from a [`MemPool`] (`cudaMallocFromPoolAsync` / `cudaFreeAsync`).
+    PoolResource(MemPool),
+    "A resource over `pool` (which it keeps alive)."
+);
 
 // SAFETY: the contract on `MemoryResource` holds: pool memory of `pool.device()` (aligned by the pool), freed in stream order; kind is always Device.
 unsafe impl MemoryResource for PoolResource {
@@ -174,24 +185,12 @@ unsafe impl MemoryResource for PinnedResource {
     }
 }
 
-/// Pinned host memory from a caching [`PinnedPool`]: a freed block is reused once the work
-/// queued on the freeing stream has completed (an event records it).
-#[derive(Debug, Clone)]
-pub struct PinnedPoolResource {
-    pool: PinnedPool,
-}
-
-impl PinnedPoolResource {
-    /// A resource over `pool`.
-    pub fn new(pool: PinnedPool) -> Self {
-        Self { pool }
-    }
-
-    /// The pool.
-    pub fn pool(&self) -> &PinnedPool {
-        &self.pool
-    }
-}
+pool_resource!(
+    /// Pinned host memory from a caching [`PinnedPool`]: a freed block is reused once the work
+    /// queued on the freeing stream has completed (an event records it).
+    PinnedPoolResource(PinnedPool),
+    "A resource over `pool`."
+);
 
 // SAFETY: the contract on `MemoryResource` holds: blocks of the pinned pool (page-aligned, host-accessible) reused only after their fence; kind is always PinnedHost.
 unsafe impl MemoryResource for PinnedPoolResource {
