@@ -33,7 +33,8 @@ def test_from_bytes_reshape_and_view_share_the_memory():
     grid.fill_byte(7)
     assert buf.read() == bytes([7]) * 24
     raises(ValueError, buf.reshape, (5, 5), match="cannot reshape")
-    raises(ValueError, buf.view, "float64", match="not whole float64 elements")
+    odd = cuda_mem.from_bytes(bytes(20), "uint8", kind="device")
+    raises(ValueError, odd.view, "float64", match="20 bytes are not whole float64 elements")
     raises(ValueError, buf.write, b"short", match="5 bytes given for a buffer of 24")
     raises(ValueError, cuda_mem.zeros, 4, "float128", match="unknown dtype")
     raises(ValueError, cuda_mem.zeros, 4, kind="texture", match="kind is device, managed, pinned or pooled")
