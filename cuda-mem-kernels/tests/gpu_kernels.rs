@@ -2,6 +2,11 @@
 //! mapped pinned buffer, and managed memory. Ignored where no GPU exists; `cargo xtask test` on a
 //! GPU host and the bundle's `run` include them.
 
+// The helpers of cuda-mem's GPU tests (the same pattern generator, one copy).
+#[path = "../../cuda-mem/tests/common/mod.rs"]
+mod common;
+
+use common::pattern;
 use cuda_mem::*;
 use cuda_mem_kernels::*;
 
@@ -53,19 +58,6 @@ fn device_copy<T: Pod>(data: &[T]) -> DeviceBuffer<T> {
     let mut view = buffer.as_mut_slice();
     stream.scope(|s| s.copy_from_host(&mut view, data)).unwrap().unwrap();
     buffer
-}
-
-/// Deterministic pseudo-random words (xorshift32), never all zero.
-fn pattern(len: usize, seed: u32) -> Vec<u32> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            state
-        })
-        .collect()
 }
 
 /// Pseudo-random floats in [-4, 4).
