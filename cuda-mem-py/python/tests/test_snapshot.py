@@ -65,6 +65,12 @@ def test_snapshots_open_in_pytorchs_memory_viewer():
     with open(html) as f:
         page = f.read()
     assert "snapshot.pickle" in page and len(page) > 1000
+    # Keep the rendered page and its snapshot when asked (the committed example in docs/).
+    keep = os.environ.get("CUDA_MEM_SNAPSHOT_OUT")
+    if keep:
+        import shutil
+        for name in (snap, html):
+            shutil.copy(name, keep)
 
 
 def test_snapshot_keys_cover_pytorchs_own():
