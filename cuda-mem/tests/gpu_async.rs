@@ -160,9 +160,11 @@ fn gpu_futures_are_woken_by_the_gpu_and_survive_being_dropped_or_forgotten() {
 
     // A Pending awaited gives its buffers back with the data in place.
     let want = pattern(MIB, 6);
-    hold_stream(&stream, 50);
+    // Allocated before the hold: an allocation may wait for the device, which would outlast it.
     let pinned = PinnedBuffer::from_slice(&want, HostAllocFlags::empty()).unwrap();
-    let mut pending = stream.upload(DeviceBuffer::<u32>::zeroed(MIB).unwrap(), pinned).unwrap();
+    let device = DeviceBuffer::<u32>::zeroed(MIB).unwrap();
+    hold_stream(&stream, 200);
+    let mut pending = stream.upload(device, pinned).unwrap();
     let ((device, _pinned), woken_from) = {
         let (value, woken_from) = block_on(&mut pending);
         (value.unwrap(), woken_from)
