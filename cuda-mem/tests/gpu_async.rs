@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{MIB, assert_same, block_on, hold_stream, pattern};
+use common::{Gate, MIB, assert_same, block_on, block_on_then, hold_stream, pattern};
 use cuda_mem::*;
 use cuda_mem_kernels::{axpy_f32, checksum_cpu, checksum_u32, scale_in_place_f32};
 
@@ -144,14 +144,16 @@ fn gpu_futures_are_woken_by_the_gpu_and_survive_being_dropped_or_forgotten() {
     let here = std::thread::current().id();
     let stream = Stream::non_blocking().unwrap();
 
-    hold_stream(&stream, 100);
-    let (result, woken_from) = block_on(stream.synchronize_async().unwrap());
+    // Each wait is gated: the GPU cannot pass the point before the first poll has registered
+    // the waker, so the wake must come from the runtime's host-function thread.
+    let gate = Gate::hold(&stream);
+    let (result, woken_from) = block_on_then(stream.synchronize_async().unwrap(), || gate.release());
     result.unwrap();
     assert!(woken_from.is_some_and(|t| t != here), "woken by the runtime's thread: {woken_from:?}");
 
-    hold_stream(&stream, 100);
+    let gate = Gate::hold(&stream);
     let event = stream.record_event().unwrap();
-    let (result, woken_from) = block_on(event.wait_async().unwrap());
+    let (result, woken_from) = block_on_then(event.wait_async().unwrap(), || gate.release());
     result.unwrap();
     assert!(event.is_complete().unwrap());
     assert!(woken_from.is_some_and(|t| t != here), "woken by the runtime's thread: {woken_from:?}");
@@ -160,17 +162,16 @@ fn gpu_futures_are_woken_by_the_gpu_and_survive_being_dropped_or_forgotten() {
 
     // A Pending awaited gives its buffers back with the data in place.
     let want = pattern(MIB, 6);
-    // Allocated before the hold: an allocation may wait for the device, which would outlast it.
     let pinned = PinnedBuffer::from_slice(&want, HostAllocFlags::empty()).unwrap();
     let device = DeviceBuffer::<u32>::zeroed(MIB).unwrap();
-    hold_stream(&stream, 200);
+    let gate = Gate::hold(&stream);
     let mut pending = stream.upload(device, pinned).unwrap();
     let ((device, _pinned), woken_from) = {
-        let (value, woken_from) = block_on(&mut pending);
+        let (value, woken_from) = block_on_then(&mut pending, || gate.release());
         (value.unwrap(), woken_from)
     };
     assert_same(&device.to_vec().unwrap(), &want);
-    assert!(woken_from.is_some(), "the first poll found the held copy complete");
+    assert!(woken_from.is_some(), "a gated copy completed before the first poll");
     // Polling again after Ready is a typed error, not a panic.
     let err = block_on(&mut pending).0.unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");

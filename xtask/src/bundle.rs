@@ -166,7 +166,7 @@ run_pass() {
     # "terminated before first instrumented API call" and fails): unit tests of pure-Rust code
     # and the report's tests.
     if [ -n "${sanitizing:-}" ]; then
-      case "$t" in tests/cuda_mem_bench-*|tests/cuda_mem_kernels-*|tests/cuda_mem_sys-*|tests/report-*) continue ;; esac
+      case "$t" in tests/cuda_mem_bench-*|tests/cuda_mem_kernels-*|tests/cuda_mem_sys-*|tests/cuda_mem_torch_alloc-*|tests/report-*) continue ;; esac
     fi
     # An executable whose every test is filtered out (the two-GPU ones on one GPU, most in the
     # gpu_alone_ pass) makes no CUDA call either: not run.

@@ -44,6 +44,15 @@ pub const MIB: usize = 1 << 20;
 /// tests of cuda-mem's futures need nothing else. Returns the output and the thread the last wake
 /// came from (a wake from the CUDA runtime's host-function thread shows the GPU woke the task).
 pub fn block_on<F: std::future::Future>(future: F) -> (F::Output, Option<std::thread::ThreadId>) {
+    block_on_then(future, || {})
+}
+
+/// [`block_on`], running `after_first_poll` once the first poll has returned (and registered the
+/// waker): releasing a [`Gate`] there makes the wake come from the GPU deterministically.
+pub fn block_on_then<F: std::future::Future>(
+    future: F,
+    after_first_poll: impl FnOnce(),
+) -> (F::Output, Option<std::thread::ThreadId>) {
     use std::sync::{Arc, Mutex};
     use std::task::{Context, Poll, Wake, Waker};
 
@@ -62,11 +71,54 @@ pub fn block_on<F: std::future::Future>(future: F) -> (F::Output, Option<std::th
     let waker = Waker::from(Arc::clone(&unpark));
     let mut cx = Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
+    let mut after_first_poll = Some(after_first_poll);
     loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+        let polled = future.as_mut().poll(&mut cx);
+        if let Some(after) = after_first_poll.take() {
+            after();
+        }
+        if let Poll::Ready(output) = polled {
             return (output, *unpark.woken_from.lock().unwrap());
         }
         std::thread::park();
+    }
+}
+
+/// A host function that holds a stream until [`Gate::release`] (or the gate's drop): work queued
+/// behind it stays pending for as long as the test needs, with no timing involved.
+pub struct Gate(std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    /// Holds `stream` until the gate is released.
+    pub fn hold(stream: &cuda_mem::Stream) -> Gate {
+        type State = (std::sync::Mutex<bool>, std::sync::Condvar);
+        unsafe extern "C" fn wait(data: *mut std::ffi::c_void) {
+            // SAFETY: `data` came from `Arc::into_raw` below, handed to this one call.
+            let state = unsafe { std::sync::Arc::from_raw(data.cast_const().cast::<State>()) };
+            let mut open = state.0.lock().unwrap();
+            while !*open {
+                open = state.1.wait(open).unwrap();
+            }
+        }
+        let state = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let data = std::sync::Arc::into_raw(std::sync::Arc::clone(&state)).cast_mut().cast();
+        // SAFETY: a valid stream, a callback that makes no CUDA call, and one Arc reference as
+        // data, reclaimed by the callback.
+        let code = unsafe { cuda_mem::sys::cudaLaunchHostFunc(stream.as_raw(), Some(wait), data) };
+        assert_eq!(code, cuda_mem::sys::cudaError::cudaSuccess, "cudaLaunchHostFunc");
+        Gate(state)
+    }
+
+    /// Lets the stream go on.
+    pub fn release(&self) {
+        *self.0.0.lock().unwrap() = true;
+        self.0.1.notify_all();
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
