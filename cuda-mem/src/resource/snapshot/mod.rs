@@ -44,22 +44,53 @@ pub(crate) enum Word {
     State,
     Small,
     Large,
-    Alloc,
-    FreeRequested,
-    FreeCompleted,
-    SegmentAlloc,
-    SegmentFree,
-    Oom,
-    Snapshot,
-    ActiveAllocated,
-    ActiveAwaitingFree,
-    Inactive,
+}
+
+/// A fixed word of the snapshot format: written once by the pickler, then fetched from its memo.
+pub(crate) trait FixedWord: Copy {
+    /// The word's slot in the pickler's memo table (below [`FIXED_WORDS`]).
+    fn slot(self) -> usize;
+    /// PyTorch's spelling.
+    fn text(self) -> &'static str;
+}
+
+/// Slots of the fixed words: the plain words, then the actions, then the block states.
+pub(crate) const FIXED_WORDS: usize = Word::COUNT + TraceAction::COUNT + BlockState::COUNT;
+
+impl FixedWord for Word {
+    fn slot(self) -> usize {
+        self as usize
+    }
+
+    fn text(self) -> &'static str {
+        self.spelling()
+    }
+}
+
+impl FixedWord for TraceAction {
+    fn slot(self) -> usize {
+        Word::COUNT + self as usize
+    }
+
+    fn text(self) -> &'static str {
+        self.name()
+    }
+}
+
+impl FixedWord for BlockState {
+    fn slot(self) -> usize {
+        Word::COUNT + TraceAction::COUNT + self as usize
+    }
+
+    fn text(self) -> &'static str {
+        self.name()
+    }
 }
 
 impl Word {
-    const COUNT: usize = 36;
+    const COUNT: usize = 26;
 
-    fn text(self) -> &'static str {
+    fn spelling(self) -> &'static str {
         match self {
             Self::Segments => "segments",
             Self::DeviceTraces => "device_traces",
@@ -87,16 +118,6 @@ impl Word {
             Self::State => "state",
             Self::Small => "small",
             Self::Large => "large",
-            Self::Alloc => "alloc",
-            Self::FreeRequested => "free_requested",
-            Self::FreeCompleted => "free_completed",
-            Self::SegmentAlloc => "segment_alloc",
-            Self::SegmentFree => "segment_free",
-            Self::Oom => "oom",
-            Self::Snapshot => "snapshot",
-            Self::ActiveAllocated => "active_allocated",
-            Self::ActiveAwaitingFree => "active_awaiting_free",
-            Self::Inactive => "inactive",
         }
     }
 }
@@ -137,20 +158,18 @@ pub enum TraceAction {
 impl TraceAction {
     /// PyTorch's spelling.
     pub fn name(self) -> &'static str {
-        self.word().text()
-    }
-
-    fn word(self) -> Word {
         match self {
-            Self::Alloc => Word::Alloc,
-            Self::FreeRequested => Word::FreeRequested,
-            Self::FreeCompleted => Word::FreeCompleted,
-            Self::SegmentAlloc => Word::SegmentAlloc,
-            Self::SegmentFree => Word::SegmentFree,
-            Self::Oom => Word::Oom,
-            Self::Snapshot => Word::Snapshot,
+            Self::Alloc => "alloc",
+            Self::FreeRequested => "free_requested",
+            Self::FreeCompleted => "free_completed",
+            Self::SegmentAlloc => "segment_alloc",
+            Self::SegmentFree => "segment_free",
+            Self::Oom => "oom",
+            Self::Snapshot => "snapshot",
         }
     }
+
+    const COUNT: usize = 7;
 }
 
 /// One entry of a device trace.
@@ -184,13 +203,16 @@ pub enum BlockState {
 }
 
 impl BlockState {
-    fn word(self) -> Word {
+    /// PyTorch's spelling.
+    fn name(self) -> &'static str {
         match self {
-            Self::ActiveAllocated => Word::ActiveAllocated,
-            Self::ActiveAwaitingFree => Word::ActiveAwaitingFree,
-            Self::Inactive => Word::Inactive,
+            Self::ActiveAllocated => "active_allocated",
+            Self::ActiveAwaitingFree => "active_awaiting_free",
+            Self::Inactive => "inactive",
         }
     }
+
+    const COUNT: usize = 3;
 }
 
 /// A block of a segment.
@@ -262,8 +284,7 @@ fn write_frames<'a>(p: &mut Pickler<'a>, frames: &'a Frames) {
         p.dict(|p| {
             p.key(Word::Filename);
             p.shared_str(&frame.filename);
-            p.key(Word::Line);
-            p.uint(u64::from(frame.line));
+            p.uint_field(Word::Line, u64::from(frame.line));
             p.key(Word::Name);
             p.shared_str(&frame.name);
         })
@@ -273,18 +294,13 @@ fn write_frames<'a>(p: &mut Pickler<'a>, frames: &'a Frames) {
 fn write_entry<'a>(p: &mut Pickler<'a>, e: &'a TraceEntry) {
     p.dict(|p| {
         p.key(Word::Action);
-        p.key(e.action.word());
-        p.key(Word::Addr);
-        p.uint(e.addr as u64);
-        p.key(Word::Size);
-        p.uint(e.size as u64);
-        p.key(Word::Stream);
-        p.uint(e.stream as u64);
-        p.key(Word::TimeUs);
-        p.uint(e.time_us);
+        p.key(e.action);
+        p.uint_field(Word::Addr, e.addr as u64);
+        p.uint_field(Word::Size, e.size as u64);
+        p.uint_field(Word::Stream, e.stream as u64);
+        p.uint_field(Word::TimeUs, e.time_us);
         if let Some(free) = e.device_free {
-            p.key(Word::DeviceFree);
-            p.uint(free as u64);
+            p.uint_field(Word::DeviceFree, free as u64);
         }
         p.key(Word::Frames);
         write_frames(p, &e.frames);
@@ -299,18 +315,12 @@ fn write_segment<'a>(p: &mut Pickler<'a>, s: &'a Segment) {
     p.dict(|p| {
         p.key(Word::Device);
         p.int(i128::from(s.device));
-        p.key(Word::Address);
-        p.uint(s.address as u64);
-        p.key(Word::TotalSize);
-        p.uint(s.total_size as u64);
-        p.key(Word::AllocatedSize);
-        p.uint(allocated as u64);
-        p.key(Word::ActiveSize);
-        p.uint(active as u64);
-        p.key(Word::RequestedSize);
-        p.uint(requested as u64);
-        p.key(Word::Stream);
-        p.uint(s.stream as u64);
+        p.uint_field(Word::Address, s.address as u64);
+        p.uint_field(Word::TotalSize, s.total_size as u64);
+        p.uint_field(Word::AllocatedSize, allocated as u64);
+        p.uint_field(Word::ActiveSize, active as u64);
+        p.uint_field(Word::RequestedSize, requested as u64);
+        p.uint_field(Word::Stream, s.stream as u64);
         p.key(Word::SegmentType);
         p.key(if s.total_size <= SMALL_SEGMENT { Word::Small } else { Word::Large });
         p.key(Word::SegmentPoolId);
@@ -322,14 +332,11 @@ fn write_segment<'a>(p: &mut Pickler<'a>, s: &'a Segment) {
         p.key(Word::Blocks);
         p.list(&s.blocks, |p, b| {
             p.dict(|p| {
-                p.key(Word::Address);
-                p.uint(b.address as u64);
-                p.key(Word::Size);
-                p.uint(b.size as u64);
-                p.key(Word::RequestedSize);
-                p.uint(b.requested_size as u64);
+                p.uint_field(Word::Address, b.address as u64);
+                p.uint_field(Word::Size, b.size as u64);
+                p.uint_field(Word::RequestedSize, b.requested_size as u64);
                 p.key(Word::State);
-                p.key(b.state.word());
+                p.key(b.state);
                 p.key(Word::Frames);
                 write_frames(p, &b.frames);
             })

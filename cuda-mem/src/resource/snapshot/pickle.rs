@@ -3,7 +3,7 @@
 //! repeated strings (dict keys, actions, file names) and frame lists memoized, so each costs two
 //! bytes after its first use.
 
-use super::Word;
+use super::{FIXED_WORDS, FixedWord};
 use rustc_hash::FxHashMap;
 
 const PROTO: u8 = 0x80;
@@ -34,7 +34,7 @@ pub(crate) const BATCH: usize = 1000;
 pub(crate) struct Pickler<'a> {
     out: Vec<u8>,
     /// Memo indices of the fixed words, by word.
-    words: [Option<u32>; Word::COUNT],
+    words: [Option<u32>; FIXED_WORDS],
     strings: FxHashMap<&'a str, u32>,
     /// Memo indices of lists, by the address of what they were written from.
     lists: FxHashMap<usize, u32>,
@@ -47,7 +47,7 @@ impl<'a> Pickler<'a> {
         out.extend_from_slice(&[PROTO, 4]);
         Self {
             out,
-            words: [None; Word::COUNT],
+            words: [None; FIXED_WORDS],
             strings: FxHashMap::default(),
             lists: FxHashMap::default(),
             next_memo: 0,
@@ -90,13 +90,19 @@ impl<'a> Pickler<'a> {
 
     /// One of the snapshot's fixed words (a key, an action): written once, then fetched from
     /// the memo.
-    pub(crate) fn key(&mut self, word: Word) {
-        let slot = word as usize;
+    pub(crate) fn key(&mut self, word: impl FixedWord) {
+        let slot = word.slot();
         if let Some(index) = self.words[slot] {
             return self.memo_get(index);
         }
         self.raw_str(word.text());
         self.words[slot] = Some(self.memoize());
+    }
+
+    /// A dictionary entry: a fixed key and an unsigned integer value.
+    pub(crate) fn uint_field(&mut self, key: impl FixedWord, value: u64) {
+        self.key(key);
+        self.uint(value);
     }
 
     /// A string that may recur (a file or function name).
@@ -187,6 +193,7 @@ impl<'a> Pickler<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resource::snapshot::Word;
 
     #[test]
     fn integers_take_the_shortest_opcode() {
