@@ -7,7 +7,7 @@
 //! are enqueues and non-blocking polls, the threads' include waiting for the GPU).
 //!
 //! ```text
-//! cargo run --release -p cuda-mem --example async_server -- [--requests 64] [--elements 4194304] [--threads 4]
+//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4]
 //! ```
 
 use cuda_mem::{Pending, PinnedBuffer, Stream, StreamBuffer};

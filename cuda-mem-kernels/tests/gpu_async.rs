@@ -2,6 +2,8 @@
 //! `cudaLaunchHostFunc`, the stream-ordered staged copies and `Stream::try_scope` (issue 22).
 //! Ignored where no GPU exists.
 
+// The helpers of cuda-mem's GPU tests (gates, block_on, patterns).
+#[path = "../../cuda-mem/tests/common/mod.rs"]
 mod common;
 
 use common::{Gate, MIB, assert_same, block_on, block_on_then, hold_stream, pattern};

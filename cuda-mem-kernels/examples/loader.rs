@@ -6,7 +6,7 @@
 //! measured alone). Every piece is verified on the device with the checksum kernel.
 //!
 //! ```text
-//! cargo run --release -p cuda-mem --example loader -- [--total-mib 4096] [--piece-mib 256] [--cpu-ms 10] [--lanes N]
+//! cargo run --release -p cuda-mem-kernels --example loader -- [--total-mib 4096] [--piece-mib 256] [--cpu-ms 10] [--lanes N]
 //! ```
 //! The same settings can come from `LOADER_TOTAL_MIB`, `LOADER_PIECE_MIB`, `LOADER_CPU_MS` and
 //! `LOADER_LANES` (arguments win). Lanes default to one per core but one, which the CPU work uses.
