@@ -89,6 +89,7 @@ mod slice;
 pub(crate) mod staged;
 mod stream;
 mod stream_buffer;
+mod thread_cache;
 
 pub use bytemuck::{Pod, Zeroable};
 pub use caching::{CachingStats, CurrentPeak};

@@ -5,18 +5,14 @@ use super::backend::{Backend, StreamKey};
 use super::block::CachedBlock;
 use super::config::Config;
 use super::core::{Core, On};
-use super::front::{self, BinKey, FrontLimits, Parked, ThreadCache, ThreadExit, ThreadTotals};
+use super::front::{BinKey, ENTRIES, FrontLimits, Parked, ThreadCache, ThreadTotals};
 use super::size_class::{SizeClass, class_of};
 use super::stats::{CachingStats, ClassStats, CurrentPeak};
 use crate::error::{CudaError, ErrorKind, Result};
+use crate::thread_cache::{self, Registered, ThreadExit};
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-
-/// Allocator ids key the threads' front caches; never reused, so a dropped allocator's entries
-/// cannot be mistaken for a new one's.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A caching allocator of device memory over a [`Backend`]. Cloning shares it.
 ///
@@ -52,11 +48,7 @@ struct Shared<B: Backend> {
 }
 
 /// Every thread's front cache, and the figures of threads that exited (or had no cache).
-#[derive(Default)]
-struct Registry {
-    caches: Vec<Arc<ThreadCache>>,
-    retired: ThreadTotals,
-}
+type Registry = thread_cache::Registry<ThreadCache, ThreadTotals>;
 
 /// A panic under these locks can only come from a broken invariant (a bug) or a panicking
 /// backend, which is called where the bookkeeping is consistent; either way the state is usable.
@@ -70,7 +62,7 @@ impl<B: Backend> CachingAllocator<B> {
         config.check().map_err(|why| CudaError::new(ErrorKind::InvalidArgument(why), "CachingAllocator::new"))?;
         let limits = FrontLimits { depth: config.front_depth, max_bytes: config.front_max_bytes };
         let shared = Shared {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id: thread_cache::next_owner_id(),
             backend,
             config,
             limits,
@@ -101,7 +93,9 @@ impl<B: Backend> CachingAllocator<B> {
         };
         let shared = &*self.shared;
         let key = BinKey { stream: B::key(stream), class: class.index() };
-        let hit = front::with_cache(shared.id, || self.register(), |cache| cache.take(key, class.bytes(), bytes));
+        let hit = thread_cache::with_cache(&ENTRIES, shared.id, || self.register(), |cache| {
+            cache.take(key, class.bytes(), bytes)
+        });
         match hit {
             Some(Some(parked)) => Ok(shared.handle(parked.ptr, parked.id, class, bytes, key.stream)),
             _ => self.alloc_slow(class, bytes, stream),
@@ -114,7 +108,8 @@ impl<B: Backend> CachingAllocator<B> {
         let shared = &*self.shared;
         let key = BinKey { stream: B::key(stream), class: class.index() };
         let (id, ptr) = shared.take_from_core(stream, class)?;
-        let counted = front::with_cache(
+        let counted = thread_cache::with_cache(
+            &ENTRIES,
             shared.id,
             || self.register(),
             |cache| cache.note_alloc(key, class.bytes(), requested, shared.limits),
@@ -141,7 +136,8 @@ impl<B: Backend> CachingAllocator<B> {
         let key = BinKey { stream: block.stream, class: block.class.index() };
         let (bytes, requested) = (block.bytes(), block.requested);
         let parked = block.parked();
-        let rejected = front::with_cache(
+        let rejected = thread_cache::with_cache(
+            &ENTRIES,
             shared.id,
             || self.register(),
             |cache| cache.put(key, parked, bytes, requested, shared.limits),
@@ -188,7 +184,8 @@ impl<B: Backend> CachingAllocator<B> {
         }
         let key = BinKey { stream: block.stream, class: block.class.index() };
         let (bytes, requested) = (block.bytes(), block.requested);
-        let counted = front::with_cache(
+        let counted = thread_cache::with_cache(
+            &ENTRIES,
             shared.id,
             || self.register(),
             |cache| cache.note_free(key, bytes, requested, shared.limits),
@@ -202,7 +199,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// Returns this thread's front cache to the core.
     pub fn flush_thread(&self) {
         let mut parked = Vec::new();
-        front::with_existing(self.shared.id, |cache| cache.drain(&mut parked));
+        thread_cache::with_existing(&ENTRIES, self.shared.id, |cache| cache.drain(&mut parked));
         self.shared.give_back_all(parked);
     }
 
@@ -255,7 +252,7 @@ impl<B: Backend> CachingAllocator<B> {
         self.shared.core()
     }
 
-    fn register(&self) -> (Arc<ThreadCache>, Weak<dyn ThreadExit>) {
+    fn register(&self) -> Registered<ThreadCache> {
         let cache = Arc::new(ThreadCache::new());
         self.shared.threads().caches.push(Arc::clone(&cache));
         let owner: Weak<Shared<B>> = Arc::downgrade(&self.shared);
@@ -421,10 +418,10 @@ fn give_back_to<B: Backend>(core: &mut Core<B>, parked: Parked) {
     }
 }
 
-impl<B: Backend> ThreadExit for Shared<B> {
+impl<B: Backend> ThreadExit<ThreadCache> for Shared<B> {
     fn thread_exit(&self, cache: &Arc<ThreadCache>) {
         let mut registry = self.threads();
-        registry.caches.retain(|c| !Arc::ptr_eq(c, cache));
+        registry.remove(cache);
         let mut parked = Vec::new();
         cache.retire(&mut parked, &mut registry.retired);
         self.give_back_all(parked); // under the registry's lock, as in `flush_all`

@@ -1,22 +1,16 @@
 //! Per-thread front caches: each thread keeps a few freed blocks per (stream, class) for each
 //! allocator it uses, so that an allocation after a free of the same class on the same stream
-//! takes no lock shared with other threads.
-//!
-//! A thread's cache sits behind its own [`SpinLock`], which only that thread takes on the hot
-//! path; other threads take it only to flush the cache (`empty_cache`, growth, allocator drop)
-//! or read its counters. The allocator keeps every thread's cache in its registry for that; the
-//! thread finds its own through a thread-local list keyed by allocator id. At thread exit the
-//! list's destructor hands each cache's blocks back to its allocator, if the allocator still
-//! lives (a dropped allocator has flushed every registered cache already).
+//! takes no lock shared with other threads. How threads find, flush and retire their caches is
+//! [`crate::thread_cache`]'s; other threads take a cache's lock only to flush the cache
+//! (`empty_cache`, growth, allocator drop) or read its counters.
 
 use super::arena::BlockId;
 use super::backend::StreamKey;
-use super::spin::SpinLock;
 use super::stats::{ClassCounts, ThreadCounters};
+use crate::thread_cache::{Entries, SpinLock};
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::ptr::NonNull;
-use std::sync::{Arc, Weak};
 
 /// A block parked in a front cache: out of the core, held by no user.
 #[derive(Debug)]
@@ -185,78 +179,7 @@ impl ThreadCache {
     }
 }
 
-/// What a thread's exit does with its cache of an allocator (implemented by the allocator).
-pub(super) trait ThreadExit: Send + Sync {
-    fn thread_exit(&self, cache: &Arc<ThreadCache>);
-}
-
-/// This thread's cache of one allocator.
-struct Entry {
-    allocator: u64,
-    cache: Arc<ThreadCache>,
-    owner: Weak<dyn ThreadExit>,
-}
-
-impl Drop for Entry {
-    fn drop(&mut self) {
-        // Only at thread exit is the owner still alive here (dead entries are the only ones
-        // pruned); a dropped owner has flushed the cache itself.
-        if let Some(owner) = self.owner.upgrade() {
-            owner.thread_exit(&self.cache);
-        }
-    }
-}
-
 thread_local! {
-    static ENTRIES: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` on this thread's cache of allocator `allocator`, registering one made by `register`
-/// on first use. `None` when this thread's storage is being torn down (thread exit) or is in use
-/// further up the stack; the caller then goes to the core directly.
-#[inline]
-pub(super) fn with_cache<R>(
-    allocator: u64,
-    register: impl FnOnce() -> (Arc<ThreadCache>, Weak<dyn ThreadExit>),
-    f: impl FnOnce(&ThreadCache) -> R,
-) -> Option<R> {
-    ENTRIES
-        .try_with(|entries| {
-            {
-                let entries = entries.try_borrow().ok()?;
-                if let Some(entry) = entries.iter().find(|e| e.allocator == allocator) {
-                    return Some(f(&entry.cache));
-                }
-            }
-            let cache = register_here(entries, allocator, register)?;
-            Some(f(&cache))
-        })
-        .ok()
-        .flatten()
-}
-
-#[cold]
-#[inline(never)]
-fn register_here(
-    entries: &RefCell<Vec<Entry>>,
-    allocator: u64,
-    register: impl FnOnce() -> (Arc<ThreadCache>, Weak<dyn ThreadExit>),
-) -> Option<Arc<ThreadCache>> {
-    let mut entries = entries.try_borrow_mut().ok()?;
-    // Entries of dropped allocators: their caches were flushed when the allocator dropped.
-    entries.retain(|e| e.owner.strong_count() > 0);
-    let (cache, owner) = register();
-    entries.push(Entry { allocator, cache: Arc::clone(&cache), owner });
-    Some(cache)
-}
-
-/// Runs `f` on this thread's cache of `allocator`, if it has one.
-pub(super) fn with_existing<R>(allocator: u64, f: impl FnOnce(&ThreadCache) -> R) -> Option<R> {
-    ENTRIES
-        .try_with(|entries| {
-            let entries = entries.try_borrow().ok()?;
-            entries.iter().find(|e| e.allocator == allocator).map(|e| f(&e.cache))
-        })
-        .ok()
-        .flatten()
+    /// This thread's front caches, one per allocator it used.
+    pub(super) static ENTRIES: Entries<ThreadCache> = const { RefCell::new(Vec::new()) };
 }

@@ -65,7 +65,6 @@ mod core;
 pub mod fake;
 mod front;
 pub mod size_class;
-mod spin;
 mod stats;
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@ use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub(super) struct SpinLock<T> {
+pub(crate) struct SpinLock<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
 }
@@ -19,12 +19,12 @@ pub(super) struct SpinLock<T> {
 unsafe impl<T: Send> Sync for SpinLock<T> {}
 
 impl<T> SpinLock<T> {
-    pub(super) fn new(value: T) -> Self {
+    pub(crate) fn new(value: T) -> Self {
         Self { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
     }
 
     #[inline]
-    pub(super) fn lock(&self) -> SpinGuard<'_, T> {
+    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
         if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.lock_contended();
         }
@@ -52,7 +52,7 @@ impl<T> SpinLock<T> {
 }
 
 /// Exclusive access to the value until dropped.
-pub(super) struct SpinGuard<'a, T> {
+pub(crate) struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
 }
 
