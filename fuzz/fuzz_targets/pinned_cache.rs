@@ -1,7 +1,8 @@
 #![no_main]
 //! Sequences of allocations, frees with pending fences, fence completions and shrinks on the
-//! pinned caching pool's bookkeeping: a block is never handed out while a fence on it is pending,
-//! the cap holds, and the counters match a model.
+//! pinned caching pool's bookkeeping, with a cap or without one (then freed blocks park in this
+//! thread's front cache): a block is never handed out while a fence on it is pending, the cap
+//! holds, the counters match a model, and every block is released exactly once in the end.
 
 use arbitrary::Arbitrary;
 use cuda_mem::fuzzing::{BlockCache, FakeBackend, FakeFence, class_of, fake_block};
@@ -18,16 +19,18 @@ enum Op {
 
 #[derive(Arbitrary, Debug)]
 struct Input {
-    cap: u16,
+    /// `None`: no cap, so front caches are used.
+    cap: Option<u16>,
     ops: Vec<Op>,
 }
 
 fuzz_target!(|input: Input| {
-    let cap = usize::from(input.cap) * 64;
+    let cap = input.cap.map_or(usize::MAX, |cap| usize::from(cap) * 64);
     let cache = BlockCache::new(FakeBackend::default(), cap);
     let mut held = Vec::new(); // blocks handed out
     let mut fences: Vec<FakeFence> = Vec::new(); // every fence ever attached
     let mut in_use = 0usize;
+    let mut made = 0usize; // bytes of blocks taken from the system
     for op in input.ops {
         match op {
             Op::Alloc { size } => {
@@ -40,6 +43,7 @@ fuzz_target!(|input: Input| {
                     }
                     None => {
                         cache.note_miss(class);
+                        made += class.bytes;
                         fake_block(class.bytes)
                     }
                 };
@@ -77,4 +81,5 @@ fuzz_target!(|input: Input| {
     }
     cache.shrink_to(0, None);
     assert_eq!(cache.stats().cached_bytes, 0);
+    assert_eq!(cache.backend().released.lock().unwrap().iter().sum::<usize>(), made, "released once, all of it");
 });

@@ -9,10 +9,10 @@ use super::front::{BinKey, ENTRIES, FrontLimits, Parked, ThreadCache, ThreadTota
 use super::size_class::{SizeClass, class_of};
 use super::stats::{CachingStats, ClassStats, CurrentPeak};
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::thread_cache::{self, Registered, ThreadExit};
+use crate::thread_cache::{self, FrontCache, Registered, ThreadExit};
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// A caching allocator of device memory over a [`Backend`]. Cloning shares it.
 ///
@@ -93,9 +93,12 @@ impl<B: Backend> CachingAllocator<B> {
         };
         let shared = &*self.shared;
         let key = BinKey { stream: B::key(stream), class: class.index() };
-        let hit = thread_cache::with_cache(&ENTRIES, shared.id, || self.register(), |cache| {
-            cache.take(key, class.bytes(), bytes)
-        });
+        let hit = thread_cache::with_cache(
+            &ENTRIES,
+            shared.id,
+            || self.register(),
+            |cache| cache.take(key, class.bytes(), bytes),
+        );
         match hit {
             Some(Some(parked)) => Ok(shared.handle(parked.ptr, parked.id, class, bytes, key.stream)),
             _ => self.alloc_slow(class, bytes, stream),
@@ -253,10 +256,7 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     fn register(&self) -> Registered<ThreadCache> {
-        let cache = Arc::new(ThreadCache::new());
-        self.shared.threads().caches.push(Arc::clone(&cache));
-        let owner: Weak<Shared<B>> = Arc::downgrade(&self.shared);
-        (cache, owner)
+        thread_cache::register(&self.shared, &self.shared.threads, ThreadCache::new())
     }
 }
 
@@ -328,16 +328,11 @@ impl<B: Backend> Shared<B> {
         }
     }
 
-    /// Returns every thread's front cache to the core. The registry stays locked until the
-    /// blocks are in the core, so a flush sees every block a finished thread parked (its exit
-    /// is either done, blocks in the core, or not begun, cache in the registry).
+    /// Returns every thread's front cache to the core (under the registry's lock: see
+    /// [`thread_cache::Registry::drain_all`]).
     fn flush_all(&self) {
         let registry = self.threads();
-        let mut parked = Vec::new();
-        for cache in &registry.caches {
-            cache.drain(&mut parked);
-        }
-        self.give_back_all(parked);
+        self.give_back_all(registry.drain_all());
     }
 
     /// Counts an allocation or free of a thread without a front cache (at thread exit).
@@ -421,9 +416,7 @@ fn give_back_to<B: Backend>(core: &mut Core<B>, parked: Parked) {
 impl<B: Backend> ThreadExit<ThreadCache> for Shared<B> {
     fn thread_exit(&self, cache: &Arc<ThreadCache>) {
         let mut registry = self.threads();
-        registry.remove(cache);
-        let mut parked = Vec::new();
-        cache.retire(&mut parked, &mut registry.retired);
+        let parked = registry.retire(cache);
         self.give_back_all(parked); // under the registry's lock, as in `flush_all`
     }
 }
@@ -431,11 +424,7 @@ impl<B: Backend> ThreadExit<ThreadCache> for Shared<B> {
 impl<B: Backend> Drop for Shared<B> {
     fn drop(&mut self) {
         // No handle is left, so no call is in flight; threads' caches may still hold blocks.
-        let caches = std::mem::take(&mut lock(&self.threads).caches);
-        let mut parked = Vec::new();
-        for cache in &caches {
-            cache.drain(&mut parked);
-        }
+        let parked = lock(&self.threads).drain_all();
         let core = self.core.get_mut().unwrap_or_else(PoisonError::into_inner);
         for p in parked {
             give_back_to(core, p);

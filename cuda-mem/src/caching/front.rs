@@ -7,7 +7,7 @@
 use super::arena::BlockId;
 use super::backend::StreamKey;
 use super::stats::{ClassCounts, ThreadCounters};
-use crate::thread_cache::{Entries, SpinLock};
+use crate::thread_cache::{Entries, FrontCache, SpinLock};
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::ptr::NonNull;
@@ -150,22 +150,6 @@ impl ThreadCache {
         front.bin(key, limits.depth).counts.frees += 1;
     }
 
-    /// Moves every parked block to `out`.
-    pub fn drain(&self, out: &mut Vec<Parked>) {
-        self.front.lock().drain(out);
-    }
-
-    /// Moves every parked block to `out` and adds the counters to `totals` (at thread exit).
-    pub fn retire(&self, out: &mut Vec<Parked>, totals: &mut ThreadTotals) {
-        let mut front = self.front.lock();
-        front.drain(out);
-        totals.counters.absorb(front.counters);
-        front.counters = ThreadCounters::default();
-        for (class, counts) in front.classes.drain() {
-            totals.classes.entry(class).or_default().absorb(counts);
-        }
-    }
-
     /// Adds this cache's figures to `totals`.
     pub fn read(&self, totals: &mut ThreadTotals) {
         let front = self.front.lock();
@@ -175,6 +159,26 @@ impl ThreadCache {
         for (key, bin) in &front.bins {
             totals.front_hits += bin.counts.front_hits;
             totals.classes.entry(key.class).or_default().absorb(bin.counts);
+        }
+    }
+}
+
+impl FrontCache for ThreadCache {
+    type Parked = Parked;
+    type Totals = ThreadTotals;
+
+    fn drain(&self, out: &mut Vec<Parked>) {
+        self.front.lock().drain(out);
+    }
+
+    /// Also adds the counters to `totals`.
+    fn retire(&self, out: &mut Vec<Parked>, totals: &mut ThreadTotals) {
+        let mut front = self.front.lock();
+        front.drain(out);
+        totals.counters.absorb(front.counters);
+        front.counters = ThreadCounters::default();
+        for (class, counts) in front.classes.drain() {
+            totals.classes.entry(class).or_default().absorb(counts);
         }
     }
 }

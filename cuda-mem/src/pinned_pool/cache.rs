@@ -1,15 +1,30 @@
 //! The caching pool's bookkeeping, independent of CUDA: per-class free lists whose blocks are
-//! handed out again only when every fence (a recorded event) on them has completed, a cap on
-//! cached bytes, trimming, and statistics. The CUDA pool plugs in events and `cudaFreeHost`
-//! through [`Backend`]; the tests plug in plain flags and the system allocator.
+//! handed out again only when every fence (a recorded event) on them has completed, per-thread
+//! front caches in front of them, a cap on cached bytes, trimming, and statistics. The CUDA pool
+//! plugs in events and `cudaFreeHost` through [`Backend`]; the tests plug in plain flags and the
+//! system allocator.
+//!
+//! **Where a free block is.** In the shared list of its class (under that class's lock), or,
+//! in a pool without a cap and with no fence on it, in the front cache of the thread that freed
+//! it ([`super::front`]). A block moving between a front cache and a list is held by the moving
+//! thread alone, so no block is handed out twice. A pool with a cap keeps every free block in the
+//! lists, where the cap is exact. A miss returns every thread's parked blocks to the lists and
+//! looks once more before the caller allocates; trimming and dropping the pool return them too,
+//! and a thread's exit returns its own. Locks nest in one order: the registry of front caches,
+//! then one front cache or one list; a front cache and a list are never held together.
+//!
+//! **Counts.** Each thread counts its own calls in its front cache (a pool with a cap, or a
+//! thread whose thread-locals are being torn down, counts in the pool); reading sums them.
 
+use super::front::{Counts, ENTRIES, Parked, ThreadCache};
 use super::size_class::{NUM_CLASSES, SizeClass};
+use crate::thread_cache::{self, Registered, SpinLock, ThreadExit};
 use std::ptr::NonNull;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// What the cache needs from the memory system.
-pub trait Backend: Send + Sync {
+pub trait Backend: Send + Sync + 'static {
     /// Marks the end of asynchronous work that used a block (a CUDA event).
     type Fence: Send;
     /// True when the work has completed; never blocks.
@@ -34,14 +49,17 @@ pub struct Block<F> {
 // SAFETY: a block is plain memory owned by exactly one holder at a time (the cache or one buffer).
 unsafe impl<F: Send> Send for Block<F> {}
 
-/// Counters of a caching pool. All figures are exact (updated under the same rules as the lists).
+/// Counters of a caching pool. `cached_bytes`, `in_use_bytes`, `hits` and `misses` are exact
+/// whenever no call is in flight (each thread counts its own calls; reading sums them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PinnedPoolStats {
     /// Bytes in cached (free) blocks.
     pub cached_bytes: usize,
     /// Bytes in blocks handed out and not yet returned.
     pub in_use_bytes: usize,
-    /// Highest `in_use_bytes` seen.
+    /// Highest `in_use_bytes` seen: exact while one thread allocates and frees (or for a pool with
+    /// a cap), otherwise an upper bound (the threads' own peaks summed, and never above the peak
+    /// of bytes held from the system).
     pub peak_in_use_bytes: usize,
     /// Allocations served from the cache.
     pub hits: u64,
@@ -52,64 +70,192 @@ pub struct PinnedPoolStats {
 /// One size class's cached blocks, oldest first.
 type FreeList<F> = Mutex<Vec<Block<F>>>;
 
+/// Every thread's front cache, and the counts of threads that exited.
+type Registry = thread_cache::Registry<ThreadCache, Counts>;
+
+/// The bookkeeping of one pool. Cloning shares it.
 pub struct BlockCache<B: Backend> {
-    pub backend: B,
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: Backend> Clone for BlockCache<B> {
+    fn clone(&self) -> Self {
+        Self { shared: Arc::clone(&self.shared) }
+    }
+}
+
+struct Shared<B: Backend> {
+    id: u64,
+    backend: B,
     classes: Box<[FreeList<B::Fence>]>,
     max_cached_bytes: usize,
+    /// No cap: blocks without fences park in the freeing thread's front cache first.
+    fronts: bool,
+    /// Bytes in the shared lists.
     cached_bytes: AtomicUsize,
-    in_use_bytes: AtomicUsize,
-    peak_in_use_bytes: AtomicUsize,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    /// Bytes taken from the system and not released, and their peak (bounds the peak in use).
+    held_bytes: AtomicUsize,
+    peak_held_bytes: AtomicUsize,
+    /// Calls no front cache counted.
+    counts: SpinLock<Counts>,
+    threads: Mutex<Registry>,
 }
 
 impl<B: Backend> BlockCache<B> {
+    /// An empty cache over `backend` keeping at most `max_cached_bytes` free (`usize::MAX`: no
+    /// cap, and front caches).
     pub fn new(backend: B, max_cached_bytes: usize) -> Self {
-        Self {
+        let shared = Shared {
+            id: thread_cache::next_owner_id(),
             backend,
             classes: (0..NUM_CLASSES).map(|_| Mutex::new(Vec::new())).collect(),
             max_cached_bytes,
+            fronts: max_cached_bytes == usize::MAX,
             cached_bytes: AtomicUsize::new(0),
-            in_use_bytes: AtomicUsize::new(0),
-            peak_in_use_bytes: AtomicUsize::new(0),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-        }
+            held_bytes: AtomicUsize::new(0),
+            peak_held_bytes: AtomicUsize::new(0),
+            counts: SpinLock::new(Counts::default()),
+            threads: Mutex::new(Registry::default()),
+        };
+        Self { shared: Arc::new(shared) }
     }
 
-    /// A cached block of `class` whose work has completed, most recently freed first (warm in
-    /// caches). Locks only that class's list.
+    /// The backend (the fake's records, for tests).
+    #[cfg(any(test, fuzzing))]
+    pub fn backend(&self) -> &B {
+        &self.shared.backend
+    }
+
+    /// Holds the shared list of `class` and the registry of front caches (to prove that a path
+    /// does not need them).
+    #[cfg(test)]
+    pub(super) fn hold_shared(&self, class: SizeClass) -> impl Sized + '_ {
+        (lock(&self.shared.classes[class.index]), lock(&self.shared.threads))
+    }
+
+    /// A cached block of `class` whose work has completed: this thread's most recently freed
+    /// one, else the shared list's most recently freed ready one (warm in caches), else, after
+    /// every thread's front cache is returned to the lists, one from there.
+    #[inline]
     pub fn take(&self, class: SizeClass) -> Option<Block<B::Fence>> {
-        let mut list = lock(&self.classes[class.index]);
-        let backend = &self.backend;
-        let position = list.iter_mut().rposition(|block| {
-            block.fences.retain(|fence| !backend.is_done(fence));
-            block.fences.is_empty()
-        })?;
-        let block = list.swap_remove(position);
-        drop(list);
-        self.cached_bytes.fetch_sub(class.bytes, Ordering::Relaxed);
-        self.hits.fetch_add(1, Ordering::Relaxed);
-        self.note_in_use(class.bytes);
+        let shared = &*self.shared;
+        if shared.fronts {
+            let hit = thread_cache::with_cache(&ENTRIES, shared.id, || self.register(), |cache| cache.take(class));
+            if let Some(Some(ptr)) = hit {
+                return Some(Block { ptr, class, fences: Vec::new() });
+            }
+        }
+        self.take_shared(class)
+    }
+
+    #[inline(never)]
+    fn take_shared(&self, class: SizeClass) -> Option<Block<B::Fence>> {
+        let shared = &*self.shared;
+        let mut block = shared.take_ready(class);
+        if block.is_none() && shared.fronts {
+            shared.flush_all();
+            block = shared.take_ready(class);
+        }
+        let block = block?;
+        self.count(move |counts| counts.hand_out(class.bytes, true));
         Some(block)
     }
 
     /// Records a block that had to come from the system.
     pub fn note_miss(&self, class: SizeClass) {
-        self.misses.fetch_add(1, Ordering::Relaxed);
-        self.note_in_use(class.bytes);
+        let shared = &*self.shared;
+        let held = shared.held_bytes.fetch_add(class.bytes, Ordering::Relaxed) + class.bytes;
+        shared.peak_held_bytes.fetch_max(held, Ordering::Relaxed);
+        self.count(move |counts| counts.hand_out(class.bytes, false));
     }
 
-    fn note_in_use(&self, bytes: usize) {
-        let now = self.in_use_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.peak_in_use_bytes.fetch_max(now, Ordering::Relaxed);
-    }
-
-    /// Takes a block back. Over the cap, cached blocks are released (waiting for their fences):
-    /// first this class's oldest, then other classes from the largest down.
+    /// Takes a block back: into this thread's front cache if it may park there, else into the
+    /// shared list of its class. Over the cap, cached blocks are released (waiting for their
+    /// fences): first this class's oldest, then other classes from the largest down.
+    #[inline]
     pub fn put(&self, block: Block<B::Fence>) {
+        let shared = &*self.shared;
+        if shared.fronts && block.fences.is_empty() {
+            let parked = Parked { ptr: block.ptr, class: block.class };
+            match thread_cache::with_cache(&ENTRIES, shared.id, || self.register(), |cache| cache.put(parked)) {
+                Some(None) => return,
+                // Its class is full in this thread's cache, which counted the return.
+                Some(Some(_full)) => return shared.put_shared(block),
+                None => {}
+            }
+        }
+        self.put_counted(block);
+    }
+
+    #[inline(never)]
+    fn put_counted(&self, block: Block<B::Fence>) {
         let bytes = block.class.bytes;
-        self.in_use_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.count(move |counts| counts.take_back(bytes));
+        self.shared.put_shared(block);
+    }
+
+    /// Counts in this thread's front cache, or in the pool where there is none.
+    fn count(&self, f: impl FnOnce(&mut Counts) + Copy) {
+        let shared = &*self.shared;
+        if shared.fronts
+            && thread_cache::with_cache(&ENTRIES, shared.id, || self.register(), |cache| cache.count(f)).is_some()
+        {
+            return;
+        }
+        f(&mut shared.counts.lock());
+    }
+
+    /// Releases cached blocks, every thread's front cache returned first, until at most `target`
+    /// bytes stay cached; returns bytes released.
+    pub fn shrink_to(&self, target: usize, first: Option<usize>) -> usize {
+        self.shared.flush_all();
+        self.shared.shrink_lists(target, first)
+    }
+
+    /// The pool's counters: the pool's own, the exited threads' and every front cache's, summed.
+    pub fn stats(&self) -> PinnedPoolStats {
+        let shared = &*self.shared;
+        let mut counts = *shared.counts.lock();
+        let mut parked = 0;
+        {
+            let registry = lock(&shared.threads);
+            counts.absorb(registry.retired);
+            for cache in &registry.caches {
+                parked += cache.read(&mut counts);
+            }
+        }
+        let in_use = usize::try_from(counts.in_use).unwrap_or(0);
+        let summed_peaks = usize::try_from(counts.peak_in_use).unwrap_or(0);
+        PinnedPoolStats {
+            cached_bytes: shared.cached_bytes.load(Ordering::Relaxed) + parked,
+            in_use_bytes: in_use,
+            peak_in_use_bytes: summed_peaks.min(shared.peak_held_bytes.load(Ordering::Relaxed)).max(in_use),
+            hits: counts.hits,
+            misses: counts.misses,
+        }
+    }
+
+    fn register(&self) -> Registered<ThreadCache> {
+        thread_cache::register(&self.shared, &self.shared.threads, ThreadCache::new())
+    }
+}
+
+impl<B: Backend> Shared<B> {
+    /// The most recently freed block of `class` in its list whose work has completed.
+    fn take_ready(&self, class: SizeClass) -> Option<Block<B::Fence>> {
+        let mut list = lock(&self.classes[class.index]);
+        let position = list.iter_mut().rposition(|block| {
+            block.fences.retain(|fence| !self.backend.is_done(fence));
+            block.fences.is_empty()
+        })?;
+        let block = list.swap_remove(position);
+        drop(list);
+        self.cached_bytes.fetch_sub(class.bytes, Ordering::Relaxed);
+        Some(block)
+    }
+
+    fn put_shared(&self, block: Block<B::Fence>) {
+        let bytes = block.class.bytes;
         if bytes > self.max_cached_bytes {
             self.release(block);
             return;
@@ -118,12 +264,28 @@ impl<B: Backend> BlockCache<B> {
         lock(&self.classes[index]).push(block);
         let cached = self.cached_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if cached > self.max_cached_bytes {
-            self.shrink_to(self.max_cached_bytes, Some(index));
+            self.shrink_lists(self.max_cached_bytes, Some(index));
         }
     }
 
-    /// Releases cached blocks until at most `target` bytes stay cached; returns bytes released.
-    pub fn shrink_to(&self, target: usize, first: Option<usize>) -> usize {
+    /// Returns parked blocks to the lists.
+    fn unpark(&self, parked: Vec<Parked>) {
+        for Parked { ptr, class } in parked {
+            self.put_shared(Block { ptr, class, fences: Vec::new() });
+        }
+    }
+
+    /// Returns every thread's front cache to the lists (under the registry's lock: see
+    /// [`thread_cache::Registry::drain_all`]).
+    fn flush_all(&self) {
+        if self.fronts {
+            let registry = lock(&self.threads);
+            self.unpark(registry.drain_all());
+        }
+    }
+
+    /// Releases blocks of the lists until at most `target` bytes stay there.
+    fn shrink_lists(&self, target: usize, first: Option<usize>) -> usize {
         let order = first.into_iter().chain((0..NUM_CLASSES).rev());
         let mut released = 0;
         for index in order {
@@ -147,180 +309,31 @@ impl<B: Backend> BlockCache<B> {
         for fence in &block.fences {
             self.backend.wait(fence);
         }
+        self.held_bytes.fetch_sub(block.class.bytes, Ordering::Relaxed);
         // SAFETY: the block came from the backend, is owned here alone, and its work is done.
         unsafe { self.backend.release(block.ptr, block.class.bytes) };
     }
+}
 
-    pub fn stats(&self) -> PinnedPoolStats {
-        PinnedPoolStats {
-            cached_bytes: self.cached_bytes.load(Ordering::Relaxed),
-            in_use_bytes: self.in_use_bytes.load(Ordering::Relaxed),
-            peak_in_use_bytes: self.peak_in_use_bytes.load(Ordering::Relaxed),
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-        }
+impl<B: Backend> ThreadExit<ThreadCache> for Shared<B> {
+    fn thread_exit(&self, cache: &Arc<ThreadCache>) {
+        let mut registry = lock(&self.threads);
+        let parked = registry.retire(cache);
+        self.unpark(parked); // under the registry's lock, as in `flush_all`
     }
 }
 
-impl<B: Backend> Drop for BlockCache<B> {
+impl<B: Backend> Drop for Shared<B> {
     fn drop(&mut self) {
-        self.shrink_to(0, None);
+        // No handle is left, so no call is in flight; threads' front caches may still hold
+        // blocks (their entries find the pool gone at exit and leave them).
+        self.flush_all();
+        self.shrink_lists(0, None);
     }
 }
 
-/// A poisoned list only means another thread panicked between two plain Vec operations; the
-/// list itself is still consistent.
+/// A poisoned lock only means another thread panicked between two plain Vec operations; the
+/// state itself is still consistent.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A backend over the system allocator with fences completed by hand, for tests and fuzzing.
-#[cfg(any(test, fuzzing))]
-pub mod fake {
-    use super::super::size_class::class_of;
-    use super::*;
-    use std::alloc::Layout;
-    use std::sync::Arc;
-    use std::sync::atomic::AtomicBool;
-
-    /// The system allocator and fences that tests complete by hand.
-    #[derive(Default)]
-    pub struct FakeBackend {
-        /// Sizes of released blocks, in order.
-        pub released: Mutex<Vec<usize>>,
-        /// Fences the cache waited for (a real backend blocks until the work completes).
-        pub waits: AtomicUsize,
-    }
-
-    /// Completed by setting it.
-    pub type FakeFence = Arc<AtomicBool>;
-
-    impl Backend for FakeBackend {
-        type Fence = FakeFence;
-        fn is_done(&self, fence: &FakeFence) -> bool {
-            fence.load(Ordering::Acquire)
-        }
-        fn wait(&self, fence: &FakeFence) {
-            // Waiting ends with the work complete.
-            self.waits.fetch_add(1, Ordering::Relaxed);
-            fence.store(true, Ordering::Release);
-        }
-        unsafe fn release(&self, ptr: NonNull<u8>, bytes: usize) {
-            self.released.lock().unwrap().push(bytes);
-            // SAFETY: allocated by `fake_block` with this layout.
-            unsafe { std::alloc::dealloc(ptr.as_ptr(), Layout::from_size_align(bytes, 4096).unwrap()) };
-        }
-    }
-
-    /// A new block from the system allocator, as a miss would produce.
-    pub fn fake_block(bytes: usize) -> Block<FakeFence> {
-        let class = class_of(bytes).unwrap();
-        // SAFETY: non-zero size, valid alignment.
-        let ptr = unsafe { std::alloc::alloc(Layout::from_size_align(class.bytes, 4096).unwrap()) };
-        Block { ptr: NonNull::new(ptr).unwrap(), class, fences: Vec::new() }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::size_class::class_of;
-    use super::fake::{FakeBackend, FakeFence, fake_block};
-    use super::*;
-    use std::sync::Arc;
-
-    fn alloc(cache: &BlockCache<FakeBackend>, bytes: usize) -> Block<FakeFence> {
-        let class = class_of(bytes).unwrap();
-        cache.take(class).unwrap_or_else(|| {
-            cache.note_miss(class);
-            fake_block(bytes)
-        })
-    }
-
-    #[test]
-    fn freed_blocks_are_reused_and_counted() {
-        let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
-        let a = alloc(&cache, 1 << 20);
-        let first_ptr = a.ptr;
-        assert_eq!(
-            cache.stats(),
-            PinnedPoolStats { in_use_bytes: 1 << 20, peak_in_use_bytes: 1 << 20, misses: 1, ..Default::default() }
-        );
-        cache.put(a);
-        assert_eq!(cache.stats().cached_bytes, 1 << 20);
-        assert_eq!(cache.stats().in_use_bytes, 0);
-        let b = alloc(&cache, (1 << 20) - 5); // same class
-        assert_eq!(b.ptr, first_ptr);
-        let stats = cache.stats();
-        assert_eq!((stats.hits, stats.misses, stats.cached_bytes, stats.in_use_bytes), (1, 1, 0, 1 << 20));
-        cache.put(b);
-    }
-
-    #[test]
-    fn a_block_is_not_reused_while_its_fence_is_pending() {
-        let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
-        let mut a = alloc(&cache, 8192);
-        let fence = FakeFence::default();
-        a.fences.push(fence.clone());
-        let a_ptr = a.ptr;
-        cache.put(a);
-        let b = alloc(&cache, 8192);
-        assert_ne!(b.ptr, a_ptr, "reused while the DMA was in flight");
-        assert_eq!(cache.stats().misses, 2);
-        fence.store(true, Ordering::Release);
-        let c = alloc(&cache, 8192);
-        assert_eq!(c.ptr, a_ptr);
-        cache.put(b);
-        cache.put(c);
-    }
-
-    #[test]
-    fn the_cap_releases_the_oldest_blocks_and_oversized_blocks_are_never_cached() {
-        let cache = BlockCache::new(FakeBackend::default(), 3 * 4096);
-        let blocks: Vec<_> = (0..5).map(|_| alloc(&cache, 4096)).collect();
-        for block in blocks {
-            cache.put(block);
-        }
-        assert_eq!(cache.stats().cached_bytes, 3 * 4096);
-        assert_eq!(cache.backend.released.lock().unwrap().len(), 2);
-        let big = alloc(&cache, 1 << 20);
-        cache.put(big);
-        assert_eq!(cache.stats().cached_bytes, 3 * 4096);
-        assert_eq!(*cache.backend.released.lock().unwrap().last().unwrap(), 1 << 20);
-    }
-
-    #[test]
-    fn shrinking_releases_everything_and_reports_bytes() {
-        let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
-        let (a, b) = (alloc(&cache, 4096), alloc(&cache, 10_000));
-        let expected = a.class.bytes + b.class.bytes;
-        cache.put(a);
-        cache.put(b);
-        assert_eq!(cache.shrink_to(0, None), expected);
-        assert_eq!(cache.stats().cached_bytes, 0);
-        assert_eq!(cache.backend.released.lock().unwrap().iter().sum::<usize>(), expected);
-    }
-
-    #[test]
-    fn counters_are_exact_across_threads() {
-        let cache = Arc::new(BlockCache::new(FakeBackend::default(), usize::MAX));
-        let threads: Vec<_> = (0..8)
-            .map(|t| {
-                let cache = Arc::clone(&cache);
-                std::thread::spawn(move || {
-                    for i in 0..if cfg!(miri) { 20 } else { 500 } {
-                        let block = alloc(&cache, 4096 << ((t + i) % 4));
-                        cache.put(block);
-                    }
-                })
-            })
-            .collect();
-        for thread in threads {
-            thread.join().unwrap();
-        }
-        let stats = cache.stats();
-        assert_eq!(stats.hits + stats.misses, 8 * if cfg!(miri) { 20 } else { 500 });
-        assert_eq!(stats.in_use_bytes, 0);
-        assert!(stats.misses <= 8 * 4, "at most one live block per thread and class: {stats:?}");
-        assert!(stats.peak_in_use_bytes <= 8 * (4096 << 3));
-    }
 }

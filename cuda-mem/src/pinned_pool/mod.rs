@@ -4,11 +4,18 @@
 //! program that needs pinned staging buffers per batch spends its time in the allocator. The pool
 //! keeps freed blocks in size classes (four per power of two) and hands them out again; a block
 //! that asynchronous work used (see [`PooledPinned::record_use`]) is handed out only after that
-//! work has completed, as PyTorch's caching host allocator does. Each class has its own lock, so
-//! threads allocating different sizes never contend and no global lock is taken.
+//! work has completed, as PyTorch's caching host allocator does. A pool without a cap keeps a few
+//! freed blocks per class in each thread's own front cache, so that a thread allocating what it
+//! freed takes no lock another thread takes; the shared free lists have one lock per class, so
+//! threads allocating different sizes never contend there either (see [`cache`]).
 
 pub(crate) mod cache;
+#[cfg(any(test, fuzzing))]
+pub(crate) mod fake;
+mod front;
 pub(crate) mod size_class;
+#[cfg(test)]
+mod tests;
 
 pub use cache::PinnedPoolStats;
 
@@ -24,7 +31,7 @@ use size_class::{SizeClass, class_of};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 /// CUDA events as fences, `cudaFreeHost` as release.
 struct CudaBackend;
@@ -65,7 +72,7 @@ impl Backend for CudaBackend {
 /// ```
 #[derive(Clone)]
 pub struct PinnedPool {
-    cache: Arc<BlockCache<CudaBackend>>,
+    cache: BlockCache<CudaBackend>,
     flags: HostAllocFlags,
 }
 
@@ -83,9 +90,11 @@ impl PinnedPool {
     }
 
     /// A pool that keeps at most `max_cached_bytes` in free blocks; beyond that, freed blocks go
-    /// back to the driver (oldest first). A block larger than the cap is never cached.
+    /// back to the driver (oldest first). A block larger than the cap is never cached. The cap
+    /// is exact because such a pool keeps every free block in its shared lists: only a pool
+    /// without a cap (`usize::MAX`) has per-thread front caches.
     pub fn with_max_cached_bytes(flags: HostAllocFlags, max_cached_bytes: usize) -> Self {
-        Self { cache: Arc::new(BlockCache::new(CudaBackend, max_cached_bytes)), flags }
+        Self { cache: BlockCache::new(CudaBackend, max_cached_bytes), flags }
     }
 
     /// The process-wide pool that [`Stream::upload`] and [`Stream::download`] stage pageable
@@ -121,13 +130,7 @@ impl PinnedPool {
                 None => self.new_block(class)?,
             })
         };
-        Ok(PooledPinned {
-            block,
-            len,
-            cache: Arc::clone(&self.cache),
-            flags: self.flags,
-            _type: std::marker::PhantomData,
-        })
+        Ok(PooledPinned { block, len, cache: self.cache.clone(), flags: self.flags, _type: std::marker::PhantomData })
     }
 
     /// A block of at least `bytes` (> 0) as a raw pointer, for [`PinnedPoolResource`](crate::resource::PinnedPoolResource).
@@ -162,8 +165,9 @@ impl PinnedPool {
         Ok(Block { ptr, class, fences: Vec::new() })
     }
 
-    /// Returns every cached block to the driver (`cudaFreeHost`), waiting for pending work on
-    /// them; blocks in use are untouched. Returns the bytes released.
+    /// Returns every cached block to the driver (`cudaFreeHost`), those in every thread's front
+    /// cache included, waiting for pending work on them; blocks in use are untouched. Returns the
+    /// bytes released.
     pub fn trim(&self) -> usize {
         self.cache.shrink_to(0, None)
     }
@@ -179,7 +183,7 @@ impl PinnedPool {
 pub struct PooledPinned<T: Pod> {
     block: Option<Block<Event>>,
     len: usize,
-    cache: Arc<BlockCache<CudaBackend>>,
+    cache: BlockCache<CudaBackend>,
     flags: HostAllocFlags,
     _type: std::marker::PhantomData<T>,
 }

@@ -16,7 +16,7 @@ pub(crate) use spin::SpinLock;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::LocalKey;
 
 /// A new allocator id. Ids key the threads' caches and are never reused, so a dropped
@@ -29,6 +29,18 @@ pub(crate) fn next_owner_id() -> u64 {
 /// What a thread's exit does with its cache `C` of an allocator (implemented by the allocator).
 pub(crate) trait ThreadExit<C>: Send + Sync {
     fn thread_exit(&self, cache: &Arc<C>);
+}
+
+/// What the registry does with a thread's cache.
+pub(crate) trait FrontCache {
+    /// A free block kept in the cache.
+    type Parked;
+    /// Figures the allocator keeps of exited threads.
+    type Totals;
+    /// Moves every parked block to `out`.
+    fn drain(&self, out: &mut Vec<Self::Parked>);
+    /// Moves every parked block to `out` and the thread's figures to `totals`.
+    fn retire(&self, out: &mut Vec<Self::Parked>, totals: &mut Self::Totals);
 }
 
 /// What registering a thread's cache gives the thread: the cache, shared with the allocator's
@@ -67,11 +79,39 @@ impl<C, T: Default> Default for Registry<C, T> {
     }
 }
 
-impl<C, T> Registry<C, T> {
-    /// Forgets an exiting thread's cache.
-    pub fn remove(&mut self, cache: &Arc<C>) {
-        self.caches.retain(|c| !Arc::ptr_eq(c, cache));
+impl<C: FrontCache> Registry<C, C::Totals> {
+    /// Every thread's parked blocks. The caller returns them to the shared state before it
+    /// unlocks the registry, so a flush sees every block a finished thread parked (its exit is
+    /// either done, blocks returned, or not begun, cache in the registry).
+    pub fn drain_all(&self) -> Vec<C::Parked> {
+        let mut parked = Vec::new();
+        for cache in &self.caches {
+            cache.drain(&mut parked);
+        }
+        parked
     }
+
+    /// Forgets an exiting thread's cache: keeps its figures and returns its parked blocks (to be
+    /// returned under the registry's lock, as in [`Registry::drain_all`]).
+    pub fn retire(&mut self, cache: &Arc<C>) -> Vec<C::Parked> {
+        self.caches.retain(|c| !Arc::ptr_eq(c, cache));
+        let mut parked = Vec::new();
+        cache.retire(&mut parked, &mut self.retired);
+        parked
+    }
+}
+
+/// A new cache for the calling thread, added to `owner`'s `registry`.
+pub(crate) fn register<C: 'static, T, O: ThreadExit<C> + 'static>(
+    owner: &Arc<O>,
+    registry: &Mutex<Registry<C, T>>,
+    cache: C,
+) -> Registered<C> {
+    let cache = Arc::new(cache);
+    // A poisoned registry is still consistent: its updates are single Vec operations.
+    registry.lock().unwrap_or_else(PoisonError::into_inner).caches.push(Arc::clone(&cache));
+    let owner: Weak<O> = Arc::downgrade(owner);
+    (cache, owner)
 }
 
 /// Runs `f` on this thread's cache of allocator `owner_id`, registering one made by `register` on

@@ -1,0 +1,156 @@
+//! Per-thread front caches of the pinned pool: each thread keeps up to [`FRONT_DEPTH`] freed
+//! blocks per size class of every pool without a cap that it uses, so that an allocation after a
+//! free of its class on the same thread takes no lock another thread takes on its hot path, and
+//! touches only that thread's counters. How threads find, flush and retire their caches is
+//! [`crate::thread_cache`]'s.
+//!
+//! Only blocks without fences park here, so a front hit hands its block out with no check; a
+//! block whose recorded work may still be running goes to the shared lists, which check it.
+
+use super::size_class::SizeClass;
+use crate::thread_cache::{Entries, FrontCache, SpinLock};
+use std::cell::RefCell;
+use std::ptr::NonNull;
+
+/// Blocks a thread keeps per size class; a free beyond it goes to the shared lists. The blocks
+/// would be cached anyway, and a miss returns every thread's parked blocks to the shared lists
+/// before it allocates, so the depth costs no memory.
+pub(super) const FRONT_DEPTH: usize = 8;
+
+/// A block in a front cache: free, with no work pending on it, held by no user.
+#[derive(Debug)]
+pub(super) struct Parked {
+    pub ptr: NonNull<u8>,
+    pub class: SizeClass,
+}
+
+// SAFETY: the address of pinned memory the pool owns, never dereferenced by the cache; the thread
+// that receives it may hand the block out, cache it or release it.
+unsafe impl Send for Parked {}
+
+/// Counts kept by one thread (or by the pool, for calls no front cache counted): allocations
+/// served by the cache and by the system, and the bytes handed out net of those taken back
+/// (negative in a thread that returns other threads' blocks), with the highest net reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Counts {
+    pub hits: u64,
+    pub misses: u64,
+    pub in_use: isize,
+    pub peak_in_use: isize,
+}
+
+impl Counts {
+    #[inline]
+    pub fn hand_out(&mut self, bytes: usize, hit: bool) {
+        if hit {
+            self.hits += 1;
+        } else {
+            self.misses += 1;
+        }
+        self.in_use += bytes as isize;
+        self.peak_in_use = self.peak_in_use.max(self.in_use);
+    }
+
+    #[inline]
+    pub fn take_back(&mut self, bytes: usize) {
+        self.in_use -= bytes as isize;
+    }
+
+    /// Adds another thread's counts; the sum of peaks bounds the peak of the sum.
+    pub fn absorb(&mut self, other: Counts) {
+        self.hits += other.hits;
+        self.misses += other.misses;
+        self.in_use += other.in_use;
+        self.peak_in_use += other.peak_in_use;
+    }
+}
+
+#[derive(Default)]
+struct Front {
+    /// Parked blocks by class index, newest last.
+    bins: Vec<Vec<Parked>>,
+    parked_bytes: usize,
+    counts: Counts,
+}
+
+impl Front {
+    fn drain(&mut self, out: &mut Vec<Parked>) {
+        out.extend(self.bins.iter_mut().flat_map(|bin| bin.drain(..)));
+        self.parked_bytes = 0;
+    }
+}
+
+/// One thread's front cache of one pool, with that thread's counts.
+pub(super) struct ThreadCache {
+    front: SpinLock<Front>,
+}
+
+impl ThreadCache {
+    pub fn new() -> Self {
+        Self { front: SpinLock::new(Front::default()) }
+    }
+
+    /// The newest parked block of `class`, counted as a hit.
+    #[inline]
+    pub fn take(&self, class: SizeClass) -> Option<NonNull<u8>> {
+        let mut front = self.front.lock();
+        let front = &mut *front;
+        let parked = front.bins.get_mut(class.index)?.pop()?;
+        front.parked_bytes -= class.bytes;
+        front.counts.hand_out(class.bytes, true);
+        Some(parked.ptr)
+    }
+
+    /// Counts a block's return and parks it if its class has room; otherwise hands it back, for
+    /// the shared lists.
+    #[inline]
+    pub fn put(&self, parked: Parked) -> Option<Parked> {
+        let mut front = self.front.lock();
+        let front = &mut *front;
+        let (index, bytes) = (parked.class.index, parked.class.bytes);
+        front.counts.take_back(bytes);
+        if front.bins.len() <= index {
+            front.bins.resize_with(index + 1, Vec::new);
+        }
+        let bin = &mut front.bins[index];
+        if bin.len() >= FRONT_DEPTH {
+            return Some(parked);
+        }
+        bin.push(parked);
+        front.parked_bytes += bytes;
+        None
+    }
+
+    /// Applies `f` to this thread's counts (for calls served by the shared lists or the system).
+    pub fn count(&self, f: impl FnOnce(&mut Counts)) {
+        f(&mut self.front.lock().counts);
+    }
+
+    /// Adds this thread's counts to `counts`; returns the bytes parked here.
+    pub fn read(&self, counts: &mut Counts) -> usize {
+        let front = self.front.lock();
+        counts.absorb(front.counts);
+        front.parked_bytes
+    }
+}
+
+impl FrontCache for ThreadCache {
+    type Parked = Parked;
+    type Totals = Counts;
+
+    fn drain(&self, out: &mut Vec<Parked>) {
+        self.front.lock().drain(out);
+    }
+
+    /// Also moves the counts to `retired`.
+    fn retire(&self, out: &mut Vec<Parked>, retired: &mut Counts) {
+        let mut front = self.front.lock();
+        front.drain(out);
+        retired.absorb(std::mem::take(&mut front.counts));
+    }
+}
+
+thread_local! {
+    /// This thread's front caches, one per pool it used.
+    pub(super) static ENTRIES: Entries<ThreadCache> = const { RefCell::new(Vec::new()) };
+}

@@ -1,0 +1,278 @@
+//! The pinned pool's bookkeeping over the fake backend: reuse, fences, the cap, shrinking,
+//! counts, and the per-thread front caches (trim, thread exit, drop from another thread).
+
+use super::cache::{Block, BlockCache, PinnedPoolStats};
+use super::fake::{FakeBackend, FakeFence, fake_block};
+use super::front::FRONT_DEPTH;
+use super::size_class::class_of;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::channel;
+use std::time::Duration;
+
+fn alloc(cache: &BlockCache<FakeBackend>, bytes: usize) -> Block<FakeFence> {
+    let class = class_of(bytes).unwrap();
+    cache.take(class).unwrap_or_else(|| {
+        cache.note_miss(class);
+        fake_block(bytes)
+    })
+}
+
+#[test]
+fn freed_blocks_are_reused_and_counted() {
+    let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
+    let a = alloc(&cache, 1 << 20);
+    let first_ptr = a.ptr;
+    assert_eq!(
+        cache.stats(),
+        PinnedPoolStats { in_use_bytes: 1 << 20, peak_in_use_bytes: 1 << 20, misses: 1, ..Default::default() }
+    );
+    cache.put(a);
+    assert_eq!(cache.stats().cached_bytes, 1 << 20);
+    assert_eq!(cache.stats().in_use_bytes, 0);
+    let b = alloc(&cache, (1 << 20) - 5); // same class
+    assert_eq!(b.ptr, first_ptr);
+    let stats = cache.stats();
+    assert_eq!((stats.hits, stats.misses, stats.cached_bytes, stats.in_use_bytes), (1, 1, 0, 1 << 20));
+    cache.put(b);
+}
+
+#[test]
+fn a_block_is_not_reused_while_its_fence_is_pending() {
+    // With front caches (no cap) and without; a fenced block never parks in a front cache.
+    for cap in [usize::MAX, 1 << 30] {
+        let cache = BlockCache::new(FakeBackend::default(), cap);
+        let mut a = alloc(&cache, 8192);
+        let fence = FakeFence::default();
+        a.fences.push(fence.clone());
+        let a_ptr = a.ptr;
+        cache.put(a);
+        let b = alloc(&cache, 8192);
+        assert_ne!(b.ptr, a_ptr, "reused while the DMA was in flight");
+        assert_eq!(cache.stats().misses, 2);
+        // Another thread cannot have it either.
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(cache.take(class_of(8192).unwrap()).is_none()));
+        });
+        fence.store(true, Ordering::Release);
+        let c = alloc(&cache, 8192);
+        assert_eq!(c.ptr, a_ptr);
+        cache.put(b);
+        cache.put(c);
+    }
+}
+
+#[test]
+fn a_block_freed_while_its_fence_is_pending_waits_even_behind_a_parked_one() {
+    let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
+    let (mut fenced, plain) = (alloc(&cache, 4096), alloc(&cache, 4096));
+    let fence = FakeFence::default();
+    fenced.fences.push(fence.clone());
+    let (fenced_ptr, plain_ptr) = (fenced.ptr, plain.ptr);
+    cache.put(plain); // parked in this thread's front cache
+    cache.put(fenced); // to the shared list
+    let first = alloc(&cache, 4096);
+    assert_eq!(first.ptr, plain_ptr);
+    let second = alloc(&cache, 4096);
+    assert_ne!(second.ptr, fenced_ptr, "handed out with its work pending");
+    fence.store(true, Ordering::Release);
+    assert_eq!(alloc(&cache, 4096).ptr, fenced_ptr);
+    assert_eq!(cache.stats().in_use_bytes, 3 * 4096);
+}
+
+#[test]
+fn the_cap_releases_the_oldest_blocks_and_oversized_blocks_are_never_cached() {
+    let cache = BlockCache::new(FakeBackend::default(), 3 * 4096);
+    let blocks: Vec<_> = (0..5).map(|_| alloc(&cache, 4096)).collect();
+    for block in blocks {
+        cache.put(block);
+    }
+    assert_eq!(cache.stats().cached_bytes, 3 * 4096);
+    assert_eq!(cache.backend().released.lock().unwrap().len(), 2);
+    let big = alloc(&cache, 1 << 20);
+    cache.put(big);
+    assert_eq!(cache.stats().cached_bytes, 3 * 4096);
+    assert_eq!(*cache.backend().released.lock().unwrap().last().unwrap(), 1 << 20);
+}
+
+#[test]
+fn shrinking_releases_everything_and_reports_bytes() {
+    let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
+    let (a, b) = (alloc(&cache, 4096), alloc(&cache, 10_000));
+    let expected = a.class.bytes + b.class.bytes;
+    cache.put(a);
+    cache.put(b);
+    assert_eq!(cache.shrink_to(0, None), expected);
+    assert_eq!(cache.stats().cached_bytes, 0);
+    assert_eq!(cache.backend().released.lock().unwrap().iter().sum::<usize>(), expected);
+}
+
+#[test]
+fn counters_are_exact_across_threads() {
+    let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                for i in 0..if cfg!(miri) { 20 } else { 500 } {
+                    let block = alloc(&cache, 4096 << ((t + i) % 4));
+                    cache.put(block);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let stats = cache.stats();
+    assert_eq!(stats.hits + stats.misses, 8 * if cfg!(miri) { 20 } else { 500 });
+    assert_eq!(stats.in_use_bytes, 0);
+    assert!(stats.misses <= 8 * 4, "at most one live block per thread and class: {stats:?}");
+    assert!(stats.peak_in_use_bytes <= 8 * (4096 << 3));
+}
+
+#[test]
+fn a_front_cache_keeps_its_depth_per_class_and_the_rest_stays_cached() {
+    let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
+    let n = FRONT_DEPTH + 3;
+    let blocks: Vec<_> = (0..n).map(|_| alloc(&cache, 4096)).collect();
+    for block in blocks {
+        cache.put(block);
+    }
+    let stats = cache.stats();
+    assert_eq!((stats.cached_bytes, stats.in_use_bytes, stats.misses), (n * 4096, 0, n as u64));
+    let again: Vec<_> = (0..n).map(|_| alloc(&cache, 4096)).collect();
+    assert_eq!((cache.stats().hits, cache.stats().misses), (n as u64, n as u64));
+    for block in again {
+        cache.put(block);
+    }
+    assert_eq!(cache.shrink_to(0, None), n * 4096);
+}
+
+#[test]
+fn a_front_hit_takes_no_shared_lock() {
+    let cache = &BlockCache::new(FakeBackend::default(), usize::MAX);
+    let class = class_of(4096).unwrap();
+    let ((warm, warmed), (go, started), (done, finished)) = (channel(), channel(), channel());
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let block = alloc(cache, 4096);
+            cache.put(block);
+            warm.send(()).unwrap();
+            started.recv().unwrap();
+            for _ in 0..100 {
+                let block = cache.take(class).expect("a front hit");
+                cache.put(block);
+            }
+            done.send(()).unwrap();
+        });
+        warmed.recv().unwrap();
+        let held = cache.hold_shared(class);
+        go.send(()).unwrap();
+        let pairs = finished.recv_timeout(Duration::from_secs(60));
+        drop(held);
+        pairs.expect("hot pairs waited for the shared list or the registry");
+    });
+}
+
+#[test]
+fn trimming_releases_blocks_parked_in_other_threads_front_caches() {
+    let cache = &BlockCache::new(FakeBackend::default(), usize::MAX);
+    let ((parked, wait_parked), (trimmed, wait_trimmed)) = (channel(), channel());
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let block = alloc(cache, 1 << 20);
+            cache.put(block);
+            parked.send(()).unwrap();
+            wait_trimmed.recv().unwrap();
+            // Its front cache was emptied: this is a new block.
+            let block = alloc(cache, 1 << 20);
+            assert_eq!(cache.stats().misses, 2);
+            cache.put(block);
+        });
+        wait_parked.recv().unwrap();
+        assert_eq!(cache.stats().cached_bytes, 1 << 20);
+        assert_eq!(cache.shrink_to(0, None), 1 << 20);
+        assert_eq!(cache.stats().cached_bytes, 0);
+        trimmed.send(()).unwrap();
+    });
+    assert_eq!(*cache.backend().released.lock().unwrap(), [1 << 20]);
+}
+
+#[test]
+fn a_threads_exit_returns_its_front_cache_and_keeps_its_counts() {
+    let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
+    let thread_cache = cache.clone();
+    let parked_ptr = std::thread::spawn(move || {
+        let block = alloc(&thread_cache, 8192);
+        let ptr = block.ptr.as_ptr() as usize;
+        thread_cache.put(block);
+        ptr
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        cache.stats(),
+        PinnedPoolStats { cached_bytes: 8192, peak_in_use_bytes: 8192, misses: 1, ..Default::default() }
+    );
+    let block = alloc(&cache, 8192);
+    assert_eq!(block.ptr.as_ptr() as usize, parked_ptr, "the exited thread's block is in the shared list");
+    assert_eq!((cache.stats().hits, cache.stats().misses), (1, 1));
+    cache.put(block);
+}
+
+#[test]
+fn dropping_the_pool_on_another_thread_releases_living_threads_parked_blocks_once() {
+    let backend = FakeBackend::default();
+    let released = std::sync::Arc::clone(&backend.released);
+    let cache = BlockCache::new(backend, usize::MAX);
+    let ((to_thread, from_main), (parked, wait_parked), (finish, wait_finish)) = (channel(), channel(), channel());
+    let thread = std::thread::spawn(move || {
+        let cache: BlockCache<FakeBackend> = from_main.recv().unwrap();
+        let block = alloc(&cache, 4096);
+        cache.put(block);
+        drop(cache);
+        parked.send(()).unwrap();
+        wait_finish.recv().unwrap();
+        // A new pool on this thread: the dead pool's entry is pruned, its cache left alone.
+        let other = BlockCache::new(FakeBackend::default(), usize::MAX);
+        let block = alloc(&other, 4096);
+        other.put(block);
+    }); // exits: the new pool's block returns to it; the dead pool's entry does nothing
+    to_thread.send(cache.clone()).unwrap();
+    wait_parked.recv_timeout(Duration::from_secs(60)).unwrap();
+    let mine = alloc(&cache, 1 << 20);
+    cache.put(mine);
+    drop(cache);
+    let mut freed = released.lock().unwrap().clone();
+    freed.sort_unstable();
+    assert_eq!(freed, [4096, 1 << 20], "the thread's parked block was released with the pool");
+    finish.send(()).unwrap();
+    thread.join().unwrap();
+    assert_eq!(released.lock().unwrap().len(), 2, "released once");
+}
+
+/// The bookkeeping cost of a hit pair without a GPU (take, the buffer's handle, put), for
+/// comparing implementations: `cargo test --release -p cuda-mem --lib pinned_pool::tests::hit_pair
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check: run it in release mode"]
+fn hit_pair_bookkeeping_cost() {
+    let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
+    let class = class_of(1 << 20).unwrap();
+    let block = alloc(&cache, 1 << 20);
+    cache.put(block);
+    let pairs = 1_000_000;
+    let mut samples: Vec<f64> = (0..15)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            for _ in 0..pairs {
+                let block = std::hint::black_box(cache.take(class).expect("a hit"));
+                let handle = cache.clone(); // what a PooledPinned holds
+                handle.put(block);
+            }
+            start.elapsed().as_secs_f64() * 1e9 / f64::from(pairs)
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    println!("pinned pool hit pair, bookkeeping only: {:.1} ns (median of 15)", samples[7]);
+}
