@@ -25,6 +25,34 @@ fn gpu_pinned_pool_reuses_blocks_and_counts_exactly() {
     assert_eq!(pool.stats().cached_bytes, 0);
 }
 
+/// Blocks parked in another thread's front cache are released by `trim`, and a thread's exit
+/// returns its parked blocks to the pool.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_pinned_pool_trim_and_thread_exit_reach_other_threads_front_caches() {
+    let device = Device::current().unwrap();
+    let pool = &PinnedPool::new(HostAllocFlags::empty());
+    let ((parked, wait_parked), (trimmed, wait_trimmed)) = (std::sync::mpsc::channel(), std::sync::mpsc::channel());
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            device.set_current().unwrap();
+            drop(pool.alloc::<u8>(MIB).unwrap());
+            parked.send(()).unwrap();
+            wait_trimmed.recv().unwrap();
+            drop(pool.alloc::<u8>(MIB).unwrap()); // a new block: its cache was emptied
+        });
+        wait_parked.recv().unwrap();
+        assert_eq!(pool.stats().cached_bytes, MIB);
+        assert_eq!(pool.trim(), MIB);
+        trimmed.send(()).unwrap();
+    });
+    let stats = pool.stats();
+    assert_eq!((stats.misses, stats.hits, stats.cached_bytes), (2, 0, MIB), "{stats:?}");
+    drop(pool.alloc::<u8>(MIB).unwrap()); // the exited thread's block
+    assert_eq!((pool.stats().misses, pool.stats().hits), (2, 1));
+    assert_eq!(pool.trim(), MIB);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_pinned_pool_blocks_are_copy_sources_and_mapped_views_work() {
