@@ -366,19 +366,28 @@ pub const RESOURCE_STACKS: [(&str, Stack); 5] = [
     ("resource_tracking_pool_1m", |pool| Arc::new(TrackingResource::new(pool, false))),
 ];
 
-/// K `ResourceBuffer` pairs from `resource` on `stream`, one synchronize per batch (like the raw
-/// stream-ordered batch without a synchronize per pair).
+/// K pairs, then one synchronize of `stream` (as the raw batch without one per pair): their time.
+pub fn pairs_then_sync(
+    stream: &Stream,
+    k: u32,
+    op: impl FnMut() -> Result<(), CudaError>,
+) -> Result<Duration, CudaError> {
+    let start = Instant::now();
+    timed(k, op)?;
+    stream.synchronize()?;
+    Ok(start.elapsed())
+}
+
+/// K `ResourceBuffer` pairs from `resource` on `stream`, one synchronize per batch.
 pub fn resource_pairs(
     resource: &Arc<dyn MemoryResource>,
     stream: &Stream,
     bytes: usize,
     k: u32,
 ) -> Result<Duration, CudaError> {
-    let start = Instant::now();
-    for _ in 0..k {
+    let pair = || {
         // SAFETY: never read; this measures allocation and free only.
-        drop(unsafe { cuda_mem::resource::ResourceBuffer::<u8>::uninit(resource, stream, bytes)? });
-    }
-    stream.synchronize()?;
-    Ok(start.elapsed())
+        unsafe { cuda_mem::resource::ResourceBuffer::<u8>::uninit(resource, stream, bytes) }.map(drop)
+    };
+    pairs_then_sync(stream, k, pair)
 }

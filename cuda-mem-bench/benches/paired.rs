@@ -3,7 +3,9 @@
 //! * every catalogue row against the raw C++ batch of `reference/` (the code `raw_reference`
 //!   runs) on the same memory, pool and stream, with the row's K and twice its samples;
 //! * `resource_pool_1m`, a `ResourceBuffer` from a `PoolResource`, against the raw C++
-//!   `cudaMallocFromPoolAsync` batch on the same pool, and each adaptor stack against it.
+//!   `cudaMallocFromPoolAsync` batch on the same pool, and each adaptor stack against it;
+//! * `device_cache_pair_*`, `DeviceCache` hot pairs, against the raw batch of
+//!   `async_retain_nosync_*` on that row's pool and stream (`cuda_mem_bench::paired::CACHE_ROWS`).
 //!
 //! Arguments that are not flags filter rows by substring; `--missed PAIRED.jsonl` keeps only the
 //! rows that missed their target in that earlier output; `--list` lists the rows. `--api-time`
@@ -11,18 +13,18 @@
 //! exit 3 when CUPTI cannot be loaded): a profile, not a judged run.
 
 use cuda_mem::resource::{MemoryResource, PoolResource};
-use cuda_mem::{CudaError, Device, MemPool, Stream};
+use cuda_mem::{CudaError, Device, DeviceCache, MemPool, Stream};
 use cuda_mem_bench::api_time::{self, ApiTotals};
 use cuda_mem_bench::features::feature_row;
 use cuda_mem_bench::in_process::{RawBatch, time_batch};
-use cuda_mem_bench::paired::{self, PairedRow, RAW};
-use cuda_mem_bench::{inputs, rows::ROWS, rows::Row};
+use cuda_mem_bench::paired::{self, CACHE_ROWS, PairedRow, RAW};
+use cuda_mem_bench::{inputs, rows, rows::ROWS, rows::Row};
 use std::sync::Arc;
 use std::time::Duration;
 
 #[path = "common.rs"]
 mod common;
-use common::{RESOURCE_STACKS, resource_pairs};
+use common::{AllocRow, RESOURCE_STACKS, Side, pairs_then_sync, resource_pairs};
 
 /// Samples per side, relative to the catalogue's: the interleaved figure is judged against a
 /// 2% target, so it gets more samples than a one-sided row.
@@ -53,6 +55,7 @@ fn main() {
         ROWS.iter()
             .map(|r| r.key)
             .chain(RESOURCE_STACKS.map(|s| s.0))
+            .chain(CACHE_ROWS.map(|c| c.0.key))
             .filter(wanted)
             .for_each(|k| println!("{k}: benchmark"));
         return;
@@ -103,6 +106,26 @@ fn main() {
             })
         })();
         emit(key, result);
+    }
+    for (row, raw_key) in CACHE_ROWS.iter().filter(|c| wanted(&c.0.key)) {
+        let bytes = row.bytes as usize;
+        let result = (|| {
+            let cache = DeviceCache::for_device(Device::current().map_err(text)?).map_err(text)?;
+            let mut side = AllocRow::setup(rows::row(raw_key).expect("in the catalogue")).map_err(text)?;
+            let batch = side.raw().map_err(text)?;
+            let AllocRow::Ordered(ordered) = &side else { unreachable!("{raw_key} is stream-ordered") };
+            let stream = &ordered.stream;
+            let pair = || {
+                // SAFETY: never read; this measures allocation and free only.
+                unsafe { cache.uninit::<u8>(stream, bytes) }.map(drop)
+            };
+            compare(row, RAW, probe, |base| match base {
+                false => pairs_then_sync(stream, row.k, pair).map_err(text),
+                // SAFETY: the row's pool and stream outlive the batch.
+                true => raw(unsafe { time_batch(batch, bytes, row.k) }),
+            })
+        })();
+        emit(row.key, result);
     }
 }
 

@@ -107,7 +107,7 @@ pub(crate) const MIB: u64 = 1 << 20;
 /// Bytes of every host/device copy row.
 pub const COPY_BYTES: u64 = 256 * MIB;
 
-const fn alloc(key: &'static str, bytes: u64, k: u32, samples: u32) -> Row {
+pub(crate) const fn alloc(key: &'static str, bytes: u64, k: u32, samples: u32) -> Row {
     Row { key, section: Section::Alloc, unit: Unit::Micros, k, samples, bytes }
 }
 
