@@ -1,8 +1,10 @@
 //! Alloc + free pairs of the device caching allocator ([`DeviceCache`]) against the stream-ordered
 //! path (`StreamBuffer` from cuda-mem's retaining pool: `cudaMallocFromPoolAsync` +
 //! `cudaFreeAsync`, no synchronize per pair) and of `PinnedPool` hits, one thread and many. Prints
-//! JSON lines: medians of 15 samples of K pairs, after warm-up. Run `peers/torch_alloc.py` in the
-//! same session for PyTorch's allocators.
+//! JSON lines: medians of 15 samples of K pairs, after warm-up, as `docs/reference/torch_alloc.py`
+//! times PyTorch's allocators (run it in the same session): a row's `peer` names that script's row
+//! of the same pair (`torch_caching_device_pair_*` for `DeviceCache`, `torch_caching_host_pair_*`,
+//! `CachingHostAllocator` allocate + free, for `PinnedPool`).
 //!
 //! `cargo run --release -p cuda-mem --example cache_pairs [-- --pairs K --threads 1,2,4,8]`
 
@@ -94,9 +96,10 @@ fn main() -> Result<()> {
             }
             Ok(())
         })?;
-        println!(r#"{{"row": "device_cache_pair_{name}", "us": {ours:.4}}}"#);
+        let peer = |kind: &str| format!(r#""peer": "torch_caching_{kind}_pair_{name}""#);
+        println!(r#"{{"row": "device_cache_pair_{name}", "us": {ours:.4}, {}}}"#, peer("device"));
         println!(r#"{{"row": "stream_buffer_retaining_nosync_pair_{name}", "us": {pool_us:.4}}}"#);
-        println!(r#"{{"row": "pinned_pool_hit_pair_{name}", "us": {pinned_us:.4}}}"#);
+        println!(r#"{{"row": "pinned_pool_hit_pair_{name}", "us": {pinned_us:.4}, {}}}"#, peer("host"));
     }
     for &threads in &thread_counts {
         let ours = threaded(threads, 1 << 20, Some(cache), &pool)?;
