@@ -18,7 +18,7 @@
 
 use super::front::{Counts, ENTRIES, Parked, ThreadCache};
 use super::size_class::{NUM_CLASSES, SizeClass};
-use crate::thread_cache::{self, Registered, SpinLock, ThreadExit};
+use crate::thread_cache::{self, Registered, ThreadExit};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -96,8 +96,8 @@ struct Shared<B: Backend> {
     /// Bytes taken from the system and not released, and their peak (bounds the peak in use).
     held_bytes: AtomicUsize,
     peak_held_bytes: AtomicUsize,
-    /// Calls no front cache counted.
-    counts: SpinLock<Counts>,
+    /// Calls no front cache counted (every call, with a cap: a lock all threads take).
+    counts: Mutex<Counts>,
     threads: Mutex<Registry>,
 }
 
@@ -114,7 +114,7 @@ impl<B: Backend> BlockCache<B> {
             cached_bytes: AtomicUsize::new(0),
             held_bytes: AtomicUsize::new(0),
             peak_held_bytes: AtomicUsize::new(0),
-            counts: SpinLock::new(Counts::default()),
+            counts: Mutex::new(Counts::default()),
             threads: Mutex::new(Registry::default()),
         };
         Self { shared: Arc::new(shared) }
@@ -202,7 +202,7 @@ impl<B: Backend> BlockCache<B> {
         {
             return;
         }
-        f(&mut shared.counts.lock());
+        f(&mut lock(&shared.counts));
     }
 
     /// Releases cached blocks, every thread's front cache returned first, until at most `target`
@@ -215,7 +215,7 @@ impl<B: Backend> BlockCache<B> {
     /// The pool's counters: the pool's own, the exited threads' and every front cache's, summed.
     pub fn stats(&self) -> PinnedPoolStats {
         let shared = &*self.shared;
-        let mut counts = *shared.counts.lock();
+        let mut counts = *lock(&shared.counts);
         let mut parked = 0;
         {
             let registry = lock(&shared.threads);
@@ -332,8 +332,8 @@ impl<B: Backend> Drop for Shared<B> {
     }
 }
 
-/// A poisoned lock only means another thread panicked between two plain Vec operations; the
-/// state itself is still consistent.
+/// A poisoned lock only means another thread panicked while holding it, between plain Vec
+/// operations or counter updates; the state itself is still consistent.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
