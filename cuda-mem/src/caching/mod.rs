@@ -64,6 +64,8 @@ mod core;
 #[cfg(any(test, fuzzing))]
 pub mod fake;
 mod front;
+#[cfg(test)]
+mod replay_tests;
 pub mod size_class;
 mod spin;
 mod stats;
