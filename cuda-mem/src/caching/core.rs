@@ -265,7 +265,8 @@ impl<B: Backend> Core<B> {
             }
             let fence = self.arena.segment(id).idle_fence.clone();
             let Some(fence) = fence else { continue };
-            if !backend.is_done(&fence) && !(wait && backend.wait(&fence).is_ok()) {
+            let done = backend.is_done(&fence) || (wait && backend.wait(&fence).is_ok());
+            if !done {
                 continue;
             }
             let segment = self.arena.remove_idle(id);

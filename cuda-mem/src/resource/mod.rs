@@ -184,7 +184,8 @@ pub unsafe trait MemoryResource: Send + Sync + fmt::Debug {
         None
     }
 
-    /// The backing pool's figures, for resources backed by a [`MemPool`](crate::MemPool).
+    /// The backing pool's figures, for resources backed by a [`MemPool`](crate::MemPool) or a
+    /// [`DeviceCache`](crate::DeviceCache).
     fn pool_stats(&self) -> Option<PoolStats> {
         None
     }
