@@ -123,9 +123,11 @@ impl<B: Backend> Core<B> {
         if config.release_idle_on_miss {
             // Only what would raise the high-water mark: below it, cached segments cost no more
             // than the peak already did, and keeping them saves `cudaFree`s and later misses.
+            // Waiting for a segment's last use costs nothing `cudaFree` would not: it waits for
+            // the whole device.
             let over = (self.figures.reserved.current + bytes).saturating_sub(self.figures.reserved.peak);
             if over > 0 {
-                self.release_idle(backend, false, over);
+                self.release_idle(backend, true, over);
             }
         }
         let base = backend.allocate(bytes)?;

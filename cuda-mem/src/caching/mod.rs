@@ -20,8 +20,8 @@
 //! reserved within 1.15 times peak requested). A free block larger than its pool's segments
 //! (once a segment of its own) serves only requests close to its size (a long-lived small block
 //! cut from it would strand the rest); and a miss that would take the reserve above its highest
-//! figure so far first releases idle segments whose last use is known complete, without
-//! waiting. Below the high-water mark idle segments stay cached: misses there cost a
+//! figure so far first releases idle segments, after their last use (`cudaFree` waits for the
+//! device anyway). Below the high-water mark idle segments stay cached: misses there cost a
 //! `cudaMalloc` but no `cudaFree`. Neither rule touches the front caches' hot path.
 //!
 //! **Streams.** Every segment belongs to one stream, with all its blocks. A block freed on its

@@ -208,19 +208,24 @@ fn a_miss_releases_idle_segments_rather_than_raise_the_high_water_mark() {
 }
 
 #[test]
-fn a_miss_does_not_wait_for_work_on_an_idle_segment() {
+fn a_miss_releases_an_idle_segment_only_after_its_last_use() {
     let (cache, backend) = allocator(Config { front_depth: 0, release_idle_on_miss: true, ..small_config() });
     let a = cache.alloc(64 * KIB, &S).unwrap();
     let used = backend.submit(S); // still running when the next miss looks at the segment
     free(&cache, a);
     let b = cache.alloc(80 * KIB, &S).unwrap();
-    assert!(backend.take_released().is_empty() && backend.host_waits() == 0, "grows instead");
-    assert!(!backend.is_complete(S, used));
-    assert_eq!(cache.stats().reserved.current, 144 * KIB);
-    backend.complete(S);
-    let c = cache.alloc(96 * KIB, &S).unwrap(); // now the idle segment's fence has completed
-    assert_eq!(backend.take_released().iter().map(|r| r.1).collect::<Vec<_>>(), [64 * KIB]);
+    let released = backend.take_released();
+    assert_eq!(released.iter().map(|r| r.1).collect::<Vec<_>>(), [64 * KIB]);
+    assert!(backend.is_complete(S, used), "released only after S's work on it");
+    assert_eq!(backend.host_waits(), 1);
+    assert_eq!(cache.stats().reserved, CurrentPeak { current: 80 * KIB, peak: 80 * KIB });
+    // A segment whose last use cannot be fenced stays: the miss grows instead.
     free(&cache, b);
+    backend.fail_records(true);
+    let c = cache.alloc(96 * KIB, &S).unwrap();
+    assert!(backend.take_released().is_empty());
+    assert_eq!(cache.stats().reserved.current, 176 * KIB);
+    backend.fail_records(false);
     free(&cache, c);
     cache.check_invariants();
 }
