@@ -217,8 +217,10 @@ fn main() -> Result<()> {
     pinned_pool.trim();
     let after = device_pool.stats()?.reserved_current;
     let cached = cache.stats();
+    // Settles the blocks freed on other streams, then releases every segment.
     let cache_released = cache.empty_cache();
-    let cache_after = cache.stats().reserved.current;
+    let emptied = cache.stats();
+    let cache_after = emptied.reserved.current;
     let stats: Vec<ResourceStats> = tracked.iter().map(|t| t.inner().stats()).collect();
     let (allocations, peak): (u64, usize) =
         (stats.iter().map(|s| s.total_count).sum(), stats.iter().map(|s| s.peak_bytes).sum());
@@ -250,7 +252,7 @@ fn main() -> Result<()> {
         println!("{family}: peak {} bytes in {} allocations; {}", s.peak_bytes, s.total_count, t.leak_report());
     }
     let no_leaks = tracked.iter().all(|t| t.outstanding().is_empty()) && stats.iter().all(|s| s.current_bytes == 0);
-    let cache_clean = cached.allocated.current == 0 && cached.pending_bytes == 0 && cache_after == 0;
+    let cache_clean = emptied.allocated.current == 0 && emptied.pending_bytes == 0 && cache_after == 0;
     let ok = after == baseline && no_leaks && cache_clean;
     if !ok {
         eprintln!("stress: memory did not return to baseline or a leak was reported");
