@@ -127,7 +127,7 @@ impl<B: Backend> Core<B> {
             // the whole device.
             let over = (self.figures.reserved.current + bytes).saturating_sub(self.figures.reserved.peak);
             if over > 0 {
-                self.release_idle(backend, true, over);
+                self.release_idle(backend, over);
             }
         }
         let base = backend.allocate(bytes)?;
@@ -246,13 +246,14 @@ impl<B: Backend> Core<B> {
     /// Blocks the calling thread while that work runs. Returns the bytes released.
     pub fn release_cached(&mut self, backend: &B) -> usize {
         self.settle_pending(backend, true);
-        self.release_idle(backend, true, usize::MAX)
+        self.release_idle(backend, usize::MAX)
     }
 
-    /// Releases idle segments whose owners' work is done (waiting for it when `wait`), large
-    /// pool first and largest first, until at least `enough` bytes are released. A fence
-    /// recorded for a segment stays with it, for later calls and adoption.
-    fn release_idle(&mut self, backend: &B, wait: bool, enough: usize) -> usize {
+    /// Releases idle segments after their owners' work on them (waited for), large pool first
+    /// and largest first, until at least `enough` bytes are released; a segment whose fence
+    /// cannot be recorded or waited for stays cached. A fence recorded for a segment stays with
+    /// it, for later calls and adoption.
+    fn release_idle(&mut self, backend: &B, enough: usize) -> usize {
         let mut fresh: FxHashMap<StreamKey, Option<Arc<B::Fence>>> = FxHashMap::default();
         let mut released = 0;
         for id in self.arena.idle_segments().into_iter().rev() {
@@ -267,8 +268,7 @@ impl<B: Backend> Core<B> {
             }
             let fence = self.arena.segment(id).idle_fence.clone();
             let Some(fence) = fence else { continue };
-            let done = backend.is_done(&fence) || (wait && backend.wait(&fence).is_ok());
-            if !done {
+            if !backend.is_done(&fence) && backend.wait(&fence).is_err() {
                 continue;
             }
             let segment = self.arena.remove_idle(id);
