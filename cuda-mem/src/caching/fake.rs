@@ -1,8 +1,9 @@
 //! A backend for tests and fuzzing: segments from the system allocator (or bare addresses, for
 //! replays of traces larger than the host), and streams modelled by counters. Work queued on a
 //! stream ([`FakeBackend::submit`]) completes in order, only when a test says so
-//! ([`FakeBackend::complete`]) or the cache waits for it; a fence is a stream and a count. A device-side wait is a piece of work too, which completes only after the work it waits
-//! for (so completing a stream completes what it waited for, as on a device).
+//! ([`FakeBackend::complete`]) or the cache waits for it; a fence is a stream and a count. A
+//! device-side wait is a piece of work too, which completes only after the work it waits for
+//! (so completing a stream completes what it waited for, as on a device).
 //! [`FakeBackend::is_ordered`] answers whether work queued on a stream now comes after a given
 //! piece of another stream's work, which is what a test checks when a block changes hands.
 
