@@ -1,7 +1,9 @@
-//! Stress: N threads × M streams doing mixed allocations from every resource, copies, memsets and
-//! frees in random order, verifying every buffer's data by checksum. At the end the pools are
-//! trimmed and their reserved memory must be back at the starting figure, and the tracking
-//! adaptor must report no leak. Bounded in operations and time.
+//! Stress: N threads × M streams doing mixed allocations from every resource and from the caching
+//! allocator (`DeviceCache`'s buffers, copied across streams with `use_on` and freed on other
+//! streams with `free_on`), copies, memsets and frees in random order, verifying every buffer's
+//! data by checksum. At the end the pools and the cache are trimmed and their reserved memory
+//! must be back at the starting figure, and the tracking adaptor and the cache's figures must
+//! show no leak. Bounded in operations and time.
 //!
 //! `stress [--threads 8] [--streams 4] [--ops 100000] [--seconds 600] [--log PATH]`
 //!
@@ -68,10 +70,25 @@ fn fill(seed: u64, len: usize) -> Vec<u32> {
     (0..len).map(|_| rng.next() as u32).collect()
 }
 
+/// A buffer of a resource family or of the cache.
+enum Held<'a> {
+    Resource(ResourceBuffer<'a, u32>),
+    Cached(CachedBuffer<'a, u32>),
+}
+
 /// A live buffer and the data it must hold.
 struct Live<'a> {
-    buffer: ResourceBuffer<'a, u32>,
+    held: Held<'a>,
     want: Vec<u32>,
+}
+
+impl Live<'_> {
+    fn to_vec(&self) -> Result<Vec<u32>> {
+        match &self.held {
+            Held::Resource(buffer) => buffer.to_vec(),
+            Held::Cached(buffer) => buffer.as_slice().to_vec(),
+        }
+    }
 }
 
 fn main() -> Result<()> {
@@ -84,6 +101,7 @@ fn main() -> Result<()> {
     let device_pool = MemPool::new(PoolProps::new(device))?;
     let baseline = device_pool.stats()?.reserved_current;
     let pinned_pool = PinnedPool::with_max_cached_bytes(HostAllocFlags::empty(), 256 << 20);
+    let cache = DeviceCache::new(device)?;
     // One tracking + statistics stack per family.
     let log = match &args.log {
         Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| {
@@ -102,7 +120,7 @@ fn main() -> Result<()> {
     std::thread::scope(|scope| -> Result<()> {
         let handles: Vec<_> = (0..args.threads)
             .map(|t| {
-                let (tracked, done_ops, verified) = (&tracked, &done_ops, &verified);
+                let (tracked, cache, done_ops, verified) = (&tracked, &cache, &done_ops, &verified);
                 let args = &args;
                 scope.spawn(move || -> Result<()> {
                     device.set_current()?;
@@ -118,50 +136,67 @@ fn main() -> Result<()> {
                         match rng.below(10) {
                             // allocate, write through a scope, remember
                             0..=3 if live.len() < 32 => {
-                                let family = &tracked[rng.below(tracked.len() as u64) as usize];
+                                // The cache is the last family.
+                                let family = rng.below(tracked.len() as u64 + 1) as usize;
                                 let len = 1 + rng.below(64 << 10) as usize;
-                                let mut buffer = ResourceBuffer::<u32>::zeroed(family.clone(), stream, len)?;
                                 let want = fill(rng.next(), len);
-                                write(&mut buffer, &want)?;
-                                live.push(Live { buffer, want });
+                                let held = match tracked.get(family) {
+                                    Some(family) => {
+                                        let mut buffer = ResourceBuffer::<u32>::zeroed(family.clone(), stream, len)?;
+                                        write(&mut buffer, &want)?;
+                                        Held::Resource(buffer)
+                                    }
+                                    None => {
+                                        let mut buffer = cache.zeroed::<u32>(stream, len)?;
+                                        let mut view = buffer.as_mut_slice();
+                                        stream.scope(|s| s.copy_from_host(&mut view, &want))??;
+                                        Held::Cached(buffer)
+                                    }
+                                };
+                                live.push(Live { held, want });
                             }
                             // verify a random live buffer
                             4..=6 if !live.is_empty() => {
                                 let i = rng.below(live.len() as u64) as usize;
-                                let got = live[i].buffer.to_vec()?;
+                                let got = live[i].to_vec()?;
                                 assert!(got == live[i].want, "thread {t} op {op}: data corrupted");
                                 verified.fetch_add(1, Ordering::Relaxed);
                             }
                             // copy one device-visible buffer into another of the same length
                             7 if live.len() >= 2 => {
                                 let i = rng.below(live.len() as u64) as usize;
-                                let source = &live[i];
-                                let mut fresh = ResourceBuffer::<u32>::zeroed(
-                                    source.buffer.resource().clone(),
-                                    source.buffer.stream().clone(),
-                                    source.want.len(),
-                                )?;
-                                if fresh.resource().kind() == MemoryKind::PinnedHost {
-                                    fresh.host_mut()?.copy_from_slice(source.buffer.host()?);
-                                } else {
-                                    let (from, mut to) = (source.buffer.device_slice()?, fresh.device_slice_mut()?);
-                                    // On the buffer's own stream: ordered after its zeroing.
-                                    source.buffer.stream().scope(|s| s.copy_from_device(&mut to, from))??;
-                                }
-                                let want = source.want.clone();
-                                live.push(Live { buffer: fresh, want });
+                                let want = live[i].want.clone();
+                                let held = match &mut live[i].held {
+                                    Held::Resource(source) => Held::Resource(copy_resource(source)?),
+                                    Held::Cached(source) => {
+                                        // On this operation's stream, which may be another one:
+                                        // it waits for the source's stream, and the source's free
+                                        // will wait for it.
+                                        source.use_on(stream)?;
+                                        let mut fresh = cache.zeroed::<u32>(stream, want.len())?;
+                                        let (from, mut to) = (source.as_slice(), fresh.as_mut_slice());
+                                        stream.scope(|s| s.copy_from_device(&mut to, from))??;
+                                        Held::Cached(fresh)
+                                    }
+                                };
+                                live.push(Live { held, want });
                             }
                             // free a random buffer (random order)
                             _ if !live.is_empty() => {
                                 let i = rng.below(live.len() as u64) as usize;
-                                drop(live.swap_remove(i));
+                                match live.swap_remove(i).held {
+                                    // Freed on this operation's stream: reusable once its work
+                                    // so far completes (its own stream frees at once).
+                                    Held::Cached(buffer) => buffer.free_on(stream)?,
+                                    Held::Resource(buffer) => drop(buffer),
+                                }
                             }
                             _ => {}
                         }
                         done_ops.fetch_add(1, Ordering::Relaxed);
                     }
                     for entry in &live {
-                        assert!(entry.buffer.to_vec()? == entry.want, "thread {t}: final check failed");
+                        assert!(entry.to_vec()? == entry.want, "thread {t}: final check failed");
                         verified.fetch_add(1, Ordering::Relaxed);
                     }
                     drop(live);
@@ -181,6 +216,11 @@ fn main() -> Result<()> {
     device_pool.trim_to(0)?;
     pinned_pool.trim();
     let after = device_pool.stats()?.reserved_current;
+    let cached = cache.stats();
+    // Settles the blocks freed on other streams, then releases every segment.
+    let cache_released = cache.empty_cache();
+    let emptied = cache.stats();
+    let cache_after = emptied.reserved.current;
     let stats: Vec<ResourceStats> = tracked.iter().map(|t| t.inner().stats()).collect();
     let (allocations, peak): (u64, usize) =
         (stats.iter().map(|s| s.total_count).sum(), stats.iter().map(|s| s.peak_bytes).sum());
@@ -195,11 +235,25 @@ fn main() -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     println!("pool reserved: baseline {baseline} bytes, after trim {after} bytes");
+    println!(
+        "cache: peak {} bytes allocated in {} allocations ({} front-cache hits, {} core hits, {} segment \
+         allocations, {} adopted by another stream); {} bytes held at the end; peak reserved {} bytes, \
+         {cache_released} released by empty_cache, {cache_after} left",
+        cached.allocated.peak,
+        cache.class_stats().iter().map(|c| c.allocations).sum::<u64>(),
+        cached.front_hits,
+        cached.core_hits,
+        cached.segment_allocations,
+        cached.segments_adopted,
+        cached.allocated.current,
+        cached.reserved.peak,
+    );
     for ((family, t), s) in ["device", "managed", "pool", "pinned", "pinned-pool"].iter().zip(&tracked).zip(&stats) {
         println!("{family}: peak {} bytes in {} allocations; {}", s.peak_bytes, s.total_count, t.leak_report());
     }
     let no_leaks = tracked.iter().all(|t| t.outstanding().is_empty()) && stats.iter().all(|s| s.current_bytes == 0);
-    let ok = after == baseline && no_leaks;
+    let cache_clean = emptied.allocated.current == 0 && emptied.pending_bytes == 0 && cache_after == 0;
+    let ok = after == baseline && no_leaks && cache_clean;
     if !ok {
         eprintln!("stress: memory did not return to baseline or a leak was reported");
         std::process::exit(1);
@@ -229,6 +283,19 @@ fn families(
         Arc::new(PinnedResource::new(HostAllocFlags::empty())),
         Arc::new(PinnedPoolResource::new(pinned.clone())),
     ]
+}
+
+/// A copy of `source` from its resource on its stream (on the host for pinned memory).
+fn copy_resource<'a>(source: &ResourceBuffer<'a, u32>) -> Result<ResourceBuffer<'a, u32>> {
+    let mut fresh = ResourceBuffer::<u32>::zeroed(source.resource().clone(), source.stream().clone(), source.len())?;
+    if fresh.resource().kind() == MemoryKind::PinnedHost {
+        fresh.host_mut()?.copy_from_slice(source.host()?);
+    } else {
+        let (from, mut to) = (source.device_slice()?, fresh.device_slice_mut()?);
+        // On the buffer's own stream: ordered after its zeroing.
+        source.stream().scope(|s| s.copy_from_device(&mut to, from))??;
+    }
+    Ok(fresh)
 }
 
 /// Writes `want` into the buffer: through a scope on its stream for device-visible memory, on

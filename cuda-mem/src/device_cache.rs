@@ -11,6 +11,7 @@ use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
 use crate::maybe_owned::MaybeOwned;
+use crate::pool_stats::PoolStats;
 use crate::raw;
 use crate::resource::{MemoryKind, MemoryResource, StreamRef};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
@@ -434,5 +435,17 @@ unsafe impl MemoryResource for DeviceCache {
 
     fn device(&self) -> Option<Device> {
         Some(self.device)
+    }
+
+    /// The cache's figures as a pool's: reserved is the segments (current and peak), used the
+    /// blocks held by users, rounded to their size classes.
+    fn pool_stats(&self) -> Option<PoolStats> {
+        let stats = self.stats();
+        Some(PoolStats {
+            reserved_current: stats.reserved.current,
+            reserved_high: stats.reserved.peak,
+            used_current: stats.allocated.current,
+            used_high: stats.allocated.peak,
+        })
     }
 }

@@ -36,6 +36,9 @@ enum Op {
 struct Input {
     depth: u8,
     cross_stream_waits: bool,
+    /// Bits: grow small segments with the pool, close fits only (small and large), release idle
+    /// segments on a miss.
+    thrift: u8,
     ops: Vec<Op>,
 }
 
@@ -154,6 +157,10 @@ fuzz_target!(|input: Input| {
         front_depth: usize::from(input.depth % 5),
         front_max_bytes: 256 * KIB,
         cross_stream_waits: input.cross_stream_waits,
+        small_segment_divisor: if input.thrift & 1 != 0 { 4 } else { 0 },
+        small_fit_divisor: if input.thrift & 2 != 0 { 8 } else { 0 },
+        large_fit_slack: if input.thrift & 2 != 0 { 16 * KIB } else { usize::MAX },
+        release_idle_on_miss: input.thrift & 4 != 0,
     };
     let backend = FakeDeviceBackend::default();
     let cache = CachingAllocator::new(backend.clone(), config).unwrap();

@@ -131,7 +131,12 @@ const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #                             interleaved comparison (paired), its rows over target profiled
 #                             through CUPTI (time inside CUDA calls; skipped without CUPTI), a second
 #                             reference run of the allocation and managed rows (noise floor),
-#                             and the report in OUT/report
+#                             and the report in OUT/report; then the replays of --replay,
+#                             into OUT/replay
+#   ./run --replay OUT        memory efficiency: a synthetic serving trace and the stress
+#                             example's log, written to OUT, replayed against the caching
+#                             allocator (cache) and the retaining pool (pool); prints peak
+#                             reserved / peak requested of each (OUT/replay.jsonl)
 # STRESS_SECONDS bounds the stress example (default 300); BENCH_RERUN=0 skips the second
 # reference run.
 set -u
@@ -198,6 +203,28 @@ example() {
   echo "== examples/$*"
   "examples/$1" "${@:2}" || fail=1
 }
+# replays OUT: writes the serving trace and a stress log (one thread: the log's order is the
+# statistics' order) to OUT, replays each against the cache and the pool, and lists the ratios of
+# peak reserved to peak requested (issue 20 asks for at most 1.15 from the cache).
+replays() {
+  local dir=$1 log r line
+  mkdir -p "$dir"
+  : > "$dir/replay.txt"
+  example serving_trace --seed 1 "$dir/serving-trace.jsonl"
+  example stress --threads 1 --streams 4 --ops 20000 --seconds 120 --log "$dir/stress-log.jsonl"
+  for log in serving-trace stress-log; do
+    for r in cache pool; do
+      echo "== examples/replay $dir/$log.jsonl $r"
+      line=$(examples/replay "$dir/$log.jsonl" "$r") || fail=1
+      echo "$line"
+      echo "$line" >> "$dir/replay.txt"
+    done
+  done
+  grep '^{' "$dir/replay.txt" > "$dir/replay.jsonl"
+  echo "== peak reserved / peak requested"
+  sed -n 's/.*"replay":"\([^"]*\)","resource":"\([^"]*\)".*"reserved_over_requested":\([^,]*\),.*/\1 \2 \3/p' \
+    "$dir/replay.jsonl"
+}
 case "${1:-}" in
   --python)
     # The Python module's tests (PyTorch, CuPy, JAX where installed) and the PyTorch allocator's.
@@ -246,6 +273,10 @@ case "${1:-}" in
     fi
     bench/report --date "$(date -u +%F)" --raw "$out/raw.jsonl" "${rerun[@]}" "${profile[@]}" \
       --paired "$out/paired.jsonl" --criterion "$out/criterion" --out "$out/report" || fail=1
+    replays "$out/replay"
+    ;;
+  --replay)
+    replays "${2:?usage: ./run --replay OUT}"
     ;;
   *)
     run_tests
@@ -258,7 +289,7 @@ case "${1:-}" in
     # replayed against other resources: the peak must equal the stress run's "pool" peak.
     log=$(mktemp)
     example stress --threads 1 --streams 4 --ops 20000 --seconds 120 --log "$log"
-    for r in device pool pinned-pool; do example replay "$log" "$r"; done
+    for r in device pool cache pinned-pool; do example replay "$log" "$r"; done
     rm -f "$log"
     example staged_tuning
     example loader
@@ -315,7 +346,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
 "#;
 
     /// The examples the script runs: each stands in as a program that succeeds.
-    const EXAMPLES: [&str; 15] = [
+    const EXAMPLES: [&str; 16] = [
         "smoke",
         "device_memory",
         "pinned_memory",
@@ -326,6 +357,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
         "kernel_bandwidth",
         "stress",
         "replay",
+        "serving_trace",
         "staged_tuning",
         "loader",
         "async_server",
@@ -367,6 +399,12 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
 
         /// Runs `./run ARGS`; returns whether it succeeded and each test run, in order.
         fn run(&self, args: &[&str], fail: &str) -> (bool, Vec<String>) {
+            let (ok, runs, _) = self.run_with_output(args, fail);
+            (ok, runs)
+        }
+
+        /// The same, with the script's standard output.
+        fn run_with_output(&self, args: &[&str], fail: &str) -> (bool, Vec<String>, String) {
             let log = self.dir.join("log");
             let _ = std::fs::remove_file(&log);
             let path = std::env::join_paths(
@@ -382,8 +420,9 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
                 .output()
                 .unwrap();
             let runs = std::fs::read_to_string(&log).unwrap_or_default().lines().map(str::to_string).collect();
-            eprintln!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-            (output.status.success(), runs)
+            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            eprintln!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
+            (output.status.success(), runs, stdout)
         }
     }
 
@@ -397,6 +436,45 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
         make_executable(path).unwrap();
+    }
+
+    /// Stands in for the replay example: one line for people, one JSON object, a ratio from the
+    /// resource's name.
+    const FAKE_REPLAY: &str = r#"#!/bin/sh
+[ -f "$1" ] || { echo "no log $1" >&2; exit 1; }
+case $2 in cache) ratio=1.0300 ;; *) ratio=2.0000 ;; esac
+echo "2 events against $2"
+echo "{\"replay\":\"$1\",\"resource\":\"$2\",\"events\":2,\"peak_reserved\":1,\"reserved_over_requested\":$ratio,\"unmatched_frees\":0}"
+"#;
+
+    /// Stands in for the examples that write logs: the file named after `--log` or last.
+    const FAKE_LOG_WRITER: &str = "#!/bin/sh\nlast=\nfor a; do last=$a; done\necho '{}' > \"$last\"\n";
+
+    #[test]
+    fn replay_writes_both_logs_and_lists_each_ratio_against_the_cache_and_the_pool() {
+        let bundle = FakeBundle::new("replay", 1);
+        write(&bundle.dir.join("examples/replay"), FAKE_REPLAY);
+        for writer in ["serving_trace", "stress"] {
+            write(&bundle.dir.join("examples").join(writer), FAKE_LOG_WRITER);
+        }
+        let out = bundle.dir.join("out");
+        let (ok, _, stdout) = bundle.run_with_output(&["--replay", out.to_str().unwrap()], "");
+        assert!(ok, "{stdout}");
+        let summary: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("== peak reserved")).skip(1).collect();
+        let log = |name: &str| out.join(name).display().to_string();
+        assert_eq!(
+            summary,
+            [
+                format!("{} cache 1.0300", log("serving-trace.jsonl")),
+                format!("{} pool 2.0000", log("serving-trace.jsonl")),
+                format!("{} cache 1.0300", log("stress-log.jsonl")),
+                format!("{} pool 2.0000", log("stress-log.jsonl")),
+            ]
+        );
+        assert_eq!(std::fs::read_to_string(out.join("replay.jsonl")).unwrap().lines().count(), 4);
+        write(&bundle.dir.join("examples/replay"), "#!/bin/sh\nexit 1\n");
+        let (ok, _, _) = bundle.run_with_output(&["--replay", out.to_str().unwrap()], "");
+        assert!(!ok, "a failed replay fails the run");
     }
 
     #[test]

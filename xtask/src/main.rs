@@ -57,11 +57,12 @@ enum Command {
         #[arg(long)]
         allow_dirty: bool,
     },
-    /// Replay an allocation log (from LoggingResource) against a resource; prints time and peak.
+    /// Replay an allocation log (from LoggingResource) against a resource; prints time, peak
+    /// requested and peak reserved bytes.
     Replay {
         /// The log, CSV or JSON lines.
         log: std::path::PathBuf,
-        /// pool, device, managed, pinned or pinned-pool.
+        /// pool, cache, device, managed, pinned or pinned-pool.
         #[arg(default_value = "pool")]
         resource: String,
     },

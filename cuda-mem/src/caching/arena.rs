@@ -178,9 +178,20 @@ impl<F> Arena<F> {
     /// The best-fitting free block of `stream` in `pool`, cut to `bytes` (a multiple of 512) and
     /// marked out.
     pub fn take(&mut self, stream: StreamKey, pool: Pool, bytes: usize) -> Option<BlockId> {
+        self.take_fitting(stream, pool, bytes, |_| true)
+    }
+
+    /// The same, if `fits(size of the best fit)`: every other free block is larger still.
+    pub fn take_fitting(
+        &mut self,
+        stream: StreamKey,
+        pool: Pool,
+        bytes: usize,
+        fits: impl Fn(usize) -> bool,
+    ) -> Option<BlockId> {
         let lists = self.streams.get_mut(&stream)?;
         let list = &mut lists.free[pool as usize];
-        let &(size, id) = list.range((bytes, 0)..).next()?;
+        let &(size, id) = list.range((bytes, 0)..).next().filter(|&&(size, _)| fits(size))?;
         list.remove(&(size, id));
         let segment_id = self.blocks.at(id).segment;
         let segment = self.segments.at_mut(segment_id);

@@ -30,6 +30,8 @@ pub(super) struct On<'a, S> {
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct CoreFigures {
     pub reserved: CurrentPeak,
+    /// Reserved bytes per pool (by `Pool as usize`).
+    pub pool_reserved: [usize; 2],
     pub active: CurrentPeak,
     pub pending_bytes: usize,
     pub segment_allocations: u64,
@@ -83,7 +85,10 @@ impl<B: Backend> Core<B> {
     /// A block of `class` from the stream's own free blocks, without growing.
     pub fn take_cached(&mut self, backend: &B, config: &Config, key: StreamKey, class: SizeClass) -> Option<BlockId> {
         self.poll_pending(backend);
-        let id = self.arena.take(key, config.pool_of(class), class.bytes())?;
+        let bytes = class.bytes();
+        let pool = config.pool_of(class);
+        let target = config.segment_target(pool, self.figures.pool_reserved[pool as usize]);
+        let id = self.arena.take_fitting(key, pool, bytes, |size| config.may_cut(pool, target, size, bytes))?;
         self.figures.active.add(class.bytes());
         self.figures.core_hits += 1;
         Some(id)
@@ -113,11 +118,23 @@ impl<B: Backend> Core<B> {
             self.figures.core_hits += 1;
             return Ok(id);
         }
-        let bytes = config.segment_bytes(class).ok_or_else(|| super::size_overflow(class.bytes()))?;
+        let target = config.segment_target(pool, self.figures.pool_reserved[pool as usize]);
+        let bytes = config.segment_bytes(class, target).ok_or_else(|| super::size_overflow(class.bytes()))?;
+        if config.release_idle_on_miss {
+            // Only what would raise the high-water mark: below it, cached segments cost no more
+            // than the peak already did, and keeping them saves `cudaFree`s and later misses.
+            // Waiting for a segment's last use costs nothing `cudaFree` would not: it waits for
+            // the whole device.
+            let over = (self.figures.reserved.current + bytes).saturating_sub(self.figures.reserved.peak);
+            if over > 0 {
+                self.release_idle(backend, over);
+            }
+        }
         let base = backend.allocate(bytes)?;
         self.hold(&on);
         self.arena.add_segment(base, bytes, on.key, pool);
         self.figures.reserved.add(bytes);
+        self.figures.pool_reserved[pool as usize] += bytes;
         self.figures.segment_allocations += 1;
         self.figures.misses += 1;
         let id = self.arena.take(on.key, pool, class.bytes()).expect("a new segment fits its request");
@@ -136,8 +153,15 @@ impl<B: Backend> Core<B> {
         pool: Pool,
         bytes: usize,
     ) -> Option<SegmentId> {
-        let candidates: Vec<SegmentId> =
-            self.arena.idle_at_least(pool, bytes).filter(|&s| self.arena.segment(s).owner != on.key).collect();
+        let target = config.segment_target(pool, self.figures.pool_reserved[pool as usize]);
+        let candidates: Vec<SegmentId> = self
+            .arena
+            .idle_at_least(pool, bytes)
+            .filter(|&s| {
+                let segment = self.arena.segment(s);
+                segment.owner != on.key && config.may_cut(pool, target, segment.bytes, bytes)
+            })
+            .collect();
         if candidates.is_empty() {
             return None;
         }
@@ -222,18 +246,27 @@ impl<B: Backend> Core<B> {
     /// Blocks the calling thread while that work runs. Returns the bytes released.
     pub fn release_cached(&mut self, backend: &B) -> usize {
         self.settle_pending(backend, true);
+        self.release_idle(backend, usize::MAX)
+    }
+
+    /// Releases idle segments after their owners' work on them (waited for), large pool first
+    /// and largest first, until at least `enough` bytes are released; a segment whose fence
+    /// cannot be recorded or waited for stays cached. A fence recorded for a segment stays with
+    /// it, for later calls and adoption.
+    fn release_idle(&mut self, backend: &B, enough: usize) -> usize {
         let mut fresh: FxHashMap<StreamKey, Option<Arc<B::Fence>>> = FxHashMap::default();
         let mut released = 0;
-        for id in self.arena.idle_segments() {
-            let segment = self.arena.segment(id);
-            let owner = segment.owner;
-            let fence = match &segment.idle_fence {
-                Some(fence) => Some(Arc::clone(fence)),
-                None => {
-                    let handle = self.handle(owner);
-                    fresh.entry(owner).or_insert_with(|| backend.record(handle).ok().map(Arc::new)).clone()
-                }
-            };
+        for id in self.arena.idle_segments().into_iter().rev() {
+            if released >= enough {
+                break;
+            }
+            let owner = self.arena.segment(id).owner;
+            if self.arena.segment(id).idle_fence.is_none() {
+                let handle = self.handle(owner);
+                let fence = fresh.entry(owner).or_insert_with(|| backend.record(handle).ok().map(Arc::new)).clone();
+                self.arena.segment_mut(id).idle_fence = fence;
+            }
+            let fence = self.arena.segment(id).idle_fence.clone();
             let Some(fence) = fence else { continue };
             if !backend.is_done(&fence) && backend.wait(&fence).is_err() {
                 continue;
@@ -241,10 +274,12 @@ impl<B: Backend> Core<B> {
             let segment = self.arena.remove_idle(id);
             // SAFETY: the segment came from this backend's `allocate`, leaves the arena here (so
             // it is released once), and every use of it completed: its blocks were all free, so
-            // every use was queued on `owner` before the fence just waited for (uses on other
-            // streams were pending until their own fences completed).
+            // every use was queued on `owner` before the fence, recorded while the segment was
+            // idle, that has just completed (uses on other streams were pending until their own
+            // fences completed).
             unsafe { backend.release(segment.base, segment.bytes) };
             self.figures.reserved.sub(segment.bytes);
+            self.figures.pool_reserved[segment.pool as usize] -= segment.bytes;
             self.figures.segment_releases += 1;
             released += segment.bytes;
             self.forget_if_unused(owner);

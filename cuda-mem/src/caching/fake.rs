@@ -1,8 +1,9 @@
-//! A backend for tests and fuzzing: segments from the system allocator, and streams modelled
-//! by counters. Work queued on a stream ([`FakeBackend::submit`]) completes in order, only when a
-//! test says so ([`FakeBackend::complete`]) or the cache waits for it; a fence is a stream and a
-//! count. A device-side wait is a piece of work too, which completes only after the work it waits
-//! for (so completing a stream completes what it waited for, as on a device).
+//! A backend for tests and fuzzing: segments from the system allocator (or bare addresses, for
+//! replays of traces larger than the host), and streams modelled by counters. Work queued on a
+//! stream ([`FakeBackend::submit`]) completes in order, only when a test says so
+//! ([`FakeBackend::complete`]) or the cache waits for it; a fence is a stream and a count. A
+//! device-side wait is a piece of work too, which completes only after the work it waits for
+//! (so completing a stream completes what it waited for, as on a device).
 //! [`FakeBackend::is_ordered`] answers whether work queued on a stream now comes after a given
 //! piece of another stream's work, which is what a test checks when a block changes hands.
 
@@ -37,10 +38,14 @@ struct FakeState {
     allocations: u64,
     released: Vec<(usize, usize)>,
     host_waits: u64,
+    /// Segments are addresses only, from `next_address` up (never reused), with no memory behind
+    /// them: for replays whose reserve would not fit the host.
+    address_only: bool,
+    next_address: usize,
 }
 
-// SAFETY: the segment pointers are system-allocator memory this state alone frees; any thread
-// holding the state (through its mutex) may free them.
+// SAFETY: the segment pointers are system-allocator memory this state alone frees (or bare
+// addresses); any thread holding the state (through its mutex) may free them.
 unsafe impl Send for FakeState {}
 
 #[derive(Debug, Default)]
@@ -81,6 +86,17 @@ pub struct FakeFence {
 }
 
 impl FakeBackend {
+    /// A backend whose segments are addresses with no memory behind them (the cache never
+    /// dereferences its segments): any reserve fits, as in replays of large traces.
+    pub fn address_only() -> Self {
+        let backend = Self::default();
+        let mut state = backend.state();
+        state.address_only = true;
+        state.next_address = 1 << 40;
+        drop(state);
+        backend
+    }
+
     fn state(&self) -> MutexGuard<'_, FakeState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -189,7 +205,7 @@ impl FakeBackend {
 impl Drop for FakeState {
     fn drop(&mut self) {
         // Segments the allocator kept (blocks it could never take back): the test is over.
-        for &(ptr, bytes) in self.segments.values() {
+        for &(ptr, bytes) in self.segments.values().filter(|_| !self.address_only) {
             // SAFETY: a live segment from `allocate`, released here once as the state goes.
             unsafe { std::alloc::dealloc(ptr.as_ptr(), layout(bytes)) };
         }
@@ -200,7 +216,9 @@ fn layout(bytes: usize) -> Layout {
     Layout::from_size_align(bytes, ALIGN).expect("segment sizes fit a layout")
 }
 
-// SAFETY: segments are distinct live allocations of the system allocator, aligned to 512. A fence
+// SAFETY: segments are distinct live allocations of the system allocator, aligned to 512 (or,
+// address only, distinct ranges of a counter that only grows, with nothing behind them to use,
+// as nothing dereferences them). A fence
 // covers the first `seq` pieces of its stream's work: `is_done` and `wait` report completion of
 // exactly those (waiting completes them, as a blocking wait returns only after they ran), and
 // `stream_wait` queues a wait after which the stream's work comes after them. Streams are their
@@ -228,10 +246,16 @@ unsafe impl Backend for FakeBackend {
             let kind = ErrorKind::OutOfMemory { code: None, report: Box::new(report) };
             return Err(CudaError::new(kind, "fake segment allocation"));
         }
-        // SAFETY: a non-zero size (the cache asks for multiples of 512) and a valid alignment.
-        let ptr = NonNull::new(unsafe { std::alloc::alloc(layout(bytes)) }).unwrap_or_else(|| {
-            std::alloc::handle_alloc_error(layout(bytes));
-        });
+        let ptr = if state.address_only {
+            let address = state.next_address;
+            state.next_address += bytes.next_multiple_of(ALIGN);
+            NonNull::new(std::ptr::without_provenance_mut(address)).expect("addresses start above 0")
+        } else {
+            // SAFETY: a non-zero size (the cache asks for multiples of 512) and a valid alignment.
+            NonNull::new(unsafe { std::alloc::alloc(layout(bytes)) }).unwrap_or_else(|| {
+                std::alloc::handle_alloc_error(layout(bytes));
+            })
+        };
         state.segments.insert(ptr.as_ptr().addr(), (ptr, bytes));
         state.allocations += 1;
         Ok(ptr)
@@ -243,9 +267,11 @@ unsafe impl Backend for FakeBackend {
         let live = state.segments.remove(&addr).map(|(_, b)| b);
         assert_eq!(live, Some(bytes), "released a segment that is not live");
         state.released.push((addr, bytes));
-        // SAFETY: allocated by `allocate` with this layout (the map just proved it live, so this
-        // is its one release).
-        unsafe { std::alloc::dealloc(base.as_ptr(), layout(bytes)) };
+        if !state.address_only {
+            // SAFETY: allocated by `allocate` with this layout (the map just proved it live, so
+            // this is its one release).
+            unsafe { std::alloc::dealloc(base.as_ptr(), layout(bytes)) };
+        }
     }
 
     fn record(&self, stream: &StreamKey) -> Result<FakeFence> {

@@ -13,6 +13,7 @@ const KIB: usize = 1024;
 
 /// Small segments so that the tests stay cheap under miri: 4 KiB classes and below share 16 KiB
 /// segments, larger ones share 64 KiB ones, and 32 KiB and up get their own (16 KiB multiples).
+/// The rules that keep the reserve close to its use are off here, and tested on their own.
 fn small_config() -> Config {
     Config {
         small_max: 4 * KIB,
@@ -23,6 +24,10 @@ fn small_config() -> Config {
         front_depth: 4,
         front_max_bytes: 1 << 20,
         cross_stream_waits: false,
+        small_segment_divisor: 0,
+        small_fit_divisor: 0,
+        large_fit_slack: usize::MAX,
+        release_idle_on_miss: false,
     }
 }
 
@@ -177,6 +182,96 @@ fn large_requests_get_their_own_segment_and_its_rest_is_free() {
     for block in [a, b, c] {
         free(&cache, block);
     }
+}
+
+#[test]
+fn a_miss_releases_idle_segments_rather_than_raise_the_high_water_mark() {
+    let config = Config { front_depth: 0, release_idle_on_miss: true, large_fit_slack: 8 * KIB, ..small_config() };
+    let (cache, backend) = allocator(config);
+    let [a, b, c] = [128, 48, 32].map(|k| cache.alloc(k * KIB, &S).unwrap()); // own segments
+    free(&cache, a);
+    free(&cache, b);
+    // 112 KiB fits neither idle segment closely; beside them the reserve would pass its 208 KiB.
+    // Releasing the larger one is enough not to.
+    let d = cache.alloc(112 * KIB, &S).unwrap();
+    assert_eq!(backend.take_released().iter().map(|r| r.1).collect::<Vec<_>>(), [128 * KIB]);
+    let stats = cache.stats();
+    assert_eq!(stats.reserved, CurrentPeak { current: 192 * KIB, peak: 208 * KIB });
+    assert_eq!(backend.host_waits(), 0, "S had no work left: nothing waited for");
+    // The other idle segment stayed cached for a later hit.
+    let e = cache.alloc(40 * KIB, &S).unwrap();
+    assert_eq!((cache.stats().misses, cache.stats().reserved.current), (4, 192 * KIB));
+    for block in [c, d, e] {
+        free(&cache, block);
+    }
+    cache.check_invariants();
+}
+
+#[test]
+fn a_miss_releases_an_idle_segment_only_after_its_last_use() {
+    let (cache, backend) = allocator(Config { front_depth: 0, release_idle_on_miss: true, ..small_config() });
+    let a = cache.alloc(64 * KIB, &S).unwrap();
+    let used = backend.submit(S); // still running when the next miss looks at the segment
+    free(&cache, a);
+    let b = cache.alloc(80 * KIB, &S).unwrap();
+    let released = backend.take_released();
+    assert_eq!(released.iter().map(|r| r.1).collect::<Vec<_>>(), [64 * KIB]);
+    assert!(backend.is_complete(S, used), "released only after S's work on it");
+    assert_eq!(backend.host_waits(), 1);
+    assert_eq!(cache.stats().reserved, CurrentPeak { current: 80 * KIB, peak: 80 * KIB });
+    // A segment whose last use cannot be fenced stays: the miss grows instead.
+    free(&cache, b);
+    backend.fail_records(true);
+    let c = cache.alloc(96 * KIB, &S).unwrap();
+    assert!(backend.take_released().is_empty());
+    assert_eq!(cache.stats().reserved.current, 176 * KIB);
+    backend.fail_records(false);
+    free(&cache, c);
+    cache.check_invariants();
+}
+
+#[test]
+fn a_large_free_block_is_not_cut_for_a_much_smaller_request() {
+    let config = Config { front_depth: 0, large_fit_slack: 16 * KIB, ..small_config() };
+    let (cache, backend) = allocator(config);
+    let a = cache.alloc(128 * KIB, &S).unwrap();
+    let a_addr = addr(&a);
+    free(&cache, a);
+    let b = cache.alloc(120 * KIB, &S).unwrap(); // leaves 8 KiB: close enough
+    assert_eq!(addr(&b), a_addr);
+    free(&cache, b);
+    let c = cache.alloc(8 * KIB, &S).unwrap(); // would leave 120 KiB pinned by a small block
+    assert!(addr(&c) < a_addr || addr(&c) >= a_addr + 128 * KIB, "a new large segment");
+    assert_eq!(backend.live_segments().len(), 2);
+    let c_addr = addr(&c);
+    free(&cache, c);
+    let d = cache.alloc(16 * KIB, &S).unwrap(); // a block of the large segments' size is cut freely
+    assert_eq!(addr(&d), c_addr);
+    assert_eq!(cache.stats().misses, 2);
+    free(&cache, d);
+    cache.check_invariants();
+}
+
+#[test]
+fn small_segments_grow_with_the_small_pool_and_serve_close_requests() {
+    let config = Config { front_depth: 0, small_segment_divisor: 4, small_fit_divisor: 8, ..small_config() };
+    let (cache, backend) = allocator(config);
+    let a = cache.alloc(3 * KIB, &S).unwrap(); // an empty pool grows by the request
+    let b = cache.alloc(1024, &S).unwrap(); // then by a quarter of 3 KiB: 512 bytes
+    let sizes = || backend.live_segments().iter().map(|s| s.1).collect::<Vec<_>>();
+    let mut grown = sizes();
+    grown.sort();
+    assert_eq!(grown, [1024, 3 * KIB]);
+    let a_addr = addr(&a);
+    free(&cache, a);
+    let c = cache.alloc(512, &S).unwrap(); // would leave 2.5 KiB of a 3 KiB block: a new segment
+    assert!(addr(&c) != a_addr);
+    let d = cache.alloc(2800, &S).unwrap(); // class 3 KiB: fits exactly
+    assert_eq!(addr(&d), a_addr);
+    for block in [b, c, d] {
+        free(&cache, block);
+    }
+    cache.check_invariants();
 }
 
 #[test]

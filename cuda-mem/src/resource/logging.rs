@@ -78,18 +78,21 @@ impl<R: MemoryResource> LoggingResource<R> {
                 let thread = thread.replace([',', '\n', '"'], "_");
                 format!("{time_us},{thread},{stream:#x},{action},{ptr:#x},{bytes}")
             }
-            LogFormat::JsonLines => {
-                let thread = thread.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-                format!(
-                    "{{\"time_us\":{time_us},\"thread\":\"{thread}\",\"stream\":\"{stream:#x}\",\
-                     \"action\":\"{action}\",\"ptr\":\"{ptr:#x}\",\"bytes\":{bytes}}}"
-                )
-            }
+            LogFormat::JsonLines => json_line(time_us, &thread, stream, action, ptr, bytes),
         };
         let mut sink = self.sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Logging must never turn a working allocation into a failure.
         let _ = writeln!(sink, "{line}");
     }
+}
+
+/// One JSON line of the log (without its newline).
+pub(crate) fn json_line(time_us: u128, thread: &str, stream: usize, action: &str, ptr: usize, bytes: usize) -> String {
+    let thread = thread.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    format!(
+        "{{\"time_us\":{time_us},\"thread\":\"{thread}\",\"stream\":\"{stream:#x}\",\
+         \"action\":\"{action}\",\"ptr\":\"{ptr:#x}\",\"bytes\":{bytes}}}"
+    )
 }
 
 // SAFETY: see the contract on `MemoryResource`: forwards to `inner`, which upholds it.

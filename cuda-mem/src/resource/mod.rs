@@ -28,6 +28,7 @@ mod limiting;
 mod logging;
 mod outstanding;
 mod replay;
+mod serving_trace;
 pub mod snapshot;
 mod sources;
 mod statistics;
@@ -40,7 +41,8 @@ pub use buffer::ResourceBuffer;
 pub use defaults::{default_resource, set_default_resource};
 pub use limiting::LimitingResource;
 pub use logging::{LogFormat, LoggingResource};
-pub use replay::{ReplayEvent, ReplayReport, parse_log, replay};
+pub use replay::{ReplayEvent, ReplayReport, parse_log, replay, write_log};
+pub use serving_trace::ServingTrace;
 pub use sources::{DeviceResource, ManagedResource, PinnedPoolResource, PinnedResource, PoolResource};
 pub use statistics::{ResourceStats, StatisticsResource};
 pub use tracking::{AllocationRecord, DEFAULT_TRACKING_SLOTS, MAX_TRACKING_SLOTS, TrackingResource};
@@ -182,7 +184,8 @@ pub unsafe trait MemoryResource: Send + Sync + fmt::Debug {
         None
     }
 
-    /// The backing pool's figures, for resources backed by a [`MemPool`](crate::MemPool).
+    /// The backing pool's figures, for resources backed by a [`MemPool`](crate::MemPool) or a
+    /// [`DeviceCache`](crate::DeviceCache).
     fn pool_stats(&self) -> Option<PoolStats> {
         None
     }
