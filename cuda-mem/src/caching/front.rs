@@ -172,6 +172,11 @@ impl ThreadCache {
         }
     }
 
+    /// Restarts this thread's peaks from its current figures.
+    pub fn reset_peaks(&self) {
+        self.front.lock().counters.reset_peaks();
+    }
+
     /// Adds this cache's figures to `totals`.
     pub fn read(&self, totals: &mut ThreadTotals) {
         let front = self.front.lock();
