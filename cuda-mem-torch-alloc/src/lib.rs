@@ -3,19 +3,34 @@
 //! loads, with statistics and a limit read and set through more exported functions (ctypes;
 //! `python/cuda_mem_torch.py` in the bundle wraps them).
 //!
-//! Each device gets a retaining memory pool of its own (`cudaMallocFromPoolAsync` on PyTorch's
-//! stream, `cudaFreeAsync` on the stream PyTorch recorded), behind the [`Backend`] trait.
+//! Each device gets a device caching allocator of its own (cuda-mem's `DeviceCache`, behind the
+//! [`Backend`] trait as [`CacheBackend`]): blocks cached per stream, reused on PyTorch's stream
+//! at once and moved between streams only behind events, as PyTorch's own allocator does. A
+//! retaining `MemPool` ([`PoolBackend`]: `cudaMallocFromPoolAsync` / `cudaFreeAsync`) can be
+//! chosen instead before the first allocation (`cuda_mem_torch_select_backend`).
+//!
 //! Nothing unwinds across the C boundary: panics are caught and become a failed call. A refused
 //! allocation (over the limit, or out of memory) is thrown to PyTorch as a C++ exception, because
 //! PyTorch's pluggable allocator does not check for a null pointer; PyTorch raises it as
 //! `RuntimeError` with cuda-mem's message. `cuda_mem_torch_try_alloc` returns null instead, for
 //! other callers.
+//!
+//! **Streams.** The allocator keeps every stream it is given for as long as it holds memory freed
+//! there, and records events on it: a stream passed in must never be destroyed. PyTorch's default
+//! stream and the streams of its pool never are; a stream wrapped with `torch.cuda.ExternalStream`
+//! must live as long as the process when this allocator is installed.
 
 mod allocator;
 mod backend;
+mod cache;
+mod device_source;
+mod pool;
 
 pub use allocator::{DeviceAllocator, NO_LIMIT, Stats};
-pub use backend::{Backend, PoolBackend, Reserved};
+pub use backend::{Backend, Figures, Reserved};
+pub use cache::{BlockSource, CacheBackend};
+pub use device_source::DeviceSource;
+pub use pool::PoolBackend;
 
 use cuda_mem::resource::StreamRef;
 use cuda_mem::resource::snapshot::{MemorySnapshot, snapshot_of};
@@ -25,19 +40,85 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-/// One device's allocator and the device it serves.
+/// The memory behind one device's allocator.
+#[derive(Debug)]
+pub enum DeviceBackend {
+    /// cuda-mem's device caching allocator (the default).
+    Cache(CacheBackend<DeviceSource>),
+    /// A retaining memory pool.
+    Pool(PoolBackend),
+}
+
+impl DeviceBackend {
+    fn new(device: Device, pool: bool) -> Result<Self> {
+        Ok(if pool {
+            Self::Pool(PoolBackend::new(device)?)
+        } else {
+            Self::Cache(CacheBackend::new(DeviceSource::new(device)?))
+        })
+    }
+}
+
+impl Backend for DeviceBackend {
+    #[inline]
+    fn allocate(&self, bytes: usize, stream: StreamRef<'static>) -> Result<NonNull<u8>> {
+        match self {
+            Self::Cache(cache) => cache.allocate(bytes, stream),
+            Self::Pool(pool) => pool.allocate(bytes, stream),
+        }
+    }
+
+    #[inline]
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match self {
+                Self::Cache(cache) => cache.deallocate(ptr, bytes, stream),
+                Self::Pool(pool) => pool.deallocate(ptr, bytes, stream),
+            }
+        }
+    }
+
+    fn figures(&self) -> Figures {
+        match self {
+            Self::Cache(cache) => cache.figures(),
+            Self::Pool(pool) => pool.figures(),
+        }
+    }
+
+    fn reset_peak(&self) {
+        match self {
+            Self::Cache(cache) => cache.reset_peak(),
+            Self::Pool(pool) => pool.reset_peak(),
+        }
+    }
+
+    fn release_cached(&self) -> Result<()> {
+        match self {
+            Self::Cache(cache) => cache.release_cached(),
+            Self::Pool(pool) => pool.release_cached(),
+        }
+    }
+}
+
+/// True when devices get a retaining pool rather than the caching allocator.
+static USE_POOL: AtomicBool = AtomicBool::new(false);
+
+/// Serializes the creation of devices' allocators with the choice of backend.
+static CREATING: Mutex<()> = Mutex::new(());
+
+/// One device's allocator.
 struct Entry {
-    device: Device,
-    allocator: DeviceAllocator<PoolBackend>,
+    allocator: DeviceAllocator<DeviceBackend>,
 }
 
 static SLOTS: OnceLock<Box<[OnceLock<Entry>]>> = OnceLock::new();
 
 /// The allocator of device `ordinal`, created at first use.
 fn entry(ordinal: c_int) -> Result<&'static Entry> {
-    static CREATING: Mutex<()> = Mutex::new(());
     let slots = match SLOTS.get() {
         Some(slots) => slots,
         None => {
@@ -57,20 +138,19 @@ fn entry(ordinal: c_int) -> Result<&'static Entry> {
         return Ok(entry);
     }
     let device = Device::new(ordinal as usize)?;
-    let allocator = DeviceAllocator::new(PoolBackend::new(device)?, ordinal);
-    Ok(slot.get_or_init(|| Entry { device, allocator }))
+    let backend = DeviceBackend::new(device, USE_POOL.load(Ordering::Relaxed))?;
+    let allocator = DeviceAllocator::new(backend, ordinal);
+    Ok(slot.get_or_init(|| Entry { allocator }))
 }
 
-/// Runs `f` with the stream PyTorch passed. A built-in handle (0, `cudaStreamLegacy`,
-/// `cudaStreamPerThread`) means a stream of the current device, so the entry's device is made
-/// current for the call (PyTorch may free from another device's context).
-fn on_stream<R>(entry: &Entry, stream: *mut c_void, f: impl FnOnce(StreamRef<'_>) -> Result<R>) -> Result<R> {
-    // SAFETY: PyTorch passes live stream handles (or built-in ones, resolved below).
-    let stream_ref = unsafe { StreamRef::from_raw(stream.cast()) };
-    if stream as usize > 2 {
-        return f(stream_ref);
-    }
-    entry.device.run_on(|| f(stream_ref))?
+/// The stream handle PyTorch passed, as the `'static` reference the backends keep.
+///
+/// # Safety
+/// `stream` is a stream handle that is never destroyed, or a built-in one (0,
+/// `cudaStreamLegacy`, `cudaStreamPerThread`).
+unsafe fn pytorch_stream(stream: *mut c_void) -> StreamRef<'static> {
+    // SAFETY: forwarded from the caller.
+    unsafe { StreamRef::from_raw(stream.cast()) }
 }
 
 thread_local! {
@@ -88,12 +168,15 @@ fn guarded<R>(what: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R> {
         .unwrap_or_else(|_| Err(CudaError::new(ErrorKind::InvalidArgument("a panic inside the allocator"), what)))
 }
 
-fn try_alloc(size: isize, device: c_int, stream: *mut c_void) -> Result<NonNull<u8>> {
+/// # Safety
+/// As [`cuda_mem_torch_alloc`].
+unsafe fn try_alloc(size: isize, device: c_int, stream: *mut c_void) -> Result<NonNull<u8>> {
+    // SAFETY: forwarded from the caller.
+    let stream = unsafe { pytorch_stream(stream) };
     guarded("cuda_mem_torch_alloc", || {
         let size = usize::try_from(size)
             .map_err(|_| CudaError::new(ErrorKind::InvalidArgument("a negative size"), format!("allocating {size}")))?;
-        let entry = entry(device)?;
-        on_stream(entry, stream, |s| entry.allocator.allocate(size, s)).inspect_err(|err| {
+        entry(device)?.allocator.allocate(size, stream).inspect_err(|err| {
             if err.is_out_of_memory() {
                 dump_on_oom();
             }
@@ -134,11 +217,13 @@ unsafe extern "C-unwind" {
 /// with its message, which starts "CUDA out of memory" when it is one and says why).
 ///
 /// # Safety
-/// `stream` is a live stream of `device`, or a built-in handle; called by PyTorch (C++), which
+/// `stream` is a stream of `device` that is never destroyed (PyTorch's default and pooled
+/// streams; see the crate documentation), or a built-in handle; called by PyTorch (C++), which
 /// can receive the exception.
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn cuda_mem_torch_alloc(size: isize, device: c_int, stream: *mut c_void) -> *mut c_void {
-    let err = match try_alloc(size, device, stream) {
+    // SAFETY: forwarded from the caller.
+    let err = match unsafe { try_alloc(size, device, stream) } {
         Ok(ptr) => return ptr.as_ptr().cast(),
         Err(err) => err,
     };
@@ -162,10 +247,11 @@ pub unsafe extern "C-unwind" fn cuda_mem_torch_alloc(size: isize, device: c_int,
 /// [`cuda_mem_torch_last_error`]).
 ///
 /// # Safety
-/// `stream` is a live stream of `device`, or a built-in handle.
+/// As [`cuda_mem_torch_alloc`]: `stream` is never destroyed, or is a built-in handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_mem_torch_try_alloc(size: isize, device: c_int, stream: *mut c_void) -> *mut c_void {
-    match try_alloc(size, device, stream) {
+    // SAFETY: forwarded from the caller.
+    match unsafe { try_alloc(size, device, stream) } {
         Ok(ptr) => ptr.as_ptr().cast(),
         Err(err) => {
             remember(err.to_string());
@@ -174,25 +260,68 @@ pub unsafe extern "C" fn cuda_mem_torch_try_alloc(size: isize, device: c_int, st
     }
 }
 
-/// The free function for `CUDAPluggableAllocator`: `cudaFreeAsync` on `stream`.
+/// The free function for `CUDAPluggableAllocator`: the block returns to `stream`'s cache,
+/// reusable there at once (the pool backend: `cudaFreeAsync` on `stream`).
 ///
 /// # Safety
 /// `ptr` came from this allocator with `size` and `device`, is freed once, and nothing uses it
-/// after the work queued on `stream` (PyTorch's contract with its allocators).
+/// after the work queued on `stream` (PyTorch's contract with its allocators); `stream` is never
+/// destroyed, or is a built-in handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_mem_torch_free(ptr: *mut c_void, size: isize, device: c_int, stream: *mut c_void) {
     let Some(ptr) = NonNull::new(ptr.cast::<u8>()) else { return };
+    // SAFETY: forwarded from the caller.
+    let stream = unsafe { pytorch_stream(stream) };
     let freed = guarded("cuda_mem_torch_free", || {
-        let entry = entry(device)?;
         let size = usize::try_from(size).unwrap_or(0);
-        on_stream(entry, stream, |s| {
-            // SAFETY: forwarded from the caller.
-            unsafe { entry.allocator.free(ptr, size, s) };
-            Ok(())
-        })
+        // SAFETY: forwarded from the caller.
+        unsafe { entry(device)?.allocator.free(ptr, size, stream) };
+        Ok(())
     });
     if let Err(err) = freed {
         remember(err.to_string());
+    }
+}
+
+/// Chooses the memory behind every device's allocator: `"cache"` (cuda-mem's device caching
+/// allocator, the default) or `"pool"` (a retaining `MemPool`). Only before the first
+/// allocation: returns 0, or -1 (message in [`cuda_mem_torch_last_error`]) for an unknown name
+/// or once a device's allocator exists.
+///
+/// # Safety
+/// `name` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mem_torch_select_backend(name: *const c_char) -> c_int {
+    const WHAT: &str = "cuda_mem_torch_select_backend";
+    let chosen = guarded(WHAT, || {
+        if name.is_null() {
+            return Err(CudaError::new(ErrorKind::InvalidArgument("a null backend name"), WHAT));
+        }
+        // SAFETY: NUL-terminated, per the caller.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        let pool = match &*name {
+            "cache" => false,
+            "pool" => true,
+            _ => {
+                let kind = ErrorKind::InvalidArgument("an unknown backend (\"cache\" or \"pool\")");
+                return Err(CudaError::new(kind, format!("{WHAT}({name:?})")));
+            }
+        };
+        let _creating = CREATING.lock().unwrap_or_else(PoisonError::into_inner);
+        let created = SLOTS.get().is_some_and(|slots| slots.iter().any(|slot| slot.get().is_some()));
+        if created && USE_POOL.load(Ordering::Relaxed) != pool {
+            let kind = ErrorKind::InvalidArgument("the backend is chosen before the first allocation");
+            return Err(CudaError::new(kind, format!("{WHAT}({name:?})")));
+        }
+        USE_POOL.store(pool, Ordering::Relaxed);
+        Ok(())
+    });
+    match chosen {
+        Ok(()) => 0,
+        Err(err) => {
+            remember(err.to_string());
+            -1
+        }
     }
 }
 
@@ -222,7 +351,7 @@ pub unsafe extern "C" fn cuda_mem_torch_last_error(buffer: *mut c_char, len: usi
 fn with_allocator(
     device: c_int,
     what: &'static str,
-    f: impl FnOnce(&DeviceAllocator<PoolBackend>) -> Result<()>,
+    f: impl FnOnce(&DeviceAllocator<DeviceBackend>) -> Result<()>,
 ) -> c_int {
     match guarded(what, || f(&entry(device)?.allocator)) {
         Ok(()) => 0,
@@ -235,7 +364,8 @@ fn with_allocator(
 
 /// Writes up to `len` of the device's figures to `out`, in this order: allocated current and
 /// peak, reserved current and peak (bytes), allocation, free and failure counts, the limit
-/// (`u64::MAX`: none). Returns 0, or -1 on failure.
+/// (`u64::MAX`: none), then requests served from cached memory, requests that took new memory,
+/// and segments held (the last three 0 for the pool backend). Returns 0, or -1 on failure.
 ///
 /// # Safety
 /// `out` is writable for `len` values.
@@ -271,8 +401,9 @@ pub extern "C" fn cuda_mem_torch_reset_peaks(device: c_int) -> c_int {
     })
 }
 
-/// Returns the device pool's cached memory to the driver (`cudaMemPoolTrimTo(0)`; memory of
-/// frees still pending in stream order is released once they complete). Returns 0, or -1.
+/// Returns the device's cached memory to the driver: every segment of the cache no block of which
+/// PyTorch holds, after the work that used it has completed (the pool backend:
+/// `cudaMemPoolTrimTo(0)`). Returns 0, or -1.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuda_mem_torch_empty_cache(device: c_int) -> c_int {
     with_allocator(device, "cuda_mem_torch_empty_cache", DeviceAllocator::release_cached)

@@ -62,6 +62,9 @@ unsafe impl Backend for CudaSegments {
     }
 
     fn record(&self, stream: &Stream) -> Result<Event> {
+        // An event records only on a stream of the device it was created on, and a free may come
+        // from a thread with another device current (PyTorch frees so).
+        let _device = CurrentDevice::set(self.device)?;
         fence(stream)
     }
 
