@@ -170,6 +170,12 @@ impl<B: Backend> DeviceAllocator<B> {
         self.frees.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Notes that work on `stream` uses the block at `ptr` (PyTorch's `Tensor.record_stream`).
+    /// `Ok(false)` when `ptr` is not this allocator's.
+    pub fn record_stream(&self, ptr: NonNull<u8>, stream: StreamRef<'static>) -> Result<bool> {
+        self.backend.record_stream(ptr, stream)
+    }
+
     /// The figures now.
     pub fn stats(&self) -> Stats {
         let Figures { reserved, cache_hits, cache_misses, segments } = self.backend.figures();
@@ -234,6 +240,10 @@ mod tests {
             let mut held = self.held.lock().unwrap();
             let at = held.iter().position(|(p, _)| *p == ptr.as_ptr() as usize).expect("allocated here");
             assert_eq!(held.remove(at).1.len(), bytes);
+        }
+
+        fn record_stream(&self, _: NonNull<u8>, _: StreamRef<'static>) -> Result<bool> {
+            Ok(false)
         }
 
         fn figures(&self) -> Figures {

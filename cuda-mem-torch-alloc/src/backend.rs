@@ -45,6 +45,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// already queued on `stream`.
     unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>);
 
+    /// Notes that work on `stream` uses the block at `ptr` (PyTorch's `Tensor.record_stream`), so
+    /// that its free waits for that work. `Ok(false)` when `ptr` is not this backend's.
+    fn record_stream(&self, ptr: NonNull<u8>, stream: StreamRef<'static>) -> Result<bool>;
+
     /// What the backend holds and counts.
     fn figures(&self) -> Figures;
 

@@ -4,7 +4,7 @@
 use crate::cache::BlockSource;
 use cuda_mem::caching::CachedBlock;
 use cuda_mem::resource::StreamRef;
-use cuda_mem::{CachingStats, Device, DeviceCache, Result, Stream};
+use cuda_mem::{CachingStats, Device, DeviceCache, Event, Result, Stream};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -59,6 +59,7 @@ impl DeviceSource {
 
 impl BlockSource for DeviceSource {
     type Stream = Stream;
+    type Fence = Event;
 
     #[inline]
     fn with_stream<R>(&self, stream: StreamRef<'static>, f: impl FnOnce(&Stream) -> Result<R>) -> Result<R> {
@@ -87,13 +88,26 @@ impl BlockSource for DeviceSource {
         unsafe { self.cache.free_block(block) }
     }
 
-    unsafe fn free_on(&self, block: CachedBlock, stream: &Stream) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.cache.free_block_on(block, stream) }
+    fn record(&self, stream: &Stream) -> Result<Event> {
+        // An event records only on a stream of the device current at its creation.
+        self.cache.device().run_on(|| {
+            let event = Event::without_timing()?;
+            event.record(stream)?;
+            Ok(event)
+        })?
+    }
+
+    fn is_done(&self, fence: &Event) -> bool {
+        // A failed query means a broken context, where no work runs any more.
+        fence.is_complete().unwrap_or(true)
+    }
+
+    fn wait(&self, fence: &Event) -> Result<()> {
+        fence.synchronize()
     }
 
     fn order_per_thread_after(&self, stream: &Stream) -> Result<()> {
-        let done = stream.record_event()?;
+        let done = self.record(stream)?;
         self.cache.device().run_on(|| Stream::per_thread()?.wait_event(&done))?
     }
 

@@ -82,6 +82,13 @@ impl Backend for DeviceBackend {
         }
     }
 
+    fn record_stream(&self, ptr: NonNull<u8>, stream: StreamRef<'static>) -> Result<bool> {
+        match self {
+            Self::Cache(cache) => Backend::record_stream(cache, ptr, stream),
+            Self::Pool(pool) => pool.record_stream(ptr, stream),
+        }
+    }
+
     fn figures(&self) -> Figures {
         match self {
             Self::Cache(cache) => cache.figures(),
@@ -198,12 +205,7 @@ fn dump_on_oom() {
 
 /// The snapshot of every device whose allocator records its history.
 fn snapshot() -> MemorySnapshot {
-    let recorders: Vec<_> = SLOTS
-        .get()
-        .into_iter()
-        .flat_map(|slots| slots.iter())
-        .filter_map(|slot| slot.get()?.allocator.history())
-        .collect();
+    let recorders: Vec<_> = entries().filter_map(|entry| entry.allocator.history()).collect();
     snapshot_of(recorders.iter().map(|r| &**r))
 }
 
@@ -227,8 +229,16 @@ pub unsafe extern "C-unwind" fn cuda_mem_torch_alloc(size: isize, device: c_int,
         Ok(ptr) => return ptr.as_ptr().cast(),
         Err(err) => err,
     };
-    // The message goes into a fixed buffer, so no value with a destructor is live when the
-    // exception passes through this frame.
+    let (message, len) = exception_text(err);
+    // SAFETY: the buffer holds `len` bytes; the exception unwinds through this `C-unwind` frame,
+    // which holds nothing to drop, into PyTorch.
+    unsafe { cuda_mem_torch_throw(message.as_ptr().cast(), len) }
+}
+
+/// The message of the C++ exception for `err` (also remembered for
+/// [`cuda_mem_torch_last_error`]), in a fixed buffer: no value with a destructor is then live in
+/// the frame the exception passes through.
+fn exception_text(err: CudaError) -> ([u8; 1024], usize) {
     let mut message = [0u8; 1024];
     let text = if err.is_out_of_memory() {
         format!("CUDA out of memory (cuda-mem allocator): {err}")
@@ -238,8 +248,75 @@ pub unsafe extern "C-unwind" fn cuda_mem_torch_alloc(size: isize, device: c_int,
     let len = text.len().min(message.len());
     message[..len].copy_from_slice(&text.as_bytes()[..len]);
     remember(text);
-    // SAFETY: the buffer holds `len` bytes; the exception unwinds through this `C-unwind` frame,
-    // which holds nothing to drop, into PyTorch.
+    (message, len)
+}
+
+/// The allocators created so far.
+fn entries() -> impl Iterator<Item = &'static Entry> {
+    SLOTS.get().into_iter().flat_map(|slots| slots.iter()).filter_map(OnceLock::get)
+}
+
+/// The hook for `Tensor.record_stream` (the `set_record_stream_fn` of PyTorch's pluggable
+/// allocator): the block at `ptr` is also used by work on `stream`, so its free waits for the
+/// work queued there by then. Memory this allocator did not hand out is left alone. A backend
+/// that cannot honour it (the pool) throws, as PyTorch would otherwise reuse memory in use.
+///
+/// # Safety
+/// `stream` is never destroyed, or is a built-in handle (as for [`cuda_mem_torch_alloc`]); called
+/// by PyTorch (C++), which can receive the exception.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn cuda_mem_torch_record_stream(ptr: *mut c_void, stream: *mut c_void) {
+    let Some(ptr) = NonNull::new(ptr.cast::<u8>()) else { return };
+    // SAFETY: forwarded from the caller.
+    let stream = unsafe { pytorch_stream(stream) };
+    let recorded = guarded("cuda_mem_torch_record_stream", || {
+        for entry in entries() {
+            if entry.allocator.record_stream(ptr, stream)? {
+                break;
+            }
+        }
+        Ok(())
+    });
+    let Err(err) = recorded else { return };
+    let (message, len) = exception_text(err);
+    // SAFETY: as in `cuda_mem_torch_alloc`.
+    unsafe { cuda_mem_torch_throw(message.as_ptr().cast(), len) }
+}
+
+/// The hook for `torch.cuda.empty_cache()` (`set_reset_fn`): every device's cached memory that
+/// no tensor uses goes back to the driver. A failure is remembered for
+/// [`cuda_mem_torch_last_error`].
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mem_torch_empty_all_caches() {
+    let emptied =
+        guarded("cuda_mem_torch_empty_all_caches", || entries().try_for_each(|e| e.allocator.release_cached()));
+    if let Err(err) = emptied {
+        remember(err.to_string());
+    }
+}
+
+/// The hook for `torch.cuda.set_per_process_memory_fraction(fraction, device)`
+/// (`set_memory_fraction_fn`): the device's limit becomes `fraction` of its total memory. The
+/// limit bounds the bytes PyTorch holds (the native allocator's bounds what it reserves). A
+/// fraction outside 0..=1 is thrown back as an error.
+///
+/// # Safety
+/// Called by PyTorch (C++), which can receive the exception.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn cuda_mem_torch_set_memory_fraction(fraction: f64, device: c_int) {
+    let set = guarded("cuda_mem_torch_set_memory_fraction", || {
+        if !(0.0..=1.0).contains(&fraction) {
+            let kind = ErrorKind::InvalidArgument("a memory fraction outside 0..=1");
+            return Err(CudaError::new(kind, format!("set_per_process_memory_fraction({fraction}, {device})")));
+        }
+        let entry = entry(device)?;
+        let (_, total) = Device::new(device as usize)?.mem_get_info()?;
+        entry.allocator.set_limit((total as f64 * fraction) as usize);
+        Ok(())
+    });
+    let Err(err) = set else { return };
+    let (message, len) = exception_text(err);
+    // SAFETY: as in `cuda_mem_torch_alloc`.
     unsafe { cuda_mem_torch_throw(message.as_ptr().cast(), len) }
 }
 
@@ -308,7 +385,7 @@ pub unsafe extern "C" fn cuda_mem_torch_select_backend(name: *const c_char) -> c
             }
         };
         let _creating = CREATING.lock().unwrap_or_else(PoisonError::into_inner);
-        let created = SLOTS.get().is_some_and(|slots| slots.iter().any(|slot| slot.get().is_some()));
+        let created = entries().next().is_some();
         if created && USE_POOL.load(Ordering::Relaxed) != pool {
             let kind = ErrorKind::InvalidArgument("the backend is chosen before the first allocation");
             return Err(CudaError::new(kind, format!("{WHAT}({name:?})")));

@@ -3,7 +3,7 @@
 
 use crate::backend::{Backend, Figures, Reserved};
 use cuda_mem::resource::{MemoryResource, PoolResource, StreamRef};
-use cuda_mem::{Device, MemPool, PoolProps, Result};
+use cuda_mem::{CudaError, Device, ErrorKind, MemPool, PoolProps, Result};
 use std::ptr::NonNull;
 
 /// A retaining pool (`cudaMallocFromPoolAsync` / `cudaFreeAsync`) of its own per device, so its
@@ -41,6 +41,11 @@ impl Backend for PoolBackend {
         // on the wrong device's stream.
         // SAFETY: forwarded from the caller.
         let _ = self.on_device(stream, || unsafe { self.resource.deallocate(ptr, bytes, stream) });
+    }
+
+    fn record_stream(&self, _: NonNull<u8>, _: StreamRef<'static>) -> Result<bool> {
+        let kind = ErrorKind::InvalidArgument("record_stream is not supported by the pool backend (use \"cache\")");
+        Err(CudaError::new(kind, "cuda-mem's PyTorch allocator"))
     }
 
     fn figures(&self) -> Figures {

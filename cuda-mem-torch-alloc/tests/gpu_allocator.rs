@@ -77,5 +77,39 @@ fn gpu_allocations_limits_and_statistics_through_the_c_functions() {
         assert_eq!((stats()[2], stats()[10]), (0, 0), "every segment released");
         assert_eq!(cuda_mem_torch_stats(99, std::ptr::null_mut(), 0), -1);
         assert!(last_error().contains("device 99 does not exist"), "{}", last_error());
+
+        // `Tensor.record_stream`: a block another stream uses is held back at its free until that
+        // stream's work queued by then has completed.
+        let user: &'static cuda_mem::Stream = Box::leak(Box::new(cuda_mem::Stream::non_blocking().unwrap()));
+        let x = cuda_mem_torch_try_alloc(1 << 20, 0, raw);
+        cuda_mem_torch_record_stream(x, user.as_raw().cast());
+        hold(user, 300);
+        cuda_mem_torch_free(x, 1 << 20, 0, raw);
+        let y = cuda_mem_torch_try_alloc(1 << 20, 0, raw);
+        assert_ne!(y, x, "reused while the recorded stream's work runs");
+        user.synchronize().unwrap();
+        cuda_mem_torch_free(y, 1 << 20, 0, raw);
+        let z = cuda_mem_torch_try_alloc(1 << 20, 0, raw);
+        assert!(z == x || z == y, "back on its stream once that work completed");
+        cuda_mem_torch_free(z, 1 << 20, 0, raw);
+        // Memory of another allocator is left alone.
+        cuda_mem_torch_record_stream(0x1000 as *mut c_void, user.as_raw().cast());
+        // `torch.cuda.empty_cache()` and `set_per_process_memory_fraction`.
+        cuda_mem_torch_empty_all_caches();
+        assert_eq!(stats()[2], 0, "every segment released");
+        cuda_mem_torch_set_memory_fraction(0.5, 0);
+        let (_, total) = cuda_mem::Device::new(0).unwrap().mem_get_info().unwrap();
+        assert_eq!(stats()[7], (total / 2) as u64);
+        cuda_mem_torch_set_memory_fraction(1.0, 0);
     }
+}
+
+/// Queues a host function that sleeps `millis` on `stream`: work queued after it waits.
+fn hold(stream: &cuda_mem::Stream, millis: u64) {
+    unsafe extern "C" fn sleep(data: *mut c_void) {
+        std::thread::sleep(std::time::Duration::from_millis(data as u64));
+    }
+    // SAFETY: a valid stream, a callback that makes no CUDA call, and a plain number as data.
+    let code = unsafe { cuda_mem::sys::cudaLaunchHostFunc(stream.as_raw(), Some(sleep), millis as *mut c_void) };
+    assert_eq!(code, cuda_mem::sys::cudaError::cudaSuccess, "cudaLaunchHostFunc");
 }

@@ -8,6 +8,7 @@ use cuda_mem::caching::{self, CachingAllocator, Config};
 use cuda_mem::{CudaError, ErrorKind};
 use std::alloc::Layout;
 use std::collections::HashSet;
+use std::sync::Mutex;
 
 /// A stream of the host source: its handle's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +67,8 @@ unsafe impl caching::Backend for HostSegments {
 enum Call {
     Alloc(usize),
     Free(usize),
-    FreeOn(usize),
+    Record(usize),
+    Wait(usize),
     PerThreadWaitsFor(usize),
     Synchronize,
 }
@@ -74,11 +76,20 @@ enum Call {
 /// A handle the source refuses, as `DeviceSource` refuses a stream of another device.
 const FOREIGN: usize = 0xbad0;
 
-/// The caching allocator over host segments, logging what it is asked.
+/// Work on the host source's streams, as counts: what was queued, and what completed (a prefix).
+#[derive(Debug, Default)]
+struct Work {
+    queued: FxHashMap<usize, u64>,
+    completed: FxHashMap<usize, u64>,
+}
+
+/// The caching allocator over host segments, logging what it is asked. Its fences are (stream,
+/// pieces of work queued before them); a test queues and completes work by hand.
 #[derive(Debug)]
 struct HostSource {
     cache: CachingAllocator<HostSegments>,
     log: Mutex<Vec<Call>>,
+    work: Mutex<Work>,
     fail_per_thread_wait: bool,
 }
 
@@ -88,6 +99,7 @@ impl HostSource {
         Self {
             cache: CachingAllocator::new(HostSegments, config).unwrap(),
             log: Mutex::default(),
+            work: Mutex::default(),
             fail_per_thread_wait: false,
         }
     }
@@ -99,10 +111,23 @@ impl HostSource {
     fn take_log(&self) -> Vec<Call> {
         std::mem::take(&mut self.log.lock().unwrap())
     }
+
+    /// Queues a piece of work on `stream`.
+    fn submit(&self, stream: usize) {
+        *self.work.lock().unwrap().queued.entry(stream).or_default() += 1;
+    }
+
+    /// Completes the work queued on `stream`.
+    fn complete(&self, stream: usize) {
+        let mut work = self.work.lock().unwrap();
+        let queued = work.queued.get(&stream).copied().unwrap_or(0);
+        work.completed.insert(stream, queued);
+    }
 }
 
 impl BlockSource for HostSource {
     type Stream = HostStream;
+    type Fence = (usize, u64);
 
     fn with_stream<R>(&self, stream: StreamRef<'static>, f: impl FnOnce(&HostStream) -> Result<R>) -> Result<R> {
         let raw = stream.as_raw() as usize;
@@ -124,10 +149,19 @@ impl BlockSource for HostSource {
         unsafe { self.cache.free(block) }
     }
 
-    unsafe fn free_on(&self, block: CachedBlock, stream: &HostStream) -> Result<()> {
-        self.note(Call::FreeOn(stream.0));
-        // SAFETY: forwarded from the caller.
-        unsafe { self.cache.free_on(block, stream) }
+    fn record(&self, stream: &HostStream) -> Result<(usize, u64)> {
+        self.note(Call::Record(stream.0));
+        Ok((stream.0, self.work.lock().unwrap().queued.get(&stream.0).copied().unwrap_or(0)))
+    }
+
+    fn is_done(&self, &(stream, seq): &(usize, u64)) -> bool {
+        self.work.lock().unwrap().completed.get(&stream).copied().unwrap_or(0) >= seq
+    }
+
+    fn wait(&self, &(stream, _): &(usize, u64)) -> Result<()> {
+        self.note(Call::Wait(stream));
+        self.complete(stream);
+        Ok(())
     }
 
     fn order_per_thread_after(&self, stream: &HostStream) -> Result<()> {
@@ -208,16 +242,72 @@ fn pooled_streams_key_their_own_blocks_and_frees_return_there() {
 }
 
 #[test]
-fn a_free_on_another_stream_returns_the_block_behind_that_streams_work() {
+fn a_free_on_another_stream_holds_the_block_back_until_that_streams_work_completes() {
     let b = backend();
     let x = b.allocate(4096, handle(POOLED)).unwrap();
+    b.source().submit(0); // the legacy stream's use of `x`, still running
     free(&b, x, 4096, 0);
-    let y = b.allocate(4096, handle(0)).unwrap();
+    assert_eq!(b.source().take_log(), [Call::Alloc(POOLED), Call::Record(0)]);
+    assert_eq!((b.held_blocks(), b.deferred_blocks()), (0, 1));
+    let y = b.allocate(4096, handle(POOLED)).unwrap();
+    assert_ne!(y, x, "not reused while the legacy stream's work runs");
+    b.source().complete(0);
     free(&b, y, 4096, POOLED);
-    assert_eq!(b.source().take_log(), [Call::Alloc(POOLED), Call::FreeOn(0), Call::Alloc(0), Call::FreeOn(POOLED)]);
-    assert_eq!(b.held_blocks(), 0);
+    let z = b.allocate(4096, handle(POOLED)).unwrap();
+    assert_eq!(b.deferred_blocks(), 0, "returned once its fence completed");
+    use Call::*;
+    assert_eq!(b.source().take_log(), [Alloc(POOLED), Free(POOLED), Free(POOLED), Alloc(POOLED)]);
+    free(&b, z, 4096, POOLED);
     b.release_cached().unwrap();
-    assert_eq!(b.figures().reserved.current, 0, "pending frees completed and every segment went back");
+    assert_eq!(b.figures().reserved.current, 0);
+}
+
+/// `Tensor.record_stream`: the free records an event on every stream that used the block and
+/// returns it to its own stream once all have completed; its own stream needs none.
+#[test]
+fn recorded_streams_hold_the_block_back_until_their_work_completes() {
+    let b = backend();
+    let x = b.allocate(8192, handle(0)).unwrap();
+    assert!(b.note_user(x, handle(POOLED)));
+    assert!(b.note_user(x, handle(OTHER_POOLED)));
+    assert!(b.note_user(x, handle(POOLED)), "recorded once");
+    assert!(b.note_user(x, handle(LEGACY)), "its own stream: nothing to record");
+    assert!(!b.note_user(NonNull::new(0x1000 as *mut u8).unwrap(), handle(POOLED)), "not this backend's memory");
+    b.source().submit(POOLED);
+    b.source().submit(OTHER_POOLED);
+    free(&b, x, 8192, 0);
+    use Call::*;
+    assert_eq!(b.source().take_log(), [Alloc(0), Record(POOLED), Record(OTHER_POOLED)]);
+    b.source().complete(POOLED);
+    let y = b.allocate(8192, handle(0)).unwrap();
+    assert_ne!(y, x, "one user's work still runs");
+    free(&b, y, 8192, 0);
+    b.source().complete(OTHER_POOLED);
+    let z = b.allocate(8192, handle(0)).unwrap();
+    assert_eq!(b.deferred_blocks(), 0);
+    free(&b, z, 8192, 0);
+    assert_eq!(b.source().take_log(), [Alloc(0), Free(0), Free(0), Alloc(0), Free(0)]);
+    // Emptying the cache waits for held-back blocks.
+    let w = b.allocate(8192, handle(0)).unwrap();
+    assert!(b.note_user(w, handle(POOLED)));
+    b.source().submit(POOLED);
+    free(&b, w, 8192, 0);
+    b.release_cached().unwrap();
+    assert_eq!((b.deferred_blocks(), b.figures().reserved.current), (0, 0));
+    assert!(b.source().take_log().contains(&Wait(POOLED)));
+}
+
+#[test]
+fn a_stream_that_cannot_be_named_at_the_free_makes_it_wait_for_the_device() {
+    let b = backend();
+    let x = b.allocate(4096, handle(POOLED)).unwrap();
+    assert!(b.note_user(x, handle(FOREIGN)));
+    free(&b, x, 4096, POOLED);
+    assert_eq!(b.source().take_log(), [Call::Alloc(POOLED), Call::Synchronize, Call::Free(POOLED)]);
+    let y = b.allocate(4096, handle(POOLED)).unwrap();
+    assert!(b.note_user(y, handle(PER_THREAD)));
+    free(&b, y, 4096, POOLED);
+    assert_eq!(b.source().take_log(), [Call::Alloc(POOLED), Call::Synchronize, Call::Free(POOLED)]);
 }
 
 #[test]
