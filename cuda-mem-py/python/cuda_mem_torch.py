@@ -11,12 +11,13 @@ before PyTorch's first CUDA allocation, and read its statistics or set its limit
 The memory comes from cuda-mem's device caching allocator (`backend="cache"`, the default) or a
 retaining memory pool (`backend="pool"`). The allocator keeps the streams PyTorch allocates on:
 a stream wrapped with `torch.cuda.ExternalStream` must never be destroyed while it is installed.
-`torch.cuda.empty_cache()` and `Tensor.record_stream` do not reach a pluggable allocator (PyTorch
-calls hooks that only C++ can set): use `alloc.empty_cache()`, and order other streams' use of a
-tensor before its free yourself (`wait_stream`, or keep the tensor until the other stream is done).
+`install()` also sets the pluggable allocator's optional hooks, so `Tensor.record_stream`,
+`torch.cuda.empty_cache()` and `torch.cuda.set_per_process_memory_fraction` reach it (the
+fraction sets the limit, which bounds the bytes PyTorch holds rather than what is reserved).
 """
 import ctypes
 import os
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_PATH = os.path.join(HERE, "libcuda_mem_torch_alloc.so")
@@ -34,6 +35,12 @@ FIELDS = (
     "segments",
 )
 BACKENDS = ("cache", "pool")
+# The pluggable allocator's optional hooks (setter on PyTorch's side, function in the library).
+HOOKS = (
+    ("set_record_stream_fn", "cuda_mem_torch_record_stream"),
+    ("set_reset_fn", "cuda_mem_torch_empty_all_caches"),
+    ("set_memory_fraction_fn", "cuda_mem_torch_set_memory_fraction"),
+)
 NO_LIMIT = (1 << 64) - 1
 
 
@@ -55,6 +62,7 @@ class Allocator:
         self.lib.cuda_mem_torch_select_backend.argtypes = [ctypes.c_char_p]
         self.torch_allocator = None
         self.backend = None
+        self.missing_hooks = None
 
     def select_backend(self, backend):
         """Chooses the memory behind the allocator ("cache" or "pool"); only before the first
@@ -71,8 +79,26 @@ class Allocator:
         self.torch_allocator = torch.cuda.memory.CUDAPluggableAllocator(
             self.path, "cuda_mem_torch_alloc", "cuda_mem_torch_free"
         )
+        self._set_hooks()
         torch.cuda.memory.change_current_allocator(self.torch_allocator)
         return self
+
+    def _set_hooks(self):
+        """Points PyTorch's optional hooks of the pluggable allocator at the library, so that
+        Tensor.record_stream, torch.cuda.empty_cache() and set_per_process_memory_fraction reach
+        it. A PyTorch without them leaves those calls doing nothing: listed in `missing_hooks`
+        (with a warning for record_stream, which then does not protect memory)."""
+        native = self.torch_allocator.allocator()
+        self.missing_hooks = []
+        for setter, function in HOOKS:
+            set_hook = getattr(native, setter, None)
+            if set_hook is None:
+                self.missing_hooks.append(setter)
+                continue
+            set_hook(ctypes.cast(getattr(self.lib, function), ctypes.c_void_p).value)
+        if "set_record_stream_fn" in self.missing_hooks:
+            warnings.warn("this PyTorch cannot pass Tensor.record_stream to a pluggable allocator: "
+                          "order other streams' use of a tensor before its free yourself")
 
     def _check(self, status, what):
         if status != 0:
