@@ -70,9 +70,10 @@ impl StreamKind {
 
 // SAFETY: a created (or borrowed) stream's handle names one stream of one device from any thread,
 // and the runtime API is thread-safe: another thread may queue work on it, wait for it, or destroy
-// a created one with the last clone. A built-in handle means the calling thread's stream on the current device, so
-// every use goes through `Stream::call`, which makes `device` current for the call and refuses a
-// per-thread handle on any thread but its creator. The fields never change after creation.
+// a created one with the last clone. A built-in handle means the calling thread's stream on the
+// current device, so every use goes through `Stream::call`, which makes `device` current for the
+// call and refuses a per-thread handle on any thread but its creator. The fields never change
+// after creation.
 unsafe impl Send for StreamInner {}
 // SAFETY: as above: every method takes &self and reaches the runtime through `Stream::call`.
 unsafe impl Sync for StreamInner {}
@@ -181,10 +182,10 @@ impl Stream {
     /// # Safety
     /// `raw` is a stream handle that stays valid (the stream is not destroyed) until the returned
     /// value and every clone of it have been dropped. Clones may outlive the caller's own: a
-    /// [`DeviceCache`](crate::DeviceCache) given the stream keeps one while it holds memory freed
-    /// on it, and records events on the stream until then, which for a cache that lives as long
-    /// as the process means for as long as the process lives. Streams that are never destroyed
-    /// (PyTorch's default and pooled streams) meet this.
+    /// [`DeviceCache`](crate::DeviceCache) given the stream keeps one for as long as it holds
+    /// memory allocated or freed on it, and records events on the stream until then, which for a
+    /// cache that lives as long as the process can mean as long as the process lives. Streams
+    /// that are never destroyed (PyTorch's default and pooled streams) meet this.
     pub unsafe fn borrow_raw(raw: raw::cudaStream_t, device: Device) -> Result<Self> {
         if (raw as usize) <= 2 {
             let kind = ErrorKind::InvalidArgument("a built-in stream handle cannot be borrowed as a stream");
