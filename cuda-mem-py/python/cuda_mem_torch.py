@@ -7,9 +7,17 @@ before PyTorch's first CUDA allocation, and read its statistics or set its limit
     alloc.stats(0)["allocated_current"]       # bytes PyTorch holds
     alloc.set_limit(0, 8 << 30)               # beyond it PyTorch raises RuntimeError (out of memory)
     alloc.record_history(0)                   # then alloc.snapshot("snap.pickle") for _memory_viz
+
+The memory comes from cuda-mem's device caching allocator (`backend="cache"`, the default) or a
+retaining memory pool (`backend="pool"`). The allocator keeps the streams PyTorch allocates on:
+a stream wrapped with `torch.cuda.ExternalStream` must never be destroyed while it is installed.
+`install()` also sets the pluggable allocator's optional hooks, so `Tensor.record_stream`,
+`torch.cuda.empty_cache()` and `torch.cuda.set_per_process_memory_fraction` reach it (the
+fraction sets the limit, which bounds the bytes PyTorch holds rather than what is reserved).
 """
 import ctypes
 import os
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_PATH = os.path.join(HERE, "libcuda_mem_torch_alloc.so")
@@ -22,6 +30,16 @@ FIELDS = (
     "free_count",
     "failed_count",
     "limit",
+    "cache_hits",
+    "cache_misses",
+    "segments",
+)
+BACKENDS = ("cache", "pool")
+# The pluggable allocator's optional hooks (setter on PyTorch's side, function in the library).
+HOOKS = (
+    ("set_record_stream_fn", "cuda_mem_torch_record_stream"),
+    ("set_reset_fn", "cuda_mem_torch_empty_all_caches"),
+    ("set_memory_fraction_fn", "cuda_mem_torch_set_memory_fraction"),
 )
 NO_LIMIT = (1 << 64) - 1
 
@@ -41,17 +59,46 @@ class Allocator:
         self.lib.cuda_mem_torch_record_history.argtypes = [ctypes.c_int, ctypes.c_size_t]
         self.lib.cuda_mem_torch_snapshot.argtypes = [ctypes.c_char_p]
         self.lib.cuda_mem_torch_dump_on_oom.argtypes = [ctypes.c_char_p]
+        self.lib.cuda_mem_torch_select_backend.argtypes = [ctypes.c_char_p]
         self.torch_allocator = None
+        self.backend = None
+        self.missing_hooks = None
 
-    def install(self):
-        """Makes this PyTorch's CUDA allocator; must run before PyTorch allocates CUDA memory."""
+    def select_backend(self, backend):
+        """Chooses the memory behind the allocator ("cache" or "pool"); only before the first
+        allocation."""
+        self._check(self.lib.cuda_mem_torch_select_backend(backend.encode()), "cuda_mem_torch_select_backend")
+        self.backend = backend
+
+    def install(self, backend="cache"):
+        """Makes this PyTorch's CUDA allocator, over `backend`; must run before PyTorch allocates
+        CUDA memory."""
         import torch
 
+        self.select_backend(backend)
         self.torch_allocator = torch.cuda.memory.CUDAPluggableAllocator(
             self.path, "cuda_mem_torch_alloc", "cuda_mem_torch_free"
         )
+        self._set_hooks()
         torch.cuda.memory.change_current_allocator(self.torch_allocator)
         return self
+
+    def _set_hooks(self):
+        """Points PyTorch's optional hooks of the pluggable allocator at the library, so that
+        Tensor.record_stream, torch.cuda.empty_cache() and set_per_process_memory_fraction reach
+        it. A PyTorch without them leaves those calls doing nothing: listed in `missing_hooks`
+        (with a warning for record_stream, which then does not protect memory)."""
+        native = self.torch_allocator.allocator()
+        self.missing_hooks = []
+        for setter, function in HOOKS:
+            set_hook = getattr(native, setter, None)
+            if set_hook is None:
+                self.missing_hooks.append(setter)
+                continue
+            set_hook(ctypes.cast(getattr(self.lib, function), ctypes.c_void_p).value)
+        if "set_record_stream_fn" in self.missing_hooks:
+            warnings.warn("this PyTorch cannot pass Tensor.record_stream to a pluggable allocator: "
+                          "order other streams' use of a tensor before its free yourself")
 
     def _check(self, status, what):
         if status != 0:
@@ -64,7 +111,8 @@ class Allocator:
 
     def stats(self, device=0):
         """The device's figures: allocated/reserved current and peak (bytes), alloc/free/failed
-        counts, and the limit (None when unlimited)."""
+        counts, the limit (None when unlimited), and requests served from cached memory, requests
+        that took new memory, and segments held (the last three 0 for the pool backend)."""
         values = (ctypes.c_uint64 * len(FIELDS))()
         self._check(self.lib.cuda_mem_torch_stats(device, values, len(FIELDS)), "cuda_mem_torch_stats")
         stats = dict(zip(FIELDS, values))
@@ -81,9 +129,9 @@ class Allocator:
         self._check(self.lib.cuda_mem_torch_reset_peaks(device), "cuda_mem_torch_reset_peaks")
 
     def empty_cache(self, device=0):
-        """Returns the device pool's cached memory to the driver."""
+        """Returns the device's cached memory that no tensor uses to the driver (waits for the
+        work that last used it)."""
         self._check(self.lib.cuda_mem_torch_empty_cache(device), "cuda_mem_torch_empty_cache")
-
 
     def record_history(self, device=0, max_entries=100_000):
         """Records the device's last `max_entries` allocations and frees (0 stops)."""
@@ -101,6 +149,6 @@ class Allocator:
         self._check(self.lib.cuda_mem_torch_dump_on_oom(encoded), "cuda_mem_torch_dump_on_oom")
 
 
-def install(path=DEFAULT_PATH):
-    """Loads the library and installs it as PyTorch's CUDA allocator."""
-    return Allocator(path).install()
+def install(path=DEFAULT_PATH, backend="cache"):
+    """Loads the library and installs it as PyTorch's CUDA allocator, over `backend`."""
+    return Allocator(path).install(backend)

@@ -1,20 +1,30 @@
 #!/usr/bin/env python3
-"""PyTorch with its native allocator and with cuda-mem's, in separate processes (the allocator
-must be chosen before the first CUDA allocation):
+"""PyTorch with its native allocator and with cuda-mem's (over its device caching allocator,
+"cache", and over a retaining pool, "pool"), each in a process of its own (the allocator must be
+chosen before the first CUDA allocation):
 
 - an MLP, forward + backward + SGD step, 100 steps (three repetitions, the best one timed);
-- a transformer encoder block, forward, over varying sequence lengths.
+- a transformer encoder block, forward, over varying sequence lengths (the best of two timed
+  passes after an untimed one);
+- torch.empty of 1 MiB and its free, 20000 pairs after a warm-up: the allocator's cost per pair
+  as PyTorch sees it (the pluggable allocator's own bookkeeping included), before the
+  deterministic settings below (which fill every new tensor).
 
-Same seeds and deterministic settings in both, so the outputs must be bit-identical. Prints the
-step-time ratio (cuda-mem / native) and both peaks of reserved memory.
+Same seeds and deterministic settings everywhere, so the outputs must be bit-identical. The
+allocators run in --rounds rounds in one invocation, their order rotating each round (the GPU's
+clocks and the host's caches warm up the same for each); each round's ratio is against that
+round's native run, and the table shows the median over rounds with the range. Also printed:
+both peaks of reserved memory, and the cache's hits and misses.
 
-    python3 torch_alloc_compare.py                   # both runs and the comparison
-    python3 torch_alloc_compare.py --run cuda_mem    # one run, JSON on stdout (used by the above)
+    python3 torch_alloc_compare.py                    # 3 rounds of native, cache and pool
+    python3 torch_alloc_compare.py --rounds 5 --allocators native,cache
+    python3 torch_alloc_compare.py --run cache        # one run, JSON on stdout (used by the above)
 """
 import argparse
 import hashlib
 import json
 import os
+import statistics
 import struct
 import subprocess
 import sys
@@ -22,6 +32,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEQUENCE_LENGTHS = [32, 512, 64, 384, 128, 100, 256, 17, 448, 200, 320, 48, 1024, 80, 160, 640]
+ALLOCATORS = ("native", "cache", "pool")
+PAIRS = 20000
 
 
 def digest(tensors):
@@ -33,20 +45,33 @@ def digest(tensors):
     return h.hexdigest()
 
 
+def alloc_pair_us(torch, device):
+    """Microseconds per torch.empty(1 MiB) and its free, after a warm-up."""
+    for _ in range(1000):
+        torch.empty(1 << 20, dtype=torch.uint8, device=device)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(PAIRS):
+        torch.empty(1 << 20, dtype=torch.uint8, device=device)
+    return (time.perf_counter() - start) / PAIRS * 1e6
+
+
 def run(allocator_name):
     import torch
 
     alloc = None
-    if allocator_name == "cuda_mem":
+    if allocator_name != "native":
         sys.path.insert(0, HERE)
         import cuda_mem_torch
 
-        alloc = cuda_mem_torch.install()
+        alloc = cuda_mem_torch.install(backend=allocator_name)
+    device = torch.device("cuda", 0)
+    pair_us = alloc_pair_us(torch, device)
+
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.use_deterministic_algorithms(True, warn_only=True)
-    device = torch.device("cuda", 0)
 
     # MLP training.
     mlp_times, mlp_hash, losses = [], None, []
@@ -94,21 +119,27 @@ def run(allocator_name):
             tf_times.append(time.perf_counter() - start)
     tf_hash = digest(outputs)
 
-    if alloc is not None:
-        stats = alloc.stats(0)
-        peak_reserved, peak_allocated = stats["reserved_peak"], stats["allocated_peak"]
-    else:
-        peak_reserved, peak_allocated = torch.cuda.max_memory_reserved(0), torch.cuda.max_memory_allocated(0)
-    return {
+    result = {
         "allocator": allocator_name,
         "mlp_hash": mlp_hash,
         "transformer_hash": tf_hash,
         "final_loss": losses[-1].item(),
         "mlp_seconds": min(mlp_times),
         "transformer_seconds": min(tf_times[1:]),
-        "peak_reserved": peak_reserved,
-        "peak_allocated": peak_allocated,
+        "alloc_pair_us": pair_us,
     }
+    if alloc is not None:
+        stats = alloc.stats(0)
+        result.update(
+            peak_reserved=stats["reserved_peak"],
+            peak_allocated=stats["allocated_peak"],
+            cache_hits=stats["cache_hits"],
+            cache_misses=stats["cache_misses"],
+            segments=stats["segments"],
+        )
+    else:
+        result.update(peak_reserved=torch.cuda.max_memory_reserved(0), peak_allocated=torch.cuda.max_memory_allocated(0))
+    return result
 
 
 def run_in_subprocess(allocator_name):
@@ -120,33 +151,84 @@ def run_in_subprocess(allocator_name):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def compare():
-    native = run_in_subprocess("native")
-    ours = run_in_subprocess("cuda_mem")
+def step_seconds(result):
+    return result["mlp_seconds"] + result["transformer_seconds"]
+
+
+def spread(values, fmt):
+    """The median, with the range when there are several values."""
+    median = fmt.format(statistics.median(values))
+    if len(values) < 2:
+        return median
+    return f"{median} [{fmt.format(min(values))}..{fmt.format(max(values))}]"
+
+
+def compare(allocators, rounds):
+    """Every allocator in every round, the order rotating; returns {allocator: [result per round]}."""
+    results = {name: [] for name in allocators}
+    for r in range(rounds):
+        order = allocators[r % len(allocators):] + allocators[:r % len(allocators)]
+        for name in order:
+            results[name].append(run_in_subprocess(name))
+    return results
+
+
+def report(results, rounds):
+    names = list(results)
     mib = 1 << 20
-    print(f"{'':22}{'native':>14}{'cuda-mem':>14}{'ratio':>8}")
-    for key in ("mlp_seconds", "transformer_seconds"):
-        print(f"{key:22}{native[key]:14.4f}{ours[key]:14.4f}{ours[key] / native[key]:8.3f}")
+    print(f"{rounds} round(s), the allocators' order rotating; medians, [min..max] over rounds")
+    print(f"{'':24}" + "".join(f"{name:>30}" for name in names))
+    for key, fmt in (("mlp_seconds", "{:.4f}"), ("transformer_seconds", "{:.4f}"), ("alloc_pair_us", "{:.3f}")):
+        cells = [spread([r[key] for r in results[name]], fmt) for name in names]
+        print(f"{key:24}" + "".join(f"{c:>30}" for c in cells))
     for key in ("peak_reserved", "peak_allocated"):
-        print(f"{key + ' (MiB)':22}{native[key] / mib:14.1f}{ours[key] / mib:14.1f}{ours[key] / max(native[key], 1):8.3f}")
-    step_ratio = (ours["mlp_seconds"] + ours["transformer_seconds"]) / (
-        native["mlp_seconds"] + native["transformer_seconds"]
-    )
-    print(f"step-time ratio (cuda-mem / native): {step_ratio:.3f} (target <= 1.05)")
-    print(f"outputs identical: mlp {native['mlp_hash'] == ours['mlp_hash']}, "
-          f"transformer {native['transformer_hash'] == ours['transformer_hash']}")
-    return native, ours
+        cells = [spread([r[key] / mib for r in results[name]], "{:.1f}") for name in names]
+        print(f"{key + ' (MiB)':24}" + "".join(f"{c:>30}" for c in cells))
+    for name in names:
+        if name == "cache":
+            last = results[name][-1]
+            print(f"cache: {last['cache_hits']} hits, {last['cache_misses']} misses, {last['segments']} segments (last round)")
+    summary = {}
+    if "native" in results:
+        native = results["native"]
+        for name in names:
+            if name == "native":
+                continue
+            ours = results[name]
+            ratios = {
+                "step": [step_seconds(o) / step_seconds(n) for o, n in zip(ours, native)],
+                "mlp": [o["mlp_seconds"] / n["mlp_seconds"] for o, n in zip(ours, native)],
+                "transformer": [o["transformer_seconds"] / n["transformer_seconds"] for o, n in zip(ours, native)],
+                "alloc_pair": [o["alloc_pair_us"] / n["alloc_pair_us"] for o, n in zip(ours, native)],
+                "peak_reserved": [o["peak_reserved"] / max(n["peak_reserved"], 1) for o, n in zip(ours, native)],
+            }
+            summary[name] = {k: statistics.median(v) for k, v in ratios.items()}
+            print(f"{name} / native, same-round ratios: "
+                  + ", ".join(f"{k} {spread(v, '{:.3f}')}" for k, v in ratios.items()))
+        if "cache" in summary:
+            print(f"step-time ratio (cuda-mem / native): {summary['cache']['step']:.3f} (target <= 1.05)")
+        mlp_same = all(r["mlp_hash"] == native[0]["mlp_hash"] for rs in results.values() for r in rs)
+        tf_same = all(r["transformer_hash"] == native[0]["transformer_hash"] for rs in results.values() for r in rs)
+        print(f"outputs identical: mlp {mlp_same}, transformer {tf_same}")
+        print(json.dumps({"ratios": summary, "results": results}))
+        return mlp_same and tf_same
+    return True
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", choices=["native", "cuda_mem"], help="one run in this process, JSON on stdout")
+    parser.add_argument("--run", choices=ALLOCATORS, help="one run in this process, JSON on stdout")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every allocator (default 3)")
+    parser.add_argument("--allocators", default=",".join(ALLOCATORS), help="comma-separated, from native,cache,pool")
     args = parser.parse_args()
     if args.run:
         print(json.dumps(run(args.run)))
         return 0
-    native, ours = compare()
-    same = native["mlp_hash"] == ours["mlp_hash"] and native["transformer_hash"] == ours["transformer_hash"]
+    allocators = [a for a in args.allocators.split(",") if a]
+    unknown = [a for a in allocators if a not in ALLOCATORS]
+    if unknown or args.rounds < 1:
+        parser.error(f"allocators from {','.join(ALLOCATORS)} and at least one round (got {unknown}, {args.rounds})")
+    same = report(compare(allocators, args.rounds), args.rounds)
     return 0 if same else 1
 
 

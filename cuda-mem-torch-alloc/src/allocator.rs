@@ -1,6 +1,6 @@
 //! One device's allocator: a byte limit and PyTorch-style statistics around a [`Backend`].
 
-use crate::backend::{Backend, Reserved};
+use crate::backend::{Backend, Figures};
 use cuda_mem::resource::StreamRef;
 use cuda_mem::resource::snapshot::{Frames, TraceRecorder};
 use cuda_mem::{CudaError, ErrorKind, OomReport, Result};
@@ -30,11 +30,17 @@ pub struct Stats {
     pub failed_count: u64,
     /// The limit in bytes (`u64::MAX`: none).
     pub limit: u64,
+    /// Requests the backend served from memory it held (0 where it does not count them).
+    pub cache_hits: u64,
+    /// Requests that took new memory from the driver (0 where not counted).
+    pub cache_misses: u64,
+    /// Segments the backend holds (0 where not counted).
+    pub segments: u64,
 }
 
 impl Stats {
     /// Number of figures.
-    pub const LEN: usize = 8;
+    pub const LEN: usize = 11;
 
     /// The figures as `cuda_mem_torch_stats` writes them.
     pub fn to_array(self) -> [u64; Self::LEN] {
@@ -47,6 +53,9 @@ impl Stats {
             self.free_count,
             self.failed_count,
             self.limit,
+            self.cache_hits,
+            self.cache_misses,
+            self.segments,
         ]
     }
 }
@@ -87,7 +96,7 @@ impl<B: Backend> DeviceAllocator<B> {
     /// `size` bytes for PyTorch on `stream`. A request of 0 bytes gets a unique allocation of
     /// one byte (PyTorch keys its records by address). Over the limit, or when the backend is
     /// out of memory, the error is [`ErrorKind::OutOfMemory`].
-    pub fn allocate(&self, size: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+    pub fn allocate(&self, size: usize, stream: StreamRef<'static>) -> Result<NonNull<u8>> {
         let limit = self.limit.load(Ordering::Relaxed);
         // Reserve under the limit first, so concurrent requests cannot overshoot it together.
         let reserved = self.allocated.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
@@ -119,7 +128,7 @@ impl<B: Backend> DeviceAllocator<B> {
     }
 
     #[cold]
-    fn refused(&self, err: CudaError, size: usize, stream: StreamRef<'_>) -> CudaError {
+    fn refused(&self, err: CudaError, size: usize, stream: StreamRef<'static>) -> CudaError {
         self.failures.fetch_add(1, Ordering::Relaxed);
         if let (Some(trace), ErrorKind::OutOfMemory { report, .. }) = (self.recorder(), err.kind()) {
             trace.oom(size, stream.as_raw() as usize, report.free.unwrap_or(0));
@@ -151,7 +160,7 @@ impl<B: Backend> DeviceAllocator<B> {
     /// # Safety
     /// `ptr` came from [`DeviceAllocator::allocate`] with `size`, is freed once, and nothing uses
     /// it after the work queued on `stream`.
-    pub unsafe fn free(&self, ptr: NonNull<u8>, size: usize, stream: StreamRef<'_>) {
+    pub unsafe fn free(&self, ptr: NonNull<u8>, size: usize, stream: StreamRef<'static>) {
         // SAFETY: forwarded from the caller; `allocate` asked the backend for `size.max(1)`.
         unsafe { self.backend.deallocate(ptr, size.max(1), stream) };
         if let Some(trace) = self.recorder() {
@@ -161,18 +170,27 @@ impl<B: Backend> DeviceAllocator<B> {
         self.frees.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Notes that work on `stream` uses the block at `ptr` (PyTorch's `Tensor.record_stream`).
+    /// `Ok(false)` when `ptr` is not this allocator's.
+    pub fn record_stream(&self, ptr: NonNull<u8>, stream: StreamRef<'static>) -> Result<bool> {
+        self.backend.record_stream(ptr, stream)
+    }
+
     /// The figures now.
     pub fn stats(&self) -> Stats {
-        let Reserved { current, peak } = self.backend.reserved();
+        let Figures { reserved, cache_hits, cache_misses, segments } = self.backend.figures();
         Stats {
             allocated_current: self.allocated.load(Ordering::Relaxed) as u64,
             allocated_peak: self.peak.load(Ordering::Relaxed) as u64,
-            reserved_current: current as u64,
-            reserved_peak: peak as u64,
+            reserved_current: reserved.current as u64,
+            reserved_peak: reserved.peak as u64,
             alloc_count: self.allocs.load(Ordering::Relaxed),
             free_count: self.frees.load(Ordering::Relaxed),
             failed_count: self.failures.load(Ordering::Relaxed),
             limit: self.limit.load(Ordering::Relaxed) as u64,
+            cache_hits,
+            cache_misses,
+            segments,
         }
     }
 
@@ -197,6 +215,7 @@ impl<B: Backend> DeviceAllocator<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Reserved;
     use std::sync::Mutex;
 
     /// Host memory standing in for device memory; counts what it holds.
@@ -207,7 +226,7 @@ mod tests {
     }
 
     impl Backend for HostBackend {
-        fn allocate(&self, bytes: usize, _: StreamRef<'_>) -> Result<NonNull<u8>> {
+        fn allocate(&self, bytes: usize, _: StreamRef<'static>) -> Result<NonNull<u8>> {
             let mut block = vec![0u8; bytes].into_boxed_slice();
             let ptr = NonNull::new(block.as_mut_ptr()).unwrap();
             let mut held = self.held.lock().unwrap();
@@ -217,19 +236,23 @@ mod tests {
             Ok(ptr)
         }
 
-        unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, _: StreamRef<'_>) {
+        unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, _: StreamRef<'static>) {
             let mut held = self.held.lock().unwrap();
             let at = held.iter().position(|(p, _)| *p == ptr.as_ptr() as usize).expect("allocated here");
             assert_eq!(held.remove(at).1.len(), bytes);
         }
 
-        fn reserved(&self) -> Reserved {
+        fn record_stream(&self, _: NonNull<u8>, _: StreamRef<'static>) -> Result<bool> {
+            Ok(false)
+        }
+
+        fn figures(&self) -> Figures {
             let current = self.held.lock().unwrap().iter().map(|(_, b)| b.len()).sum();
-            Reserved { current, peak: self.peak.load(Ordering::Relaxed) }
+            Figures { reserved: Reserved { current, peak: self.peak.load(Ordering::Relaxed) }, ..Figures::default() }
         }
 
         fn reset_peak(&self) {
-            self.peak.store(self.reserved().current, Ordering::Relaxed);
+            self.peak.store(self.figures().reserved.current, Ordering::Relaxed);
         }
 
         fn release_cached(&self) -> Result<()> {
@@ -255,7 +278,7 @@ mod tests {
         assert_eq!((a.stats().allocated_peak, a.stats().reserved_peak), (24, 24));
         // SAFETY: as above.
         unsafe { a.free(y, 24, S) };
-        assert_eq!(a.stats().to_array(), [0, 24, 0, 24, 2, 2, 0, u64::MAX]);
+        assert_eq!(a.stats().to_array(), [0, 24, 0, 24, 2, 2, 0, u64::MAX, 0, 0, 0]);
     }
 
     #[test]

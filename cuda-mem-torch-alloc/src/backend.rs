@@ -1,8 +1,9 @@
-//! Where the allocator's memory comes from, behind a small trait: today a retaining pool per
-//! device; a device caching allocator can replace it without touching the FFI layer.
+//! Where the allocator's memory comes from, behind a small trait: cuda-mem's device caching
+//! allocator ([`CacheBackend`](crate::CacheBackend), the default) or a retaining pool
+//! ([`PoolBackend`](crate::PoolBackend)); the FFI layer does not depend on which.
 
-use cuda_mem::resource::{MemoryResource, PoolResource, StreamRef};
-use cuda_mem::{Device, MemPool, PoolProps, Result};
+use cuda_mem::Result;
+use cuda_mem::resource::StreamRef;
 use std::fmt;
 use std::ptr::NonNull;
 
@@ -15,63 +16,45 @@ pub struct Reserved {
     pub peak: usize,
 }
 
+/// What a backend reports: the bytes it holds, and how it served requests where it counts that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Figures {
+    /// Bytes held from the driver.
+    pub reserved: Reserved,
+    /// Requests served from memory the backend already held (0 where not counted).
+    pub cache_hits: u64,
+    /// Requests that needed new memory from the driver (0 where not counted).
+    pub cache_misses: u64,
+    /// Segments held (0 where not counted).
+    pub segments: u64,
+}
+
 /// A stream-ordered source of device memory for one device.
+///
+/// Streams are `StreamRef<'static>`: a caching backend keeps a stream it was given for as long
+/// as it holds memory freed on it, and records events on it until then, so a handle must stay
+/// valid for good (the C functions' contract; PyTorch never destroys its streams).
 pub trait Backend: Send + Sync + fmt::Debug {
     /// `bytes` (> 0) usable by work on `stream`.
-    fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>>;
+    fn allocate(&self, bytes: usize, stream: StreamRef<'static>) -> Result<NonNull<u8>>;
 
     /// Frees in stream order on `stream`.
     ///
     /// # Safety
     /// `ptr` came from `allocate` with `bytes`, is freed once, and nothing uses it after the work
     /// already queued on `stream`.
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>);
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>);
 
-    /// What the backend holds from the driver.
-    fn reserved(&self) -> Reserved;
+    /// Notes that work on `stream` uses the block at `ptr` (PyTorch's `Tensor.record_stream`), so
+    /// that its free waits for that work. `Ok(false)` when `ptr` is not this backend's.
+    fn record_stream(&self, ptr: NonNull<u8>, stream: StreamRef<'static>) -> Result<bool>;
+
+    /// What the backend holds and counts.
+    fn figures(&self) -> Figures;
 
     /// Restarts the reserved peak from the current figure.
     fn reset_peak(&self);
 
     /// Returns cached memory to the driver.
     fn release_cached(&self) -> Result<()>;
-}
-
-/// A retaining pool (`cudaMallocFromPoolAsync` / `cudaFreeAsync`) of its own per device, so its
-/// reserved figures are the allocator's alone.
-#[derive(Debug)]
-pub struct PoolBackend {
-    resource: PoolResource,
-}
-
-impl PoolBackend {
-    /// A new retaining pool on `device`.
-    pub fn new(device: Device) -> Result<Self> {
-        Ok(Self { resource: PoolResource::new(MemPool::new(PoolProps::new(device))?) })
-    }
-}
-
-impl Backend for PoolBackend {
-    fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
-        self.resource.allocate(bytes, stream)
-    }
-
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>) {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.resource.deallocate(ptr, bytes, stream) }
-    }
-
-    fn reserved(&self) -> Reserved {
-        let stats = self.resource.pool().stats().unwrap_or_default();
-        Reserved { current: stats.reserved_current, peak: stats.reserved_high }
-    }
-
-    fn reset_peak(&self) {
-        // A failure leaves the old peak, which the next reading shows.
-        self.resource.pool().reset_highs().ok();
-    }
-
-    fn release_cached(&self) -> Result<()> {
-        self.resource.pool().trim_to(0)
-    }
 }

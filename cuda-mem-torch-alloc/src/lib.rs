@@ -3,19 +3,34 @@
 //! loads, with statistics and a limit read and set through more exported functions (ctypes;
 //! `python/cuda_mem_torch.py` in the bundle wraps them).
 //!
-//! Each device gets a retaining memory pool of its own (`cudaMallocFromPoolAsync` on PyTorch's
-//! stream, `cudaFreeAsync` on the stream PyTorch recorded), behind the [`Backend`] trait.
+//! Each device gets a device caching allocator of its own (cuda-mem's `DeviceCache`, behind the
+//! [`Backend`] trait as [`CacheBackend`]): blocks cached per stream, reused on PyTorch's stream
+//! at once and moved between streams only behind events, as PyTorch's own allocator does. A
+//! retaining `MemPool` ([`PoolBackend`]: `cudaMallocFromPoolAsync` / `cudaFreeAsync`) can be
+//! chosen instead before the first allocation (`cuda_mem_torch_select_backend`).
+//!
 //! Nothing unwinds across the C boundary: panics are caught and become a failed call. A refused
 //! allocation (over the limit, or out of memory) is thrown to PyTorch as a C++ exception, because
 //! PyTorch's pluggable allocator does not check for a null pointer; PyTorch raises it as
 //! `RuntimeError` with cuda-mem's message. `cuda_mem_torch_try_alloc` returns null instead, for
 //! other callers.
+//!
+//! **Streams.** The allocator keeps every stream it is given for as long as it holds memory freed
+//! there, and records events on it: a stream passed in must never be destroyed. PyTorch's default
+//! stream and the streams of its pool never are; a stream wrapped with `torch.cuda.ExternalStream`
+//! must live as long as the process when this allocator is installed.
 
 mod allocator;
 mod backend;
+mod cache;
+mod device_source;
+mod pool;
 
 pub use allocator::{DeviceAllocator, NO_LIMIT, Stats};
-pub use backend::{Backend, PoolBackend, Reserved};
+pub use backend::{Backend, Figures, Reserved};
+pub use cache::{BlockSource, CacheBackend};
+pub use device_source::DeviceSource;
+pub use pool::PoolBackend;
 
 use cuda_mem::resource::StreamRef;
 use cuda_mem::resource::snapshot::{MemorySnapshot, snapshot_of};
@@ -25,19 +40,92 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-/// One device's allocator and the device it serves.
+/// The memory behind one device's allocator.
+#[derive(Debug)]
+pub enum DeviceBackend {
+    /// cuda-mem's device caching allocator (the default).
+    Cache(CacheBackend<DeviceSource>),
+    /// A retaining memory pool.
+    Pool(PoolBackend),
+}
+
+impl DeviceBackend {
+    fn new(device: Device, pool: bool) -> Result<Self> {
+        Ok(if pool {
+            Self::Pool(PoolBackend::new(device)?)
+        } else {
+            Self::Cache(CacheBackend::new(DeviceSource::new(device)?))
+        })
+    }
+}
+
+impl Backend for DeviceBackend {
+    #[inline]
+    fn allocate(&self, bytes: usize, stream: StreamRef<'static>) -> Result<NonNull<u8>> {
+        match self {
+            Self::Cache(cache) => cache.allocate(bytes, stream),
+            Self::Pool(pool) => pool.allocate(bytes, stream),
+        }
+    }
+
+    #[inline]
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match self {
+                Self::Cache(cache) => cache.deallocate(ptr, bytes, stream),
+                Self::Pool(pool) => pool.deallocate(ptr, bytes, stream),
+            }
+        }
+    }
+
+    fn record_stream(&self, ptr: NonNull<u8>, stream: StreamRef<'static>) -> Result<bool> {
+        match self {
+            Self::Cache(cache) => Backend::record_stream(cache, ptr, stream),
+            Self::Pool(pool) => pool.record_stream(ptr, stream),
+        }
+    }
+
+    fn figures(&self) -> Figures {
+        match self {
+            Self::Cache(cache) => cache.figures(),
+            Self::Pool(pool) => pool.figures(),
+        }
+    }
+
+    fn reset_peak(&self) {
+        match self {
+            Self::Cache(cache) => cache.reset_peak(),
+            Self::Pool(pool) => pool.reset_peak(),
+        }
+    }
+
+    fn release_cached(&self) -> Result<()> {
+        match self {
+            Self::Cache(cache) => cache.release_cached(),
+            Self::Pool(pool) => pool.release_cached(),
+        }
+    }
+}
+
+/// True when devices get a retaining pool rather than the caching allocator.
+static USE_POOL: AtomicBool = AtomicBool::new(false);
+
+/// Serializes the creation of devices' allocators with the choice of backend.
+static CREATING: Mutex<()> = Mutex::new(());
+
+/// One device's allocator.
 struct Entry {
-    device: Device,
-    allocator: DeviceAllocator<PoolBackend>,
+    allocator: DeviceAllocator<DeviceBackend>,
 }
 
 static SLOTS: OnceLock<Box<[OnceLock<Entry>]>> = OnceLock::new();
 
 /// The allocator of device `ordinal`, created at first use.
 fn entry(ordinal: c_int) -> Result<&'static Entry> {
-    static CREATING: Mutex<()> = Mutex::new(());
     let slots = match SLOTS.get() {
         Some(slots) => slots,
         None => {
@@ -57,20 +145,19 @@ fn entry(ordinal: c_int) -> Result<&'static Entry> {
         return Ok(entry);
     }
     let device = Device::new(ordinal as usize)?;
-    let allocator = DeviceAllocator::new(PoolBackend::new(device)?, ordinal);
-    Ok(slot.get_or_init(|| Entry { device, allocator }))
+    let backend = DeviceBackend::new(device, USE_POOL.load(Ordering::Relaxed))?;
+    let allocator = DeviceAllocator::new(backend, ordinal);
+    Ok(slot.get_or_init(|| Entry { allocator }))
 }
 
-/// Runs `f` with the stream PyTorch passed. A built-in handle (0, `cudaStreamLegacy`,
-/// `cudaStreamPerThread`) means a stream of the current device, so the entry's device is made
-/// current for the call (PyTorch may free from another device's context).
-fn on_stream<R>(entry: &Entry, stream: *mut c_void, f: impl FnOnce(StreamRef<'_>) -> Result<R>) -> Result<R> {
-    // SAFETY: PyTorch passes live stream handles (or built-in ones, resolved below).
-    let stream_ref = unsafe { StreamRef::from_raw(stream.cast()) };
-    if stream as usize > 2 {
-        return f(stream_ref);
-    }
-    entry.device.run_on(|| f(stream_ref))?
+/// The stream handle PyTorch passed, as the `'static` reference the backends keep.
+///
+/// # Safety
+/// `stream` is a stream handle that is never destroyed, or a built-in one (0,
+/// `cudaStreamLegacy`, `cudaStreamPerThread`).
+unsafe fn pytorch_stream(stream: *mut c_void) -> StreamRef<'static> {
+    // SAFETY: forwarded from the caller.
+    unsafe { StreamRef::from_raw(stream.cast()) }
 }
 
 thread_local! {
@@ -88,12 +175,15 @@ fn guarded<R>(what: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R> {
         .unwrap_or_else(|_| Err(CudaError::new(ErrorKind::InvalidArgument("a panic inside the allocator"), what)))
 }
 
-fn try_alloc(size: isize, device: c_int, stream: *mut c_void) -> Result<NonNull<u8>> {
+/// # Safety
+/// As [`cuda_mem_torch_alloc`].
+unsafe fn try_alloc(size: isize, device: c_int, stream: *mut c_void) -> Result<NonNull<u8>> {
+    // SAFETY: forwarded from the caller.
+    let stream = unsafe { pytorch_stream(stream) };
     guarded("cuda_mem_torch_alloc", || {
         let size = usize::try_from(size)
             .map_err(|_| CudaError::new(ErrorKind::InvalidArgument("a negative size"), format!("allocating {size}")))?;
-        let entry = entry(device)?;
-        on_stream(entry, stream, |s| entry.allocator.allocate(size, s)).inspect_err(|err| {
+        entry(device)?.allocator.allocate(size, stream).inspect_err(|err| {
             if err.is_out_of_memory() {
                 dump_on_oom();
             }
@@ -115,12 +205,7 @@ fn dump_on_oom() {
 
 /// The snapshot of every device whose allocator records its history.
 fn snapshot() -> MemorySnapshot {
-    let recorders: Vec<_> = SLOTS
-        .get()
-        .into_iter()
-        .flat_map(|slots| slots.iter())
-        .filter_map(|slot| slot.get()?.allocator.history())
-        .collect();
+    let recorders: Vec<_> = entries().filter_map(|entry| entry.allocator.history()).collect();
     snapshot_of(recorders.iter().map(|r| &**r))
 }
 
@@ -134,16 +219,26 @@ unsafe extern "C-unwind" {
 /// with its message, which starts "CUDA out of memory" when it is one and says why).
 ///
 /// # Safety
-/// `stream` is a live stream of `device`, or a built-in handle; called by PyTorch (C++), which
+/// `stream` is a stream of `device` that is never destroyed (PyTorch's default and pooled
+/// streams; see the crate documentation), or a built-in handle; called by PyTorch (C++), which
 /// can receive the exception.
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn cuda_mem_torch_alloc(size: isize, device: c_int, stream: *mut c_void) -> *mut c_void {
-    let err = match try_alloc(size, device, stream) {
+    // SAFETY: forwarded from the caller.
+    let err = match unsafe { try_alloc(size, device, stream) } {
         Ok(ptr) => return ptr.as_ptr().cast(),
         Err(err) => err,
     };
-    // The message goes into a fixed buffer, so no value with a destructor is live when the
-    // exception passes through this frame.
+    let (message, len) = exception_text(err);
+    // SAFETY: the buffer holds `len` bytes; the exception unwinds through this `C-unwind` frame,
+    // which holds nothing to drop, into PyTorch.
+    unsafe { cuda_mem_torch_throw(message.as_ptr().cast(), len) }
+}
+
+/// The message of the C++ exception for `err` (also remembered for
+/// [`cuda_mem_torch_last_error`]), in a fixed buffer: no value with a destructor is then live in
+/// the frame the exception passes through.
+fn exception_text(err: CudaError) -> ([u8; 1024], usize) {
     let mut message = [0u8; 1024];
     let text = if err.is_out_of_memory() {
         format!("CUDA out of memory (cuda-mem allocator): {err}")
@@ -153,8 +248,75 @@ pub unsafe extern "C-unwind" fn cuda_mem_torch_alloc(size: isize, device: c_int,
     let len = text.len().min(message.len());
     message[..len].copy_from_slice(&text.as_bytes()[..len]);
     remember(text);
-    // SAFETY: the buffer holds `len` bytes; the exception unwinds through this `C-unwind` frame,
-    // which holds nothing to drop, into PyTorch.
+    (message, len)
+}
+
+/// The allocators created so far.
+fn entries() -> impl Iterator<Item = &'static Entry> {
+    SLOTS.get().into_iter().flat_map(|slots| slots.iter()).filter_map(OnceLock::get)
+}
+
+/// The hook for `Tensor.record_stream` (the `set_record_stream_fn` of PyTorch's pluggable
+/// allocator): the block at `ptr` is also used by work on `stream`, so its free waits for the
+/// work queued there by then. Memory this allocator did not hand out is left alone. A backend
+/// that cannot honour it (the pool) throws, as PyTorch would otherwise reuse memory in use.
+///
+/// # Safety
+/// `stream` is never destroyed, or is a built-in handle (as for [`cuda_mem_torch_alloc`]); called
+/// by PyTorch (C++), which can receive the exception.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn cuda_mem_torch_record_stream(ptr: *mut c_void, stream: *mut c_void) {
+    let Some(ptr) = NonNull::new(ptr.cast::<u8>()) else { return };
+    // SAFETY: forwarded from the caller.
+    let stream = unsafe { pytorch_stream(stream) };
+    let recorded = guarded("cuda_mem_torch_record_stream", || {
+        for entry in entries() {
+            if entry.allocator.record_stream(ptr, stream)? {
+                break;
+            }
+        }
+        Ok(())
+    });
+    let Err(err) = recorded else { return };
+    let (message, len) = exception_text(err);
+    // SAFETY: as in `cuda_mem_torch_alloc`.
+    unsafe { cuda_mem_torch_throw(message.as_ptr().cast(), len) }
+}
+
+/// The hook for `torch.cuda.empty_cache()` (`set_reset_fn`): every device's cached memory that
+/// no tensor uses goes back to the driver. A failure is remembered for
+/// [`cuda_mem_torch_last_error`].
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mem_torch_empty_all_caches() {
+    let emptied =
+        guarded("cuda_mem_torch_empty_all_caches", || entries().try_for_each(|e| e.allocator.release_cached()));
+    if let Err(err) = emptied {
+        remember(err.to_string());
+    }
+}
+
+/// The hook for `torch.cuda.set_per_process_memory_fraction(fraction, device)`
+/// (`set_memory_fraction_fn`): the device's limit becomes `fraction` of its total memory. The
+/// limit bounds the bytes PyTorch holds (the native allocator's bounds what it reserves). A
+/// fraction outside 0..=1 is thrown back as an error.
+///
+/// # Safety
+/// Called by PyTorch (C++), which can receive the exception.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn cuda_mem_torch_set_memory_fraction(fraction: f64, device: c_int) {
+    let set = guarded("cuda_mem_torch_set_memory_fraction", || {
+        if !(0.0..=1.0).contains(&fraction) {
+            let kind = ErrorKind::InvalidArgument("a memory fraction outside 0..=1");
+            return Err(CudaError::new(kind, format!("set_per_process_memory_fraction({fraction}, {device})")));
+        }
+        let entry = entry(device)?;
+        let (_, total) = Device::new(device as usize)?.mem_get_info()?;
+        entry.allocator.set_limit((total as f64 * fraction) as usize);
+        Ok(())
+    });
+    let Err(err) = set else { return };
+    let (message, len) = exception_text(err);
+    // SAFETY: as in `cuda_mem_torch_alloc`.
     unsafe { cuda_mem_torch_throw(message.as_ptr().cast(), len) }
 }
 
@@ -162,10 +324,11 @@ pub unsafe extern "C-unwind" fn cuda_mem_torch_alloc(size: isize, device: c_int,
 /// [`cuda_mem_torch_last_error`]).
 ///
 /// # Safety
-/// `stream` is a live stream of `device`, or a built-in handle.
+/// As [`cuda_mem_torch_alloc`]: `stream` is never destroyed, or is a built-in handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_mem_torch_try_alloc(size: isize, device: c_int, stream: *mut c_void) -> *mut c_void {
-    match try_alloc(size, device, stream) {
+    // SAFETY: forwarded from the caller.
+    match unsafe { try_alloc(size, device, stream) } {
         Ok(ptr) => ptr.as_ptr().cast(),
         Err(err) => {
             remember(err.to_string());
@@ -174,25 +337,68 @@ pub unsafe extern "C" fn cuda_mem_torch_try_alloc(size: isize, device: c_int, st
     }
 }
 
-/// The free function for `CUDAPluggableAllocator`: `cudaFreeAsync` on `stream`.
+/// The free function for `CUDAPluggableAllocator`: the block returns to `stream`'s cache,
+/// reusable there at once (the pool backend: `cudaFreeAsync` on `stream`).
 ///
 /// # Safety
 /// `ptr` came from this allocator with `size` and `device`, is freed once, and nothing uses it
-/// after the work queued on `stream` (PyTorch's contract with its allocators).
+/// after the work queued on `stream` (PyTorch's contract with its allocators); `stream` is never
+/// destroyed, or is a built-in handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_mem_torch_free(ptr: *mut c_void, size: isize, device: c_int, stream: *mut c_void) {
     let Some(ptr) = NonNull::new(ptr.cast::<u8>()) else { return };
+    // SAFETY: forwarded from the caller.
+    let stream = unsafe { pytorch_stream(stream) };
     let freed = guarded("cuda_mem_torch_free", || {
-        let entry = entry(device)?;
         let size = usize::try_from(size).unwrap_or(0);
-        on_stream(entry, stream, |s| {
-            // SAFETY: forwarded from the caller.
-            unsafe { entry.allocator.free(ptr, size, s) };
-            Ok(())
-        })
+        // SAFETY: forwarded from the caller.
+        unsafe { entry(device)?.allocator.free(ptr, size, stream) };
+        Ok(())
     });
     if let Err(err) = freed {
         remember(err.to_string());
+    }
+}
+
+/// Chooses the memory behind every device's allocator: `"cache"` (cuda-mem's device caching
+/// allocator, the default) or `"pool"` (a retaining `MemPool`). Only before the first
+/// allocation: returns 0, or -1 (message in [`cuda_mem_torch_last_error`]) for an unknown name
+/// or once a device's allocator exists.
+///
+/// # Safety
+/// `name` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mem_torch_select_backend(name: *const c_char) -> c_int {
+    const WHAT: &str = "cuda_mem_torch_select_backend";
+    let chosen = guarded(WHAT, || {
+        if name.is_null() {
+            return Err(CudaError::new(ErrorKind::InvalidArgument("a null backend name"), WHAT));
+        }
+        // SAFETY: NUL-terminated, per the caller.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        let pool = match &*name {
+            "cache" => false,
+            "pool" => true,
+            _ => {
+                let kind = ErrorKind::InvalidArgument("an unknown backend (\"cache\" or \"pool\")");
+                return Err(CudaError::new(kind, format!("{WHAT}({name:?})")));
+            }
+        };
+        let _creating = CREATING.lock().unwrap_or_else(PoisonError::into_inner);
+        let created = entries().next().is_some();
+        if created && USE_POOL.load(Ordering::Relaxed) != pool {
+            let kind = ErrorKind::InvalidArgument("the backend is chosen before the first allocation");
+            return Err(CudaError::new(kind, format!("{WHAT}({name:?})")));
+        }
+        USE_POOL.store(pool, Ordering::Relaxed);
+        Ok(())
+    });
+    match chosen {
+        Ok(()) => 0,
+        Err(err) => {
+            remember(err.to_string());
+            -1
+        }
     }
 }
 
@@ -222,7 +428,7 @@ pub unsafe extern "C" fn cuda_mem_torch_last_error(buffer: *mut c_char, len: usi
 fn with_allocator(
     device: c_int,
     what: &'static str,
-    f: impl FnOnce(&DeviceAllocator<PoolBackend>) -> Result<()>,
+    f: impl FnOnce(&DeviceAllocator<DeviceBackend>) -> Result<()>,
 ) -> c_int {
     match guarded(what, || f(&entry(device)?.allocator)) {
         Ok(()) => 0,
@@ -235,7 +441,8 @@ fn with_allocator(
 
 /// Writes up to `len` of the device's figures to `out`, in this order: allocated current and
 /// peak, reserved current and peak (bytes), allocation, free and failure counts, the limit
-/// (`u64::MAX`: none). Returns 0, or -1 on failure.
+/// (`u64::MAX`: none), then requests served from cached memory, requests that took new memory,
+/// and segments held (the last three 0 for the pool backend). Returns 0, or -1 on failure.
 ///
 /// # Safety
 /// `out` is writable for `len` values.
@@ -271,8 +478,9 @@ pub extern "C" fn cuda_mem_torch_reset_peaks(device: c_int) -> c_int {
     })
 }
 
-/// Returns the device pool's cached memory to the driver (`cudaMemPoolTrimTo(0)`; memory of
-/// frees still pending in stream order is released once they complete). Returns 0, or -1.
+/// Returns the device's cached memory to the driver: every segment of the cache no block of which
+/// PyTorch holds, after the work that used it has completed (the pool backend:
+/// `cudaMemPoolTrimTo(0)`). Returns 0, or -1.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuda_mem_torch_empty_cache(device: c_int) -> c_int {
     with_allocator(device, "cuda_mem_torch_empty_cache", DeviceAllocator::release_cached)

@@ -34,9 +34,10 @@ pub struct CudaSegments {
 // - a fence is an event recorded on the stream after its queued work: `is_done` is its query
 //   (a failed query means a broken context, where no work runs any more), `wait` its
 //   synchronize, `stream_wait` a `cudaStreamWaitEvent`;
-// - a `Stream` value names one stream while it lives: the buffers refuse the per-thread stream,
-//   and every stream of one cache belongs to the cache's device, so the legacy handle (0) means
-//   that device's legacy stream (`Stream::call` makes the device current for it).
+// - a `Stream` value names one stream while it lives: the buffers and `alloc_block` refuse the
+//   per-thread stream, and every stream of one cache belongs to the cache's device, so the legacy
+//   handle (0) means that device's legacy stream (`Stream::call` makes the device current for
+//   it); a borrowed stream stays valid while any clone lives (`Stream::borrow_raw`'s contract).
 unsafe impl Backend for CudaSegments {
     type Stream = Stream;
     type Fence = Event;
@@ -62,6 +63,9 @@ unsafe impl Backend for CudaSegments {
     }
 
     fn record(&self, stream: &Stream) -> Result<Event> {
+        // An event records only on a stream of the device it was created on, and a free may come
+        // from a thread with another device current (PyTorch frees so).
+        let _device = CurrentDevice::set(self.device)?;
         fence(stream)
     }
 
@@ -178,6 +182,63 @@ impl DeviceCache {
         let buffer = unsafe { self.uninit(stream, len)? };
         buffer.zero_in_stream_order()?;
         Ok(buffer)
+    }
+
+    /// A block of at least `bytes` for use on `stream`, as the cache's own handle: for allocators
+    /// built on this one that keep their blocks by address (PyTorch's allocator hooks), where a
+    /// [`CachedBuffer`] would be in the way. The block is given back with
+    /// [`DeviceCache::free_block`] or [`DeviceCache::free_block_on`]; a block never given back
+    /// stays allocated, with its segment, for as long as the cache lives. The per-thread default
+    /// stream and streams of other devices are refused, as for buffers.
+    #[inline]
+    pub fn alloc_block(&self, bytes: usize, stream: &Stream) -> Result<CachedBlock> {
+        self.check_stream(stream, "DeviceCache::alloc_block")?;
+        self.allocator.alloc(bytes, stream)
+    }
+
+    /// Returns `block` for reuse on its own stream at once.
+    ///
+    /// # Safety
+    /// `block` came from this cache's [`DeviceCache::alloc_block`], and every use of its memory is
+    /// ordered before the work queued on the block's stream after this call (uses on other streams
+    /// included, e.g. through `cudaStreamWaitEvent`; otherwise use [`DeviceCache::free_block_on`]).
+    #[inline]
+    pub unsafe fn free_block(&self, block: CachedBlock) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.allocator.free(block) }
+    }
+
+    /// Returns `block`, last used on `stream`: reusable once the work queued on `stream` so far has
+    /// completed (an event recorded there now). On the block's own stream this is
+    /// [`DeviceCache::free_block`]. When `stream` is refused (another device's, or the per-thread
+    /// stream) or no event can be recorded, the error is returned and the block stays allocated
+    /// for good, as it cannot be known when its users' work ends.
+    ///
+    /// # Safety
+    /// `block` came from this cache's [`DeviceCache::alloc_block`], and every use of its memory is
+    /// ordered before the work queued on `stream` after this call.
+    pub unsafe fn free_block_on(&self, block: CachedBlock, stream: &Stream) -> Result<()> {
+        if let Err(err) = self.check_stream(stream, "DeviceCache::free_block_on") {
+            keep_out(block);
+            return Err(err);
+        }
+        // SAFETY: forwarded from the caller; the stream is one of this cache's device, never the
+        // per-thread one.
+        unsafe { self.allocator.free_on(block, stream) }
+    }
+
+    #[inline]
+    fn check_stream(&self, stream: &Stream, operation: &'static str) -> Result<()> {
+        stream.require_thread_independent(operation)?;
+        if stream.device() != self.device {
+            return Err(wrong_device(stream, self.device));
+        }
+        Ok(())
+    }
+
+    /// Restarts every peak of [`DeviceCache::stats`] from its current value.
+    pub fn reset_peaks(&self) {
+        self.allocator.reset_peaks();
     }
 
     /// Releases every cached segment no block of which is in use (all threads' caches included);

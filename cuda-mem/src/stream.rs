@@ -52,17 +52,28 @@ struct StreamInner {
 enum StreamKind {
     /// Created by `cudaStreamCreateWithPriority` and destroyed with the last clone.
     Created,
+    /// Created by other code and kept valid by it ([`Stream::borrow_raw`]); never destroyed here.
+    Borrowed,
     /// The legacy default stream (handle 0) of `device`.
     Legacy,
     /// `cudaStreamPerThread` of the creating thread on `device`.
     PerThread(ThreadId),
 }
 
-// SAFETY: a created stream's handle names one stream of one device from any thread, and the
-// runtime API is thread-safe: another thread may queue work on it, wait for it, or destroy it with
-// the last clone. A built-in handle means the calling thread's stream on the current device, so
-// every use goes through `Stream::call`, which makes `device` current for the call and refuses a
-// per-thread handle on any thread but its creator. The fields never change after creation.
+impl StreamKind {
+    /// True for a handle that names one stream wherever it is used (not a built-in name).
+    #[inline]
+    fn names_one_stream(self) -> bool {
+        matches!(self, Self::Created | Self::Borrowed)
+    }
+}
+
+// SAFETY: a created (or borrowed) stream's handle names one stream of one device from any thread,
+// and the runtime API is thread-safe: another thread may queue work on it, wait for it, or destroy
+// a created one with the last clone. A built-in handle means the calling thread's stream on the
+// current device, so every use goes through `Stream::call`, which makes `device` current for the
+// call and refuses a per-thread handle on any thread but its creator. The fields never change
+// after creation.
 unsafe impl Send for StreamInner {}
 // SAFETY: as above: every method takes &self and reaches the runtime through `Stream::call`.
 unsafe impl Sync for StreamInner {}
@@ -162,6 +173,36 @@ impl Stream {
         Ok(Self { inner: Arc::new(StreamInner { raw, device: Device::current()?, kind }) })
     }
 
+    /// A stream that other code created and keeps, named by its raw handle: for callers that
+    /// receive raw handles, like the allocator hooks PyTorch calls. cuda-mem never destroys it.
+    /// The handle is checked to name a stream of `device` (`cudaStreamGetDevice`); a built-in
+    /// handle (0, `cudaStreamLegacy`, `cudaStreamPerThread`) is refused, as it names no one stream
+    /// (see [`Stream::legacy_default`] and [`Stream::per_thread`]).
+    ///
+    /// # Safety
+    /// `raw` is a stream handle that stays valid (the stream is not destroyed) until the returned
+    /// value and every clone of it have been dropped. Clones may outlive the caller's own: a
+    /// [`DeviceCache`](crate::DeviceCache) given the stream keeps one for as long as it holds
+    /// memory allocated or freed on it, and records events on the stream until then, which for a
+    /// cache that lives as long as the process can mean as long as the process lives. Streams
+    /// that are never destroyed (PyTorch's default and pooled streams) meet this.
+    pub unsafe fn borrow_raw(raw: raw::cudaStream_t, device: Device) -> Result<Self> {
+        if (raw as usize) <= 2 {
+            let kind = ErrorKind::InvalidArgument("a built-in stream handle cannot be borrowed as a stream");
+            return Err(CudaError::new(kind, format!("Stream::borrow_raw({raw:p})")));
+        }
+        // SAFETY: a valid stream handle, per the caller.
+        let ordinal = unsafe { raw::streams::device_of(raw) }?;
+        if ordinal != device.as_raw() {
+            let kind = ErrorKind::InvalidArgument("the stream belongs to another device");
+            return Err(CudaError::new(
+                kind,
+                format!("Stream::borrow_raw({raw:p}) for {device}: a stream of device {ordinal}"),
+            ));
+        }
+        Ok(Self { inner: Arc::new(StreamInner { raw, device, kind: StreamKind::Borrowed }) })
+    }
+
     /// The raw handle, for interoperation with other CUDA code. It stays valid while `self` lives.
     /// For the built-in streams it is the runtime's name (0 or `cudaStreamPerThread`), which means
     /// the calling thread's stream on its current device: see [`Stream::checked_raw`].
@@ -180,7 +221,7 @@ impl Stream {
     /// be the one that created it. What launchers of other crates pass to the runtime.
     pub fn checked_raw(&self) -> Result<raw::cudaStream_t> {
         self.check_thread()?;
-        if self.inner.kind != StreamKind::Created {
+        if !self.inner.kind.names_one_stream() {
             let current = Device::current()?;
             if current != self.inner.device {
                 let kind = ErrorKind::InvalidArgument("a built-in stream used while another device is current");
@@ -190,13 +231,14 @@ impl Stream {
         Ok(self.inner.raw)
     }
 
-    /// True when both values name the same stream (clones, or the same built-in stream of the same
-    /// device and thread).
+    /// True when both values name the same stream (clones, one handle created here and borrowed,
+    /// or the same built-in stream of the same device and thread).
     pub(crate) fn is_same_stream(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
             || (self.inner.raw == other.inner.raw
                 && self.inner.device == other.inner.device
-                && self.inner.kind == other.inner.kind)
+                && (self.inner.kind == other.inner.kind
+                    || (self.inner.kind.names_one_stream() && other.inner.kind.names_one_stream())))
     }
 
     /// Refuses the per-thread stream for `operation`, which keeps the stream for use on other
@@ -235,7 +277,7 @@ impl Stream {
     /// its creating thread. Every runtime call cuda-mem makes with a stream goes through here.
     #[inline]
     pub(crate) fn call(&self) -> Result<StreamCall> {
-        if self.inner.kind == StreamKind::Created {
+        if self.inner.kind.names_one_stream() {
             return Ok(StreamCall { raw: self.inner.raw, _device: None });
         }
         self.builtin_call()

@@ -141,3 +141,71 @@ fn gpu_alone_out_of_memory_releases_the_cache_and_retries_once() {
     assert!(err.to_string().contains("caching allocator"), "the report names the cache figures: {err}");
     cache.empty_cache();
 }
+
+/// Blocks by handle on streams borrowed from their raw handles (what PyTorch's allocator hooks
+/// get): reuse on the stream, ordering against another stream's later use behind a held stream,
+/// and the refusals. The owner outlives the cache (declared first, dropped last), as
+/// `Stream::borrow_raw` requires.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_blocks_on_borrowed_raw_streams_are_reused_and_ordered() {
+    let (owner, other_owner) = (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
+    let cache = DeviceCache::with_config(device(), Config { front_depth: 0, ..Config::default() }).unwrap();
+    // SAFETY: both owners outlive the cache and every clone of these values.
+    let (a, b) = unsafe {
+        (
+            Stream::borrow_raw(owner.as_raw(), device()).unwrap(),
+            Stream::borrow_raw(other_owner.as_raw(), device()).unwrap(),
+        )
+    };
+    for builtin in [0usize, 1, 2] {
+        // SAFETY: built-in handles are refused before any use.
+        let err = unsafe { Stream::borrow_raw(builtin as cuda_mem::for_kernels::cudaStream_t, device()) }.unwrap_err();
+        assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    }
+    let len = MIB;
+    let first = cache.alloc_block(len, &a).unwrap();
+    let address = first.ptr();
+    hold_stream(&a, 300);
+    // Queued on A behind the hold: must land before B's write below, never after it.
+    // SAFETY: the block holds `len` bytes; the memset is ordered on A, its stream.
+    let code = unsafe { cuda_mem::sys::cudaMemsetAsync(address.as_ptr().cast(), 0, len, a.as_raw()) };
+    assert_eq!(code, cuda_mem::sys::cudaError::cudaSuccess);
+    // SAFETY: from this cache; its only use is ordered on A.
+    unsafe { cache.free_block(first) };
+    let again = cache.alloc_block(len, &a).unwrap();
+    assert_eq!(again.ptr(), address, "reused on its own stream at once");
+    // SAFETY: as above, never used since.
+    unsafe { cache.free_block(again) };
+    let on_b = cache.alloc_block(len, &b).unwrap();
+    // SAFETY: the block holds `len` bytes, used on B.
+    let code = unsafe { cuda_mem::sys::cudaMemsetAsync(on_b.ptr().as_ptr().cast(), 0x22, len, b.as_raw()) };
+    assert_eq!(code, cuda_mem::sys::cudaError::cudaSuccess);
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    let mut host = vec![0u8; len];
+    // SAFETY: `host` holds `len` bytes; the block is device memory of `len` bytes, idle now.
+    let code = unsafe {
+        cuda_mem::sys::cudaMemcpy(
+            host.as_mut_ptr().cast(),
+            on_b.ptr().as_ptr().cast(),
+            len,
+            cuda_mem::sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
+        )
+    };
+    assert_eq!(code, cuda_mem::sys::cudaError::cudaSuccess);
+    assert!(host.iter().all(|&x| x == 0x22), "A's late zeroing landed on B's data");
+    // The per-thread stream is refused.
+    let per_thread = Stream::per_thread().unwrap();
+    assert!(matches!(cache.alloc_block(16, &per_thread).unwrap_err().kind(), ErrorKind::InvalidArgument(_)));
+    let stats = cache.stats();
+    assert_eq!((stats.allocated.current, stats.front_hits), (len, 0), "{stats:?}");
+    // Freed on A, where nothing used it: back once an event on A completes.
+    // SAFETY: from this cache; B's work on it has completed.
+    unsafe { cache.free_block_on(on_b, &a) }.unwrap();
+    cache.reset_peaks();
+    assert_eq!(cache.stats().reserved.peak, cache.stats().reserved.current);
+    cache.empty_cache();
+    let stats = cache.stats();
+    assert_eq!((stats.allocated.current, stats.reserved.current, stats.pending_bytes), (0, 0, 0), "{stats:?}");
+}

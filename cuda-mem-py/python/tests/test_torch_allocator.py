@@ -4,7 +4,12 @@ import os
 import subprocess
 import sys
 
-from helpers import BUNDLE_PYTHON, need_allocator, run_script
+from helpers import BUNDLE_PYTHON, SLEEP_CYCLES, need_allocator, run_script
+
+STATS_KEYS = {
+    "allocated_current", "allocated_peak", "reserved_current", "reserved_peak", "alloc_count", "free_count",
+    "failed_count", "limit", "cache_hits", "cache_misses", "segments",
+}
 
 
 def test_the_allocator_serves_pytorch_and_counts():
@@ -17,21 +22,98 @@ def test_the_allocator_serves_pytorch_and_counts():
         expected = a.cpu() @ b.cpu()
         close = torch.allclose(c.cpu(), expected, rtol=1e-3, atol=1e-3)
         during = alloc.stats(0)
+        address = c.data_ptr()
         del a, b, c
         torch.cuda.synchronize()
         after = alloc.stats(0)
+        again = torch.empty(1024, 1024, device="cuda")          # the freed block, on its stream
+        reused = again.data_ptr() == address
         empty = torch.empty(0, device="cuda")                   # zero bytes: a unique address
-        print(json.dumps({"close": close, "during": during, "after": after}))
+        print(json.dumps({"close": close, "during": during, "after": after, "reused": reused,
+                          "hits": alloc.stats(0)["cache_hits"], "backend": alloc.backend}))
         """
     )
     assert result["close"], "the matmul through cuda-mem's memory is wrong"
     during, after = result["during"], result["after"]
+    assert set(during) == STATS_KEYS, sorted(during)
+    assert result["backend"] == "cache"
     assert during["allocated_current"] >= 3 * (4 << 20), during
     assert during["reserved_current"] >= during["allocated_current"], during
     assert during["alloc_count"] >= 3 and during["failed_count"] == 0, during
+    assert during["cache_misses"] >= 1 and during["segments"] >= 1, during
     assert after["allocated_current"] <= during["allocated_current"] - 3 * (4 << 20), after
     assert after["free_count"] >= 3 and after["allocated_peak"] >= 3 * (4 << 20), after
-    assert after["reserved_current"] > 0, "the retaining pool keeps its memory"
+    assert after["reserved_current"] > 0, "the cache keeps its memory"
+    assert result["reused"], "a block freed on PyTorch's stream comes back there"
+    assert result["hits"] > after["cache_hits"], result
+
+
+def test_record_stream_empty_cache_and_the_memory_fraction_reach_the_allocator():
+    need_allocator()
+    result = run_script(
+        f"""
+        n = 1 << 22                                              # 16 MiB of float32
+        x = torch.ones(n, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep({SLEEP_CYCLES})                    # the side stream reads x late
+            total = x.sum()
+        x.record_stream(side)
+        address = x.data_ptr()
+        del x                                                    # held back until side is done
+        sevens = torch.full((n,), 7.0, device="cuda")            # must not land in x's memory
+        reused_early = sevens.data_ptr() == address
+        side.synchronize()
+        correct = total.item() == float(n)
+        del sevens, total
+        torch.cuda.synchronize()
+        before = alloc.stats(0)["reserved_current"]
+        torch.cuda.empty_cache()
+        after = alloc.stats(0)["reserved_current"]
+        torch.cuda.set_per_process_memory_fraction(0.5)
+        limit = alloc.stats(0)["limit"]
+        total_memory = torch.cuda.mem_get_info()[1]
+        print(json.dumps({{"correct": correct, "reused_early": reused_early, "before": before,
+                          "after": after, "limit": limit, "half": int(total_memory * 0.5),
+                          "missing_hooks": alloc.missing_hooks}}))
+        """
+    )
+    assert result["missing_hooks"] == [], result["missing_hooks"]
+    assert result["correct"], "the side stream read memory reused before its work ended"
+    assert not result["reused_early"], "x's memory was reused while the recorded stream used it"
+    # Everything went back but what PyTorch might keep itself (a small segment at most).
+    assert result["before"] >= 32 << 20 and result["after"] <= 2 << 20, result
+    assert result["limit"] == result["half"], result
+
+
+def test_the_pool_backend_still_serves_and_refuses_record_stream():
+    need_allocator()
+    result = run_script(
+        """
+        alloc = cuda_mem_torch.install(backend="pool")
+        a = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+        ok = a.sum().item() == float((1 << 20) * ((1 << 20) - 1) // 2)
+        try:
+            a.record_stream(torch.cuda.Stream())
+            refused = None
+        except RuntimeError as err:
+            refused = str(err)
+        stats = alloc.stats(0)
+        try:
+            alloc.select_backend("cache")
+            switched = True
+        except RuntimeError:
+            switched = False
+        print(json.dumps({"ok": ok, "refused": refused, "stats": stats, "switched": switched}))
+        """,
+        install=False,
+    )
+    assert result["ok"]
+    assert result["refused"] and "not supported by the pool backend" in result["refused"], result["refused"]
+    stats = result["stats"]
+    assert stats["reserved_current"] >= 4 << 20 and stats["cache_hits"] == 0 and stats["segments"] == 0, stats
+    assert not result["switched"], "the backend changed after the first allocation"
 
 
 def test_the_limit_makes_pytorch_raise_out_of_memory():
@@ -67,6 +149,6 @@ def test_training_and_inference_match_the_native_allocator():
         [sys.executable, os.path.join(BUNDLE_PYTHON, "torch_alloc_compare.py")],
         capture_output=True, text=True, timeout=1200, env=env,
     )
-    print(done.stdout)  # the step-time ratio and the peaks, for the record (no timing assertion)
+    print(done.stdout)  # the step-time ratios and the peaks, for the record (no timing assertion)
     assert done.returncode == 0, f"outputs differ or a run failed\n{done.stdout}\n{done.stderr}"
     assert "outputs identical: mlp True, transformer True" in done.stdout, done.stdout

@@ -220,6 +220,21 @@ impl<B: Backend> CachingAllocator<B> {
         self.shared.stats()
     }
 
+    /// Restarts every peak of [`CachingAllocator::stats`] from its current value (each thread's
+    /// peaks from that thread's current figures, whose sum the allocated peak reads).
+    pub fn reset_peaks(&self) {
+        {
+            let mut registry = self.shared.threads();
+            registry.retired.counters.reset_peaks();
+            for cache in &registry.caches {
+                cache.reset_peaks();
+            }
+        }
+        let mut core = self.shared.core();
+        core.figures.reserved.reset_peak();
+        core.figures.active.reset_peak();
+    }
+
     /// Counts per size class, smallest class first (classes never allocated are left out).
     pub fn class_stats(&self) -> Vec<ClassStats> {
         let totals = self.shared.thread_totals();

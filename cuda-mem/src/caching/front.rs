@@ -150,6 +150,11 @@ impl ThreadCache {
         front.bin(key, limits.depth).counts.frees += 1;
     }
 
+    /// Restarts this thread's peaks from its current figures.
+    pub fn reset_peaks(&self) {
+        self.front.lock().counters.reset_peaks();
+    }
+
     /// Adds this cache's figures to `totals`.
     pub fn read(&self, totals: &mut ThreadTotals) {
         let front = self.front.lock();

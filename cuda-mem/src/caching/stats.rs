@@ -25,6 +25,10 @@ impl CurrentPeak {
     pub(super) fn sub(&mut self, bytes: usize) {
         self.current -= bytes;
     }
+
+    pub(super) fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
 }
 
 /// Figures of a device caching allocator.
@@ -119,6 +123,11 @@ impl ThreadCounters {
     pub(super) fn free(&mut self, bytes: usize, requested: usize) {
         self.allocated -= bytes as isize;
         self.requested -= requested as isize;
+    }
+
+    pub(super) fn reset_peaks(&mut self) {
+        self.allocated_peak = self.allocated;
+        self.requested_peak = self.requested;
     }
 
     /// Adds another thread's figures; the sum of peaks bounds the peak of the sum.

@@ -377,6 +377,36 @@ fn figures_are_exact_in_one_thread() {
 }
 
 #[test]
+fn peaks_restart_from_the_current_figures_in_every_thread() {
+    let (cache, _backend) = allocator(small_config());
+    let kept = cache.alloc(1024, &S).unwrap();
+    let other = cache.clone();
+    std::thread::spawn(move || {
+        let block = other.alloc(3000, &S).unwrap(); // class 3072, freed by this thread's exit
+        free(&other, block);
+    })
+    .join()
+    .unwrap();
+    let big = cache.alloc(40 * KIB, &T).unwrap();
+    free(&cache, big);
+    cache.empty_cache();
+    let before = cache.stats();
+    assert_eq!(before.reserved, CurrentPeak { current: 16 * KIB, peak: 16 * KIB + 48 * KIB });
+    assert!(before.allocated.peak >= 1024 + 40 * KIB, "{before:?}");
+    cache.reset_peaks();
+    let after = cache.stats();
+    assert_eq!(after.reserved, CurrentPeak { current: 16 * KIB, peak: 16 * KIB });
+    assert_eq!(after.active, CurrentPeak { current: 1024, peak: 1024 });
+    assert_eq!(after.allocated, CurrentPeak { current: 1024, peak: 1024 });
+    assert_eq!(after.requested, CurrentPeak { current: 1024, peak: 1024 });
+    let again = cache.alloc(2048, &S).unwrap();
+    assert_eq!(cache.stats().allocated.peak, 1024 + 2048);
+    free(&cache, again);
+    free(&cache, kept);
+    cache.check_invariants();
+}
+
+#[test]
 fn a_hot_pair_takes_no_shared_lock() {
     use std::sync::mpsc::channel;
     let (cache, _backend) = allocator(small_config());

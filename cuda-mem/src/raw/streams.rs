@@ -52,6 +52,17 @@ pub(crate) unsafe fn is_idle(stream: sys::cudaStream_t) -> Result<bool> {
     check(code, || "cudaStreamQuery".into()).map(|()| true)
 }
 
+/// `cudaStreamGetDevice`: the ordinal of the device `stream` belongs to.
+///
+/// # Safety
+/// `stream` is a valid handle for the call.
+pub(crate) unsafe fn device_of(stream: sys::cudaStream_t) -> Result<i32> {
+    let mut device = -1;
+    // SAFETY: `device` is valid for writes; the handle per the caller.
+    check(unsafe { sys::cudaStreamGetDevice(stream, &mut device) }, || format!("cudaStreamGetDevice({stream:p})"))?;
+    Ok(device)
+}
+
 /// `cudaStreamWaitEvent`: later work on `stream` waits for `event`.
 ///
 /// # Safety
