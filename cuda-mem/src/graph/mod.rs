@@ -12,11 +12,12 @@
 //!
 //! ```no_run
 //! # fn main() -> cuda_mem::Result<()> {
-//! use cuda_mem::{CaptureMode, DeviceBuffer, GraphFlags, Stream};
+//! use cuda_mem::{CaptureMode, DeviceBuffer, GraphFlags, PinnedBuffer, Stream};
 //! let stream = Stream::non_blocking()?;
 //! let weights = DeviceBuffer::from_slice(&[2.0f32; 256])?;
-//! let mut input = vec![1.0f32; 256];
-//! let mut output = vec![0.0f32; 256];
+//! // Pinned host memory: captured copies from pageable memory are not supported by the runtime.
+//! let mut input = PinnedBuffer::<f32>::zeroed(256)?;
+//! let mut output = PinnedBuffer::<f32>::zeroed(256)?;
 //! let (graph, (input_slot, output_slot)) = stream.capture_with(CaptureMode::ThreadLocal, |s| {
 //!     let mut tmp = s.temporary::<f32>(256)?; // graph memory, freed at the end of the graph
 //!     let input_slot = s.copy_from_host_slot(&mut tmp, &mut input)?;
