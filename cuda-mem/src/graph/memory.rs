@@ -21,7 +21,10 @@ impl Device {
     pub fn graph_mem_stats(self) -> Result<GraphMemStats> {
         let read = |attribute| graphs::graph_mem_attribute(self.as_raw(), attribute).map(|v| v as usize);
         Ok(GraphMemStats {
-            used: CurrentPeak { current: read(A::cudaGraphMemAttrUsedMemCurrent)?, peak: read(A::cudaGraphMemAttrUsedMemHigh)? },
+            used: CurrentPeak {
+                current: read(A::cudaGraphMemAttrUsedMemCurrent)?,
+                peak: read(A::cudaGraphMemAttrUsedMemHigh)?,
+            },
             reserved: CurrentPeak {
                 current: read(A::cudaGraphMemAttrReservedMemCurrent)?,
                 peak: read(A::cudaGraphMemAttrReservedMemHigh)?,

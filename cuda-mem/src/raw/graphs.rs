@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_ulonglong, c_void};
 use std::ptr::null_mut;
 
 pub use sys::{
-    cudaGraphExecUpdateResult, cudaGraphExec_t, cudaGraphMemAttributeType, cudaGraph_t, cudaStreamCaptureMode,
+    cudaGraph_t, cudaGraphExec_t, cudaGraphExecUpdateResult, cudaGraphMemAttributeType, cudaStreamCaptureMode,
     cudaStreamCaptureStatus,
 };
 
@@ -56,10 +56,14 @@ pub(crate) unsafe fn capture_info(stream: sys::cudaStream_t) -> Result<(sys::cud
     #[cfg(cuda_major = "13")]
     // SAFETY: forwarded from the caller; the outputs asked for are valid for writes, the others
     // are null (the documented way to skip them).
-    let code = unsafe { sys::cudaStreamGetCaptureInfo(stream, &mut status, &mut id, null_mut(), null_mut(), null_mut(), null_mut()) };
+    let code = unsafe {
+        sys::cudaStreamGetCaptureInfo(stream, &mut status, &mut id, null_mut(), null_mut(), null_mut(), null_mut())
+    };
     #[cfg(cuda_major = "12")]
     // SAFETY: as above.
-    let code = unsafe { sys::cudaStreamGetCaptureInfo_v3(stream, &mut status, &mut id, null_mut(), null_mut(), null_mut(), null_mut()) };
+    let code = unsafe {
+        sys::cudaStreamGetCaptureInfo_v3(stream, &mut status, &mut id, null_mut(), null_mut(), null_mut(), null_mut())
+    };
     check(code, || "cudaStreamGetCaptureInfo".into())?;
     Ok((status, id))
 }
@@ -126,8 +130,7 @@ pub(crate) fn graph_mem_attribute(ordinal: c_int, attribute: sys::cudaGraphMemAt
     let mut value: u64 = 0;
     // SAFETY: every graph-memory attribute is a 64-bit unsigned integer; `value` is valid for
     // writes of one.
-    let code =
-        unsafe { sys::cudaDeviceGetGraphMemAttribute(ordinal, attribute, (&raw mut value).cast::<c_void>()) };
+    let code = unsafe { sys::cudaDeviceGetGraphMemAttribute(ordinal, attribute, (&raw mut value).cast::<c_void>()) };
     check(code, || format!("cudaDeviceGetGraphMemAttribute({attribute:?}) on device {ordinal}"))?;
     Ok(value)
 }
