@@ -47,6 +47,8 @@ struct StreamInner {
     live: AtomicBool,
     /// The capture handles made for captures on this stream (see [`Stream::capture_handle`]),
     /// kept until the stream drops so references to them stay valid for the stream's borrow.
+    // Boxed: references to the handles must survive the Vec growing.
+    #[allow(clippy::vec_box)]
     capture_handles: Mutex<Vec<Box<Stream>>>,
 }
 
