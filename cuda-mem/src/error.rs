@@ -82,6 +82,8 @@ pub enum ErrorKind {
     Unsupported(&'static str),
     /// An argument the runtime would reject or misinterpret (e.g. flags wrong for the operation).
     InvalidArgument(&'static str),
+    /// The runtime refused to update an executable graph (`cudaGraphExecUpdate`), for this reason.
+    GraphUpdateRefused(crate::UpdateRefusal),
 }
 
 /// The figures of an out-of-memory error, each present when it could be read.
@@ -259,6 +261,7 @@ impl fmt::Display for CudaError {
             }
             ErrorKind::Unsupported(what) => write!(f, "not supported: {what}")?,
             ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}")?,
+            ErrorKind::GraphUpdateRefused(why) => write!(f, "the runtime refused the update: {why}")?,
         }
         if self.is_sticky() {
             f.write_str(" [sticky: the CUDA context is unusable; the process must restart]")?;

@@ -69,6 +69,7 @@ mod device_cache;
 pub mod dlpack;
 mod error;
 mod event;
+mod graph;
 mod host_flags;
 mod ipc;
 mod managed;
@@ -99,6 +100,9 @@ pub use device_buffer::DeviceBuffer;
 pub use device_cache::{CachedBuffer, CudaSegments, DeviceCache};
 pub use error::{CudaError, ErrorCode, ErrorKind, OomReport, Result};
 pub use event::Event;
+pub use graph::{
+    CaptureMode, CaptureScope, Graph, GraphExec, GraphFlags, GraphMemStats, HostSlot, Launches, UpdateRefusal,
+};
 pub use host_flags::{HostAllocFlags, HostRegisterFlags};
 pub use ipc::{
     EXPORT_BYTES, ExportedDeviceBuffer, ExportedStreamBuffer, ImportedSlice, IpcMapping, IpcMemHandle,

@@ -114,6 +114,16 @@ impl<'scope> StreamScope<'scope, 'scope> {
     }
 }
 
+impl<'env> StreamScope<'env, 'env> {
+    /// The scope of a stream capture ([`Stream::capture`](crate::Stream::capture)): everything
+    /// lent to it is borrowed for `'env`, the lifetime of the graph the capture makes. It does
+    /// not synchronize: captured work does not run until the graph is launched, and launches
+    /// wait before the graph's borrows can end (`GraphExec`).
+    pub(crate) fn capturing(stream: &'env Stream) -> Self {
+        StreamScope { stream, _scope: PhantomData, _env: PhantomData }
+    }
+}
+
 impl<'scope, 'env> StreamScope<'scope, 'env> {
     pub(crate) fn run<F, R>(stream: &'env Stream, f: F) -> Result<R>
     where

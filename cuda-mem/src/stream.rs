@@ -8,7 +8,8 @@ use crate::raw;
 use crate::resource::StreamRef;
 use crate::scope::StreamScope;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 /// A CUDA stream. Cloning shares the stream; it is destroyed when the last clone drops (work
@@ -42,6 +43,19 @@ struct StreamInner {
     raw: raw::cudaStream_t,
     device: Device,
     kind: StreamKind,
+    /// For [`StreamKind::Capture`]: whether its capture still runs. Always true for the others.
+    live: AtomicBool,
+    /// The capture handles made for captures on this stream (see [`Stream::capture_handle`]),
+    /// kept until the stream drops so references to them stay valid for the stream's borrow.
+    // Boxed: references to the handles must survive the Vec growing.
+    #[allow(clippy::vec_box)]
+    capture_handles: Mutex<Vec<Box<Stream>>>,
+}
+
+impl StreamInner {
+    fn new(raw: raw::cudaStream_t, device: Device, kind: StreamKind) -> Self {
+        Self { raw, device, kind, live: AtomicBool::new(true), capture_handles: Mutex::new(Vec::new()) }
+    }
 }
 
 /// What a handle means. The built-in handles are not streams but names the runtime resolves at
@@ -58,13 +72,18 @@ enum StreamKind {
     Legacy,
     /// `cudaStreamPerThread` of the creating thread on `device`.
     PerThread(ThreadId),
+    /// A created stream's handle for the work of one capture ([`Stream::capture`]): usable
+    /// while that capture runs, refused afterwards, never destroyed by this value. Memory
+    /// allocated in the capture is ordered on it, so views of it that outlive the capture are
+    /// refused by every operation instead of reaching memory the graph owns.
+    Capture,
 }
 
 impl StreamKind {
     /// True for a handle that names one stream wherever it is used (not a built-in name).
     #[inline]
     fn names_one_stream(self) -> bool {
-        matches!(self, Self::Created | Self::Borrowed)
+        matches!(self, Self::Created | Self::Borrowed | Self::Capture)
     }
 }
 
@@ -149,7 +168,7 @@ impl Stream {
         let _guard = CurrentDevice::set(device)?;
         let non_blocking = blocking == Blocking::NonBlocking;
         let raw = raw::streams::create(non_blocking, priority.unwrap_or(0), device.as_raw())?;
-        Ok(Self { inner: Arc::new(StreamInner { raw, device, kind: StreamKind::Created }) })
+        Ok(Self { inner: Arc::new(StreamInner::new(raw, device, StreamKind::Created)) })
     }
 
     /// The legacy default stream (handle 0) of the current device: it synchronizes with every
@@ -170,7 +189,7 @@ impl Stream {
     }
 
     fn builtin(raw: raw::cudaStream_t, kind: StreamKind) -> Result<Self> {
-        Ok(Self { inner: Arc::new(StreamInner { raw, device: Device::current()?, kind }) })
+        Ok(Self { inner: Arc::new(StreamInner::new(raw, Device::current()?, kind)) })
     }
 
     /// A stream that other code created and keeps, named by its raw handle: for callers that
@@ -200,7 +219,7 @@ impl Stream {
                 format!("Stream::borrow_raw({raw:p}) for {device}: a stream of device {ordinal}"),
             ));
         }
-        Ok(Self { inner: Arc::new(StreamInner { raw, device, kind: StreamKind::Borrowed }) })
+        Ok(Self { inner: Arc::new(StreamInner::new(raw, device, StreamKind::Borrowed)) })
     }
 
     /// The raw handle, for interoperation with other CUDA code. It stays valid while `self` lives.
@@ -221,6 +240,7 @@ impl Stream {
     /// be the one that created it. What launchers of other crates pass to the runtime.
     pub fn checked_raw(&self) -> Result<raw::cudaStream_t> {
         self.check_thread()?;
+        self.check_capture_live()?;
         if !self.inner.kind.names_one_stream() {
             let current = Device::current()?;
             if current != self.inner.device {
@@ -235,7 +255,8 @@ impl Stream {
     /// or the same built-in stream of the same device and thread).
     pub(crate) fn is_same_stream(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
-            || (self.inner.raw == other.inner.raw
+            || (self.inner.kind != StreamKind::Capture
+                && self.inner.raw == other.inner.raw
                 && self.inner.device == other.inner.device
                 && (self.inner.kind == other.inner.kind
                     || (self.inner.kind.names_one_stream() && other.inner.kind.names_one_stream())))
@@ -258,6 +279,43 @@ impl Stream {
     pub(crate) fn buffer_bytes<T>(&self, len: usize, operation: &'static str) -> Result<usize> {
         self.require_thread_independent(operation)?;
         raw::byte_len::<T>(len, operation)
+    }
+
+    /// Refuses a capture handle whose capture has ended.
+    fn check_capture_live(&self) -> Result<()> {
+        if self.inner.kind != StreamKind::Capture || self.inner.live.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let kind = ErrorKind::InvalidArgument(
+            "the stream of a capture that has ended (memory allocated in a capture belongs to its graph)",
+        );
+        Err(CudaError::new(kind, format!("{self:?}")))
+    }
+
+    /// True for a created stream (the only kind that can be captured).
+    pub(crate) fn is_created(&self) -> bool {
+        self.inner.kind == StreamKind::Created
+    }
+
+    /// A new handle of this (created) stream for the work of one capture, valid for as long as
+    /// `self` is borrowed and usable until [`Stream::end_capture_handle`]. Each capture gets its
+    /// own, so a view that escaped an earlier capture is refused in a later one too.
+    pub(crate) fn capture_handle(&self) -> &Stream {
+        let inner = StreamInner::new(self.inner.raw, self.inner.device, StreamKind::Capture);
+        let handle = Box::new(Stream { inner: Arc::new(inner) });
+        let at: *const Stream = &*handle;
+        // A poisoned list is still a list of boxes: pushing onto it is fine.
+        self.inner.capture_handles.lock().unwrap_or_else(|e| e.into_inner()).push(handle);
+        // SAFETY: the box is owned by `self.inner`, which never removes or moves it (only the box
+        // pointer moves when the Vec grows) and drops it only with `self.inner`, which outlives
+        // the borrow of `self` this reference is tied to.
+        unsafe { &*at }
+    }
+
+    /// Ends a handle made by [`Stream::capture_handle`]: every later use is refused.
+    pub(crate) fn end_capture_handle(&self) {
+        debug_assert_eq!(self.inner.kind, StreamKind::Capture);
+        self.inner.live.store(false, Ordering::Release);
     }
 
     fn check_thread(&self) -> Result<()> {
@@ -285,6 +343,10 @@ impl Stream {
 
     #[cold]
     fn builtin_call(&self) -> Result<StreamCall> {
+        if self.inner.kind == StreamKind::Capture {
+            self.check_capture_live()?;
+            return Ok(StreamCall { raw: self.inner.raw, _device: None });
+        }
         self.check_thread()?;
         let device = CurrentDevice::set(self.inner.device)?;
         Ok(StreamCall { raw: self.inner.raw, _device: Some(device) })
@@ -391,6 +453,7 @@ impl Stream {
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
+        // A capture handle shares the handle of the stream it was made for, which destroys it.
         if self.kind == StreamKind::Created {
             // SAFETY: we created the handle and this is its last user. Queued work completes
             // after destruction; scopes have already waited for any work that borrowed memory.

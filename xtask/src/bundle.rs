@@ -294,6 +294,7 @@ case "${1:-}" in
     example staged_tuning
     example loader
     example async_server
+    example decode_graph
     # Pickling a PyTorch memory snapshot of 100k trace entries (prints the time).
     example snapshot_dump
     [ "$gpus" -ge 2 ] && example peer_bandwidth
@@ -361,6 +362,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
         "staged_tuning",
         "loader",
         "async_server",
+        "decode_graph",
         "snapshot_dump",
         "peer_bandwidth",
     ];

@@ -23,6 +23,16 @@ impl ErrorCode {
     pub const NOT_SUPPORTED: Self = Self(sys::cudaError::cudaErrorNotSupported.0);
     /// `cudaErrorHostMemoryAlreadyRegistered`
     pub const HOST_MEMORY_ALREADY_REGISTERED: Self = Self(sys::cudaError::cudaErrorHostMemoryAlreadyRegistered.0);
+    /// `cudaErrorStreamCaptureUnsupported`: the operation is not allowed while a stream captures
+    /// (a synchronize, a query, a blocking copy on a capturing stream).
+    pub const STREAM_CAPTURE_UNSUPPORTED: Self = Self(sys::cudaError::cudaErrorStreamCaptureUnsupported.0);
+    /// `cudaErrorStreamCaptureInvalidated`: an earlier error invalidated the capture.
+    pub const STREAM_CAPTURE_INVALIDATED: Self = Self(sys::cudaError::cudaErrorStreamCaptureInvalidated.0);
+    /// `cudaErrorStreamCaptureImplicit`: work on the legacy stream while a capture in global or
+    /// thread-local mode runs.
+    pub const STREAM_CAPTURE_IMPLICIT: Self = Self(sys::cudaError::cudaErrorStreamCaptureImplicit.0);
+    /// `cudaErrorGraphExecUpdateFailure`: the runtime refused to update an executable graph.
+    pub const GRAPH_EXEC_UPDATE_FAILURE: Self = Self(sys::cudaError::cudaErrorGraphExecUpdateFailure.0);
     /// `cudaErrorIllegalAddress` (sticky)
     pub const ILLEGAL_ADDRESS: Self = Self(sys::cudaError::cudaErrorIllegalAddress.0);
 

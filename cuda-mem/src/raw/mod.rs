@@ -10,6 +10,7 @@ mod address_range;
 mod codes;
 pub(crate) mod device;
 pub(crate) mod events;
+pub(crate) mod graphs;
 pub(crate) mod host;
 pub(crate) mod ipc;
 pub(crate) mod managed;

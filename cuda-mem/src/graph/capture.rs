@@ -1,0 +1,335 @@
+//! Stream capture: [`Stream::capture`] and the [`CaptureScope`] the captured work is queued
+//! through, and the [`Graph`] it makes.
+
+use super::slots::{HostSlot, SlotRecord};
+use crate::device::Device;
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::pool::retaining_pool;
+use crate::raw::{self, graphs};
+use crate::scope::StreamScope;
+use crate::slice::{DeviceSliceMut, DeviceSource};
+use crate::stream::Stream;
+use bytemuck::Pod;
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How a capture treats potentially unsafe API calls from other threads
+/// (`cudaStreamCaptureMode`): calls such as `cudaMalloc`, which may synchronize implicitly, fail
+/// while a capture they could disturb runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CaptureMode {
+    /// Such calls fail on every thread while the capture runs.
+    Global,
+    /// Such calls fail on the capturing thread only.
+    ThreadLocal,
+    /// No call is refused; the caller makes sure none disturbs the capture.
+    Relaxed,
+}
+
+impl CaptureMode {
+    fn as_raw(self) -> graphs::cudaStreamCaptureMode {
+        use graphs::cudaStreamCaptureMode as M;
+        match self {
+            Self::Global => M::cudaStreamCaptureModeGlobal,
+            Self::ThreadLocal => M::cudaStreamCaptureModeThreadLocal,
+            Self::Relaxed => M::cudaStreamCaptureModeRelaxed,
+        }
+    }
+}
+
+/// Graph ids, so a [`HostSlot`] finds its own graph's slice.
+static NEXT_GRAPH: AtomicU64 = AtomicU64::new(1);
+
+/// A captured CUDA graph (`cudaGraph_t`), destroyed on drop. Everything its work borrows is
+/// borrowed for `'env`. [`Graph::instantiate`] turns it into a launchable [`GraphExec`](crate::GraphExec).
+///
+/// Memory the captured work uses cannot be dropped or mutated while the graph lives:
+///
+/// ```compile_fail,E0505
+/// # use cuda_mem::{CaptureMode, DeviceBuffer, Stream};
+/// # let stream = Stream::non_blocking().unwrap();
+/// let mut buffer = DeviceBuffer::<u32>::zeroed(16).unwrap();
+/// let mut view = buffer.as_mut_slice();
+/// let graph = stream.capture(CaptureMode::ThreadLocal, |s| s.set_bytes(&mut view, 1)).unwrap();
+/// drop(buffer); // error: `buffer` is borrowed by the graph
+/// drop(graph);
+/// ```
+#[derive(Debug)]
+pub struct Graph<'env> {
+    pub(crate) raw: graphs::cudaGraph_t,
+    pub(crate) device: Device,
+    pub(crate) slots: Vec<SlotRecord>,
+    pub(crate) _env: PhantomData<&'env mut ()>,
+}
+
+// SAFETY: the graph handle is used by one thread at a time (every method takes `self` or
+// `&mut self`; graph objects are not thread-safe, moving one is); the slot records stand for
+// exclusive borrows of `Send` host slices (`T: Send` where they are made).
+unsafe impl Send for Graph<'_> {}
+
+impl Drop for Graph<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle; executable graphs made from it do not need it.
+        raw::quiet(unsafe { graphs::destroy(self.raw) });
+    }
+}
+
+/// A graph allocation made in the capture, freed at its end.
+#[derive(Debug)]
+struct Temporary {
+    ptr: *mut c_void,
+    bytes: usize,
+}
+
+/// What work queued during [`Stream::capture`] goes through. It dereferences to a
+/// [`StreamScope`] whose lifetimes are both `'env`, so every copy, memset and kernel launcher of
+/// cuda-mem and cuda-mem-kernels works here, and borrows what it is given for `'env`: for as long
+/// as the [`Graph`] and the [`GraphExec`](crate::GraphExec) made from it live.
+///
+/// The stream it queues on ([`StreamScope::stream`]) is a handle that works only while the
+/// capture runs: work on it is recorded, not run, and a synchronize on it (or on the captured
+/// stream) is an error of the runtime ([`ErrorCode::STREAM_CAPTURE_UNSUPPORTED`](crate::ErrorCode::STREAM_CAPTURE_UNSUPPORTED)) that fails the
+/// capture.
+#[derive(Debug)]
+pub struct CaptureScope<'env> {
+    scope: StreamScope<'env, 'env>,
+    stream: &'env Stream,
+    graph: u64,
+    temporaries: RefCell<Vec<Temporary>>,
+    slots: RefCell<Vec<SlotRecord>>,
+}
+
+impl<'env> Deref for CaptureScope<'env> {
+    type Target = StreamScope<'env, 'env>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.scope
+    }
+}
+
+impl<'env> CaptureScope<'env> {
+    /// The scope itself, for launchers that take a `&StreamScope` (deref coercion does this too).
+    pub fn scope(&self) -> &StreamScope<'env, 'env> {
+        &self.scope
+    }
+
+    /// `len` zeroed elements of graph memory (an allocation node, `cudaMallocFromPoolAsync` on
+    /// the capturing stream, and a memset node), freed by a free node at the end of the graph.
+    /// The graph owns the memory: it exists while a launch runs, at the same address every
+    /// launch. The view is refused by every operation once the capture has ended.
+    pub fn temporary<T: Pod>(&self, len: usize) -> Result<DeviceSliceMut<'env, T>> {
+        // SAFETY: the memset below, captured right after the allocation, writes every byte.
+        let view = unsafe { self.temporary_uninit::<T>(len)? };
+        let call = self.stream.call()?;
+        if view.size_bytes() != 0 {
+            // SAFETY: the allocation holds `size_bytes`, captured in order after its allocation.
+            unsafe { raw::memory::set_async(view.as_device_ptr().cast(), 0, view.size_bytes(), call.as_raw())? };
+        }
+        Ok(view)
+    }
+
+    /// [`CaptureScope::temporary`] without the memset.
+    ///
+    /// # Safety
+    /// Captured work writes every element before any captured work reads it.
+    pub unsafe fn temporary_uninit<T: Pod>(&self, len: usize) -> Result<DeviceSliceMut<'env, T>> {
+        let bytes = raw::byte_len::<T>(len, "CaptureScope::temporary")?;
+        if bytes == 0 {
+            // SAFETY: an empty view is never dereferenced or passed to CUDA with a length.
+            return Ok(unsafe { DeviceSliceMut::ordered_on(std::ptr::NonNull::dangling().as_ptr(), 0, self.stream) });
+        }
+        let pool = retaining_pool(self.stream.device())?;
+        let call = self.stream.call()?;
+        // SAFETY: pool and stream handles are valid; the stream captures, so this adds an
+        // allocation node and returns the address the graph will allocate at.
+        let ptr = unsafe {
+            raw::pools::malloc_from_pool_async(bytes, pool.as_raw(), call.as_raw(), || "in a capture".into())?
+        };
+        self.temporaries.borrow_mut().push(Temporary { ptr, bytes });
+        if !ptr.cast::<T>().is_aligned() {
+            return Err(raw::misaligned_error::<T>(ptr as usize, "cudaMallocFromPoolAsync in a capture"));
+        }
+        // SAFETY: the graph allocates `bytes` here before the captured work that follows and frees
+        // them after all of it (`finish`); the view names the capture's stream, which refuses every
+        // use once the capture has ended, so no work outside the graph reaches the address.
+        Ok(unsafe { DeviceSliceMut::ordered_on(ptr.cast(), len, self.stream) })
+    }
+
+    /// Captures a host-to-device copy from `src`, which the graph borrows exclusively for its
+    /// life: the returned key lends it back between launches ([`GraphExec::host_mut`](crate::GraphExec::host_mut)),
+    /// so each launch can read new input. From pinned memory the copy is a DMA node.
+    pub fn copy_from_host_slot<'v: 'env, T: Pod + Send + Sync>(
+        &self,
+        dst: &mut DeviceSliceMut<'v, T>,
+        src: &'env mut [T],
+    ) -> Result<HostSlot<T>> {
+        let (record, slot) = self.new_slot(src);
+        let (ptr, len) = (src.as_ptr(), src.len());
+        // SAFETY: a shared view of `src`, which is borrowed exclusively for 'env: only the graph
+        // and, between launches, the executable graph's accessors reach it.
+        let shared: &'env [T] = unsafe { std::slice::from_raw_parts(ptr, len) };
+        self.scope.copy_from_host(dst, shared)?;
+        self.slots.borrow_mut().push(record);
+        Ok(slot)
+    }
+
+    /// Captures a device-to-host copy into `dst`, which the graph borrows exclusively for its
+    /// life: the returned key lends it back between launches ([`GraphExec::host`](crate::GraphExec::host)).
+    pub fn copy_to_host_slot<T: Pod + Send + Sync>(
+        &self,
+        dst: &'env mut [T],
+        src: impl DeviceSource<'env, T>,
+    ) -> Result<HostSlot<T>> {
+        let (record, slot) = self.new_slot(dst);
+        let (ptr, len) = (dst.as_mut_ptr(), dst.len());
+        // SAFETY: `dst` is borrowed exclusively for 'env; this is the only reference made from it
+        // during the capture, and the record keeps the address for the executable graph.
+        let target: &'env mut [T] = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+        self.scope.copy_to_host(target, src)?;
+        self.slots.borrow_mut().push(record);
+        Ok(slot)
+    }
+
+    fn new_slot<T: Pod>(&self, slice: &mut [T]) -> (SlotRecord, HostSlot<T>) {
+        let index = self.slots.borrow().len();
+        SlotRecord::new(self.graph, index, slice)
+    }
+
+    /// Frees the temporaries at the end of the captured work, newest first.
+    fn free_temporaries(&self) -> Result<()> {
+        let call = self.stream.call()?;
+        for temp in self.temporaries.borrow_mut().drain(..).rev() {
+            // SAFETY: allocated in this capture on this stream, freed once, after all captured
+            // work (stream order); the views of it are refused from now on.
+            unsafe { raw::pools::free_async(temp.ptr, call.as_raw(), temp.bytes)? };
+        }
+        Ok(())
+    }
+}
+
+/// Ends a capture however the closure left: on unwinding, the capture is ended and the partial
+/// graph destroyed, so the stream captures no more.
+struct Capturing<'a> {
+    stream: &'a Stream,
+    handle: &'a Stream,
+}
+
+impl Capturing<'_> {
+    /// Ends the capture: the graph, or the first failure (the closure's, then the end's).
+    fn finish<R>(self, queued: Result<R>) -> Result<(graphs::cudaGraph_t, R)> {
+        let (ended, graph) = self.end();
+        std::mem::forget(self);
+        match (queued, ended) {
+            (Ok(value), Ok(())) if !graph.is_null() => return Ok((graph, value)),
+            (Ok(_), Ok(())) => {}
+            (Ok(_), Err(err)) => return destroyed(graph, Err(err)),
+            (Err(err), Ok(())) => return destroyed(graph, Err(err)),
+            (Err(err), Err(end)) => return destroyed(graph, Err(err.with_later(end))),
+        }
+        let kind = ErrorKind::InvalidArgument("the runtime ended the capture without a graph");
+        Err(CudaError::new(kind, "cudaStreamEndCapture"))
+    }
+
+    fn end(&self) -> (Result<()>, graphs::cudaGraph_t) {
+        self.handle.end_capture_handle();
+        // SAFETY: the stream is a created stream this capture began on.
+        unsafe { graphs::end_capture(self.stream.as_raw()) }
+    }
+}
+
+impl Drop for Capturing<'_> {
+    fn drop(&mut self) {
+        let (_, graph) = self.end();
+        let _ = destroyed(graph, Ok(()));
+    }
+}
+
+/// Destroys a graph the capture will not hand out (null for none) and returns `result`.
+fn destroyed<T>(graph: graphs::cudaGraph_t, result: Result<T>) -> Result<T> {
+    if !graph.is_null() {
+        // SAFETY: the graph came from cudaStreamEndCapture and was never handed out.
+        raw::quiet(unsafe { graphs::destroy(graph) });
+    }
+    result
+}
+
+impl Stream {
+    /// True while a capture on this stream runs (`cudaStreamIsCapturing`); an invalidated
+    /// capture that has not been ended counts as running.
+    pub fn is_capturing(&self) -> Result<bool> {
+        let call = self.call()?;
+        // SAFETY: the handle is valid while `self` lives and means this stream here (`call`).
+        let status = unsafe { graphs::capture_status(call.as_raw()) }?;
+        Ok(status != graphs::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone)
+    }
+
+    /// The runtime's id of the capture running on this stream, if one runs
+    /// (`cudaStreamGetCaptureInfo`).
+    pub fn capture_id(&self) -> Result<Option<u64>> {
+        let call = self.call()?;
+        // SAFETY: as in `is_capturing`.
+        let (status, id) = unsafe { graphs::capture_info(call.as_raw()) }?;
+        Ok((status != graphs::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone).then_some(id))
+    }
+
+    /// Captures the work `f` queues into a [`Graph`] (`cudaStreamBeginCapture` ..
+    /// `cudaStreamEndCapture`). Nothing runs now: the graph runs when a
+    /// [`GraphExec`](crate::GraphExec) made from it is launched. Whatever `f` lends to the scope
+    /// stays borrowed for as long as the graph and its executable graphs live.
+    ///
+    /// If `f` fails or panics, or the runtime invalidates the capture (a synchronize inside it,
+    /// an operation the capture does not support), the capture is ended, the partial graph
+    /// destroyed, and the stream can be used (and captured) again. Only streams made by
+    /// cuda-mem's constructors can be captured; the built-in streams are
+    /// [`ErrorKind::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_mem::Result<()> {
+    /// use cuda_mem::{CaptureMode, DeviceBuffer, GraphFlags, Stream};
+    /// let stream = Stream::non_blocking()?;
+    /// let mut buffer = DeviceBuffer::<u8>::zeroed(1024)?;
+    /// let mut view = buffer.as_mut_slice();
+    /// let graph = stream.capture(CaptureMode::ThreadLocal, |s| s.set_bytes(&mut view, 7))?;
+    /// graph.instantiate(GraphFlags::empty())?.launch(&stream)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn capture<'env, F>(&'env self, mode: CaptureMode, f: F) -> Result<Graph<'env>>
+    where
+        F: for<'s> FnOnce(&'s CaptureScope<'env>) -> Result<()>,
+    {
+        self.capture_with(mode, f).map(|(graph, ())| graph)
+    }
+
+    /// [`Stream::capture`] for a closure that returns a value too (host slot keys, say).
+    pub fn capture_with<'env, F, R>(&'env self, mode: CaptureMode, f: F) -> Result<(Graph<'env>, R)>
+    where
+        F: for<'s> FnOnce(&'s CaptureScope<'env>) -> Result<R>,
+    {
+        if !self.is_created() {
+            let kind = ErrorKind::InvalidArgument("only streams created by cuda-mem can be captured");
+            return Err(CudaError::new(kind, format!("capturing {self:?}")));
+        }
+        let handle = self.capture_handle();
+        // SAFETY: a created stream, valid while `self` lives.
+        if let Err(err) = unsafe { graphs::begin_capture(self.as_raw(), mode.as_raw()) } {
+            handle.end_capture_handle();
+            return Err(err);
+        }
+        let capturing = Capturing { stream: self, handle };
+        let graph = NEXT_GRAPH.fetch_add(1, Ordering::Relaxed);
+        let scope = CaptureScope {
+            scope: StreamScope::capturing(handle),
+            stream: handle,
+            graph,
+            temporaries: RefCell::new(Vec::new()),
+            slots: RefCell::new(Vec::new()),
+        };
+        let queued = f(&scope).and_then(|value| scope.free_temporaries().map(|()| value));
+        let (raw, value) = capturing.finish(queued)?;
+        let slots = scope.slots.into_inner();
+        Ok((Graph { raw, device: self.device(), slots, _env: PhantomData }, value))
+    }
+}

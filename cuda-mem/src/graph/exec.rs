@@ -1,0 +1,298 @@
+//! Executable graphs: instantiation, launches that wait before the borrows can end, updates.
+
+use super::capture::Graph;
+use super::slots::{HostSlot, SlotRecord};
+use crate::device::Device;
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::raw::{self, graphs};
+use crate::scope::merge;
+use crate::stream::Stream;
+use bytemuck::Pod;
+use std::fmt;
+use std::marker::PhantomData;
+
+bitflags::bitflags! {
+    /// Flags of `cudaGraphInstantiateWithFlags`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct GraphFlags: u64 {
+        /// `cudaGraphInstantiateFlagAutoFreeOnLaunch`: a launch first frees what the previous
+        /// launch allocated and did not free, so a graph whose allocations outlive a launch can
+        /// be launched again.
+        const AUTO_FREE_ON_LAUNCH = 1;
+        /// `cudaGraphInstantiateFlagUseNodePriority`: kernel nodes keep the priority they were
+        /// captured with rather than the launch stream's.
+        const USE_NODE_PRIORITY = 8;
+    }
+}
+
+/// Why the runtime refused [`GraphExec::update`] (`cudaGraphExecUpdateResult`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UpdateRefusal {
+    /// The graphs' topologies differ.
+    TopologyChanged,
+    /// A node changed type.
+    NodeTypeChanged,
+    /// A kernel node's function changed in a way that cannot be updated.
+    FunctionChanged,
+    /// Node parameters changed in a way that cannot be updated.
+    ParametersChanged,
+    /// Something about the nodes cannot be updated at all (memory nodes, for one).
+    NotSupported,
+    /// A kernel node's function changed to one of another kind (device-side launches).
+    UnsupportedFunctionChange,
+    /// Node attributes changed in a way that cannot be updated.
+    AttributesChanged,
+    /// Another refusal: `cudaGraphExecUpdateError`, or a value newer than these bindings.
+    Other(u32),
+}
+
+impl UpdateRefusal {
+    fn from_raw(result: graphs::cudaGraphExecUpdateResult) -> Self {
+        use graphs::cudaGraphExecUpdateResult as R;
+        match result {
+            R::cudaGraphExecUpdateErrorTopologyChanged => Self::TopologyChanged,
+            R::cudaGraphExecUpdateErrorNodeTypeChanged => Self::NodeTypeChanged,
+            R::cudaGraphExecUpdateErrorFunctionChanged => Self::FunctionChanged,
+            R::cudaGraphExecUpdateErrorParametersChanged => Self::ParametersChanged,
+            R::cudaGraphExecUpdateErrorNotSupported => Self::NotSupported,
+            R::cudaGraphExecUpdateErrorUnsupportedFunctionChange => Self::UnsupportedFunctionChange,
+            R::cudaGraphExecUpdateErrorAttributesChanged => Self::AttributesChanged,
+            other => Self::Other(other.0),
+        }
+    }
+}
+
+impl fmt::Display for UpdateRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TopologyChanged => f.write_str("the topology changed"),
+            Self::NodeTypeChanged => f.write_str("a node changed type"),
+            Self::FunctionChanged => f.write_str("a kernel node's function changed"),
+            Self::ParametersChanged => f.write_str("node parameters changed in a way that cannot be updated"),
+            Self::NotSupported => f.write_str("the nodes cannot be updated"),
+            Self::UnsupportedFunctionChange => f.write_str("a kernel node's function changed kind"),
+            Self::AttributesChanged => f.write_str("node attributes changed in a way that cannot be updated"),
+            Self::Other(code) => write!(f, "cudaGraphExecUpdateResult {code}"),
+        }
+    }
+}
+
+/// An executable graph (`cudaGraphExec_t`), destroyed on drop. What the captured work borrows
+/// stays borrowed for `'env`, as long as this value lives.
+///
+/// Every launch waits for its stream before the call that queued it returns: [`GraphExec::launch`]
+/// after one launch, [`GraphExec::run`] after the closure that queues any number. So no launch
+/// is pending when this value is dropped or forgotten and the borrows end; the CPU still
+/// prepares the next launch while the GPU runs, inside `run`.
+///
+/// Buffers the graph uses can be neither dropped nor mutated while it lives:
+///
+/// ```compile_fail,E0505
+/// # use cuda_mem::{CaptureMode, DeviceBuffer, GraphFlags, Stream};
+/// # let stream = Stream::non_blocking().unwrap();
+/// let mut buffer = DeviceBuffer::<u32>::zeroed(16).unwrap();
+/// let mut view = buffer.as_mut_slice();
+/// let graph = stream.capture(CaptureMode::ThreadLocal, |s| s.set_bytes(&mut view, 1)).unwrap();
+/// let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+/// drop(buffer); // error: cannot move out of `buffer` because it is borrowed
+/// exec.launch(&stream).unwrap();
+/// ```
+///
+/// ```compile_fail,E0502
+/// # use cuda_mem::{CaptureMode, DeviceBuffer, GraphFlags, Stream};
+/// # let stream = Stream::non_blocking().unwrap();
+/// let weights = DeviceBuffer::from_slice(&[1u32; 16]).unwrap();
+/// let mut host = vec![0u32; 16];
+/// let graph = stream.capture(CaptureMode::ThreadLocal, |s| s.copy_to_host(&mut host, weights.as_slice())).unwrap();
+/// let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+/// println!("{}", host[0]); // error: `host` is borrowed mutably by the graph
+/// exec.launch(&stream).unwrap();
+/// ```
+///
+/// ```compile_fail,E0506
+/// # use cuda_mem::{CaptureMode, DeviceBuffer, GraphFlags, Stream};
+/// # let stream = Stream::non_blocking().unwrap();
+/// let mut buffer = DeviceBuffer::<u32>::zeroed(16).unwrap();
+/// let host = vec![5u32; 16];
+/// let mut view = buffer.as_mut_slice();
+/// let graph = stream.capture(CaptureMode::ThreadLocal, |s| s.copy_from_host(&mut view, &host)).unwrap();
+/// let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+/// buffer = DeviceBuffer::zeroed(16).unwrap(); // error: `buffer` is assigned while borrowed
+/// exec.launch(&stream).unwrap();
+/// # drop(buffer);
+/// ```
+///
+/// Host memory a graph reads is borrowed too, so it cannot change under a launch:
+///
+/// ```compile_fail,E0502
+/// # use cuda_mem::{CaptureMode, DeviceBuffer, GraphFlags, Stream};
+/// # let stream = Stream::non_blocking().unwrap();
+/// let mut buffer = DeviceBuffer::<u32>::zeroed(16).unwrap();
+/// let mut host = vec![5u32; 16];
+/// let mut view = buffer.as_mut_slice();
+/// let graph = stream.capture(CaptureMode::ThreadLocal, |s| s.copy_from_host(&mut view, &host)).unwrap();
+/// let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+/// host[0] = 6; // error: `host` is borrowed by the graph
+/// exec.launch(&stream).unwrap();
+/// ```
+///
+/// Host memory lent through a slot is reached only through the executable graph, which takes
+/// `&mut self` to launch:
+///
+/// ```compile_fail,E0502
+/// # use cuda_mem::{CaptureMode, DeviceBuffer, GraphFlags, Stream};
+/// # let stream = Stream::non_blocking().unwrap();
+/// let weights = DeviceBuffer::from_slice(&[1u32; 16]).unwrap();
+/// let mut host = vec![0u32; 16];
+/// let (graph, slot) = stream
+///     .capture_with(CaptureMode::ThreadLocal, |s| s.copy_to_host_slot(&mut host, weights.as_slice()))
+///     .unwrap();
+/// let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+/// let out = exec.host(&slot).unwrap();
+/// exec.launch(&stream).unwrap(); // error: `exec` is borrowed by `out`
+/// println!("{}", out[0]);
+/// ```
+#[derive(Debug)]
+pub struct GraphExec<'env> {
+    raw: graphs::cudaGraphExec_t,
+    device: Device,
+    slots: Vec<SlotRecord>,
+    _env: PhantomData<&'env mut ()>,
+}
+
+// SAFETY: the executable graph is used by one thread at a time (launches and updates take
+// `&mut self`; graph objects are not thread-safe, moving one is); the slot records stand for
+// exclusive borrows of `Send` host slices.
+unsafe impl Send for GraphExec<'_> {}
+
+impl<'env> Graph<'env> {
+    /// Instantiates the graph (`cudaGraphInstantiateWithFlags`). The graph is consumed: the
+    /// executable graph takes over its borrows, and the host slots it lends back are then
+    /// reachable through one executable graph only.
+    pub fn instantiate(self, flags: GraphFlags) -> Result<GraphExec<'env>> {
+        // SAFETY: the graph handle is live (owned by `self`).
+        let raw = unsafe { graphs::instantiate(self.raw, flags.bits()) }?;
+        let mut graph = self;
+        let slots = std::mem::take(&mut graph.slots);
+        Ok(GraphExec { raw, device: graph.device, slots, _env: PhantomData })
+    }
+}
+
+/// Queues launches of one executable graph on one stream, inside [`GraphExec::run`].
+#[derive(Debug)]
+pub struct Launches<'a> {
+    exec: graphs::cudaGraphExec_t,
+    stream: &'a Stream,
+}
+
+impl Launches<'_> {
+    /// Queues one launch (`cudaGraphLaunch`); it runs after the work queued on the stream so far
+    /// and after earlier launches of the same graph.
+    #[inline]
+    pub fn launch(&self) -> Result<()> {
+        let call = self.stream.call()?;
+        // SAFETY: the executable graph is live for the borrow this value holds; `run` waits for
+        // the stream before that borrow, and the borrows of 'env, can end.
+        unsafe { graphs::launch(self.exec, call.as_raw()) }
+    }
+
+    /// The stream the launches are queued on.
+    pub fn stream(&self) -> &Stream {
+        self.stream
+    }
+}
+
+/// Waits for the stream if `run`'s closure unwinds, so the borrows never end with a launch
+/// pending.
+struct SyncOnUnwind<'a>(&'a Stream);
+
+impl Drop for SyncOnUnwind<'_> {
+    fn drop(&mut self) {
+        // An error here is consumed by `synchronize` (it goes through `check`).
+        let _ = self.0.synchronize();
+    }
+}
+
+impl<'env> GraphExec<'env> {
+    /// Launches the graph once on `stream` and waits for it (`cudaGraphLaunch`,
+    /// `cudaStreamSynchronize`).
+    pub fn launch(&mut self, stream: &Stream) -> Result<()> {
+        self.run(stream, |launches| launches.launch())
+    }
+
+    /// Runs `f`, which queues launches on `stream` through [`Launches::launch`], then waits for
+    /// the stream (also if `f` panics): launches overlap with the CPU work `f` does between them.
+    /// One `Result` comes back, `f`'s error first (as [`Stream::try_scope`]).
+    pub fn run<T>(&mut self, stream: &Stream, f: impl FnOnce(&Launches<'_>) -> Result<T>) -> Result<T> {
+        if stream.device() != self.device {
+            let kind = ErrorKind::InvalidArgument("a graph is launched on a stream of the device it was captured on");
+            return Err(CudaError::new(kind, format!("launching a graph of {} on {stream:?}", self.device)));
+        }
+        let launches = Launches { exec: self.raw, stream };
+        let guard = SyncOnUnwind(stream);
+        let value = f(&launches);
+        std::mem::forget(guard);
+        merge(value, stream.synchronize())
+    }
+
+    /// Updates the executable graph in place to `graph`'s parameters (`cudaGraphExecUpdate`):
+    /// same topology, new addresses or kernel arguments. The executable graph keeps the borrows
+    /// of both graphs, and `graph`'s host slots become reachable through it. A refusal is
+    /// [`ErrorKind::GraphUpdateRefused`] with the runtime's reason, and leaves the executable
+    /// graph as it was.
+    pub fn update(&mut self, graph: Graph<'env>) -> Result<()> {
+        // SAFETY: both handles are live; `&mut self` excludes a concurrent launch, and no launch
+        // is pending (every launch is waited for before its call returns).
+        let (status, result) = unsafe { graphs::exec_update(self.raw, graph.raw) };
+        if result != graphs::cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess {
+            let kind = ErrorKind::GraphUpdateRefused(UpdateRefusal::from_raw(result));
+            let err = CudaError::new(kind, "cudaGraphExecUpdate");
+            return Err(match status {
+                Err(status) if status.code() != Some(crate::ErrorCode::GRAPH_EXEC_UPDATE_FAILURE) => {
+                    err.with_later(status)
+                }
+                _ => err,
+            });
+        }
+        status?;
+        let mut graph = graph;
+        self.slots.append(&mut graph.slots);
+        Ok(())
+    }
+
+    /// The host slice behind `slot`, as the last launch left it.
+    pub fn host<T: Pod>(&self, slot: &HostSlot<T>) -> Result<&[T]> {
+        let (ptr, len) = SlotRecord::find(&self.slots, slot)?;
+        // SAFETY: the record stands for an exclusive borrow of `len` elements of T for 'env,
+        // which `self` holds; no launch is pending (each is waited for before its call returns)
+        // and none can start while this shared borrow of `self` lives.
+        Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+    }
+
+    /// The host slice behind `slot`, to fill before the next launch.
+    pub fn host_mut<T: Pod>(&mut self, slot: &HostSlot<T>) -> Result<&mut [T]> {
+        let (ptr, len) = SlotRecord::find(&self.slots, slot)?;
+        // SAFETY: as in `host`; `&mut self` makes this the only reference to the slice.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
+
+    /// The device the graph was captured on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The raw handle, valid while `self` lives, for other CUDA code (whose launches of it are
+    /// that code's to order before the borrows end).
+    pub fn as_raw(&self) -> graphs::cudaGraphExec_t {
+        self.raw
+    }
+}
+
+impl Drop for GraphExec<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle; no launch is pending (each call that launches waits), and a
+        // launch still running would be completed before the runtime frees the graph.
+        raw::quiet(unsafe { graphs::exec_destroy(self.raw) });
+    }
+}

@@ -1,0 +1,42 @@
+//! CUDA graphs whose memory stays safe: [`Stream::capture`](crate::Stream::capture) records the
+//! work queued through a [`CaptureScope`] into a [`Graph`], which becomes a [`GraphExec`] that can
+//! be launched again and again.
+//!
+//! Everything the captured work borrows (device views, host slices) is borrowed for `'env`, the
+//! lifetime parameter of [`Graph`] and [`GraphExec`]: it can be neither dropped nor mutated while
+//! the graph or the executable graph lives. Launches wait for their stream before the call that
+//! queued them returns ([`GraphExec::launch`], [`GraphExec::run`]), so no launch is pending when
+//! those borrows end, even if the executable graph is forgotten. Memory the graph itself owns
+//! (temporaries allocated in the capture) is reached only through views whose stream refuses
+//! every use once the capture has ended. docs/soundness.md gives the argument in full.
+//!
+//! ```no_run
+//! # fn main() -> cuda_mem::Result<()> {
+//! use cuda_mem::{CaptureMode, DeviceBuffer, GraphFlags, PinnedBuffer, Stream};
+//! let stream = Stream::non_blocking()?;
+//! let weights = DeviceBuffer::from_slice(&[2.0f32; 256])?;
+//! // Pinned host memory: captured copies from pageable memory are not supported by the runtime.
+//! let mut input = PinnedBuffer::<f32>::zeroed(256)?;
+//! let mut output = PinnedBuffer::<f32>::zeroed(256)?;
+//! let (graph, (input_slot, output_slot)) = stream.capture_with(CaptureMode::ThreadLocal, |s| {
+//!     let mut tmp = s.temporary::<f32>(256)?; // graph memory, freed at the end of the graph
+//!     let input_slot = s.copy_from_host_slot(&mut tmp, &mut input)?;
+//!     let output_slot = s.copy_to_host_slot(&mut output, weights.as_slice())?;
+//!     Ok((input_slot, output_slot))
+//! })?;
+//! let mut exec = graph.instantiate(GraphFlags::empty())?;
+//! exec.host_mut(&input_slot)?.fill(3.0); // the next launch reads 3.0
+//! exec.launch(&stream)?; // returns once the launch has completed
+//! assert_eq!(exec.host(&output_slot)?[0], 2.0);
+//! # Ok(()) }
+//! ```
+
+mod capture;
+mod exec;
+mod memory;
+mod slots;
+
+pub use capture::{CaptureMode, CaptureScope, Graph};
+pub use exec::{GraphExec, GraphFlags, Launches, UpdateRefusal};
+pub use memory::GraphMemStats;
+pub use slots::HostSlot;

@@ -1,0 +1,259 @@
+//! GPU tests of CUDA graphs: capture, launch, update, graph memory, failure paths. Ignored where
+//! no GPU exists. The compile-time half (borrows held by graphs) is the compile-fail doc tests
+//! on `Graph` and `GraphExec`.
+
+mod common;
+
+use common::{KIB, assert_same, pattern};
+use cuda_mem::*;
+
+fn pinned_from(data: &[u32]) -> PinnedBuffer<u32> {
+    PinnedBuffer::from_slice(data, HostAllocFlags::empty()).unwrap()
+}
+
+/// Input slot -> device -> output slot; every launch sees the input written before it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_capture_launch_and_verify_with_new_input_each_launch() {
+    let stream = Stream::non_blocking().unwrap();
+    let mut device = DeviceBuffer::<u32>::zeroed(64 * KIB).unwrap();
+    let mut input = PinnedBuffer::<u32>::zeroed(device.len()).unwrap();
+    let mut output = PinnedBuffer::<u32>::zeroed(device.len()).unwrap();
+    let mut view = device.as_mut_slice();
+    let (graph, (inp, out)) = stream
+        .capture_with(CaptureMode::ThreadLocal, |s| {
+            let inp = s.copy_from_host_slot(&mut view, &mut input)?;
+            let out = s.copy_to_host_slot(&mut output, &view)?;
+            Ok((inp, out))
+        })
+        .unwrap();
+    assert!(!stream.is_capturing().unwrap());
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    for round in 0..8 {
+        let want = pattern(64 * KIB, round);
+        exec.host_mut(&inp).unwrap().copy_from_slice(&want);
+        exec.launch(&stream).unwrap();
+        assert_same(exec.host(&out).unwrap(), &want);
+    }
+    drop(exec);
+    assert_eq!(device.to_vec().unwrap(), pattern(64 * KIB, 7), "the last launch's data stays");
+}
+
+/// Many launches queued in one `run`, each adding one step of a chain of copies.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_run_queues_many_launches_and_waits_once() {
+    let stream = Stream::non_blocking().unwrap();
+    let source = DeviceBuffer::from_slice(&pattern(4096, 9)).unwrap();
+    let mut target = DeviceBuffer::<u32>::zeroed(4096).unwrap();
+    let mut view = target.as_mut_slice();
+    let graph = stream.capture(CaptureMode::Global, |s| s.copy_from_device(&mut view, source.as_slice())).unwrap();
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    let launched = exec
+        .run(&stream, |l| {
+            for _ in 0..1000 {
+                l.launch()?;
+            }
+            Ok(1000)
+        })
+        .unwrap();
+    assert_eq!(launched, 1000);
+    drop(exec);
+    assert_same(&target.to_vec().unwrap(), &pattern(4096, 9));
+}
+
+/// `update` to a graph of the same shape reads the new source; another shape is refused with
+/// the runtime's reason and the executable graph keeps working.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_update_swaps_parameters_and_refusals_are_typed() {
+    let stream = Stream::non_blocking().unwrap();
+    let mut scratch = DeviceBuffer::<u32>::zeroed(1024).unwrap();
+    let a = DeviceBuffer::from_slice(&pattern(1024, 1)).unwrap();
+    let b = DeviceBuffer::from_slice(&pattern(1024, 2)).unwrap();
+    let mut out_a = PinnedBuffer::<u32>::zeroed(1024).unwrap();
+    let mut out_b = PinnedBuffer::<u32>::zeroed(1024).unwrap();
+    let mut out_c = PinnedBuffer::<u32>::zeroed(1024).unwrap();
+    let (graph, slot_a) =
+        stream.capture_with(CaptureMode::ThreadLocal, |s| s.copy_to_host_slot(&mut out_a, a.as_slice())).unwrap();
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    exec.launch(&stream).unwrap();
+    assert_same(exec.host(&slot_a).unwrap(), &pattern(1024, 1));
+
+    let (graph_b, slot_b) =
+        stream.capture_with(CaptureMode::ThreadLocal, |s| s.copy_to_host_slot(&mut out_b, b.as_slice())).unwrap();
+    exec.update(graph_b).unwrap();
+    exec.launch(&stream).unwrap();
+    assert_same(exec.host(&slot_b).unwrap(), &pattern(1024, 2));
+
+    let mut scratch_view = scratch.as_mut_slice();
+    let other_shape = stream
+        .capture(CaptureMode::ThreadLocal, |s| {
+            s.copy_from_device(&mut scratch_view, a.as_slice())?;
+            s.copy_to_host(&mut out_c, &scratch_view)
+        })
+        .unwrap();
+    let err = exec.update(other_shape).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::GraphUpdateRefused(_)), "{err}");
+    exec.host_mut(&slot_b).unwrap().fill(0);
+    exec.launch(&stream).unwrap();
+    assert_same(exec.host(&slot_b).unwrap(), &pattern(1024, 2));
+}
+
+/// Temporaries are graph memory: data flows through them, their address is the same at every
+/// launch, and a view that escapes the capture is refused.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_temporaries_are_graph_memory_and_escaped_views_are_refused() {
+    let stream = Stream::non_blocking().unwrap();
+    let mut input = pinned_from(&pattern(8192, 5));
+    let mut output = PinnedBuffer::<u32>::zeroed(8192).unwrap();
+    let (graph, (escaped, out)) = stream
+        .capture_with(CaptureMode::ThreadLocal, |s| {
+            let mut first = s.temporary::<u32>(8192)?;
+            let mut second = s.temporary::<u32>(8192)?;
+            s.copy_from_host(&mut first, &input)?;
+            s.copy_from_device(&mut second, &first)?;
+            let out = s.copy_to_host_slot(&mut output, &second)?;
+            Ok((second, out))
+        })
+        .unwrap();
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    for _ in 0..3 {
+        exec.host_mut(&out).unwrap().fill(0);
+        exec.launch(&stream).unwrap();
+        assert_same(exec.host(&out).unwrap(), &pattern(8192, 5));
+    }
+    let err = escaped.to_vec().unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    let mut host = vec![0u32; 8192];
+    let err = stream.try_scope(|s| s.copy_to_host(&mut host, &escaped)).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    drop(exec);
+    input.fill(0); // the borrows end with the executable graph
+}
+
+/// A `StreamBuffer` allocated and freed inside the capture is an allocation and a free node:
+/// the graph runs, and the stream is an ordinary stream again afterwards.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_stream_buffers_allocated_and_freed_in_a_capture_become_memory_nodes() {
+    let stream = Stream::non_blocking().unwrap();
+    let graph = stream
+        .capture(CaptureMode::ThreadLocal, |s| {
+            let mut buffer = StreamBuffer::<u32>::zeroed(s.stream(), 1 << 20)?;
+            buffer.set_bytes_async(0x11)?;
+            buffer.free()
+        })
+        .unwrap();
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    for _ in 0..4 {
+        exec.launch(&stream).unwrap();
+    }
+    let eager = StreamBuffer::<u32>::zeroed(&stream, 16).unwrap();
+    assert_eq!(eager.as_slice().to_vec().unwrap(), vec![0; 16]);
+}
+
+/// A synchronize inside a capture is the runtime's typed error; the capture fails, nothing
+/// leaks, and the stream can be used and captured again.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_synchronize_inside_a_capture_is_a_typed_error_and_the_stream_recovers() {
+    let stream = Stream::non_blocking().unwrap();
+    let err = stream.capture(CaptureMode::ThreadLocal, |s| s.stream().synchronize()).unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::STREAM_CAPTURE_UNSUPPORTED), "{err}");
+    assert!(!stream.is_capturing().unwrap());
+    let err = stream.capture(CaptureMode::ThreadLocal, |_| stream.synchronize()).unwrap_err();
+    assert!(err.code().is_some(), "{err}");
+    assert!(!stream.is_capturing().unwrap());
+    stream_still_works(&stream);
+}
+
+/// A closure that fails or panics ends the capture and destroys the partial graph.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_failed_and_panicking_captures_end_the_capture() {
+    let stream = Stream::non_blocking().unwrap();
+    let mut device = DeviceBuffer::<u32>::zeroed(256).unwrap();
+    let mut view = device.as_mut_slice();
+    let mine = CudaError::new(ErrorKind::InvalidArgument("mine"), "test");
+    let err = stream
+        .capture(CaptureMode::Global, |s| {
+            s.set_bytes(&mut view, 1)?;
+            s.temporary::<u8>(4096)?;
+            assert!(stream.capture_id().unwrap().is_some());
+            Err(mine.clone())
+        })
+        .unwrap_err();
+    assert_eq!(err, mine);
+    assert!(!stream.is_capturing().unwrap());
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = stream.capture(CaptureMode::Global, |s| -> Result<()> {
+            s.temporary::<u8>(4096)?;
+            panic!("inside the capture")
+        });
+    }));
+    assert!(panicked.is_err());
+    assert!(!stream.is_capturing().unwrap());
+    assert_eq!(stream.capture_id().unwrap(), None);
+    stream_still_works(&stream);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_builtin_streams_are_not_captured_and_slots_of_other_graphs_are_refused() {
+    let legacy = Stream::legacy_default().unwrap();
+    let err = legacy.capture(CaptureMode::Global, |_| Ok(())).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    let stream = Stream::non_blocking().unwrap();
+    let src = DeviceBuffer::from_slice(&[1u32; 8]).unwrap();
+    let (mut one, mut two) = (PinnedBuffer::<u32>::zeroed(8).unwrap(), PinnedBuffer::<u32>::zeroed(8).unwrap());
+    let (g1, _) = stream.capture_with(CaptureMode::Global, |s| s.copy_to_host_slot(&mut one, src.as_slice())).unwrap();
+    let (_g2, s2) =
+        stream.capture_with(CaptureMode::Global, |s| s.copy_to_host_slot(&mut two, src.as_slice())).unwrap();
+    let exec = g1.instantiate(GraphFlags::empty()).unwrap();
+    let err = exec.host(&s2).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+}
+
+/// Graph memory shows in the device's figures while an executable graph holds it, stays flat
+/// over launches, and goes back to the system on trim once the executable graph is gone.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_alone_graph_memory_figures_follow_temporaries_and_trim() {
+    let device = Device::current().unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    device.graph_mem_trim().unwrap();
+    device.reset_graph_mem_peaks().unwrap();
+    let bytes = 3 << 20;
+    let graph = stream
+        .capture(CaptureMode::ThreadLocal, |s| {
+            let mut t = s.temporary::<u8>(bytes)?;
+            s.set_bytes(&mut t, 3)
+        })
+        .unwrap();
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    exec.launch(&stream).unwrap();
+    let first = device.graph_mem_stats().unwrap();
+    assert!(first.reserved.current >= bytes, "{first:?}");
+    assert!(first.used.peak >= bytes, "{first:?}");
+    exec.run(&stream, |l| (0..100).try_for_each(|_| l.launch())).unwrap();
+    let later = device.graph_mem_stats().unwrap();
+    assert_eq!(later.reserved.current, first.reserved.current, "flat over launches");
+    assert_eq!(later.reserved.peak, first.reserved.peak);
+    drop(exec);
+    device.graph_mem_trim().unwrap();
+    let trimmed = device.graph_mem_stats().unwrap();
+    assert!(trimmed.reserved.current < first.reserved.current, "{trimmed:?} after {first:?}");
+}
+
+fn stream_still_works(stream: &Stream) {
+    let mut device = DeviceBuffer::<u32>::zeroed(512).unwrap();
+    let mut back = vec![0u32; 512];
+    let want = pattern(512, 4);
+    let mut view = device.as_mut_slice();
+    stream.try_scope(|s| s.copy_from_host(&mut view, &want).and_then(|()| s.copy_to_host(&mut back, &view))).unwrap();
+    assert_same(&back, &want);
+    let graph = stream.capture(CaptureMode::ThreadLocal, |s| s.set_bytes(&mut view, 0)).unwrap();
+    graph.instantiate(GraphFlags::empty()).unwrap().launch(stream).unwrap();
+}
