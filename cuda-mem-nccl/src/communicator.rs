@@ -137,9 +137,8 @@ impl Communicator {
     /// `ncclCommCount`): (device ordinal, rank, ranks).
     pub fn query(&self) -> Result<(usize, usize, usize)> {
         // SAFETY: a live communicator; `&self` on a `!Sync` value: no other thread uses it.
-        let (device, rank, ranks) = unsafe {
-            (raw::comm_cu_device(self.raw)?, raw::comm_user_rank(self.raw)?, raw::comm_count(self.raw)?)
-        };
+        let (device, rank, ranks) =
+            unsafe { (raw::comm_cu_device(self.raw)?, raw::comm_user_rank(self.raw)?, raw::comm_count(self.raw)?) };
         Ok((device.max(0) as usize, rank.max(0) as usize, ranks.max(0) as usize))
     }
 
@@ -320,39 +319,42 @@ impl Clique {
             return Ok(());
         }
         let _restore = RestoreDevice(Device::current()?);
-        // SAFETY (each call): live communicators, used by this thread only (`&mut self`).
-        let healthy: Result<()> =
-            live.iter().try_for_each(|&i| unsafe { raw::comm_async_error(self.comms[i].raw) });
-        let finalized = healthy.and_then(|()| {
-            raw::group_start()?;
-            let queued = live.iter().try_for_each(|&i| {
-                // SAFETY: as above.
-                unsafe { raw::comm_finalize(self.comms[i].raw) }
-            });
-            let ended = raw::group_end();
-            queued.and(ended)
-        });
+        let mut finalized = Ok(());
         for &i in &live {
-            self.comms[i].state = State::Finalized;
+            // SAFETY: a live communicator, used by this thread only (`&mut self`).
+            finalized = chain(finalized, unsafe { raw::comm_async_error(self.comms[i].raw) });
         }
-        if finalized.is_err() {
-            let aborted = live.iter().fold(Ok(()), |done, &i| {
-                let comm = &mut self.comms[i];
+        if finalized.is_ok() {
+            finalized = raw::group_start();
+        }
+        if finalized.is_ok() {
+            for &i in &live {
+                // SAFETY: as above.
+                finalized = chain(finalized, unsafe { raw::comm_finalize(self.comms[i].raw) });
+            }
+            finalized = chain(finalized, raw::group_end());
+        }
+        for &i in &live {
+            let comm = &mut self.comms[i];
+            if finalized.is_ok() {
+                comm.state = State::Finalized;
+            } else {
                 comm.state = State::Released;
                 // SAFETY: as above; released once (its state now says so).
-                chain(done, unsafe { raw::comm_abort(comm.raw) })
-            });
-            return chain(finalized, aborted);
+                finalized = chain(finalized, unsafe { raw::comm_abort(comm.raw) });
+            }
         }
-        Ok(())
+        finalized
     }
 
     /// Finalizes and destroys every rank now, reporting what failed (dropping does the same
     /// quietly).
     pub fn destroy(mut self) -> Result<()> {
-        let finalized = self.finalize_together();
-        let destroyed = self.comms.iter_mut().fold(Ok(()), |done, comm| chain(done, comm.release()));
-        chain(finalized, destroyed)
+        let mut outcome = self.finalize_together();
+        for comm in &mut self.comms {
+            outcome = chain(outcome, comm.release());
+        }
+        outcome
     }
 }
 
@@ -376,6 +378,28 @@ mod tests {
             assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
             assert!(err.operation().contains(&format!("rank {rank} of {ranks}")), "{err}");
         }
+    }
+
+    /// NCCL's own failure (here an unknown data type, refused by its argument checks before
+    /// anything is queued) comes back as its status with its words.
+    #[test]
+    #[ignore = "needs a CUDA GPU and libnccl"]
+    fn gpu_nccl_failures_carry_its_status_and_words() {
+        use crate::status::NcclStatus;
+        let device = Device::new(0).unwrap();
+        let comm = Communicator::init_rank(device, 1, &UniqueId::new().unwrap(), 0).unwrap();
+        let stream = Stream::on_device(device).unwrap();
+        let mut buffer = cuda_mem::DeviceBuffer::<u32>::zeroed(16).unwrap();
+        let ptr = buffer.as_mut_slice().as_device_ptr().cast::<c_void>();
+        let _device = CurrentDevice::set(device).unwrap();
+        // SAFETY: 16 live u32; NCCL refuses the data type before queuing anything.
+        let err =
+            unsafe { raw::all_reduce(ptr, ptr, 16, 99, 0, comm.as_raw(), stream.checked_raw().unwrap()) }.unwrap_err();
+        assert_eq!(NcclStatus::of(&err), Some(NcclStatus::InvalidArgument), "{err}");
+        let text = err.to_string();
+        assert!(text.starts_with("ncclAllReduce of 16 elements failed: NCCL error 4: ncclInvalidArgument"), "{text}");
+        stream.synchronize().unwrap();
+        comm.destroy().unwrap();
     }
 
     #[test]

@@ -115,10 +115,18 @@ impl<'a> Group<'a> {
     /// Launches every recorded collective in one group call and waits for every stream used
     /// (also when a launch failed: what was launched completes before the borrows end).
     pub fn run(self) -> Result<()> {
-        if self.ops.is_empty() {
+        self.run_repeated(1)
+    }
+
+    /// [`Group::run`] with the recorded collectives launched `times` times, one group call after
+    /// the other (in-place all-reduces then reduce the previous results), and one wait at the
+    /// end: what a benchmark or a loop of steps on the same buffers queues without a host wait
+    /// in between.
+    pub fn run_repeated(self, times: usize) -> Result<()> {
+        if self.ops.is_empty() || times == 0 {
             return Ok(());
         }
-        let launched = launch(&self.ops);
+        let launched = (0..times).try_for_each(|_| launch(&self.ops));
         let mut streams: Vec<&Stream> = Vec::new();
         let mut waited = Ok(());
         for op in &self.ops {

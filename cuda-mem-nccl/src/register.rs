@@ -19,9 +19,9 @@ pub(crate) mod sealed {
     /// Device memory owned by value, at an address that does not change while the owner moves.
     pub trait Owner {
         type Elem: Pod;
-        fn memory_device(&self) -> Device;
-        fn view(&self) -> DeviceSlice<'_, Self::Elem>;
-        fn view_mut(&mut self) -> DeviceSliceMut<'_, Self::Elem>;
+        fn owner_device(&self) -> Device;
+        fn owner_view(&self) -> DeviceSlice<'_, Self::Elem>;
+        fn owner_view_mut(&mut self) -> DeviceSliceMut<'_, Self::Elem>;
     }
 }
 
@@ -32,13 +32,13 @@ pub trait Registrable: sealed::Owner {}
 
 impl<T: Pod> sealed::Owner for DeviceBuffer<T> {
     type Elem = T;
-    fn memory_device(&self) -> Device {
+    fn owner_device(&self) -> Device {
         self.device()
     }
-    fn view(&self) -> DeviceSlice<'_, T> {
+    fn owner_view(&self) -> DeviceSlice<'_, T> {
         self.as_slice()
     }
-    fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
+    fn owner_view_mut(&mut self) -> DeviceSliceMut<'_, T> {
         self.as_mut_slice()
     }
 }
@@ -46,13 +46,13 @@ impl<T: Pod> Registrable for DeviceBuffer<T> {}
 
 impl<T: Pod> sealed::Owner for StreamBuffer<'_, T> {
     type Elem = T;
-    fn memory_device(&self) -> Device {
+    fn owner_device(&self) -> Device {
         self.pool().device()
     }
-    fn view(&self) -> DeviceSlice<'_, T> {
+    fn owner_view(&self) -> DeviceSlice<'_, T> {
         self.as_slice()
     }
-    fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
+    fn owner_view_mut(&mut self) -> DeviceSliceMut<'_, T> {
         self.as_mut_slice()
     }
 }
@@ -60,14 +60,14 @@ impl<T: Pod> Registrable for StreamBuffer<'_, T> {}
 
 impl<T: Pod> sealed::Owner for CachedBuffer<'_, T> {
     type Elem = T;
-    fn memory_device(&self) -> Device {
+    fn owner_device(&self) -> Device {
         // A cache hands out blocks of its device only, for streams of that device.
         self.stream().device()
     }
-    fn view(&self) -> DeviceSlice<'_, T> {
+    fn owner_view(&self) -> DeviceSlice<'_, T> {
         self.as_slice()
     }
-    fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
+    fn owner_view_mut(&mut self) -> DeviceSliceMut<'_, T> {
         self.as_mut_slice()
     }
 }
@@ -106,8 +106,8 @@ impl<B> From<RegisterError<B>> for CudaError {
 impl<B: Registrable> fmt::Debug for Registered<'_, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registered")
-            .field("ptr", &self.buffer.view().as_device_ptr())
-            .field("len", &self.buffer.view().len())
+            .field("ptr", &self.buffer.owner_view().as_device_ptr())
+            .field("len", &self.buffer.owner_view().len())
             .field("comm", self.comm)
             .finish()
     }
@@ -125,10 +125,14 @@ impl Communicator {
     /// registration ([`ErrorKind::Library`](cuda_mem::ErrorKind::Library) without a code) or
     /// refuses it.
     pub fn register<B: Registrable>(&self, buffer: B) -> Result<Registered<'_, B>, RegisterError<B>> {
-        let view = buffer.view();
+        let view = buffer.owner_view();
         let (ptr, bytes) = (view.as_device_ptr().cast_mut().cast::<c_void>(), view.size_bytes());
-        if buffer.memory_device() != self.device() {
-            let operation = format!("ncclCommRegister of memory of {} with a communicator of {}", buffer.memory_device(), self.device());
+        if buffer.owner_device() != self.device() {
+            let operation = format!(
+                "ncclCommRegister of memory of {} with a communicator of {}",
+                buffer.owner_device(),
+                self.device()
+            );
             let error = invalid("the buffer lives on another device than the communicator", operation);
             return Err(RegisterError { error, buffer });
         }
@@ -153,12 +157,12 @@ impl Communicator {
 impl<'c, B: Registrable> Registered<'c, B> {
     /// A shared view of the buffer.
     pub fn as_slice(&self) -> DeviceSlice<'_, B::Elem> {
-        self.buffer.view()
+        self.buffer.owner_view()
     }
 
     /// An exclusive view of the buffer.
     pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, B::Elem> {
-        self.buffer.view_mut()
+        self.buffer.owner_view_mut()
     }
 
     /// The buffer, for reading its properties (its stream, its device).

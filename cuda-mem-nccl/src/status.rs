@@ -161,11 +161,10 @@ mod tests {
         );
         assert_eq!(NcclStatus::of(&err), Some(NcclStatus::InvalidUsage));
         assert!(!is_unavailable(&err));
-        assert_eq!(
-            err.to_string(),
-            "ncclAllReduce of 4 elements failed: NCCL error 5: ncclInvalidUsage: invalid usage (run with \
-             NCCL_DEBUG=WARN for details); NCCL's last error: ncclAllReduce: count mismatch"
-        );
+        let words = "invalid usage (run with NCCL_DEBUG=WARN for details)";
+        let last = "NCCL's last error: ncclAllReduce: count mismatch";
+        let want = format!("ncclAllReduce of 4 elements failed: NCCL error 5: ncclInvalidUsage: {words}; {last}");
+        assert_eq!(err.to_string(), want);
         // A last error equal to the string, or empty, is not repeated.
         let err = error(3, "internal error", "internal error", "ncclCommInitRank".into());
         assert_eq!(err.to_string(), "ncclCommInitRank failed: NCCL error 3: ncclInternalError: internal error");

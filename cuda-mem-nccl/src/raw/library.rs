@@ -22,8 +22,7 @@ type CommQuery = unsafe extern "C" fn(Comm, *mut c_int) -> Status;
 type CommAsyncError = unsafe extern "C" fn(Comm, *mut Status) -> Status;
 type GetErrorString = unsafe extern "C" fn(Status) -> *const c_char;
 type GetLastError = unsafe extern "C" fn(Comm) -> *const c_char;
-type AllReduce =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, cudaStream_t) -> Status;
+type AllReduce = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, cudaStream_t) -> Status;
 type Group = unsafe extern "C" fn() -> Status;
 type CommRegister = unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void) -> Status;
 type CommDeregister = unsafe extern "C" fn(Comm, *mut c_void) -> Status;
@@ -145,7 +144,9 @@ unsafe fn symbol<F: Copy>(library: &libloading::Library, file: &str, name: &str)
     // stays loaded (it moves into the same `Nccl`).
     match unsafe { library.get::<F>(name) } {
         Ok(function) => Ok(*function),
-        Err(err) => Err(format!("{file} has no {name}: not NCCL, or NCCL older than 2.14 ({})", loader_words(file, &err))),
+        Err(err) => {
+            Err(format!("{file} has no {name}: not NCCL, or NCCL older than 2.14 ({})", loader_words(file, &err)))
+        }
     }
 }
 
