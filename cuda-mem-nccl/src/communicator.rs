@@ -45,6 +45,13 @@ enum State {
 /// stream.try_scope(|s| comm.all_reduce_in_place(s, &mut view, ReduceOp::Sum))?;
 /// # Ok(()) }
 /// ```
+///
+/// Two threads cannot share one (NCCL's calls on a communicator are not thread-safe):
+///
+/// ```compile_fail,E0277
+/// fn shared<T: Sync>() {}
+/// shared::<cuda_mem_nccl::Communicator>();
+/// ```
 pub struct Communicator {
     raw: Comm,
     device: Device,

@@ -39,6 +39,19 @@ use std::marker::PhantomData;
 /// group.run()?;
 /// # Ok(()) }
 /// ```
+///
+/// A view recorded in a group stays lent to it until `run`:
+///
+/// ```compile_fail,E0499
+/// use cuda_mem_nccl::{Communicator, Group, ReduceOp};
+/// fn step(comm: &Communicator, stream: &cuda_mem::Stream, grads: &mut cuda_mem::DeviceBuffer<f32>) -> cuda_mem::Result<()> {
+///     let mut view = grads.as_mut_slice();
+///     let mut group = Group::new();
+///     group.all_reduce_in_place(comm, stream, &mut view, ReduceOp::Sum)?;
+///     view.set_bytes(0)?; // error: `view` is still lent to the group
+///     group.run()
+/// }
+/// ```
 #[derive(Debug, Default)]
 pub struct Group<'a> {
     ops: Vec<Queued<'a>>,
