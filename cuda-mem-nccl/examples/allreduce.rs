@@ -326,7 +326,10 @@ fn threads(args: &Args) -> Result<(), Error> {
 
 /// A rank process of `--mode procs`: prints `rank R SOURCE in|out REGISTERED SECONDS` lines.
 fn rank_process(args: &Args, rank: usize, ranks: usize, id: &str) -> Result<(), Error> {
-    let comm = Communicator::init_rank(Device::new(rank)?, ranks, &UniqueId::from_hex(id)?, rank)?;
+    let device = Device::new(rank)?;
+    // This process works on its rank's device only (blocking copies use the current one).
+    device.set_current()?;
+    let comm = Communicator::init_rank(device, ranks, &UniqueId::from_hex(id)?, rank)?;
     let timings = run_ranks(&[&comm], ranks, rank, args)?;
     for t in &timings {
         println!("rank {rank} {} {} {} {:e}", t.source, if t.in_place { "in" } else { "out" }, t.registered, t.seconds);

@@ -265,6 +265,7 @@ fn gpu2_one_thread_per_gpu_scopes_of_a_clique_and_registered_buffers() {
         for (rank, comm) in clique.comms_mut().iter_mut().enumerate() {
             let device = devices[rank];
             threads.spawn(move || {
+                device.set_current().unwrap();
                 let stream = Stream::on_device(device).unwrap();
                 let pool = MemPool::new(PoolProps::new(device)).unwrap();
                 let cache = DeviceCache::new(device).unwrap();
@@ -336,6 +337,7 @@ fn gpu2_one_process_per_gpu_sums_pool_and_registered_cache_buffers() {
 
 fn rank_process(rank: usize, id: &UniqueId) {
     let device = Device::new(rank).unwrap();
+    device.set_current().unwrap();
     let comm = Communicator::init_rank(device, 2, id, rank).unwrap();
     assert_eq!(comm.query().unwrap(), (rank, rank, 2));
     let stream = Stream::on_device(device).unwrap();
