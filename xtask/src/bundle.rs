@@ -272,7 +272,7 @@ case "${1:-}" in
     example snapshot_dump
     [ "$gpus" -ge 2 ] && example peer_bandwidth
     # NCCL all-reduce over every GPU, both ways (one rank on a one-GPU host); needs libnccl.
-    if [ -n "${CUDA_MEM_NCCL_LIB:-}" ] || ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+    if [ -n "${CUDA_MEM_NCCL_LIB:-}" ] || { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnccl\.so\.2'; then
       example allreduce --mode procs
       example allreduce --mode threads
     else
