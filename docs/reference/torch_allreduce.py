@@ -82,7 +82,8 @@ def main():
     nbytes = (args.mib << 20) // 4 * 4
     algbw = nbytes / seconds / 1e9
     busbw = algbw * 2 * (ranks - 1) / ranks if ranks > 1 else None
-    version = ".".join(str(v) for v in torch.cuda.nccl.version())
+    version = torch.cuda.nccl.version()  # a tuple in recent PyTorch, an int code in older ones
+    version = ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
     row = {
         "tool": "torch", "mode": "procs", "ranks": ranks, "source": "torch", "registered": False,
         "placement": "in-place", "bytes": nbytes, "iters": args.iters, "time_us": round(seconds * 1e6, 1),
