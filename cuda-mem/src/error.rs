@@ -84,6 +84,18 @@ pub enum ErrorKind {
     InvalidArgument(&'static str),
     /// The runtime refused to update an executable graph (`cudaGraphExecUpdate`), for this reason.
     GraphUpdateRefused(crate::UpdateRefusal),
+    /// A library reached at run time (NCCL, through `cuda-mem-nccl`) returned an error, or could
+    /// not be loaded.
+    Library {
+        /// The library, e.g. "NCCL".
+        name: &'static str,
+        /// Its status code (for NCCL an `ncclResult_t`); `None` when the library or one of its
+        /// functions could not be loaded.
+        code: Option<i32>,
+        /// The library's own words (for NCCL its error string and last error), or the loader's
+        /// and what to do about it.
+        message: String,
+    },
 }
 
 /// The figures of an out-of-memory error, each present when it could be read.
@@ -262,6 +274,8 @@ impl fmt::Display for CudaError {
             ErrorKind::Unsupported(what) => write!(f, "not supported: {what}")?,
             ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}")?,
             ErrorKind::GraphUpdateRefused(why) => write!(f, "the runtime refused the update: {why}")?,
+            ErrorKind::Library { name, code: Some(code), message } => write!(f, "{name} error {code}: {message}")?,
+            ErrorKind::Library { name, code: None, message } => write!(f, "{name} unavailable: {message}")?,
         }
         if self.is_sticky() {
             f.write_str(" [sticky: the CUDA context is unusable; the process must restart]")?;
@@ -317,3 +331,20 @@ fn gib(bytes: usize) -> String {
 }
 
 impl std::error::Error for CudaError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_errors_say_which_library_and_what_it_said() {
+        let kind = ErrorKind::Library { name: "NCCL", code: Some(5), message: "invalid usage".into() };
+        let err = CudaError::new(kind, "ncclAllReduce of 4 elements");
+        assert_eq!(err.to_string(), "ncclAllReduce of 4 elements failed: NCCL error 5: invalid usage");
+        assert_eq!(err.code(), None, "not a runtime code");
+        assert!(!err.is_sticky());
+        let kind = ErrorKind::Library { name: "NCCL", code: None, message: "libnccl.so.2 not found".into() };
+        let err = CudaError::new(kind, "loading NCCL");
+        assert_eq!(err.to_string(), "loading NCCL failed: NCCL unavailable: libnccl.so.2 not found");
+    }
+}

@@ -2,7 +2,6 @@
 //! before the borrows end (the `std::thread::scope` pattern applied to a CUDA stream).
 
 use crate::error::Result;
-use crate::event::Event;
 use crate::raw::memory::Direction::{DeviceToDevice as D2D, DeviceToHost as D2H, HostToDevice as H2D};
 use crate::raw::{self, same_len};
 use crate::slice::{DeviceSliceMut, DeviceSource};
@@ -230,9 +229,7 @@ impl<'scope, 'env> StreamScope<'scope, 'env> {
     #[cold]
     #[inline(never)]
     fn wait_for(&self, owner: &Stream) -> Result<()> {
-        let ready = Event::without_timing()?;
-        ready.record(owner)?;
-        self.stream.wait_event(&ready)
+        self.stream.wait_for(owner)
     }
 
     /// # Safety

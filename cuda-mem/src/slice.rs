@@ -138,6 +138,15 @@ macro_rules! view_accessors {
                 self.owner
             }
 
+            /// The stream the memory is ordered on: `Some` for stream-ordered memory
+            /// ([`StreamBuffer`](crate::StreamBuffer), [`CachedBuffer`](crate::CachedBuffer),
+            /// resource buffers), whose allocation and zeroing may still be pending there. Code
+            /// that queues work of its own on another stream makes that stream wait for it first
+            /// ([`Stream::wait_for`]); scopes do so themselves.
+            pub fn stream(&self) -> Option<&'a Stream> {
+                self.owner
+            }
+
             /// Number of elements.
             pub fn len(&self) -> usize {
                 self.len

@@ -396,6 +396,16 @@ impl Stream {
         unsafe { raw::streams::wait_event(call.as_raw(), event.as_raw()) }
     }
 
+    /// Makes later work on this stream wait (on the device) for the work queued on `other` so
+    /// far; nothing when both name the same stream. What code that queues work of its own on
+    /// stream-ordered memory ([`DeviceSlice::stream`](crate::DeviceSlice::stream)) does first.
+    pub fn wait_for(&self, other: &Stream) -> Result<()> {
+        if other.is_same_stream(self) {
+            return Ok(());
+        }
+        self.wait_event(&other.record_event_untimed()?)
+    }
+
     /// Records a new event at the current end of this stream.
     pub fn record_event(&self) -> Result<Event> {
         let event = Event::new()?;

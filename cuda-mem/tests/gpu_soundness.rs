@@ -70,6 +70,56 @@ fn gpu2_legacy_stream_stays_on_its_device_when_another_is_current() {
     zero.set_current().unwrap();
 }
 
+/// The per-thread stream of device 0 keeps meaning device 0's per-thread stream of this thread
+/// while device 1 is current: a scope's work and its final synchronize go there, and the caller's
+/// current device is restored.
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+fn gpu2_per_thread_stream_stays_on_its_device_when_another_is_current() {
+    let (zero, one) = (Device::new(0).unwrap(), Device::new(1).unwrap());
+    zero.set_current().unwrap();
+    let per_thread = Stream::per_thread().unwrap();
+    assert_eq!(per_thread.device(), zero);
+    let source = DeviceBuffer::from_slice(&pattern(MIB, 9)).unwrap();
+    let mut target = DeviceBuffer::<u32>::zeroed(MIB).unwrap();
+    one.set_current().unwrap();
+    let mut back = vec![0u32; MIB];
+    let mut view = target.as_mut_slice();
+    per_thread
+        .scope(|s| -> Result<()> {
+            s.copy_from_device(&mut view, source.as_slice())?;
+            s.copy_to_host(&mut back, &view)
+        })
+        .unwrap()
+        .unwrap();
+    assert!(back == pattern(MIB, 9));
+    assert_eq!(Device::current().unwrap(), one, "the caller's current device is restored");
+    per_thread.synchronize().unwrap();
+    assert!(per_thread.is_idle().unwrap());
+    assert_eq!(Device::current().unwrap(), one);
+    zero.set_current().unwrap();
+}
+
+/// Code outside cuda-mem gets a built-in stream's raw handle only where it means that stream:
+/// with the stream's device current (and, for the per-thread stream, on its thread).
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+fn gpu2_builtin_handles_are_refused_to_other_code_while_another_device_is_current() {
+    let (zero, one) = (Device::new(0).unwrap(), Device::new(1).unwrap());
+    zero.set_current().unwrap();
+    let (legacy, per_thread) = (Stream::legacy_default().unwrap(), Stream::per_thread().unwrap());
+    assert!(legacy.checked_raw().is_ok() && per_thread.checked_raw().is_ok());
+    one.set_current().unwrap();
+    for stream in [&legacy, &per_thread] {
+        let err = stream.checked_raw().unwrap_err();
+        assert!(is_invalid_argument(&err), "{err}");
+    }
+    // A created stream names one stream from anywhere.
+    let created = Stream::on_device(zero).unwrap();
+    assert!(created.checked_raw().is_ok());
+    zero.set_current().unwrap();
+}
+
 /// A zeroed stream-ordered buffer reused the previous owner's memory; blocking reads used to run
 /// on the legacy stream before the zeroing on a busy non-blocking stream ran.
 #[test]

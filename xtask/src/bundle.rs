@@ -141,6 +141,8 @@ const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # reference run.
 set -u
 cd "$(dirname "$0")"
+# NCCL's NVLink multicast stays off unless the caller chose (the GPU hosts' notes require it).
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 # GPU tests are ignored by default; the no-driver tests assert the absence of a GPU;
 # gpu2_ tests need two GPUs.
 skip=(--skip no_driver_)
@@ -170,8 +172,11 @@ run_pass() {
     # Under a sanitizer, skip the executables that make no CUDA call (the sanitizer only says
     # "terminated before first instrumented API call" and fails): unit tests of pure-Rust code
     # and the report's tests.
+    # The NCCL tests are skipped there too: their device work is NCCL's own kernels and copies
+    # (spin-waiting on peers by design), not cuda-mem's.
     if [ -n "${sanitizing:-}" ]; then
       case "$t" in tests/cuda_mem_bench-*|tests/cuda_mem_kernels-*|tests/cuda_mem_sys-*|tests/cuda_mem_torch_alloc-*|tests/report-*) continue ;; esac
+      case "$t" in tests/cuda_mem_nccl-*|tests/gpu_nccl-*|tests/nccl_loading-*) continue ;; esac
     fi
     # An executable whose every test is filtered out (the two-GPU ones on one GPU, most in the
     # gpu_alone_ pass) makes no CUDA call either: not run.
@@ -298,6 +303,13 @@ case "${1:-}" in
     # Pickling a PyTorch memory snapshot of 100k trace entries (prints the time).
     example snapshot_dump
     [ "$gpus" -ge 2 ] && example peer_bandwidth
+    # NCCL all-reduce over every GPU, both ways (one rank on a one-GPU host); needs libnccl.
+    if [ -n "${CUDA_MEM_NCCL_LIB:-}" ] || { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+      example allreduce --mode procs
+      example allreduce --mode threads
+    else
+      echo "== examples/allreduce skipped: no libnccl.so.2 (set CUDA_MEM_NCCL_LIB to use another copy)"
+    fi
     ;;
 esac
 exit $fail
@@ -365,6 +377,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
         "decode_graph",
         "snapshot_dump",
         "peer_bandwidth",
+        "allreduce",
     ];
 
     /// A bundle of stand-ins in a temporary folder, on a host with `gpus` GPUs.

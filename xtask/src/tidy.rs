@@ -3,7 +3,8 @@
 //!
 //! The rules, each with a planted violation in the tests below:
 //! - only `cuda-mem/src/raw/` names the runtime (`sys::cuda…`, the `cuda_mem_sys` crate, or an
-//!   import from it);
+//!   import from it); cuda-mem-nccl reaches it through cuda-mem only;
+//! - only `cuda-mem-nccl/src/raw/` names NCCL's functions (`nccl` followed by a capital, in code);
 //! - a runtime status is never dropped unread (`let _ = unsafe { sys::…`);
 //! - every `unsafe` block or impl has a `// SAFETY:` comment just above it (or on its line);
 //! - code comments carry no hardware figures (a number followed by `GB/s`, `µs` or `ms per`); they
@@ -25,6 +26,7 @@ pub struct Violation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {
     RuntimeOutsideRaw,
+    NcclOutsideRaw,
     DroppedStatus,
     UnsafeWithoutSafety,
     HardwareFigureInComment,
@@ -34,6 +36,7 @@ impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let why = match self.rule {
             Rule::RuntimeOutsideRaw => "the CUDA runtime named outside cuda-mem/src/raw/ (add a function there)",
+            Rule::NcclOutsideRaw => "NCCL named outside cuda-mem-nccl/src/raw/ (add a function there)",
             Rule::DroppedStatus => "a runtime status dropped unread (use raw::check, or raw::quiet on drop paths)",
             Rule::UnsafeWithoutSafety => "`unsafe` without a `// SAFETY:` comment just above it",
             Rule::HardwareFigureInComment => "a hardware figure in a code comment (point to the dated report)",
@@ -61,6 +64,7 @@ pub fn check_tree(root: &Path) -> Vec<Violation> {
         "cuda-mem-sys",
         "cuda-mem",
         "cuda-mem-kernels",
+        "cuda-mem-nccl",
         "cuda-mem-bench",
         "cuda-mem-py",
         "cuda-mem-torch-alloc",
@@ -103,14 +107,19 @@ pub fn check_file(name: &str, text: &str) -> Vec<Violation> {
     let mut flag = |line: usize, rule| found.push(Violation { file: name.to_string(), line: line + 1, rule });
     let library = name.starts_with("cuda-mem/src/");
     let in_raw = name.starts_with("cuda-mem/src/raw/");
+    let nccl_library = name.starts_with("cuda-mem-nccl/src/");
+    let in_nccl_raw = name.starts_with("cuda-mem-nccl/src/raw/");
     // Test fixtures do arithmetic on made-up inputs; their comments may show it.
     let mut fixtures = name.contains("/tests/");
     for (i, line) in lines.iter().enumerate() {
         let (code, comment) = split_comment(line);
         let code = blank_strings(code);
         fixtures |= code.trim_start().starts_with("#[cfg(test)]");
-        if library && !in_raw && names_the_runtime(&code) {
+        if ((library && !in_raw) || nccl_library) && names_the_runtime(&code) {
             flag(i, Rule::RuntimeOutsideRaw);
+        }
+        if nccl_library && !in_nccl_raw && names_nccl(&code) {
+            flag(i, Rule::NcclOutsideRaw);
         }
         if code.replace(' ', "").contains("let_=unsafe{sys::") {
             flag(i, Rule::DroppedStatus);
@@ -181,6 +190,16 @@ fn names_the_runtime(code: &str) -> bool {
         .match_indices("sys::cuda")
         .any(|(at, m)| code[at + m.len()..].chars().next().is_some_and(|c| c.is_ascii_uppercase()));
     sys_item || code.contains("cuda_mem_sys") || code.contains("sys::{")
+}
+
+/// An NCCL function or type (`ncclAllReduce`, `ncclComm_t`): `nccl` then a capital letter, at the
+/// start of an identifier.
+fn names_nccl(code: &str) -> bool {
+    code.match_indices("nccl").any(|(at, m)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + m.len()..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') && after.is_some_and(|c| c.is_ascii_uppercase())
+    })
 }
 
 /// An `unsafe` block or impl starts on this line (`unsafe fn` and `unsafe extern` declare, and
@@ -263,6 +282,20 @@ mod tests {
         assert_eq!(rules("cuda-mem/src/lib.rs", "pub use cuda_mem_sys as sys;"), []);
         // Other crates may call the runtime (tests, benchmarks): the layering is cuda-mem's.
         assert_eq!(rules("cuda-mem/tests/gpu_core.rs", planted), []);
+    }
+
+    #[test]
+    fn nccl_outside_its_raw_layer_fails() {
+        let planted = "// SAFETY: test.\nlet code = unsafe { ncclAllReduce(s, r, n, 7, 0, c, q) };\n";
+        assert_eq!(rules("cuda-mem-nccl/src/group.rs", planted), [Rule::NcclOutsideRaw]);
+        assert_eq!(rules("cuda-mem-nccl/src/raw/mod.rs", planted), []);
+        // Names in strings and comments, and identifiers that merely contain it, are not calls.
+        assert_eq!(rules("cuda-mem-nccl/src/a.rs", "let op = \"ncclAllReduce\"; // ncclGroupEnd\n"), []);
+        assert_eq!(rules("cuda-mem-nccl/src/a.rs", "let my_ncclX = 1; fn nccl_ok() {}\n"), []);
+        // The crate reaches the runtime through cuda-mem only, its raw layer included.
+        assert_eq!(rules("cuda-mem-nccl/src/raw/mod.rs", "use cuda_mem_sys::cudaFree;"), [Rule::RuntimeOutsideRaw]);
+        // Its tests and examples may do either.
+        assert_eq!(rules("cuda-mem-nccl/tests/gpu_nccl.rs", planted), []);
     }
 
     #[test]
