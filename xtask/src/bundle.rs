@@ -359,7 +359,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
 "#;
 
     /// The examples the script runs: each stands in as a program that succeeds.
-    const EXAMPLES: [&str; 16] = [
+    const EXAMPLES: [&str; 18] = [
         "smoke",
         "device_memory",
         "pinned_memory",
