@@ -349,13 +349,14 @@ fn figures_come_from_the_cache_and_its_peaks_restart() {
     let small = b.allocate(1000, handle(0)).unwrap();
     let large = b.allocate(3 << 20, handle(0)).unwrap();
     let figures = b.figures();
-    assert_eq!(figures.reserved, Reserved { current: (64 << 10) + (20 << 20), peak: (64 << 10) + (20 << 20) });
+    // Small segments grow with the pool: the first is the request rounded to a power of two.
+    assert_eq!(figures.reserved, Reserved { current: 1024 + (20 << 20), peak: 1024 + (20 << 20) });
     assert_eq!((figures.cache_hits, figures.cache_misses, figures.segments), (0, 2, 2));
     free(&b, large, 3 << 20, 0);
     b.release_cached().unwrap();
-    assert_eq!(b.figures().reserved.current, 64 << 10, "the held block's segment stays");
+    assert_eq!(b.figures().reserved.current, 1024, "the held block's segment stays");
     b.reset_peak();
-    assert_eq!(b.figures().reserved, Reserved { current: 64 << 10, peak: 64 << 10 });
+    assert_eq!(b.figures().reserved, Reserved { current: 1024, peak: 1024 });
     free(&b, small, 1000, 0);
 }
 
@@ -368,7 +369,9 @@ fn the_allocator_counts_and_limits_over_the_cache() {
     let x = a.allocate(700 << 10, handle(POOLED)).unwrap();
     assert!(a.allocate(400 << 10, handle(POOLED)).unwrap_err().is_out_of_memory());
     let s = a.stats();
-    assert_eq!((s.allocated_current, s.alloc_count, s.failed_count, s.cache_misses), (700 << 10, 3, 1, 2));
+    // Three misses: each zero-byte request's minimal block fills a segment sized to it (small
+    // segments grow with the pool), and the 700 KiB request needs its own.
+    assert_eq!((s.allocated_current, s.alloc_count, s.failed_count, s.cache_misses), (700 << 10, 3, 1, 3));
     // SAFETY: from this allocator, freed once each; nothing uses host-source memory.
     unsafe {
         a.free(x, 700 << 10, handle(POOLED));
@@ -380,7 +383,7 @@ fn the_allocator_counts_and_limits_over_the_cache() {
     // SAFETY: as above.
     unsafe { a.free(y, 700 << 10, handle(POOLED)) };
     let s = a.stats();
-    assert_eq!((s.allocated_current, s.free_count, s.cache_hits), (0, 4, 2));
+    assert_eq!((s.allocated_current, s.free_count, s.cache_hits), (0, 4, 1)); // the re-allocation of x is the one hit
     assert_eq!(s.to_array()[8..], [s.cache_hits, s.cache_misses, s.segments]);
 }
 
