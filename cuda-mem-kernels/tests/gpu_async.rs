@@ -6,7 +6,7 @@
 #[path = "../../cuda-mem/tests/common/mod.rs"]
 mod common;
 
-use common::{Gate, MIB, assert_same, block_on, block_on_then, hold_stream, pattern};
+use common::{Gate, MIB, assert_same, block_on, block_on_then, hold_stream, pattern, until_held};
 use cuda_mem::*;
 use cuda_mem_kernels::{axpy_f32, checksum_cpu, checksum_u32, scale_in_place_f32};
 
@@ -147,15 +147,24 @@ fn gpu_futures_are_woken_by_the_gpu_and_survive_being_dropped_or_forgotten() {
     let stream = Stream::non_blocking().unwrap();
 
     // Each wait is gated: the GPU cannot pass the point before the first poll has registered
-    // the waker, so the wake must come from the runtime's host-function thread.
-    let gate = Gate::hold(&stream);
-    let (result, woken_from) = block_on_then(stream.synchronize_async().unwrap(), || gate.release());
+    // the waker, so the wake must come from the runtime's host-function thread. (A gate that ran
+    // out of time before the first poll proves nothing: `until_held` tries again.)
+    let (result, woken_from) = until_held(|| {
+        let gate = Gate::hold(&stream);
+        let mut held = false;
+        let outcome = block_on_then(stream.synchronize_async().unwrap(), || held = gate.release());
+        (held, outcome)
+    });
     result.unwrap();
     assert!(woken_from.is_some_and(|t| t != here), "woken by the runtime's thread: {woken_from:?}");
 
-    let gate = Gate::hold(&stream);
-    let event = stream.record_event().unwrap();
-    let (result, woken_from) = block_on_then(event.wait_async().unwrap(), || gate.release());
+    let (event, (result, woken_from)) = until_held(|| {
+        let gate = Gate::hold(&stream);
+        let event = stream.record_event().unwrap();
+        let mut held = false;
+        let outcome = block_on_then(event.wait_async().unwrap(), || held = gate.release());
+        (held, (event, outcome))
+    });
     result.unwrap();
     assert!(event.is_complete().unwrap());
     assert!(woken_from.is_some_and(|t| t != here), "woken by the runtime's thread: {woken_from:?}");
@@ -164,14 +173,16 @@ fn gpu_futures_are_woken_by_the_gpu_and_survive_being_dropped_or_forgotten() {
 
     // A Pending awaited gives its buffers back with the data in place.
     let want = pattern(MIB, 6);
-    let pinned = PinnedBuffer::from_slice(&want, HostAllocFlags::empty()).unwrap();
-    let device = DeviceBuffer::<u32>::zeroed(MIB).unwrap();
-    let gate = Gate::hold(&stream);
-    let mut pending = stream.upload(device, pinned).unwrap();
-    let ((device, _pinned), woken_from) = {
-        let (value, woken_from) = block_on_then(&mut pending, || gate.release());
-        (value.unwrap(), woken_from)
-    };
+    let (mut pending, (value, woken_from)) = until_held(|| {
+        let pinned = PinnedBuffer::from_slice(&want, HostAllocFlags::empty()).unwrap();
+        let device = DeviceBuffer::<u32>::zeroed(MIB).unwrap();
+        let gate = Gate::hold(&stream);
+        let mut pending = stream.upload(device, pinned).unwrap();
+        let mut held = false;
+        let outcome = block_on_then(&mut pending, || held = gate.release());
+        (held, (pending, outcome))
+    });
+    let (device, _pinned) = value.unwrap();
     assert_same(&device.to_vec().unwrap(), &want);
     assert!(woken_from.is_some(), "a gated copy completed before the first poll");
     // Polling again after Ready is a typed error, not a panic.

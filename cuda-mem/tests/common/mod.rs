@@ -84,35 +84,60 @@ pub fn block_on_then<F: std::future::Future>(
     }
 }
 
-/// A host function that holds a stream until [`Gate::release`] (or the gate's drop): work queued
-/// behind it stays pending for as long as the test needs, with no timing involved.
-pub struct Gate(std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+/// A host function that holds a stream until [`Gate::release`] (or the gate's drop), so work
+/// queued behind it stays pending while the test thread makes its first poll.
+///
+/// The hold is bounded by [`GATE_LIMIT`]. A host function must not wait for anything that needs a
+/// CUDA call to happen first, and an unbounded gate does: while it holds the stream, another test
+/// thread's `cudaFree` or `cudaFreeHost` waits for the device to drain and blocks every other
+/// thread's CUDA calls meanwhile, the gating thread's included, so nobody ever releases it. A
+/// bounded gate turns that deadlock into a stall; [`Gate::release`] says whether the gate was
+/// still closed, and [`until_held`] retries a check whose gate opened by itself.
+pub struct Gate(std::sync::Arc<(std::sync::Mutex<GateState>, std::sync::Condvar)>);
+
+/// How long a gate holds its stream at most.
+pub const GATE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateState {
+    Closed,
+    Released,
+    TimedOut,
+}
 
 impl Gate {
-    /// Holds `stream` until the gate is released.
+    /// Holds `stream` until the gate is released, or for [`GATE_LIMIT`].
     pub fn hold(stream: &cuda_mem::Stream) -> Gate {
-        type State = (std::sync::Mutex<bool>, std::sync::Condvar);
+        type State = (std::sync::Mutex<GateState>, std::sync::Condvar);
         unsafe extern "C" fn wait(data: *mut std::ffi::c_void) {
             // SAFETY: `data` came from `Arc::into_raw` below, handed to this one call.
             let state = unsafe { std::sync::Arc::from_raw(data.cast_const().cast::<State>()) };
-            let mut open = state.0.lock().unwrap();
-            while !*open {
-                open = state.1.wait(open).unwrap();
+            let guard = state.0.lock().unwrap();
+            let (mut gate, _) =
+                state.1.wait_timeout_while(guard, GATE_LIMIT, |gate| *gate == GateState::Closed).unwrap();
+            if *gate == GateState::Closed {
+                *gate = GateState::TimedOut;
             }
         }
-        let state = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let state = std::sync::Arc::new((std::sync::Mutex::new(GateState::Closed), std::sync::Condvar::new()));
         let data = std::sync::Arc::into_raw(std::sync::Arc::clone(&state)).cast_mut().cast();
-        // SAFETY: a valid stream, a callback that makes no CUDA call, and one Arc reference as
-        // data, reclaimed by the callback.
+        // SAFETY: a valid stream, a callback that makes no CUDA call and waits a bounded time,
+        // and one Arc reference as data, reclaimed by the callback.
         let code = unsafe { cuda_mem::sys::cudaLaunchHostFunc(stream.as_raw(), Some(wait), data) };
         assert_eq!(code, cuda_mem::sys::cudaError::cudaSuccess, "cudaLaunchHostFunc");
         Gate(state)
     }
 
-    /// Lets the stream go on.
-    pub fn release(&self) {
-        *self.0.0.lock().unwrap() = true;
+    /// Lets the stream go on. True when the gate was still closed, so the stream was held until
+    /// now; false when its time ran out first.
+    pub fn release(&self) -> bool {
+        let mut gate = self.0.0.lock().unwrap();
+        let held = *gate == GateState::Closed;
+        if held {
+            *gate = GateState::Released;
+        }
         self.0.1.notify_all();
+        held
     }
 }
 
@@ -120,6 +145,18 @@ impl Drop for Gate {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// Runs `attempt` (which returns whether its gate held, and its value) until its gate held, at
+/// most 5 times: an attempt whose gate ran out of time before the test got there proves nothing.
+pub fn until_held<T>(mut attempt: impl FnMut() -> (bool, T)) -> T {
+    for _ in 0..5 {
+        let (held, value) = attempt();
+        if held {
+            return value;
+        }
+    }
+    panic!("the gate ran out of time in 5 attempts: the test thread was blocked for {GATE_LIMIT:?} each time");
 }
 
 /// Holds `stream` for `millis` milliseconds with a host function that sleeps, so the work queued
