@@ -72,7 +72,9 @@ fn gpu_allocations_limits_and_statistics_through_the_c_functions() {
         let s = stats();
         assert_eq!((s[0], s[4], s[5]), (0, 5, 5), "{s:?}");
         assert!(s[2] > 0, "the cache keeps its memory");
-        assert!(s[8] >= 2, "hits {s:?}");
+        // Every allocation is a hit or a miss; the reuse of `a` on its stream is a hit (the
+        // per-thread one may take a new segment, releasing an idle one to stay at the peak).
+        assert!(s[8] >= 1 && s[8] + s[9] == 5, "hits and misses {s:?}");
         assert_eq!(cuda_mem_torch_reset_peaks(0), 0);
         assert_eq!(stats()[1], 0);
         assert_eq!(cuda_mem_torch_empty_cache(0), 0);

@@ -4,7 +4,6 @@
 use super::slots::{HostSlot, SlotRecord};
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::pool::retaining_pool;
 use crate::raw::{self, graphs};
 use crate::scope::StreamScope;
 use crate::slice::{DeviceSliceMut, DeviceSource};
@@ -98,6 +97,10 @@ pub struct CaptureScope<'env> {
     scope: StreamScope<'env, 'env>,
     stream: &'env Stream,
     graph: u64,
+    /// The device's default pool, whose properties the graph's allocation nodes take (the graph
+    /// allocates from graph memory, not from the pool). Looked up before the capture begins: a
+    /// pool created or queried inside it could fail the capture.
+    graph_pool: raw::cudaMemPool_t,
     temporaries: RefCell<Vec<Temporary>>,
     slots: RefCell<Vec<SlotRecord>>,
 }
@@ -141,12 +144,12 @@ impl<'env> CaptureScope<'env> {
             // SAFETY: an empty view is never dereferenced or passed to CUDA with a length.
             return Ok(unsafe { DeviceSliceMut::ordered_on(std::ptr::NonNull::dangling().as_ptr(), 0, self.stream) });
         }
-        let pool = retaining_pool(self.stream.device())?;
         let call = self.stream.call()?;
-        // SAFETY: pool and stream handles are valid; the stream captures, so this adds an
-        // allocation node and returns the address the graph will allocate at.
+        // SAFETY: the driver's default pool lives as long as the context, and the stream handle is
+        // valid; the stream captures, so this adds an allocation node and returns the address the
+        // graph will allocate at.
         let ptr = unsafe {
-            raw::pools::malloc_from_pool_async(bytes, pool.as_raw(), call.as_raw(), || "in a capture".into())?
+            raw::pools::malloc_from_pool_async(bytes, self.graph_pool, call.as_raw(), || "in a capture".into())?
         };
         self.temporaries.borrow_mut().push(Temporary { ptr, bytes });
         if !ptr.cast::<T>().is_aligned() {
@@ -312,6 +315,7 @@ impl Stream {
             let kind = ErrorKind::InvalidArgument("only streams created by cuda-mem can be captured");
             return Err(CudaError::new(kind, format!("capturing {self:?}")));
         }
+        let graph_pool = raw::pools::driver_default(self.device().as_raw())?;
         let handle = self.capture_handle();
         // SAFETY: a created stream, valid while `self` lives.
         if let Err(err) = unsafe { graphs::begin_capture(self.as_raw(), mode.as_raw()) } {
@@ -324,6 +328,7 @@ impl Stream {
             scope: StreamScope::capturing(handle),
             stream: handle,
             graph,
+            graph_pool,
             temporaries: RefCell::new(Vec::new()),
             slots: RefCell::new(Vec::new()),
         };
