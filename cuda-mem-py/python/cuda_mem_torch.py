@@ -8,8 +8,10 @@ before PyTorch's first CUDA allocation, and read its statistics or set its limit
     alloc.set_limit(0, 8 << 30)               # beyond it PyTorch raises RuntimeError (out of memory)
     alloc.record_history(0)                   # then alloc.snapshot("snap.pickle") for _memory_viz
 
-The memory comes from cuda-mem's device caching allocator (`backend="cache"`, the default) or a
-retaining memory pool (`backend="pool"`). The allocator keeps the streams PyTorch allocates on:
+The memory comes from cuda-mem's device caching allocator (`backend="cache"`, the default, with
+the speed-first parameters PyTorch's own allocator also chooses; `backend="cache-compact"` keeps
+the reserve closer to what is in use, paying a `cudaFree` on some misses) or a retaining memory
+pool (`backend="pool"`). The allocator keeps the streams PyTorch allocates on:
 a stream wrapped with `torch.cuda.ExternalStream` must never be destroyed while it is installed.
 `install()` also sets the pluggable allocator's optional hooks, so `Tensor.record_stream`,
 `torch.cuda.empty_cache()` and `torch.cuda.set_per_process_memory_fraction` reach it (the
@@ -65,7 +67,7 @@ class Allocator:
         self.missing_hooks = None
 
     def select_backend(self, backend):
-        """Chooses the memory behind the allocator ("cache" or "pool"); only before the first
+        """Chooses the memory behind the allocator ("cache", "cache-compact" or "pool"); only before the first
         allocation."""
         self._check(self.lib.cuda_mem_torch_select_backend(backend.encode()), "cuda_mem_torch_select_backend")
         self.backend = backend

@@ -2,7 +2,7 @@
 //! handles borrowed as cuda-mem streams.
 
 use crate::cache::BlockSource;
-use cuda_mem::caching::CachedBlock;
+use cuda_mem::caching::{CachedBlock, Config};
 use cuda_mem::resource::StreamRef;
 use cuda_mem::{CachingStats, Device, DeviceCache, Event, Result, Stream};
 use std::cell::RefCell;
@@ -27,10 +27,11 @@ pub struct DeviceSource {
 }
 
 impl DeviceSource {
-    /// A new, empty cache on `device`.
-    pub fn new(device: Device) -> Result<Self> {
+    /// A new, empty cache on `device` with `config`.
+    pub fn new(device: Device, config: Config) -> Result<Self> {
         let legacy = device.run_on(Stream::legacy_default)??;
-        Ok(Self { cache: DeviceCache::new(device)?, legacy, id: NEXT_ID.fetch_add(1, Ordering::Relaxed) })
+        let cache = DeviceCache::with_config(device, config)?;
+        Ok(Self { cache, legacy, id: NEXT_ID.fetch_add(1, Ordering::Relaxed) })
     }
 
     /// The cache.

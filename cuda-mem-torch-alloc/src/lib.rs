@@ -32,6 +32,7 @@ pub use cache::{BlockSource, CacheBackend};
 pub use device_source::DeviceSource;
 pub use pool::PoolBackend;
 
+use cuda_mem::caching::Config;
 use cuda_mem::resource::StreamRef;
 use cuda_mem::resource::snapshot::{MemorySnapshot, snapshot_of};
 use cuda_mem::{CudaError, Device, ErrorKind, Result};
@@ -40,7 +41,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// The memory behind one device's allocator.
@@ -52,12 +53,44 @@ pub enum DeviceBackend {
     Pool(PoolBackend),
 }
 
+/// Which memory the devices' allocators are made over ([`cuda_mem_torch_select_backend`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum BackendChoice {
+    /// The device cache with [`Config::throughput`]: PyTorch's own trade of reserve for speed.
+    Cache = 0,
+    /// The device cache with [`Config::default`]: a reserve that follows what is in use, at the
+    /// price of `cudaFree`s (which wait for the device) on misses above the high-water mark.
+    CacheCompact = 1,
+    /// A retaining memory pool.
+    Pool = 2,
+}
+
+impl BackendChoice {
+    const NAMES: [(&'static str, BackendChoice); 3] =
+        [("cache", Self::Cache), ("cache-compact", Self::CacheCompact), ("pool", Self::Pool)];
+
+    fn from_name(name: &str) -> Option<Self> {
+        Self::NAMES.iter().find(|(n, _)| *n == name).map(|&(_, choice)| choice)
+    }
+
+    fn load() -> Self {
+        match BACKEND.load(Ordering::Relaxed) {
+            0 => Self::Cache,
+            1 => Self::CacheCompact,
+            _ => Self::Pool,
+        }
+    }
+}
+
 impl DeviceBackend {
-    fn new(device: Device, pool: bool) -> Result<Self> {
-        Ok(if pool {
-            Self::Pool(PoolBackend::new(device)?)
-        } else {
-            Self::Cache(CacheBackend::new(DeviceSource::new(device)?))
+    fn new(device: Device, choice: BackendChoice) -> Result<Self> {
+        Ok(match choice {
+            BackendChoice::Cache => Self::Cache(CacheBackend::new(DeviceSource::new(device, Config::throughput())?)),
+            BackendChoice::CacheCompact => {
+                Self::Cache(CacheBackend::new(DeviceSource::new(device, Config::default())?))
+            }
+            BackendChoice::Pool => Self::Pool(PoolBackend::new(device)?),
         })
     }
 }
@@ -111,8 +144,8 @@ impl Backend for DeviceBackend {
     }
 }
 
-/// True when devices get a retaining pool rather than the caching allocator.
-static USE_POOL: AtomicBool = AtomicBool::new(false);
+/// The [`BackendChoice`] new devices' allocators are made over.
+static BACKEND: AtomicU8 = AtomicU8::new(BackendChoice::Cache as u8);
 
 /// Serializes the creation of devices' allocators with the choice of backend.
 static CREATING: Mutex<()> = Mutex::new(());
@@ -145,7 +178,7 @@ fn entry(ordinal: c_int) -> Result<&'static Entry> {
         return Ok(entry);
     }
     let device = Device::new(ordinal as usize)?;
-    let backend = DeviceBackend::new(device, USE_POOL.load(Ordering::Relaxed))?;
+    let backend = DeviceBackend::new(device, BackendChoice::load())?;
     let allocator = DeviceAllocator::new(backend, ordinal);
     Ok(slot.get_or_init(|| Entry { allocator }))
 }
@@ -361,7 +394,9 @@ pub unsafe extern "C" fn cuda_mem_torch_free(ptr: *mut c_void, size: isize, devi
 }
 
 /// Chooses the memory behind every device's allocator: `"cache"` (cuda-mem's device caching
-/// allocator, the default) or `"pool"` (a retaining `MemPool`). Only before the first
+/// allocator tuned for speed, `Config::throughput`, the default), `"cache-compact"` (the same
+/// allocator with its default parameters, which keep the reserve close to what is in use) or
+/// `"pool"` (a retaining `MemPool`). Only before the first
 /// allocation: returns 0, or -1 (message in [`cuda_mem_torch_last_error`]) for an unknown name
 /// or once a device's allocator exists.
 ///
@@ -376,21 +411,17 @@ pub unsafe extern "C" fn cuda_mem_torch_select_backend(name: *const c_char) -> c
         }
         // SAFETY: NUL-terminated, per the caller.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        let pool = match &*name {
-            "cache" => false,
-            "pool" => true,
-            _ => {
-                let kind = ErrorKind::InvalidArgument("an unknown backend (\"cache\" or \"pool\")");
-                return Err(CudaError::new(kind, format!("{WHAT}({name:?})")));
-            }
+        let Some(choice) = BackendChoice::from_name(&name) else {
+            let kind = ErrorKind::InvalidArgument("an unknown backend (\"cache\", \"cache-compact\" or \"pool\")");
+            return Err(CudaError::new(kind, format!("{WHAT}({name:?})")));
         };
         let _creating = CREATING.lock().unwrap_or_else(PoisonError::into_inner);
         let created = entries().next().is_some();
-        if created && USE_POOL.load(Ordering::Relaxed) != pool {
+        if created && BackendChoice::load() != choice {
             let kind = ErrorKind::InvalidArgument("the backend is chosen before the first allocation");
             return Err(CudaError::new(kind, format!("{WHAT}({name:?})")));
         }
-        USE_POOL.store(pool, Ordering::Relaxed);
+        BACKEND.store(choice as u8, Ordering::Relaxed);
         Ok(())
     });
     match chosen {

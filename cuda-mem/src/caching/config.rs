@@ -85,6 +85,15 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Parameters for speed over a tight reserve, as PyTorch's allocator chooses: whole
+    /// `small_segment`s, and no idle segment released on a miss (a miss above the high-water
+    /// mark then costs one `cudaMalloc`, never a `cudaFree` that waits for the whole device).
+    /// The reserve keeps every size ever cached until [`empty_cache`](crate::DeviceCache::empty_cache)
+    /// or an out-of-memory retry releases it.
+    pub fn throughput() -> Self {
+        Self { small_segment_divisor: 0, release_idle_on_miss: false, ..Self::default() }
+    }
+
     /// Why these parameters cannot work, if they cannot.
     pub fn check(&self) -> Result<(), &'static str> {
         let sizes = [self.small_max, self.small_segment, self.large_segment, self.own_segment_from, self.granularity];
@@ -154,6 +163,16 @@ mod tests {
     fn segment(config: &Config, bytes: usize, pool_reserved: usize) -> usize {
         let class = class_of(bytes).unwrap();
         config.segment_bytes(class, config.segment_target(config.pool_of(class), pool_reserved)).unwrap()
+    }
+
+    #[test]
+    fn the_throughput_parameters_take_whole_small_segments_and_release_nothing_on_a_miss() {
+        let config = Config::throughput();
+        assert_eq!(config.check(), Ok(()));
+        assert!(!config.release_idle_on_miss);
+        // A first small request, in an empty pool, gets a whole small segment.
+        assert_eq!(segment(&config, 4096, 0), config.small_segment);
+        assert!(segment(&Config::default(), 4096, 0) < config.small_segment);
     }
 
     #[test]
