@@ -9,21 +9,24 @@
 //! - Async: every request is a task on a `--threads`-thread tokio runtime, all spawned at once.
 //!   A task takes a free slot (a stream and its device buffer, `--streams` of them) from a fair
 //!   semaphore, queues its three operations with `Stream::queue` (one event recorded after them),
-//!   awaits the `Pending` (woken by a host function on a helper stream: no executor thread ever
-//!   synchronizes) and gives the slot back.
+//!   awaits their completion and gives the slot back. With `--wake stream` (the default) it awaits
+//!   `Stream::synchronize_async` on the slot's stream (a host function queued after the work; the
+//!   stream carries nothing else until the slot is given back) and then takes the buffers with
+//!   `Pending::try_take`; with `--wake pending` it awaits the `Pending` itself (a helper stream
+//!   waits for the event and runs the host function). Either way no executor thread synchronizes.
 //! - Threads: the requests dealt round-robin to `--threads` OS threads, each with its own stream
 //!   and device buffer; a request is the same three operations in a blocking `try_scope`, whose
 //!   end synchronizes the stream.
 //!
-//! Both first serve one untimed round (the kernel module loads, the wake-ups' helper streams are
+//! Both first serve one untimed round (the kernel module loads; the wake-ups' helper streams are
 //! created), then `--rounds` timed rounds; each prints the median round's requests per second and
 //! the time its serving threads spent inside cuda-mem calls, split into enqueues (the copies and
-//! the kernel, and for the async variant the event recorded after them and released after the
-//! await) and waits (the async variant's `Pending` polls, which query events and arm the wake-up
-//! and never block; the threads variant's scope ends, which synchronize).
+//! the kernel; for the async variant also the event recorded after them, and queuing the host
+//! function or releasing the event) and waits (the async variant's polls, which query and never block, and
+//! `try_take`; the threads variant's scope ends, which synchronize).
 //!
 //! ```text
-//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4] [--streams 8] [--rounds 5]
+//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4] [--streams 8] [--rounds 5] [--wake stream|pending]
 //! ```
 
 use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream};
@@ -47,23 +50,45 @@ struct Config {
     threads: usize,
     streams: usize,
     rounds: usize,
+    wake: Wake,
+}
+
+/// How an async request learns that its work has completed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// `Stream::synchronize_async` on the slot's own stream: a host function queued right after
+    /// the work. Nothing else is queued on that stream until the slot is given back, so the host
+    /// function delays nothing, and no other stream is involved.
+    Stream,
+    /// Awaiting the `Pending` itself: a helper stream waits for its event, then runs the host
+    /// function (built for streams that carry other work after it).
+    Pending,
 }
 
 impl Config {
     fn parse() -> Result<Self, String> {
         let mut values =
             [("--requests", 64usize), ("--elements", 1 << 22), ("--threads", 4), ("--streams", 8), ("--rounds", 5)];
+        let mut wake = Wake::Stream;
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
-            let slot = values.iter_mut().find(|(name, _)| *name == flag).ok_or(format!("unknown argument {flag}"))?;
             let value = args.next().ok_or(format!("{flag} needs a value"))?;
+            if flag == "--wake" {
+                wake = match value.as_str() {
+                    "stream" => Wake::Stream,
+                    "pending" => Wake::Pending,
+                    _ => return Err("--wake is stream or pending".into()),
+                };
+                continue;
+            }
+            let slot = values.iter_mut().find(|(name, _)| *name == flag).ok_or(format!("unknown argument {flag}"))?;
             slot.1 = value.parse().map_err(|_| format!("{flag} must be a number"))?;
         }
         let [(_, requests), (_, elements), (_, threads), (_, streams), (_, rounds)] = values;
         if requests == 0 || elements == 0 || threads == 0 || streams == 0 || rounds == 0 {
             return Err("every setting must be positive".into());
         }
-        Ok(Self { requests, elements, threads, streams, rounds })
+        Ok(Self { requests, elements, threads, streams, rounds, wake })
     }
 }
 
@@ -103,8 +128,8 @@ impl InCudaMem {
     }
 }
 
-/// A future whose every poll is timed as time inside cuda-mem (a `Pending`'s poll queries events
-/// and arms its wake-up; it never blocks).
+/// A future whose every poll is timed as time inside cuda-mem (a `Pending`'s or `Completion`'s
+/// poll queries the GPU's progress and arms its wake-up; it never blocks).
 struct Timed<F> {
     inner: F,
     stats: Arc<InCudaMem>,
@@ -185,8 +210,8 @@ impl Slots {
 }
 
 /// One request as a task: take a slot, queue upload, scale and download on its stream without
-/// waiting, await the result, give the slot back.
-async fn serve(slots: Arc<Slots>, request: Request, stats: Arc<InCudaMem>) -> cuda_mem::Result<Request> {
+/// waiting, await their completion as `wake` says, give the slot back.
+async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCudaMem>) -> cuda_mem::Result<Request> {
     let Slot { stream, device } = slots.take().await;
     let Request { input, output } = request;
     let pending = stats.call(|| {
@@ -197,10 +222,21 @@ async fn serve(slots: Arc<Slots>, request: Request, stats: Arc<InCudaMem>) -> cu
             s.copy_to_host(&mut output[..], &view)
         })
     })?;
-    let mut awaited = Timed { inner: pending, stats: Arc::clone(&stats) };
-    let done = (&mut awaited).await;
-    stats.call(|| drop(awaited)); // releases the fence event
-    let (device, input, output) = done?;
+    let (device, input, output) = match wake {
+        Wake::Stream => {
+            let completion = stats.call(|| stream.synchronize_async())?;
+            Timed { inner: completion, stats: Arc::clone(&stats) }.await?;
+            // The stream has passed the work's event: taking the buffers back does not block
+            // (were it ever unfinished, the blocking wait is counted as a wait).
+            stats.wait(|| pending.try_take().or_else(cuda_mem::Pending::wait))?
+        }
+        Wake::Pending => {
+            let mut awaited = Timed { inner: pending, stats: Arc::clone(&stats) };
+            let done = (&mut awaited).await;
+            stats.call(|| drop(awaited)); // releases the fence event
+            done?
+        }
+    };
     slots.give_back(Slot { stream, device });
     Ok(Request { input, output })
 }
@@ -227,7 +263,7 @@ fn run_async(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
         let served = runtime.block_on(async {
             let tasks: Vec<_> = std::mem::take(&mut requests)
                 .into_iter()
-                .map(|request| tokio::spawn(serve(Arc::clone(&slots), request, Arc::clone(&stats))))
+                .map(|request| tokio::spawn(serve(Arc::clone(&slots), request, config.wake, Arc::clone(&stats))))
                 .collect();
             let mut served = Vec::with_capacity(tasks.len());
             for task in tasks {
@@ -305,7 +341,8 @@ fn serve_blocking(slot: &mut Slot, request: &mut Request, stats: &InCudaMem) -> 
 fn main() -> cuda_mem::Result<()> {
     let config = Config::parse().unwrap_or_else(|why| {
         eprintln!(
-            "async_server: {why}\nusage: async_server [--requests N] [--elements N] [--threads N] [--streams N] [--rounds N]"
+            "async_server: {why}\nusage: async_server [--requests N] [--elements N] [--threads N] [--streams N] [--rounds N] \
+             [--wake stream|pending]"
         );
         std::process::exit(2)
     });
