@@ -7,8 +7,9 @@
 //! of every run is verified on the device with the checksum kernel.
 //!
 //! The CPU work runs on the main thread; each run also reports how long that thread waited for a
-//! core (Linux's /proc/thread-self/schedstat), so a starved CPU-work thread shows, and how much
-//! slower its work ran while the lanes copied (memory bandwidth the two share).
+//! core and how often it was preempted (Linux's /proc/thread-self), so a starved CPU-work thread
+//! shows, and how much slower its work ran while the lanes copied (memory bandwidth, and cores if
+//! they are hyperthreads, the two share).
 //!
 //! ```text
 //! cargo run --release -p cuda-mem-kernels --example loader -- [--total-mib 4096] [--piece-mib 256] [--cpu-ms 10] [--lanes N] [--chunk-mib 4] [--trials 5]
@@ -112,19 +113,55 @@ impl CpuWork {
     }
 }
 
-/// The time this thread has waited for a core so far (runnable, not running), where Linux says.
-fn runqueue_wait() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let waited: u64 = stat.split_whitespace().nth(1)?.parse().ok()?;
-    Some(Duration::from_nanos(waited))
+/// What Linux says of this thread's scheduling so far: how long it waited for a core while
+/// runnable (/proc/thread-self/schedstat) and how often it was preempted (involuntary context
+/// switches, /proc/thread-self/status). `None` where a figure is unavailable (a schedstat whose
+/// run time reads 0 is taken as switched off).
+#[derive(Clone, Copy)]
+struct Sched {
+    waited: Option<Duration>,
+    preempted: Option<u64>,
+}
+
+impl Sched {
+    fn now() -> Self {
+        let waited = std::fs::read_to_string("/proc/thread-self/schedstat").ok().and_then(|stat| {
+            let mut fields = stat.split_whitespace().map(str::parse::<u64>);
+            match (fields.next()?.ok()?, fields.next()?.ok()?) {
+                (0, _) => None,
+                (_, waited) => Some(Duration::from_nanos(waited)),
+            }
+        });
+        let preempted = std::fs::read_to_string("/proc/thread-self/status").ok().and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("nonvoluntary_ctxt_switches:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        });
+        Self { waited, preempted }
+    }
+
+    /// What happened between `earlier` and now.
+    fn since(earlier: Self) -> Self {
+        let now = Self::now();
+        Self {
+            waited: now.waited.zip(earlier.waited).map(|(a, b)| a.saturating_sub(b)),
+            preempted: now.preempted.zip(earlier.preempted).map(|(a, b)| a.saturating_sub(b)),
+        }
+    }
+
+    fn describe(self) -> String {
+        let waited = self.waited.map_or("n/a".into(), |d| format!("{:.1} ms", ms(d)));
+        let preempted = self.preempted.map_or("n/a".into(), |n| n.to_string());
+        format!("waited {waited} for a core, preempted {preempted} times")
+    }
 }
 
 struct Run {
     wall: Duration,
     copy: Duration,
     cpu: Duration,
-    /// How long the CPU-work thread waited for a core during the run.
-    starved: Option<Duration>,
+    /// The CPU-work thread's scheduling during the run (the overlapped run's: until its last
+    /// piece's CPU work is done and only the copies are left).
+    sched: Sched,
 }
 
 /// One trial: both runs, and the overlapped wall time over the blocking run's max(copy, cpu).
@@ -203,12 +240,12 @@ fn main() -> cuda_mem::Result<()> {
     for (name, run) in [("blocking", &median.blocking), ("overlapped", &median.overlapped)] {
         println!(
             "{name:>10}: wall {:8.1} ms, copy {:8.1} ms, cpu {:8.1} ms, wall / max(copy, cpu) = {:.3}; \
-             CPU-work thread waited {} for a core",
+             CPU-work thread {}",
             ms(run.wall),
             ms(run.copy),
             ms(run.cpu),
             median.ratio(run),
-            run.starved.map_or("n/a".into(), |d| format!("{:.1} ms", ms(d)))
+            run.sched.describe()
         );
     }
     println!(
@@ -240,7 +277,7 @@ fn run_blocking(
     devices: &mut [DeviceBuffer<u32>],
 ) -> cuda_mem::Result<Run> {
     let (mut copy, mut cpu) = (Duration::ZERO, Duration::ZERO);
-    let waited = runqueue_wait();
+    let before = Sched::now();
     let start = Instant::now();
     for (piece, device) in pieces.iter().zip(devices) {
         let t0 = Instant::now();
@@ -251,8 +288,8 @@ fn run_blocking(
         cpu += t1 - t0;
     }
     let wall = start.elapsed();
-    let starved = runqueue_wait().zip(waited).map(|(after, before)| after.saturating_sub(before));
-    Ok(Run { wall, copy, cpu, starved })
+    let sched = Sched::since(before);
+    Ok(Run { wall, copy, cpu, sched })
 }
 
 /// An overlapped run's figures, with the pieces and device buffers its `Pending`s gave back.
@@ -269,7 +306,7 @@ fn run_overlapped(
 ) -> cuda_mem::Result<Returned> {
     let mut cpu = Duration::ZERO;
     let mut pending = Vec::with_capacity(pieces.len());
-    let waited = runqueue_wait();
+    let before = Sched::now();
     let start = Instant::now();
     let mut first_submit = None;
     let mut queue = pieces.into_iter().zip(devices).peekable();
@@ -287,7 +324,7 @@ fn run_overlapped(
             cpu += t0.elapsed();
         }
     }
-    let starved = runqueue_wait().zip(waited).map(|(after, before)| after.saturating_sub(before));
+    let sched = Sched::since(before);
     let (mut pieces, mut devices) = (Vec::new(), Vec::new());
     for done in pending {
         let (device, piece) = done.wait()?;
@@ -296,7 +333,7 @@ fn run_overlapped(
     }
     let wall = start.elapsed();
     let copy = first_submit.map_or(Duration::ZERO, |t| t.elapsed());
-    Ok((Run { wall, copy, cpu, starved }, pieces, devices))
+    Ok((Run { wall, copy, cpu, sched }, pieces, devices))
 }
 
 /// Checks every device buffer against its piece's checksum, computed on the device.
