@@ -18,12 +18,13 @@
 //!   and device buffer; a request is the same three operations in a blocking `try_scope`, whose
 //!   end synchronizes the stream.
 //!
-//! Both first serve one untimed round (the kernel module loads; the wake-ups' helper streams are
-//! created), then `--rounds` timed rounds; each prints the median round's requests per second and
-//! the time its serving threads spent inside cuda-mem calls, split into enqueues (the copies and
-//! the kernel; for the async variant also the event recorded after them, and queuing the host
-//! function or releasing the event) and waits (the async variant's polls, which query and never block, and
-//! `try_take`; the threads variant's scope ends, which synchronize).
+//! Both first serve one untimed round (the kernel module loads; with `--wake pending` the
+//! wake-ups' helper streams are created), then `--rounds` timed rounds; each prints the median
+//! round's requests per second and the time its serving threads spent inside cuda-mem calls,
+//! split into enqueues (the copies and the kernel; for the async variant also the event recorded
+//! after them, and queuing the host function or releasing the event) and waits (the async
+//! variant's polls, which query and never block, and `try_take`; the threads variant's scope
+//! ends, which synchronize).
 //!
 //! ```text
 //! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4] [--streams 8] [--rounds 5] [--wake stream|pending]
@@ -274,7 +275,8 @@ fn run_async(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
         let wall = start.elapsed();
         requests = served.into_iter().collect::<cuda_mem::Result<_>>()?;
         check_and_clear(&mut requests);
-        // Round 0 is the warm-up: the kernel module loads, the wake-ups' helper streams are made.
+        // Round 0 is the warm-up: the kernel module loads (and with `--wake pending` the wake-ups'
+        // helper streams are made).
         if round > 0 {
             rounds.push((wall, stats.totals()));
         }
