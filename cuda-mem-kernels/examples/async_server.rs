@@ -1,49 +1,95 @@
-//! A GPU request server two ways. Async: every request is a task on a multi-threaded tokio
-//! runtime (host to device, `scale_f32`, device to host, all on owned buffers) that awaits its
-//! `Pending`, so executor threads never wait for the GPU. Threads: the same requests spread over
-//! OS threads, each with its own stream, each request a blocking `try_scope`. Every result is
-//! verified. Both variants first serve one untimed round of full-size requests (the pool grows to
-//! its working size, the kernel module loads), then `--rounds` timed rounds; each prints the median
-//! requests per second and the time its serving threads spent inside cuda-mem calls, split into
-//! enqueues (allocation, copies, kernel, free) and waits (the async variant's `Pending` polls,
-//! which query events and never block; the threads variant's scope ends, which synchronize).
+//! A GPU request server two ways, doing the same work per request: upload the request's input
+//! (`--elements` f32, pinned) into a device buffer, `scale_f32` it in place, download it into the
+//! request's output (pinned). Both variants allocate everything once: every request owns a pinned
+//! input and output buffer, reused across rounds, and every stream owns one device buffer, reused
+//! by each request served on it; no request creates a stream, allocates, zeroes or frees memory.
+//! Every result is verified on the host after each round (outside the timings), and every output
+//! is zeroed before the next round.
+//!
+//! - Async: every request is a task on a `--threads`-thread tokio runtime, all spawned at once.
+//!   A task takes a free slot (a stream and its device buffer, `--streams` of them) from a fair
+//!   semaphore, queues its three operations with `Stream::queue` (one event recorded after them),
+//!   awaits their completion and gives the slot back. With `--wake stream` (the default) it awaits
+//!   `Stream::synchronize_async` on the slot's stream (a host function queued after the work; the
+//!   stream carries nothing else until the slot is given back) and then takes the buffers with
+//!   `Pending::try_take`; with `--wake pending` it awaits the `Pending` itself (a helper stream
+//!   waits for the event and runs the host function). Either way no executor thread synchronizes.
+//! - Threads: the requests dealt round-robin to `--threads` OS threads, each with its own stream
+//!   and device buffer; a request is the same three operations in a blocking `try_scope`, whose
+//!   end synchronizes the stream.
+//!
+//! Both first serve one untimed round (the kernel module loads; with `--wake pending` the
+//! wake-ups' helper streams are created), then `--rounds` timed rounds; each prints the median
+//! round's requests per second and the time its serving threads spent inside cuda-mem calls,
+//! split into enqueues (the copies and the kernel; for the async variant also the event recorded
+//! after them, and queuing the host function or releasing the event) and waits (the async
+//! variant's polls, which query and never block, and `try_take`; the threads variant's scope
+//! ends, which synchronize).
 //!
 //! ```text
-//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4] [--rounds 5]
+//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4] [--streams 8] [--rounds 5] [--wake stream|pending]
 //! ```
 
-use cuda_mem::{Pending, PinnedBuffer, Stream, StreamBuffer};
+use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream};
 use cuda_mem_kernels::scale_in_place_f32;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
 
 const SCALE: f32 = 2.0;
+/// The async variant's polls may take at most this share of its executor threads' time for the
+/// "about zero time blocked" target (they never block; this bounds what they cost at all).
+const POLL_SHARE_TARGET: f64 = 0.05;
 
 struct Config {
     requests: usize,
     elements: usize,
     threads: usize,
+    streams: usize,
     rounds: usize,
+    wake: Wake,
+}
+
+/// How an async request learns that its work has completed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// `Stream::synchronize_async` on the slot's own stream: a host function queued right after
+    /// the work. Nothing else is queued on that stream until the slot is given back, so the host
+    /// function delays nothing, and no other stream is involved.
+    Stream,
+    /// Awaiting the `Pending` itself: a helper stream waits for its event, then runs the host
+    /// function (built for streams that carry other work after it).
+    Pending,
 }
 
 impl Config {
     fn parse() -> Result<Self, String> {
-        let mut values = [("--requests", 64usize), ("--elements", 1 << 22), ("--threads", 4), ("--rounds", 5)];
+        let mut values =
+            [("--requests", 64usize), ("--elements", 1 << 22), ("--threads", 4), ("--streams", 8), ("--rounds", 5)];
+        let mut wake = Wake::Stream;
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
-            let slot = values.iter_mut().find(|(name, _)| *name == flag).ok_or(format!("unknown argument {flag}"))?;
             let value = args.next().ok_or(format!("{flag} needs a value"))?;
+            if flag == "--wake" {
+                wake = match value.as_str() {
+                    "stream" => Wake::Stream,
+                    "pending" => Wake::Pending,
+                    _ => return Err("--wake is stream or pending".into()),
+                };
+                continue;
+            }
+            let slot = values.iter_mut().find(|(name, _)| *name == flag).ok_or(format!("unknown argument {flag}"))?;
             slot.1 = value.parse().map_err(|_| format!("{flag} must be a number"))?;
         }
-        let [(_, requests), (_, elements), (_, threads), (_, rounds)] = values;
-        if requests == 0 || elements == 0 || threads == 0 || rounds == 0 {
+        let [(_, requests), (_, elements), (_, threads), (_, streams), (_, rounds)] = values;
+        if requests == 0 || elements == 0 || threads == 0 || streams == 0 || rounds == 0 {
             return Err("every setting must be positive".into());
         }
-        Ok(Self { requests, elements, threads, rounds })
+        Ok(Self { requests, elements, threads, streams, rounds, wake })
     }
 }
 
@@ -83,8 +129,8 @@ impl InCudaMem {
     }
 }
 
-/// A future whose every poll is timed as time inside cuda-mem (a `Pending`'s poll queries events
-/// and arms its wake-up; it never blocks).
+/// A future whose every poll is timed as time inside cuda-mem (a `Pending`'s or `Completion`'s
+/// poll queries the GPU's progress and arms its wake-up; it never blocks).
 struct Timed<F> {
     inner: F,
     stats: Arc<InCudaMem>,
@@ -102,56 +148,135 @@ fn input_value(request: usize, i: usize) -> f32 {
     (request * 7 + i % 1000) as f32
 }
 
-fn make_inputs(config: &Config) -> cuda_mem::Result<Vec<PinnedBuffer<f32>>> {
+/// A request's buffers: its input and its output, both pinned, both reused across rounds.
+struct Request {
+    input: PinnedBuffer<f32>,
+    output: PinnedBuffer<f32>,
+}
+
+fn make_requests(config: &Config) -> cuda_mem::Result<Vec<Request>> {
     (0..config.requests)
         .map(|r| {
             let host: Vec<f32> = (0..config.elements).map(|i| input_value(r, i)).collect();
-            PinnedBuffer::from_slice(&host, Default::default())
+            let input = PinnedBuffer::from_slice(&host, Default::default())?;
+            Ok(Request { input, output: PinnedBuffer::zeroed(config.elements)? })
         })
         .collect()
 }
 
-fn check(request: usize, output: &[f32]) {
-    let bad = output.iter().enumerate().position(|(i, &y)| y != SCALE * input_value(request, i));
-    assert!(bad.is_none(), "request {request}: element {} is wrong", bad.unwrap_or_default());
+/// Checks every output, then zeroes it for the next round.
+fn check_and_clear(requests: &mut [Request]) {
+    for (r, request) in requests.iter_mut().enumerate() {
+        let bad = request.output.iter().enumerate().position(|(i, &y)| y != SCALE * input_value(r, i));
+        assert!(bad.is_none(), "request {r}: element {} is wrong", bad.unwrap_or_default());
+        request.output.fill(0.0);
+    }
 }
 
-/// One request as a task: upload, scale, download, all queued without waiting; then awaited.
-async fn serve(stream: Stream, input: PinnedBuffer<f32>, stats: Arc<InCudaMem>) -> cuda_mem::Result<PinnedBuffer<f32>> {
-    let n = input.len();
-    let pending: Pending<(StreamBuffer<'static, f32>, PinnedBuffer<f32>)> = stats.call(|| {
-        let device = StreamBuffer::<f32>::zeroed(stream.clone(), n)?;
-        stream.upload(device, input)?.then(|s, (device, host)| {
+/// A stream and the device buffer of the request it serves.
+struct Slot {
+    stream: Stream,
+    device: DeviceBuffer<f32>,
+}
+
+fn make_slots(count: usize, elements: usize) -> cuda_mem::Result<Vec<Slot>> {
+    (0..count).map(|_| Ok(Slot { stream: Stream::non_blocking()?, device: DeviceBuffer::zeroed(elements)? })).collect()
+}
+
+/// The async variant's free slots; a permit of `free` stands for one slot in `idle`.
+struct Slots {
+    free: Semaphore,
+    idle: Mutex<Vec<Slot>>,
+}
+
+impl Slots {
+    fn new(slots: Vec<Slot>) -> Self {
+        Self { free: Semaphore::new(slots.len()), idle: Mutex::new(slots) }
+    }
+
+    /// Waits (asynchronously, never blocking the executor thread) for a free slot and takes it.
+    async fn take(&self) -> Slot {
+        let permit = self.free.acquire().await.expect("the semaphore is never closed");
+        let slot = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        // The permit comes back with the slot (`give_back`); a failed request's slot is lost, and
+        // its permit with it.
+        permit.forget();
+        slot.expect("a permit stands for an idle slot")
+    }
+
+    fn give_back(&self, slot: Slot) {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner).push(slot);
+        self.free.add_permits(1);
+    }
+}
+
+/// One request as a task: take a slot, queue upload, scale and download on its stream without
+/// waiting, await their completion as `wake` says, give the slot back.
+async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCudaMem>) -> cuda_mem::Result<Request> {
+    let Slot { stream, device } = slots.take().await;
+    let Request { input, output } = request;
+    let pending = stats.call(|| {
+        stream.queue((device, input, output), |s, (device, input, output)| {
             let mut view = device.as_mut_slice();
+            s.copy_from_host(&mut view, input)?;
             scale_in_place_f32(s, &mut view, SCALE)?;
-            s.copy_to_host(&mut host[..], &view)
+            s.copy_to_host(&mut output[..], &view)
         })
     })?;
-    let (device, output) = Timed { inner: pending, stats: Arc::clone(&stats) }.await?;
-    stats.call(|| drop(device)); // cudaFreeAsync: queued, not waited for
-    Ok(output)
+    let (device, input, output) = match wake {
+        Wake::Stream => {
+            let completion = stats.call(|| stream.synchronize_async())?;
+            Timed { inner: completion, stats: Arc::clone(&stats) }.await?;
+            // The stream has passed the work's event: taking the buffers back does not block
+            // (were it ever unfinished, the blocking wait is counted as a wait).
+            stats.wait(|| pending.try_take().or_else(cuda_mem::Pending::wait))?
+        }
+        Wake::Pending => {
+            let mut awaited = Timed { inner: pending, stats: Arc::clone(&stats) };
+            let done = (&mut awaited).await;
+            stats.call(|| drop(awaited)); // releases the fence event
+            done?
+        }
+    };
+    slots.give_back(Slot { stream, device });
+    Ok(Request { input, output })
 }
 
 fn run_async(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
-    let streams = (0..config.requests).map(|_| Stream::non_blocking()).collect::<cuda_mem::Result<Vec<_>>>()?;
+    let device = cuda_mem::Device::current()?;
+    let slots = Arc::new(Slots::new(make_slots(config.streams, config.elements)?));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.threads)
-        .enable_time()
+        .on_thread_start(move || {
+            // Kernels launch on the current device: make it the streams' device, once per thread.
+            if let Err(err) = device.set_current() {
+                eprintln!("async_server: an executor thread could not make the device current: {err}");
+                std::process::exit(1);
+            }
+        })
         .build()
         .expect("a tokio runtime");
-    let mut buffers = make_inputs(config)?;
-    // Round 0 is the warm-up: the pool grows to the round's working set, the kernel module loads
-    // and the helper streams the wake-ups use are created.
+    let mut requests = make_requests(config)?;
     let mut rounds = Vec::with_capacity(config.rounds);
     for round in 0..=config.rounds {
         let stats = Arc::new(InCudaMem::default());
-        let (wall, outputs) = async_round(&runtime, &streams, std::mem::take(&mut buffers), Arc::clone(&stats));
-        for (r, output) in outputs.into_iter().enumerate() {
-            let mut output = output?;
-            check(r, &output);
-            refill(r, &mut output);
-            buffers.push(output);
-        }
+        let start = Instant::now();
+        let served = runtime.block_on(async {
+            let tasks: Vec<_> = std::mem::take(&mut requests)
+                .into_iter()
+                .map(|request| tokio::spawn(serve(Arc::clone(&slots), request, config.wake, Arc::clone(&stats))))
+                .collect();
+            let mut served = Vec::with_capacity(tasks.len());
+            for task in tasks {
+                served.push(task.await.expect("a request task panicked"));
+            }
+            served
+        });
+        let wall = start.elapsed();
+        requests = served.into_iter().collect::<cuda_mem::Result<_>>()?;
+        check_and_clear(&mut requests);
+        // Round 0 is the warm-up: the kernel module loads (and with `--wake pending` the wake-ups'
+        // helper streams are made).
         if round > 0 {
             rounds.push((wall, stats.totals()));
         }
@@ -159,84 +284,34 @@ fn run_async(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
     Ok(rounds)
 }
 
-/// Writes request `r`'s input into a buffer that came back holding its output.
-fn refill(request: usize, buffer: &mut PinnedBuffer<f32>) {
-    for (i, x) in buffer.iter_mut().enumerate() {
-        *x = input_value(request, i);
-    }
-}
-
-/// Every request as a task at once; the wall time until all have finished, and their outputs.
-fn async_round(
-    runtime: &tokio::runtime::Runtime,
-    streams: &[Stream],
-    inputs: Vec<PinnedBuffer<f32>>,
-    stats: Arc<InCudaMem>,
-) -> (Duration, Vec<cuda_mem::Result<PinnedBuffer<f32>>>) {
-    let device = streams[0].device();
-    let start = Instant::now();
-    let outputs = runtime.block_on(async {
-        let tasks: Vec<_> = inputs
-            .into_iter()
-            .zip(streams)
-            .map(|(input, stream)| {
-                let (stream, stats) = (stream.clone(), Arc::clone(&stats));
-                tokio::spawn(async move {
-                    // A new executor thread starts on device 0: make the stream's device current.
-                    stats.call(|| device.set_current())?;
-                    serve(stream, input, stats).await
-                })
-            })
-            .collect();
-        let mut outputs = Vec::with_capacity(tasks.len());
-        for task in tasks {
-            outputs.push(task.await.expect("a request task panicked"));
-        }
-        outputs
-    });
-    (start.elapsed(), outputs)
-}
-
-/// The requests one OS thread serves: (input, output) pairs.
-type Share<'a> = Vec<(&'a PinnedBuffer<f32>, &'a mut PinnedBuffer<f32>)>;
-
 fn run_threads(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
     let device = cuda_mem::Device::current()?;
-    let inputs = make_inputs(config)?;
-    let mut outputs = (0..config.requests)
-        .map(|_| PinnedBuffer::<f32>::zeroed(config.elements))
-        .collect::<cuda_mem::Result<Vec<_>>>()?;
-    let streams = (0..config.threads).map(|_| Stream::non_blocking()).collect::<cuda_mem::Result<Vec<_>>>()?;
+    let mut requests = make_requests(config)?;
+    let mut slots = make_slots(config.threads, config.elements)?;
     let mut rounds = Vec::with_capacity(config.rounds);
     for round in 0..=config.rounds {
         let stats = InCudaMem::default();
         let start = Instant::now();
         std::thread::scope(|scope| -> cuda_mem::Result<()> {
-            let mut shares: Vec<Share<'_>> = (0..config.threads).map(|_| Vec::new()).collect();
-            for (r, (input, output)) in inputs.iter().zip(&mut outputs).enumerate() {
-                shares[r % config.threads].push((input, output));
+            let mut shares: Vec<Vec<&mut Request>> = (0..config.threads).map(|_| Vec::new()).collect();
+            for (r, request) in requests.iter_mut().enumerate() {
+                shares[r % config.threads].push(request);
             }
             let workers: Vec<_> = shares
                 .into_iter()
-                .zip(&streams)
-                .map(|(share, stream)| {
+                .zip(&mut slots)
+                .map(|(share, slot)| {
                     let stats = &stats;
                     scope.spawn(move || -> cuda_mem::Result<()> {
                         device.set_current()?;
-                        for (input, output) in share {
-                            serve_blocking(stream, input, output, stats)?;
-                        }
-                        Ok(())
+                        share.into_iter().try_for_each(|request| serve_blocking(slot, request, stats))
                     })
                 })
                 .collect();
             workers.into_iter().try_for_each(|w| w.join().expect("a request thread panicked"))
         })?;
         let wall = start.elapsed();
-        for (r, output) in outputs.iter_mut().enumerate() {
-            check(r, output);
-            output.fill(0.0);
-        }
+        check_and_clear(&mut requests);
         // Round 0 is the warm-up, as in the async variant.
         if round > 0 {
             rounds.push((wall, stats.totals()));
@@ -246,50 +321,65 @@ fn run_threads(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
 }
 
 /// One request in a blocking scope; the scope's end (its synchronize) is the wait.
-fn serve_blocking(
-    stream: &Stream,
-    input: &PinnedBuffer<f32>,
-    output: &mut PinnedBuffer<f32>,
-    stats: &InCudaMem,
-) -> cuda_mem::Result<()> {
-    let mut device = stats.call(|| StreamBuffer::<f32>::zeroed(stream, input.len()))?;
-    let mut view = device.as_mut_slice();
+fn serve_blocking(slot: &mut Slot, request: &mut Request, stats: &InCudaMem) -> cuda_mem::Result<()> {
+    let mut view = slot.device.as_mut_slice();
     let mut queued = Duration::ZERO;
     let scope = Instant::now();
-    stream.try_scope(|s| {
+    slot.stream.try_scope(|s| {
         let start = Instant::now();
         let result = s
-            .copy_from_host(&mut view, input)
+            .copy_from_host(&mut view, &request.input)
             .and_then(|()| scale_in_place_f32(s, &mut view, SCALE))
-            .and_then(|()| s.copy_to_host(output, &view));
+            .and_then(|()| s.copy_to_host(&mut request.output, &view));
         queued = start.elapsed();
         result
     })?;
     let total = scope.elapsed();
     stats.enqueue.fetch_add(queued.as_nanos() as u64, Ordering::Relaxed);
     stats.wait.fetch_add((total - queued).as_nanos() as u64, Ordering::Relaxed);
-    stats.call(|| drop(device));
     Ok(())
 }
 
 fn main() -> cuda_mem::Result<()> {
     let config = Config::parse().unwrap_or_else(|why| {
-        eprintln!("async_server: {why}\nusage: async_server [--requests N] [--elements N] [--threads N] [--rounds N]");
+        eprintln!(
+            "async_server: {why}\nusage: async_server [--requests N] [--elements N] [--threads N] [--streams N] [--rounds N] \
+             [--wake stream|pending]"
+        );
         std::process::exit(2)
     });
     let mib = (config.elements * 4) >> 20;
     println!("{} requests of {} f32 ({mib} MiB) each: upload, scale_f32, download", config.requests, config.elements);
     println!("after one untimed full-size round, the median of {} timed rounds:", config.rounds);
-    let rounds = run_async(&config)?;
-    report(&format!("async ({} executor threads, a stream per request)", config.threads), &config, rounds);
-    let rounds = run_threads(&config)?;
-    report(&format!("threads ({} OS threads, a stream each, blocking)", config.threads), &config, rounds);
+    let name =
+        format!("async ({} executor threads, {} streams reused, a task per request)", config.threads, config.streams);
+    let (async_wall, async_inside) = report(&name, &config, run_async(&config)?);
+    let name = format!("threads ({} OS threads, a stream each, blocking)", config.threads);
+    let (threads_wall, _) = report(&name, &config, run_threads(&config)?);
     println!("every result verified");
+
+    let ratio = threads_wall.as_secs_f64() / async_wall.as_secs_f64();
+    println!(
+        "target async throughput >= threads throughput: {} (async / threads = {ratio:.3})",
+        if ratio >= 1.0 { "met" } else { "missed" }
+    );
+    let executor_time = async_wall.as_secs_f64() * config.threads as f64;
+    let share = async_inside.wait.as_secs_f64() / executor_time;
+    println!(
+        "target executor threads about 0 time blocked in CUDA synchronization: {} (no synchronize on them; their \
+         polls took {:.3} ms, {:.1}% of {} threads x wall; target < {:.0}%)",
+        if share < POLL_SHARE_TARGET { "met" } else { "missed" },
+        async_inside.wait.as_secs_f64() * 1e3,
+        share * 100.0,
+        config.threads,
+        POLL_SHARE_TARGET * 100.0
+    );
     Ok(())
 }
 
-/// The round of median wall time: its requests per second and its time inside cuda-mem.
-fn report(name: &str, config: &Config, mut rounds: Vec<(Duration, Inside)>) {
+/// Prints the round of median wall time: its requests per second and its time inside cuda-mem.
+/// Returns that round's wall time and time inside cuda-mem.
+fn report(name: &str, config: &Config, mut rounds: Vec<(Duration, Inside)>) -> (Duration, Inside) {
     rounds.sort_by_key(|(wall, _)| *wall);
     let (wall, inside) = rounds[rounds.len() / 2];
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -300,4 +390,5 @@ fn report(name: &str, config: &Config, mut rounds: Vec<(Duration, Inside)>) {
         ms(inside.enqueue),
         ms(inside.wait)
     );
+    (wall, inside)
 }
