@@ -34,9 +34,11 @@
 mod capture;
 mod exec;
 mod memory;
+mod outputs;
 mod slots;
 
 pub use capture::{CaptureMode, CaptureScope, Graph};
 pub use exec::{GraphExec, GraphFlags, Launches, UpdateRefusal};
 pub use memory::GraphMemStats;
+pub use outputs::GraphOutput;
 pub use slots::HostSlot;
