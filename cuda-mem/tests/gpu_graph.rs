@@ -268,6 +268,7 @@ fn output_graph<'env>(stream: &'env Stream, input: &'env mut [u32]) -> (Graph<'e
 fn gpu_graph_outputs_hold_each_launch_result_and_are_refused_before_the_first() {
     let stream = Stream::non_blocking().unwrap();
     let mut input = pinned_from(&pattern(4096, 1));
+    let mut other_input = pinned_from(&pattern(4096, 9)); // outlives `exec`, which `update` may borrow it for
     let (graph, slot, key) = output_graph(&stream, &mut input);
     let mut exec = graph.instantiate(GraphFlags::empty()).unwrap(); // AUTO_FREE_ON_LAUNCH added
     let err = exec.output(&key).unwrap_err();
@@ -280,14 +281,22 @@ fn gpu_graph_outputs_hold_each_launch_result_and_are_refused_before_the_first() 
         exec.output_mut(&key).unwrap().copy_from_host(&[7; 4096]).unwrap();
         assert_eq!(exec.output(&key).unwrap().to_vec().unwrap(), vec![7; 4096]);
     }
-    let last = exec.run(&stream, |l| (0..50).try_for_each(|_| l.launch())).map(|()| pattern(4096, 5)).unwrap();
-    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &last);
+    exec.run(&stream, |l| (0..50).try_for_each(|_| l.launch())).unwrap();
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &pattern(4096, 5));
+    let err =
+        exec.run(&stream, |l| l.launch().and(Err::<(), _>(CudaError::new(ErrorKind::InvalidArgument("mine"), "test"))));
+    assert!(err.is_err());
+    let err = exec.output(&key).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "a failed run leaves the output unknown: {err}");
+    exec.launch(&stream).unwrap();
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &pattern(4096, 5));
 
-    let mut other_input = pinned_from(&pattern(4096, 9));
     let (other, _, other_key) = output_graph(&stream, &mut other_input);
     let err = exec.output(&other_key).unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
-    drop(other);
+    let err = exec.update(other).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &pattern(4096, 5));
 }
 
 /// Graph memory of outputs stays flat over many launches (each frees the last one's outputs

@@ -296,8 +296,14 @@ impl<'env> GraphExec<'env> {
     /// same topology, new addresses or kernel arguments. The executable graph keeps the borrows
     /// of both graphs, and `graph`'s host slots become reachable through it. A refusal is
     /// [`ErrorKind::GraphUpdateRefused`] with the runtime's reason, and leaves the executable
-    /// graph as it was.
+    /// graph as it was. A graph with outputs ([`CaptureScope::output`](crate::CaptureScope::output))
+    /// is refused with [`ErrorKind::InvalidArgument`].
     pub fn update(&mut self, graph: Graph<'env>) -> Result<()> {
+        if !graph.outputs.is_empty() {
+            // Their allocations would need the auto-free flag and bookkeeping this value lacks.
+            let kind = ErrorKind::InvalidArgument("an executable graph is not updated to a graph with outputs");
+            return Err(CudaError::new(kind, "GraphExec::update"));
+        }
         // SAFETY: both handles are live; `&mut self` excludes a concurrent launch, and no launch
         // is pending (every launch is waited for before its call returns).
         let (status, result) = unsafe { graphs::exec_update(self.raw, graph.raw) };

@@ -125,6 +125,15 @@ impl Outputs {
     /// handed out, which is what a panic in the run leaves. Returns the state to restore should
     /// the run queue no launch.
     pub(crate) fn begin_run(&mut self, stream: &Stream) -> RunStart {
+        let start = self.begin();
+        if self.any() && self.last_stream.as_ref().is_none_or(|last| last.as_raw() != stream.as_raw()) {
+            self.last_stream = Some(stream.clone());
+        }
+        start
+    }
+
+    /// [`Outputs::begin_run`]'s bookkeeping of the state.
+    fn begin(&mut self) -> RunStart {
         if self.queued.replace(false) && !self.records.is_empty() {
             self.state = State::Unknown; // launches of a run that panicked
         }
@@ -134,9 +143,6 @@ impl Outputs {
         }
         if self.state == State::Ready {
             self.state = State::Unknown;
-        }
-        if self.last_stream.as_ref().is_none_or(|last| last.as_raw() != stream.as_raw()) {
-            self.last_stream = Some(stream.clone());
         }
         before
     }
@@ -164,7 +170,8 @@ impl Outputs {
                 return Err(CudaError::new(kind, format!("GraphExec::output of {key:?}")));
             }
         };
-        match self.state {
+        // `queued` is still set only after a run that panicked.
+        match if self.queued.get() { State::Unknown } else { self.state } {
             State::Ready => Ok((record.ptr.cast(), record.len)),
             State::NotLaunched => {
                 let kind = ErrorKind::InvalidArgument("a graph output exists only after a launch has completed");
@@ -205,5 +212,56 @@ impl Outputs {
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outputs() -> (Outputs, GraphOutput<u32>) {
+        let (record, key) = OutputRecord::new::<u32>(7, 0, std::ptr::null_mut(), 16);
+        (Outputs::new(vec![record]), key)
+    }
+
+    fn refused(outputs: &Outputs, key: &GraphOutput<u32>) -> &'static str {
+        match outputs.find(key).unwrap_err().kind() {
+            ErrorKind::InvalidArgument(why) => why,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn outputs_are_lent_only_after_a_run_that_launched_and_succeeded() {
+        let (mut outputs, key) = outputs();
+        assert!(refused(&outputs, &key).contains("only after a launch"));
+        let start = outputs.begin();
+        outputs.end_run(start, true); // queued nothing: still no output
+        assert!(refused(&outputs, &key).contains("only after a launch"));
+        let start = outputs.begin();
+        outputs.queued.set(true);
+        outputs.end_run(start, true);
+        assert_eq!(outputs.find(&key).unwrap().1, 16);
+        let start = outputs.begin();
+        outputs.end_run(start, true); // a run without launches keeps the last one's output
+        assert!(outputs.find(&key).is_ok());
+        let start = outputs.begin();
+        outputs.queued.set(true);
+        outputs.end_run(start, false);
+        assert!(refused(&outputs, &key).contains("failed or panicked"));
+    }
+
+    #[test]
+    fn a_panicked_run_leaves_the_outputs_unknown_and_allocated() {
+        let (mut outputs, key) = outputs();
+        let _ = outputs.begin();
+        outputs.queued.set(true); // launched, then the closure unwound: no end_run
+        assert!(refused(&outputs, &key).contains("failed or panicked"));
+        let start = outputs.begin();
+        assert_eq!(outputs.state, State::Unknown, "the next run sees the panicked run's launches");
+        outputs.end_run(start, true);
+        assert!(refused(&outputs, &key).contains("failed or panicked"));
+        let (_, other_key) = OutputRecord::new::<u32>(8, 0, std::ptr::null_mut(), 16);
+        assert!(refused(&outputs, &other_key).contains("another graph"));
     }
 }
