@@ -5,7 +5,9 @@
 //! * `resource_pool_1m`, a `ResourceBuffer` from a `PoolResource`, against the raw C++
 //!   `cudaMallocFromPoolAsync` batch on the same pool, and each adaptor stack against it;
 //! * `device_cache_pair_*`, `DeviceCache` hot pairs, against the raw batch of
-//!   `async_retain_nosync_*` on that row's pool and stream (`cuda_mem_bench::paired::CACHE_ROWS`).
+//!   `async_retain_nosync_*` on that row's pool and stream (`cuda_mem_bench::paired::CACHE_ROWS`);
+//! * `graph_launch_*`, K launches of an executable graph and one synchronize, against the same
+//!   through `cudaGraphLaunch` in C++ (`cuda_mem_bench::paired::GRAPH_ROWS`, [`graph_launches`]).
 //!
 //! Arguments that are not flags filter rows by substring; `--missed PAIRED.jsonl` keeps only the
 //! rows that missed their target in that earlier output; `--list` lists the rows. `--api-time`
@@ -13,14 +15,14 @@
 //! exit 3 when CUPTI cannot be loaded): a profile, not a judged run.
 
 use cuda_mem::resource::{MemoryResource, PoolResource};
-use cuda_mem::{CudaError, Device, DeviceCache, MemPool, Stream};
+use cuda_mem::{CaptureMode, CudaError, Device, DeviceBuffer, DeviceCache, GraphFlags, MemPool, Stream};
 use cuda_mem_bench::api_time::{self, ApiTotals};
 use cuda_mem_bench::features::feature_row;
-use cuda_mem_bench::in_process::{RawBatch, time_batch};
-use cuda_mem_bench::paired::{self, CACHE_ROWS, PairedRow, RAW};
+use cuda_mem_bench::in_process::{RawBatch, RawGraph, time_batch};
+use cuda_mem_bench::paired::{self, CACHE_ROWS, GRAPH_NODES, GRAPH_ROWS, PairedRow, RAW};
 use cuda_mem_bench::{inputs, rows, rows::ROWS, rows::Row};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[path = "common.rs"]
 mod common;
@@ -56,6 +58,7 @@ fn main() {
             .map(|r| r.key)
             .chain(RESOURCE_STACKS.map(|s| s.0))
             .chain(CACHE_ROWS.map(|c| c.0.key))
+            .chain(GRAPH_ROWS.map(|g| g.key))
             .filter(wanted)
             .for_each(|k| println!("{k}: benchmark"));
         return;
@@ -127,6 +130,42 @@ fn main() {
         })();
         emit(row.key, result);
     }
+    for row in GRAPH_ROWS.iter().filter(|r| wanted(&r.key)) {
+        emit(row.key, graph_launches(row, probe));
+    }
+}
+
+/// A `graph_launch_*` row: each side captures [`GRAPH_NODES`] memsets of its own buffer of the
+/// row's bytes on one stream and instantiates them once; a batch is K launches and one
+/// synchronize. cuda-mem's side is `GraphExec::run`, which queues the K launches and waits once,
+/// as the C++ loop does; `GraphExec::launch` waits after every launch, so K of them would time
+/// K synchronizes against the C++ side's one.
+fn graph_launches(row: &Row, probe: Probe<'_>) -> Result<PairedRow, String> {
+    let bytes = row.bytes as usize;
+    let stream = Stream::non_blocking().map_err(text)?;
+    let mut theirs = DeviceBuffer::<u8>::zeroed(bytes).map_err(text)?;
+    let mut ours = DeviceBuffer::<u8>::zeroed(bytes).map_err(text)?;
+    let theirs_ptr = theirs.as_mut_slice().as_device_ptr().cast();
+    // SAFETY: `theirs` holds `bytes` on the stream's device; it and `stream` are dropped after
+    // the graph (declared before it), and nothing else uses `theirs`.
+    let raw_graph = unsafe { RawGraph::build(theirs_ptr, bytes, GRAPH_NODES, stream.as_raw().cast()) }
+        .map_err(|code| format!("raw C++ graph: CUDA error {code}"))?;
+    let mut view = ours.as_mut_slice();
+    let graph = stream
+        .capture(CaptureMode::ThreadLocal, |s| (0..GRAPH_NODES).try_for_each(|i| s.set_bytes(&mut view, i as u8)))
+        .map_err(text)?;
+    let mut exec = graph.instantiate(GraphFlags::empty()).map_err(text)?;
+    let batch = RawBatch::GraphLaunches { exec: raw_graph.as_raw(), stream: stream.as_raw().cast() };
+    compare(row, RAW, probe, |base| match base {
+        false => {
+            let start = Instant::now();
+            exec.run(&stream, |launches| (0..row.k).try_for_each(|_| launches.launch())).map_err(text)?;
+            Ok(start.elapsed())
+        }
+        // SAFETY: the C++ graph, its buffer and the stream outlive the batch; cuda-mem's side
+        // waits for its launches before returning, so the stream is idle when a batch starts.
+        true => raw(unsafe { time_batch(batch, bytes, row.k) }),
+    })
 }
 
 /// Interleaves `batch(true)` (the baseline) and `batch(false)` (cuda-mem) for the row.

@@ -1,9 +1,10 @@
-// in_process.cu: the batches of alloc_batches.h, copy_batches.h and read_batches.cuh behind a C
-// ABI, linked into the `paired` benchmark so that raw CUDA and cuda-mem run interleaved in one
-// process. Compiled by nvcc, like raw_reference.cu; cudart comes from cuda-mem-sys.
+// in_process.cu: the batches of alloc_batches.h, copy_batches.h, read_batches.cuh and
+// graph_batches.h behind a C ABI, linked into the `paired` benchmark so that raw CUDA and cuda-mem
+// run interleaved in one process. Compiled by nvcc, like raw_reference.cu; cudart comes from cuda-mem-sys.
 
 #include "alloc_batches.h"
 #include "copy_batches.h"
+#include "graph_batches.h"
 #include "read_batches.cuh"
 
 extern "C" {
@@ -34,5 +35,18 @@ int cm_raw_reads(const void* data, size_t bytes, void* sink, int prefetch_device
     return read_batches::reads(data, bytes, static_cast<uint32_t*>(sink), blocks, prefetch_device,
                                static_cast<cudaStream_t>(stream), k);
 }
+
+int cm_raw_graph_build(void* buffer, size_t bytes, int nodes, void* stream, void** exec) {
+    cudaGraphExec_t made = nullptr;
+    int code = graph_batches::build(buffer, bytes, nodes, static_cast<cudaStream_t>(stream), &made);
+    *exec = made;
+    return code;
+}
+
+int cm_raw_graph_launches(void* exec, void* stream, int k) {
+    return graph_batches::launches(static_cast<cudaGraphExec_t>(exec), static_cast<cudaStream_t>(stream), k);
+}
+
+int cm_raw_graph_destroy(void* exec) { return cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)); }
 
 }  // extern "C"

@@ -1,4 +1,4 @@
-//! The raw C++ allocation, copy and read batches of `reference/` (the code `raw_reference` runs),
+//! The raw C++ allocation, copy, read and graph-launch batches of `reference/` (the code `raw_reference` runs),
 //! compiled by `build.rs` into this crate so that the `paired` benchmark can interleave raw CUDA
 //! and cuda-mem in one process. Timing is done here, with the clock of every other row.
 
@@ -23,6 +23,15 @@ unsafe extern "C" {
         stream: *mut c_void,
         k: c_int,
     ) -> c_int;
+    fn cm_raw_graph_build(
+        buffer: *mut c_void,
+        bytes: usize,
+        nodes: c_int,
+        stream: *mut c_void,
+        exec: *mut *mut c_void,
+    ) -> c_int;
+    fn cm_raw_graph_launches(exec: *mut c_void, stream: *mut c_void, k: c_int) -> c_int;
+    fn cm_raw_graph_destroy(exec: *mut c_void) -> c_int;
 }
 
 /// Which raw C++ batch to run (the functions of `reference/alloc_batches.h`, `copy_batches.h`
@@ -45,6 +54,47 @@ pub enum RawBatch {
     /// The streaming-read kernel over `data` (zero the 4-byte `sink`, launch on `stream`,
     /// synchronize), after a `cudaMemPrefetchAsync` to `prefetch_device`.
     Reads { data: *const c_void, sink: *mut c_void, prefetch_device: Option<i32>, stream: *mut c_void },
+    /// K `cudaGraphLaunch`es of a [`RawGraph`] on `stream`, then one `cudaStreamSynchronize`.
+    GraphLaunches { exec: *mut c_void, stream: *mut c_void },
+}
+
+/// An executable graph built by the C++ reference (`graph_batches::build`): `nodes` memsets of
+/// a device buffer, captured on a stream. Destroyed on drop.
+#[derive(Debug)]
+pub struct RawGraph {
+    exec: *mut c_void,
+}
+
+impl RawGraph {
+    /// Captures `nodes` memsets of the `bytes` at `buffer` on `stream` and instantiates them;
+    /// `Err` holds the CUDA error code of the first failing call.
+    ///
+    /// # Safety
+    /// `buffer` is device memory of at least `bytes`, and `stream` a created stream of its device;
+    /// both stay live, and the buffer unused by anything else, while the graph can be launched.
+    pub unsafe fn build(buffer: *mut c_void, bytes: usize, nodes: u32, stream: *mut c_void) -> Result<Self, i32> {
+        let nodes = c_int::try_from(nodes).map_err(|_| -1)?;
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: plain values and an out-pointer valid for writes; the handles are the caller's.
+        let code = unsafe { cm_raw_graph_build(buffer, bytes, nodes, stream, &mut exec) };
+        match code {
+            0 => Ok(Self { exec }),
+            code => Err(code),
+        }
+    }
+
+    /// The `cudaGraphExec_t`, for [`RawBatch::GraphLaunches`].
+    pub fn as_raw(&self) -> *mut c_void {
+        self.exec
+    }
+}
+
+impl Drop for RawGraph {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from `build` and is destroyed once; a launch still running
+        // completes first (cudaGraphExecDestroy's contract).
+        let _ = unsafe { cm_raw_graph_destroy(self.exec) };
+    }
 }
 
 /// Runs one batch of `k` operations on `bytes` and returns how long it took; `Err` holds the
@@ -53,8 +103,9 @@ pub enum RawBatch {
 /// # Safety
 /// The handles and pointers of `batch` must be live for the whole call: `pool` (when not null)
 /// and `stream` of the current device, `dst`/`src` valid for `bytes` of the memory `kind` names,
-/// `data` device-accessible for `bytes`, `sink` 4 bytes of device memory; none of that memory may
-/// be in use by anything else during the call.
+/// `data` device-accessible for `bytes`, `sink` 4 bytes of device memory, `exec` a live
+/// [`RawGraph`] of `stream`'s device; none of that memory may be in use by anything else during
+/// the call.
 pub unsafe fn time_batch(batch: RawBatch, bytes: usize, k: u32) -> Result<Duration, i32> {
     let k = c_int::try_from(k).map_err(|_| -1)?;
     let start = Instant::now();
@@ -74,6 +125,7 @@ pub unsafe fn time_batch(batch: RawBatch, bytes: usize, k: u32) -> Result<Durati
             RawBatch::Reads { data, sink, prefetch_device, stream } => {
                 cm_raw_reads(data, bytes, sink, prefetch_device.unwrap_or(-1), stream, k)
             }
+            RawBatch::GraphLaunches { exec, stream } => cm_raw_graph_launches(exec, stream, k),
         }
     };
     let elapsed = start.elapsed();

@@ -23,6 +23,18 @@ pub const CACHE_TARGET: f64 = 1.0;
 const CACHE_NOTE: &str = " Rows `device_cache_*` time a cache that keeps freed blocks instead of making the \
                           raw calls: their ratio is their share of the raw time, and they must beat it (≤ 1).";
 
+/// Memset nodes in the graph of each [`GRAPH_ROWS`] row.
+pub const GRAPH_NODES: u32 = 32;
+const GRAPH_NOTE: &str = " Rows `graph_launch_*` time K launches of one executable graph and one synchronize \
+                          (each side captures and instantiates its own graph of the same memset nodes on its own \
+                          buffer, once): cuda-mem's `GraphExec::run` against `cudaGraphLaunch` in C++ \
+                          (`reference/graph_batches.h`). Their ratio is the cost of a launch through cuda-mem.";
+
+/// Graph launches (`GraphExec::run` queuing K launches, then one synchronize) against the C++
+/// reference's `cudaGraphLaunch` loop on a graph of the same [`GRAPH_NODES`] memsets of a buffer
+/// of the row's bytes. Judged against raw C++: [`TARGET_RATIO`].
+pub const GRAPH_ROWS: [Row; 1] = [alloc("graph_launch_small", 4096, 200, 50)];
+
 /// `DeviceCache` hot pairs (alloc + drop, one stream and size, one synchronize per batch), each with
 /// the raw row whose batch (retaining pool, no synchronize per pair) it replaces rather than wraps:
 /// its ratio is its share of the raw time ([`CACHE_TARGET`]).
@@ -128,6 +140,11 @@ impl PairedRow {
         CACHE_ROWS.iter().any(|(row, _)| row.key == self.key)
     }
 
+    /// True for a row of [`GRAPH_ROWS`].
+    pub fn is_graph(&self) -> bool {
+        GRAPH_ROWS.iter().any(|row| row.key == self.key)
+    }
+
     /// True when within its target.
     pub fn met(&self) -> bool {
         self.ratio() <= self.target()
@@ -189,7 +206,9 @@ pub fn missed_keys(text: &str) -> Result<Vec<String>, String> {
 
 /// The report section.
 pub fn markdown(rows: &BTreeMap<String, PairedRow>) -> String {
-    let note = if rows.values().any(PairedRow::is_cache) { CACHE_NOTE } else { "" };
+    let cache_note = if rows.values().any(PairedRow::is_cache) { CACHE_NOTE } else { "" };
+    let graph_note = if rows.values().any(PairedRow::is_graph) { GRAPH_NOTE } else { "" };
+    let note = format!("{cache_note}{graph_note}");
     let mut out = format!(
         "## Same process, interleaved\n\n\
          The `paired` benchmark runs each cuda-mem batch and its baseline batch alternately in one process \
@@ -321,5 +340,36 @@ mod tests {
         assert!(section.contains("must beat it") && section.contains("missed: device_cache_pair_4k"));
         assert!(parse("{\"key\":\"a\",\"base_us\":0,\"ours_us\":1,\"k\":1,\"samples\":1}").is_err());
         assert!(parse("{\"key\":\"a\",\"ours_us\":1,\"k\":1,\"samples\":1}").unwrap_err().contains("no base_us"));
+    }
+
+    #[test]
+    fn graph_launch_rows_are_judged_against_raw_cpp_at_the_raw_target() {
+        assert_eq!(GRAPH_ROWS.map(|r| r.key), ["graph_launch_small"]);
+        assert!(GRAPH_ROWS.iter().all(|r| r.bytes == 4096 && r.k >= 100 && r.samples >= 10));
+        assert!(
+            GRAPH_ROWS.iter().all(|g| crate::rows::row(g.key).is_none() && CACHE_ROWS.iter().all(|c| c.0.key != g.key))
+        );
+        let row = PairedRow {
+            key: "graph_launch_small".into(),
+            baseline: RAW.into(),
+            base_us: 2.0,
+            ours_us: 2.03,
+            k: 200,
+            samples: 100,
+            api: None,
+        };
+        let slow = PairedRow { ours_us: 2.05, ..row.clone() };
+        assert!(row.is_graph() && !row.is_cache());
+        assert_eq!((row.target(), row.met(), slow.met()), (TARGET_RATIO, true, false));
+        let section = markdown(&parse(&row.to_line()).unwrap());
+        assert!(
+            section.contains("| `graph_launch_small` | raw C++ | 2.000 | 2.030 | 1.015 | ≤ 1.02 met |"),
+            "{section}"
+        );
+        assert!(section.contains("`GraphExec::run` against `cudaGraphLaunch`") && !section.contains("must beat it"));
+        let missed = markdown(&parse(&slow.to_line()).unwrap());
+        assert!(missed.contains("| 1.025 | **≤ 1.02 missed** ⚠ |") && missed.contains("missed: graph_launch_small"));
+        let plain = markdown(&parse(&PairedRow { key: "malloc_4k".into(), ..row }.to_line()).unwrap());
+        assert!(!plain.contains("graph_launch"), "{plain}");
     }
 }

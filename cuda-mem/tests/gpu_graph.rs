@@ -247,6 +247,103 @@ fn gpu_alone_graph_memory_figures_follow_temporaries_and_trim() {
     assert!(trimmed.reserved.current < first.reserved.current, "{trimmed:?} after {first:?}");
 }
 
+/// Captures a graph whose output is `len` words copied from the input slot: every launch writes
+/// the output anew from what the slot holds.
+fn output_graph<'env>(stream: &'env Stream, input: &'env mut [u32]) -> (Graph<'env>, HostSlot<u32>, GraphOutput<u32>) {
+    let len = input.len();
+    let (graph, (slot, key)) = stream
+        .capture_with(CaptureMode::ThreadLocal, |s| {
+            let (mut out, key) = s.output::<u32>(len)?;
+            let slot = s.copy_from_host_slot(&mut out, input)?;
+            Ok((slot, key))
+        })
+        .unwrap();
+    (graph, slot, key)
+}
+
+/// Outputs exist only after a launch, hold what each launch wrote, can be written in place
+/// between launches, and keys of other graphs are refused.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_graph_outputs_hold_each_launch_result_and_are_refused_before_the_first() {
+    let stream = Stream::non_blocking().unwrap();
+    let mut input = pinned_from(&pattern(4096, 1));
+    let mut other_input = pinned_from(&pattern(4096, 9)); // outlives `exec`, which `update` may borrow it for
+    let (graph, slot, key) = output_graph(&stream, &mut input);
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap(); // AUTO_FREE_ON_LAUNCH added
+    let err = exec.output(&key).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    for round in 0..6 {
+        let want = pattern(4096, round);
+        exec.host_mut(&slot).unwrap().copy_from_slice(&want);
+        exec.launch(&stream).unwrap();
+        assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &want);
+        exec.output_mut(&key).unwrap().copy_from_host(&[7; 4096]).unwrap();
+        assert_eq!(exec.output(&key).unwrap().to_vec().unwrap(), vec![7; 4096]);
+    }
+    exec.run(&stream, |l| (0..50).try_for_each(|_| l.launch())).unwrap();
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &pattern(4096, 5));
+    let err =
+        exec.run(&stream, |l| l.launch().and(Err::<(), _>(CudaError::new(ErrorKind::InvalidArgument("mine"), "test"))));
+    assert!(err.is_err());
+    let err = exec.output(&key).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "a failed run leaves the output unknown: {err}");
+    exec.launch(&stream).unwrap();
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &pattern(4096, 5));
+
+    let (other, _, other_key) = output_graph(&stream, &mut other_input);
+    let err = exec.output(&other_key).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    let err = exec.update(other).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &pattern(4096, 5));
+}
+
+/// Graph memory of outputs stays flat over many launches (each frees the last one's outputs
+/// before allocating its own) and is handed back once the executable graph drops (it frees what
+/// the last launch left allocated) and the device's graph memory is trimmed.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_alone_graph_outputs_do_not_leak_across_launches_or_after_the_drop() {
+    let device = Device::current().unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    device.graph_mem_trim().unwrap();
+    let before = device.graph_mem_stats().unwrap();
+    let len = 1 << 20;
+    let bytes = len * size_of::<u32>();
+    let mut input = PinnedBuffer::<u32>::zeroed(len).unwrap();
+    let (graph, slot, key) = output_graph(&stream, &mut input);
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    let mut held = None;
+    for round in 0..10 {
+        let want = pattern(len, round);
+        exec.host_mut(&slot).unwrap().copy_from_slice(&want);
+        exec.launch(&stream).unwrap();
+        assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &want);
+        let stats = device.graph_mem_stats().unwrap();
+        assert!(stats.used.current >= before.used.current + bytes, "round {round}: {stats:?} after {before:?}");
+        match held {
+            None => held = Some(stats),
+            Some(first) => {
+                assert_eq!(stats.used.current, first.used.current, "used flat at round {round}: {stats:?}");
+                assert_eq!(stats.reserved.current, first.reserved.current, "reserved flat at round {round}");
+            }
+        }
+    }
+    exec.run(&stream, |l| (0..200).try_for_each(|_| l.launch())).unwrap();
+    let held = held.unwrap();
+    let later = device.graph_mem_stats().unwrap();
+    assert_eq!(later.used.current, held.used.current, "used flat over run: {later:?}");
+    assert_eq!(later.reserved.current, held.reserved.current, "reserved flat over run: {later:?}");
+    drop(exec); // frees the output on the launch stream
+    stream.synchronize().unwrap();
+    device.graph_mem_trim().unwrap();
+    let after = device.graph_mem_stats().unwrap();
+    assert_eq!(after.used.current, before.used.current, "{after:?}, before {before:?}, held {held:?}");
+    assert!(after.reserved.current < held.reserved.current, "{after:?}, held {held:?}");
+    input.fill(0); // the borrows end with the executable graph
+}
+
 fn stream_still_works(stream: &Stream) {
     let mut device = DeviceBuffer::<u32>::zeroed(512).unwrap();
     let mut back = vec![0u32; 512];

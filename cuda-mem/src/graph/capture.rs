@@ -1,6 +1,7 @@
 //! Stream capture: [`Stream::capture`] and the [`CaptureScope`] the captured work is queued
 //! through, and the [`Graph`] it makes.
 
+use super::outputs::{GraphOutput, OutputRecord};
 use super::slots::{HostSlot, SlotRecord};
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
@@ -61,6 +62,7 @@ pub struct Graph<'env> {
     pub(crate) raw: graphs::cudaGraph_t,
     pub(crate) device: Device,
     pub(crate) slots: Vec<SlotRecord>,
+    pub(crate) outputs: Vec<OutputRecord>,
     pub(crate) _env: PhantomData<&'env mut ()>,
 }
 
@@ -103,6 +105,7 @@ pub struct CaptureScope<'env> {
     graph_pool: raw::cudaMemPool_t,
     temporaries: RefCell<Vec<Temporary>>,
     slots: RefCell<Vec<SlotRecord>>,
+    outputs: RefCell<Vec<OutputRecord>>,
 }
 
 impl<'env> Deref for CaptureScope<'env> {
@@ -139,10 +142,45 @@ impl<'env> CaptureScope<'env> {
     /// # Safety
     /// Captured work writes every element before any captured work reads it.
     pub unsafe fn temporary_uninit<T: Pod>(&self, len: usize) -> Result<DeviceSliceMut<'env, T>> {
-        let bytes = raw::byte_len::<T>(len, "CaptureScope::temporary")?;
+        let (ptr, bytes) = self.allocation_node::<T>(len, "CaptureScope::temporary")?;
+        if bytes != 0 {
+            self.temporaries.borrow_mut().push(Temporary { ptr, bytes });
+        }
+        // SAFETY: the graph allocates `bytes` here before the captured work that follows and frees
+        // them after all of it (`finish`); the view names the capture's stream, which refuses every
+        // use once the capture has ended, so no work outside the graph reaches the address.
+        Ok(unsafe { DeviceSliceMut::ordered_on(ptr.cast(), len, self.stream) })
+    }
+
+    /// `len` zeroed elements of graph memory that outlive the launch: an allocation node and a
+    /// memset node, with no free node. The captured work writes the view; between launches,
+    /// [`GraphExec::output`](crate::GraphExec::output) reads what the last launch left there.
+    /// The executable graph frees it at the next launch (it is instantiated with
+    /// [`GraphFlags::AUTO_FREE_ON_LAUNCH`](crate::GraphFlags::AUTO_FREE_ON_LAUNCH), whatever the
+    /// flags asked for) and on drop. As for [`CaptureScope::temporary`], the view is refused once
+    /// the capture has ended.
+    pub fn output<T: Pod>(&self, len: usize) -> Result<(DeviceSliceMut<'env, T>, GraphOutput<T>)> {
+        let (ptr, bytes) = self.allocation_node::<T>(len, "CaptureScope::output")?;
+        let index = self.outputs.borrow().len();
+        let (record, key) = OutputRecord::new::<T>(self.graph, index, ptr, len);
+        self.outputs.borrow_mut().push(record);
+        if bytes != 0 {
+            let call = self.stream.call()?;
+            // SAFETY: the allocation holds `bytes`, captured in order after its allocation.
+            unsafe { raw::memory::set_async(ptr, 0, bytes, call.as_raw())? };
+        }
+        // SAFETY: the graph allocates `bytes` here before the captured work that follows and
+        // frees them no earlier than the next launch or the executable graph's drop; the view
+        // names the capture's stream, which refuses every use once the capture has ended.
+        Ok((unsafe { DeviceSliceMut::ordered_on(ptr.cast(), len, self.stream) }, key))
+    }
+
+    /// Captures an allocation node of `len` elements of T: its address and size in bytes, or a
+    /// dangling address and 0 for an empty request (no node).
+    fn allocation_node<T: Pod>(&self, len: usize, what: &'static str) -> Result<(*mut c_void, usize)> {
+        let bytes = raw::byte_len::<T>(len, what)?;
         if bytes == 0 {
-            // SAFETY: an empty view is never dereferenced or passed to CUDA with a length.
-            return Ok(unsafe { DeviceSliceMut::ordered_on(std::ptr::NonNull::dangling().as_ptr(), 0, self.stream) });
+            return Ok((std::ptr::NonNull::<T>::dangling().as_ptr().cast(), 0));
         }
         let call = self.stream.call()?;
         // SAFETY: the driver's default pool lives as long as the context, and the stream handle is
@@ -151,14 +189,12 @@ impl<'env> CaptureScope<'env> {
         let ptr = unsafe {
             raw::pools::malloc_from_pool_async(bytes, self.graph_pool, call.as_raw(), || "in a capture".into())?
         };
-        self.temporaries.borrow_mut().push(Temporary { ptr, bytes });
         if !ptr.cast::<T>().is_aligned() {
+            // Freed at the end of the graph, should the closure go on despite the error.
+            self.temporaries.borrow_mut().push(Temporary { ptr, bytes });
             return Err(raw::misaligned_error::<T>(ptr as usize, "cudaMallocFromPoolAsync in a capture"));
         }
-        // SAFETY: the graph allocates `bytes` here before the captured work that follows and frees
-        // them after all of it (`finish`); the view names the capture's stream, which refuses every
-        // use once the capture has ended, so no work outside the graph reaches the address.
-        Ok(unsafe { DeviceSliceMut::ordered_on(ptr.cast(), len, self.stream) })
+        Ok((ptr, bytes))
     }
 
     /// Captures a host-to-device copy from `src`, which the graph borrows exclusively for its
@@ -331,10 +367,11 @@ impl Stream {
             graph_pool,
             temporaries: RefCell::new(Vec::new()),
             slots: RefCell::new(Vec::new()),
+            outputs: RefCell::new(Vec::new()),
         };
         let queued = f(&scope).and_then(|value| scope.free_temporaries().map(|()| value));
         let (raw, value) = capturing.finish(queued)?;
-        let slots = scope.slots.into_inner();
-        Ok((Graph { raw, device: self.device(), slots, _env: PhantomData }, value))
+        let (slots, outputs) = (scope.slots.into_inner(), scope.outputs.into_inner());
+        Ok((Graph { raw, device: self.device(), slots, outputs, _env: PhantomData }, value))
     }
 }

@@ -1,13 +1,16 @@
 //! Executable graphs: instantiation, launches that wait before the borrows can end, updates.
 
 use super::capture::Graph;
+use super::outputs::{GraphOutput, Outputs};
 use super::slots::{HostSlot, SlotRecord};
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::raw::{self, graphs};
 use crate::scope::merge;
+use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
+use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -153,11 +156,52 @@ impl fmt::Display for UpdateRefusal {
 /// exec.launch(&stream).unwrap(); // error: `exec` is borrowed by `out`
 /// println!("{}", out[0]);
 /// ```
+///
+/// A graph output ([`CaptureScope::output`](crate::CaptureScope::output)) is read through a view
+/// that borrows the executable graph, so the next launch, which frees and reallocates it, waits
+/// for the view to end:
+///
+/// ```compile_fail,E0502
+/// # use cuda_mem::{CaptureMode, GraphFlags, Stream};
+/// # let stream = Stream::non_blocking().unwrap();
+/// let (graph, key) = stream
+///     .capture_with(CaptureMode::ThreadLocal, |s| {
+///         let (mut out, key) = s.output::<u32>(16)?;
+///         s.set_bytes(&mut out, 1)?;
+///         Ok(key)
+///     })
+///     .unwrap();
+/// let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+/// exec.launch(&stream).unwrap();
+/// let view = exec.output(&key).unwrap();
+/// exec.launch(&stream).unwrap(); // error: `exec` is borrowed by `view`
+/// println!("{:?}", view.to_vec());
+/// ```
+///
+/// and so does the drop, which frees it:
+///
+/// ```compile_fail,E0505
+/// # use cuda_mem::{CaptureMode, GraphFlags, Stream};
+/// # let stream = Stream::non_blocking().unwrap();
+/// let (graph, key) = stream
+///     .capture_with(CaptureMode::ThreadLocal, |s| {
+///         let (mut out, key) = s.output::<u32>(16)?;
+///         s.set_bytes(&mut out, 1)?;
+///         Ok(key)
+///     })
+///     .unwrap();
+/// let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+/// exec.launch(&stream).unwrap();
+/// let view = exec.output(&key).unwrap();
+/// drop(exec); // error: cannot move out of `exec` because it is borrowed
+/// println!("{:?}", view.to_vec());
+/// ```
 #[derive(Debug)]
 pub struct GraphExec<'env> {
     raw: graphs::cudaGraphExec_t,
     device: Device,
     slots: Vec<SlotRecord>,
+    outputs: Outputs,
     _env: PhantomData<&'env mut ()>,
 }
 
@@ -169,13 +213,18 @@ unsafe impl Send for GraphExec<'_> {}
 impl<'env> Graph<'env> {
     /// Instantiates the graph (`cudaGraphInstantiateWithFlags`). The graph is consumed: the
     /// executable graph takes over its borrows, and the host slots it lends back are then
-    /// reachable through one executable graph only.
+    /// reachable through one executable graph only. A graph with outputs
+    /// ([`CaptureScope::output`](crate::CaptureScope::output)) is always instantiated with
+    /// [`GraphFlags::AUTO_FREE_ON_LAUNCH`]: without it, a second launch would fail while the
+    /// first launch's outputs are allocated.
     pub fn instantiate(self, flags: GraphFlags) -> Result<GraphExec<'env>> {
-        // SAFETY: the graph handle is live (owned by `self`).
-        let raw = unsafe { graphs::instantiate(self.raw, flags.bits()) }?;
         let mut graph = self;
+        let outputs = Outputs::new(std::mem::take(&mut graph.outputs));
+        let flags = if outputs.any() { flags | GraphFlags::AUTO_FREE_ON_LAUNCH } else { flags };
+        // SAFETY: the graph handle is live (owned by `graph`).
+        let raw = unsafe { graphs::instantiate(graph.raw, flags.bits()) }?;
         let slots = std::mem::take(&mut graph.slots);
-        Ok(GraphExec { raw, device: graph.device, slots, _env: PhantomData })
+        Ok(GraphExec { raw, device: graph.device, slots, outputs, _env: PhantomData })
     }
 }
 
@@ -184,6 +233,8 @@ impl<'env> Graph<'env> {
 pub struct Launches<'a> {
     exec: graphs::cudaGraphExec_t,
     stream: &'a Stream,
+    /// Set once a launch is queued: the graph's outputs are allocated from then on.
+    queued: &'a Cell<bool>,
 }
 
 impl Launches<'_> {
@@ -194,7 +245,9 @@ impl Launches<'_> {
         let call = self.stream.call()?;
         // SAFETY: the executable graph is live for the borrow this value holds; `run` waits for
         // the stream before that borrow, and the borrows of 'env, can end.
-        unsafe { graphs::launch(self.exec, call.as_raw()) }
+        unsafe { graphs::launch(self.exec, call.as_raw()) }?;
+        self.queued.set(true);
+        Ok(())
     }
 
     /// The stream the launches are queued on.
@@ -229,19 +282,28 @@ impl<'env> GraphExec<'env> {
             let kind = ErrorKind::InvalidArgument("a graph is launched on a stream of the device it was captured on");
             return Err(CudaError::new(kind, format!("launching a graph of {} on {stream:?}", self.device)));
         }
-        let launches = Launches { exec: self.raw, stream };
+        let start = self.outputs.begin_run(stream);
+        let launches = Launches { exec: self.raw, stream, queued: &self.outputs.queued };
         let guard = SyncOnUnwind(stream);
         let value = f(&launches);
         std::mem::forget(guard);
-        merge(value, stream.synchronize())
+        let result = merge(value, stream.synchronize());
+        self.outputs.end_run(start, result.is_ok());
+        result
     }
 
     /// Updates the executable graph in place to `graph`'s parameters (`cudaGraphExecUpdate`):
     /// same topology, new addresses or kernel arguments. The executable graph keeps the borrows
     /// of both graphs, and `graph`'s host slots become reachable through it. A refusal is
     /// [`ErrorKind::GraphUpdateRefused`] with the runtime's reason, and leaves the executable
-    /// graph as it was.
+    /// graph as it was. A graph with outputs ([`CaptureScope::output`](crate::CaptureScope::output))
+    /// is refused with [`ErrorKind::InvalidArgument`].
     pub fn update(&mut self, graph: Graph<'env>) -> Result<()> {
+        if !graph.outputs.is_empty() {
+            // Their allocations would need the auto-free flag and bookkeeping this value lacks.
+            let kind = ErrorKind::InvalidArgument("an executable graph is not updated to a graph with outputs");
+            return Err(CudaError::new(kind, "GraphExec::update"));
+        }
         // SAFETY: both handles are live; `&mut self` excludes a concurrent launch, and no launch
         // is pending (every launch is waited for before its call returns).
         let (status, result) = unsafe { graphs::exec_update(self.raw, graph.raw) };
@@ -277,6 +339,25 @@ impl<'env> GraphExec<'env> {
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
     }
 
+    /// A view of `key`'s graph output as the last launch left it. It borrows `self`, so no
+    /// launch, which would free and reallocate the output, can start while it lives. Before the
+    /// first launch, and after a `launch` or `run` that failed or panicked, the output is refused
+    /// ([`ErrorKind::InvalidArgument`]).
+    pub fn output<T: Pod>(&self, key: &GraphOutput<T>) -> Result<DeviceSlice<'_, T>> {
+        let (ptr, len) = self.outputs.find(key)?;
+        // SAFETY: the last launch allocated `len` elements of T at `ptr` and has completed (every
+        // launch is waited for); they stay allocated until the next launch or the drop, neither
+        // of which can happen while this borrow of `self` lives, and no other path writes them.
+        Ok(unsafe { DeviceSlice::from_raw_parts(ptr, len) })
+    }
+
+    /// [`GraphExec::output`] to write, say to hand the result on in place.
+    pub fn output_mut<T: Pod>(&mut self, key: &GraphOutput<T>) -> Result<DeviceSliceMut<'_, T>> {
+        let (ptr, len) = self.outputs.find(key)?;
+        // SAFETY: as in `output`; `&mut self` makes this the only view of the output.
+        Ok(unsafe { DeviceSliceMut::from_raw_parts(ptr, len) })
+    }
+
     /// The device the graph was captured on.
     pub fn device(&self) -> Device {
         self.device
@@ -291,6 +372,9 @@ impl<'env> GraphExec<'env> {
 
 impl Drop for GraphExec<'_> {
     fn drop(&mut self) {
+        // Graph memory the last launch left allocated stays allocated after the executable graph
+        // is destroyed until something frees it.
+        self.outputs.free_outstanding();
         // SAFETY: we own the handle; no launch is pending (each call that launches waits), and a
         // launch still running would be completed before the runtime frees the graph.
         raw::quiet(unsafe { graphs::exec_destroy(self.raw) });

@@ -8,7 +8,9 @@
 //! queued them returns ([`GraphExec::launch`], [`GraphExec::run`]), so no launch is pending when
 //! those borrows end, even if the executable graph is forgotten. Memory the graph itself owns
 //! (temporaries allocated in the capture) is reached only through views whose stream refuses
-//! every use once the capture has ended. docs/soundness.md gives the argument in full.
+//! every use once the capture has ended; outputs, graph memory that outlives a launch, are lent
+//! between launches through a borrow of the executable graph ([`GraphOutput`]).
+//! docs/soundness.md gives the argument in full.
 //!
 //! ```no_run
 //! # fn main() -> cuda_mem::Result<()> {
@@ -34,9 +36,11 @@
 mod capture;
 mod exec;
 mod memory;
+mod outputs;
 mod slots;
 
 pub use capture::{CaptureMode, CaptureScope, Graph};
 pub use exec::{GraphExec, GraphFlags, Launches, UpdateRefusal};
 pub use memory::GraphMemStats;
+pub use outputs::GraphOutput;
 pub use slots::HostSlot;
