@@ -235,6 +235,11 @@ impl<B: Backend> CachingAllocator<B> {
         core.figures.active.reset_peak();
     }
 
+    /// Every segment the allocator holds, as (address, bytes), in no particular order.
+    pub fn segment_ranges(&self) -> Vec<(usize, usize)> {
+        self.shared.core().arena().segment_ranges()
+    }
+
     /// Counts per size class, smallest class first (classes never allocated are left out).
     pub fn class_stats(&self) -> Vec<ClassStats> {
         let totals = self.shared.thread_totals();

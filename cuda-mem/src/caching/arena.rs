@@ -326,6 +326,11 @@ impl<F> Arena<F> {
         keys
     }
 
+    /// Every segment's address and size, in no particular order.
+    pub fn segment_ranges(&self) -> Vec<(usize, usize)> {
+        self.segments.iter().map(|(_, s)| (s.base.as_ptr() as usize, s.bytes)).collect()
+    }
+
     /// (segments, bytes in free blocks, largest free block).
     pub fn free_figures(&self) -> (usize, usize, usize) {
         let (mut total, mut largest) = (0, 0);

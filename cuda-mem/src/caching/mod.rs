@@ -61,6 +61,10 @@
 //! only: the registry of front caches, then one front cache or the core; a front cache and the
 //! core are never held together, and the hot path takes its front cache's lock alone.
 //!
+//! **Private pools.** [`PrivatePool`] is an allocator of its own whose blocks only one owner's
+//! work uses (graphs of one private pool, which take turns); its segments are never released
+//! while it lives, nor seen by any other allocator (see its module).
+//!
 //! **Out of memory.** When the backend refuses a segment, every front cache is returned, pending
 //! blocks are waited for, every idle segment is released and the allocation is tried once more;
 //! if that fails too the error is [`ErrorKind::OutOfMemory`] with the cache's
@@ -75,6 +79,9 @@ mod core;
 #[cfg(any(test, fuzzing))]
 pub mod fake;
 mod front;
+mod private_pool;
+#[cfg(test)]
+mod private_pool_tests;
 #[cfg(test)]
 mod replay_tests;
 pub mod size_class;
@@ -86,6 +93,7 @@ pub use allocator::CachingAllocator;
 pub use backend::{Backend, StreamKey};
 pub use block::CachedBlock;
 pub use config::Config;
+pub use private_pool::{PoolOrder, PrivatePool, SegmentSource};
 pub use stats::{CachingStats, ClassStats, CurrentPeak};
 
 use crate::error::{CudaError, ErrorKind};
