@@ -10,6 +10,7 @@ use crate::caching::{Backend, CachedBlock, CachingAllocator, CachingStats, Class
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
+use crate::graph::GraphPool;
 use crate::maybe_owned::MaybeOwned;
 use crate::pool_stats::PoolStats;
 use crate::raw;
@@ -234,6 +235,14 @@ impl DeviceCache {
             return Err(wrong_device(stream, self.device));
         }
         Ok(())
+    }
+
+    /// A new private pool for CUDA graphs on the cache's device, with segments sized as the
+    /// cache's: captures allocate from it with
+    /// [`CaptureScope::cached`](crate::CaptureScope::cached). Its memory is its own, never handed
+    /// to this cache's users nor released by [`DeviceCache::empty_cache`]; see [`GraphPool`].
+    pub fn graph_pool(&self) -> Result<GraphPool> {
+        GraphPool::with_config(self.device, self.allocator.config())
     }
 
     /// Restarts every peak of [`DeviceCache::stats`] from its current value.

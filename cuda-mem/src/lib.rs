@@ -101,7 +101,7 @@ pub use device_cache::{CachedBuffer, CudaSegments, DeviceCache};
 pub use error::{CudaError, ErrorCode, ErrorKind, OomReport, Result};
 pub use event::Event;
 pub use graph::{
-    CaptureMode, CaptureScope, Graph, GraphExec, GraphFlags, GraphMemStats, GraphOutput, HostSlot, Launches,
+    CaptureMode, CaptureScope, Graph, GraphExec, GraphFlags, GraphMemStats, GraphOutput, GraphPool, HostSlot, Launches,
     UpdateRefusal,
 };
 pub use host_flags::{HostAllocFlags, HostRegisterFlags};

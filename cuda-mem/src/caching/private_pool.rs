@@ -11,11 +11,11 @@
 //! graphs keep the addresses of freed blocks. They are released when the pool is dropped, which
 //! the owner does only once no work that uses them can run.
 
+use super::CachingAllocator;
 use super::backend::{Backend, StreamKey};
 use super::block::CachedBlock;
 use super::config::Config;
 use super::stats::CachingStats;
-use super::CachingAllocator;
 use crate::error::{CudaError, ErrorKind, Result};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,6 +2,7 @@
 //! through, and the [`Graph`] it makes.
 
 use super::outputs::{GraphOutput, OutputRecord};
+use super::pool::{CapturedBlocks, GraphPool};
 use super::slots::{HostSlot, SlotRecord};
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
@@ -63,6 +64,8 @@ pub struct Graph<'env> {
     pub(crate) device: Device,
     pub(crate) slots: Vec<SlotRecord>,
     pub(crate) outputs: Vec<OutputRecord>,
+    /// The private pools the captured work allocated from (by id), whose turns its launches take.
+    pub(crate) pools: Vec<GraphPool>,
     pub(crate) _env: PhantomData<&'env mut ()>,
 }
 
@@ -104,6 +107,7 @@ pub struct CaptureScope<'env> {
     /// pool created or queried inside it could fail the capture.
     graph_pool: raw::cudaMemPool_t,
     temporaries: RefCell<Vec<Temporary>>,
+    pooled: CapturedBlocks,
     slots: RefCell<Vec<SlotRecord>>,
     outputs: RefCell<Vec<OutputRecord>>,
 }
@@ -195,6 +199,49 @@ impl<'env> CaptureScope<'env> {
             return Err(raw::misaligned_error::<T>(ptr as usize, "cudaMallocFromPoolAsync in a capture"));
         }
         Ok((ptr, bytes))
+    }
+
+    /// `len` zeroed elements from the private pool `pool` (a memset node zeroes them at every
+    /// launch). The address is baked into the graph; at the end of the capture the block returns
+    /// to `pool`, where later captures sharing the pool reuse it, so graphs of one pool need about
+    /// the memory of the largest, not the sum; launches of graphs of one pool take turns (see
+    /// [`GraphPool`]). The view is refused by every operation once the capture has ended. A pool
+    /// of another device is [`ErrorKind::InvalidArgument`].
+    pub fn cached<T: Pod>(&self, pool: &GraphPool, len: usize) -> Result<DeviceSliceMut<'env, T>> {
+        // SAFETY: the memset below, captured right after the allocation, writes every byte.
+        let view = unsafe { self.cached_uninit::<T>(pool, len)? };
+        let call = self.stream.call()?;
+        if view.size_bytes() != 0 {
+            // SAFETY: the block holds `size_bytes`; the memset is captured before any later work.
+            unsafe { raw::memory::set_async(view.as_device_ptr().cast(), 0, view.size_bytes(), call.as_raw())? };
+        }
+        Ok(view)
+    }
+
+    /// [`CaptureScope::cached`] without the memset: at each launch the block holds what the last
+    /// launch of a graph of the pool left there.
+    ///
+    /// # Safety
+    /// Captured work writes every element before any captured work reads it.
+    pub unsafe fn cached_uninit<T: Pod>(&self, pool: &GraphPool, len: usize) -> Result<DeviceSliceMut<'env, T>> {
+        let bytes = raw::byte_len::<T>(len, "CaptureScope::cached")?;
+        if pool.device() != self.stream.device() {
+            let kind = ErrorKind::InvalidArgument("a graph pool of another device than the captured stream");
+            return Err(CudaError::new(kind, format!("{pool:?} in a capture on {}", self.stream.device())));
+        }
+        if bytes == 0 {
+            // SAFETY: an empty view is never dereferenced or passed to CUDA with a length.
+            return Ok(unsafe { DeviceSliceMut::ordered_on(std::ptr::NonNull::dangling().as_ptr(), 0, self.stream) });
+        }
+        let ptr = self.pooled.alloc(pool, bytes)?;
+        if !ptr.cast::<T>().is_aligned() {
+            return Err(raw::misaligned_error::<T>(ptr.as_ptr() as usize, "GraphPool"));
+        }
+        // SAFETY: the block holds `bytes` and is this capture's until its end; then it returns to
+        // the pool, whose graphs (this one included) take turns on the device and which the graph
+        // keeps alive. The view names the capture's stream, which refuses every use once the
+        // capture has ended, so no work outside the graph reaches the block through it.
+        Ok(unsafe { DeviceSliceMut::ordered_on(ptr.as_ptr().cast(), len, self.stream) })
     }
 
     /// Captures a host-to-device copy from `src`, which the graph borrows exclusively for its
@@ -366,12 +413,14 @@ impl Stream {
             graph,
             graph_pool,
             temporaries: RefCell::new(Vec::new()),
+            pooled: CapturedBlocks::default(),
             slots: RefCell::new(Vec::new()),
             outputs: RefCell::new(Vec::new()),
         };
         let queued = f(&scope).and_then(|value| scope.free_temporaries().map(|()| value));
+        let pools = scope.pooled.finish();
         let (raw, value) = capturing.finish(queued)?;
         let (slots, outputs) = (scope.slots.into_inner(), scope.outputs.into_inner());
-        Ok((Graph { raw, device: self.device(), slots, outputs, _env: PhantomData }, value))
+        Ok((Graph { raw, device: self.device(), slots, outputs, pools, _env: PhantomData }, value))
     }
 }

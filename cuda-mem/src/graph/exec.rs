@@ -2,6 +2,7 @@
 
 use super::capture::Graph;
 use super::outputs::{GraphOutput, Outputs};
+use super::pool::{GraphPool, Turns, merge_pools};
 use super::slots::{HostSlot, SlotRecord};
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
@@ -202,6 +203,8 @@ pub struct GraphExec<'env> {
     device: Device,
     slots: Vec<SlotRecord>,
     outputs: Outputs,
+    /// The private pools of its graphs: launches take their turns, and their memory stays.
+    pools: Vec<GraphPool>,
     _env: PhantomData<&'env mut ()>,
 }
 
@@ -224,7 +227,8 @@ impl<'env> Graph<'env> {
         // SAFETY: the graph handle is live (owned by `graph`).
         let raw = unsafe { graphs::instantiate(graph.raw, flags.bits()) }?;
         let slots = std::mem::take(&mut graph.slots);
-        Ok(GraphExec { raw, device: graph.device, slots, outputs, _env: PhantomData })
+        let pools = std::mem::take(&mut graph.pools);
+        Ok(GraphExec { raw, device: graph.device, slots, outputs, pools, _env: PhantomData })
     }
 }
 
@@ -282,6 +286,8 @@ impl<'env> GraphExec<'env> {
             let kind = ErrorKind::InvalidArgument("a graph is launched on a stream of the device it was captured on");
             return Err(CudaError::new(kind, format!("launching a graph of {} on {stream:?}", self.device)));
         }
+        // Held until the launches have completed (dropped after the guard below).
+        let _turns = Turns::take(&self.pools)?;
         let start = self.outputs.begin_run(stream);
         let launches = Launches { exec: self.raw, stream, queued: &self.outputs.queued };
         let guard = SyncOnUnwind(stream);
@@ -320,6 +326,7 @@ impl<'env> GraphExec<'env> {
         status?;
         let mut graph = graph;
         self.slots.append(&mut graph.slots);
+        merge_pools(&mut self.pools, std::mem::take(&mut graph.pools));
         Ok(())
     }
 

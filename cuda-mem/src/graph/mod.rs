@@ -37,10 +37,12 @@ mod capture;
 mod exec;
 mod memory;
 mod outputs;
+mod pool;
 mod slots;
 
 pub use capture::{CaptureMode, CaptureScope, Graph};
 pub use exec::{GraphExec, GraphFlags, Launches, UpdateRefusal};
 pub use memory::GraphMemStats;
 pub use outputs::GraphOutput;
+pub use pool::GraphPool;
 pub use slots::HostSlot;

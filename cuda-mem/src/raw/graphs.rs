@@ -150,3 +150,14 @@ pub(crate) fn graph_mem_trim(ordinal: c_int) -> Result<()> {
     // SAFETY: plain value argument; the runtime validates the ordinal.
     check(unsafe { sys::cudaDeviceGraphMemTrim(ordinal) }, || format!("cudaDeviceGraphMemTrim on device {ordinal}"))
 }
+
+/// `cudaThreadExchangeStreamCaptureMode`: sets the calling thread's capture mode, returning the
+/// one it had. A thread in relaxed mode may make calls (`cudaMalloc`) that a capture in global or
+/// thread-local mode refuses.
+pub(crate) fn exchange_capture_mode(mode: sys::cudaStreamCaptureMode) -> Result<sys::cudaStreamCaptureMode> {
+    let mut mode = mode;
+    // SAFETY: `mode` is valid for reads and writes during the call.
+    let code = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) };
+    check(code, || "cudaThreadExchangeStreamCaptureMode".into())?;
+    Ok(mode)
+}

@@ -1,0 +1,238 @@
+//! [`GraphPool`]: a private pool of device memory that captures allocate from
+//! ([`CaptureScope::cached`](crate::CaptureScope::cached)), shared by any number of graphs that
+//! take turns on the device.
+
+use crate::caching::{CachedBlock, CachingStats, Config, PrivatePool, SegmentSource};
+use crate::device::{CurrentDevice, Device};
+use crate::error::{CudaError, ErrorKind, Result};
+use crate::raw::{self, graphs};
+use std::cell::RefCell;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::ThreadId;
+
+/// A private pool of device memory for CUDA graphs (PyTorch's `graph_pool_handle`). Made by
+/// [`DeviceCache::graph_pool`](crate::DeviceCache::graph_pool); cloning shares it.
+///
+/// A capture takes blocks from it with [`CaptureScope::cached`](crate::CaptureScope::cached): the
+/// block's address is baked into the graph, and at the end of the capture the block returns to
+/// this pool's free lists, for later captures that share the pool, never for the cache's eager
+/// users. So graphs captured one after another from one pool reuse the same memory, and K graphs
+/// need about the memory of the largest of them, not the sum.
+///
+/// That is sound because the graphs of one pool never run at the same time: every
+/// [`GraphExec::run`](crate::GraphExec::run) and [`GraphExec::launch`](crate::GraphExec::launch)
+/// of a graph that allocated from the pool takes the pool's turn for the whole call (which waits
+/// for its launches), on whatever stream it runs. A second thread's launch waits for the turn; a
+/// launch of another graph of the pool from inside `run`'s closure, on the same thread, is an
+/// [`ErrorKind::InvalidArgument`] rather than a deadlock. The pool's segments are `cudaMalloc`
+/// memory of its own: `empty_cache`, out-of-memory releases and trims of the cache never reach
+/// them, and they are released when the pool and every graph made with it are gone.
+#[derive(Clone)]
+pub struct GraphPool {
+    shared: Arc<PoolShared>,
+}
+
+struct PoolShared {
+    id: u64,
+    device: Device,
+    pool: PrivatePool<GraphSegments>,
+    /// The thread whose launches of the pool's graphs may be running now, if any.
+    turn: Mutex<Option<ThreadId>>,
+    turn_ended: Condvar,
+}
+
+static NEXT_POOL: AtomicU64 = AtomicU64::new(1);
+
+impl fmt::Debug for GraphPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GraphPool")
+            .field("id", &self.shared.id)
+            .field("device", &self.shared.device)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl GraphPool {
+    /// An empty pool on `device` whose segments are sized as `config` says (the cache's figures
+    /// for streams, releases and front caches do not apply). Makes no CUDA call.
+    pub fn with_config(device: Device, config: &Config) -> Result<Self> {
+        let pool = PrivatePool::new(GraphSegments { device }, config)?;
+        let id = NEXT_POOL.fetch_add(1, Ordering::Relaxed);
+        let shared = PoolShared { id, device, pool, turn: Mutex::new(None), turn_ended: Condvar::new() };
+        Ok(Self { shared: Arc::new(shared) })
+    }
+
+    /// The device of the pool's memory.
+    pub fn device(&self) -> Device {
+        self.shared.device
+    }
+
+    /// The pool's figures: `reserved` is its segments (current and peak), `allocated` the blocks
+    /// held by captures running now.
+    pub fn stats(&self) -> CachingStats {
+        self.shared.pool.stats()
+    }
+
+    /// Restarts the peaks of [`GraphPool::stats`] from their current values.
+    pub fn reset_peaks(&self) {
+        self.shared.pool.reset_peaks();
+    }
+
+    /// Every segment of the pool as (address, bytes).
+    pub fn segment_ranges(&self) -> Vec<(usize, usize)> {
+        self.shared.pool.segment_ranges()
+    }
+
+    /// True if `ptr` lies in one of the pool's segments.
+    pub fn contains<T>(&self, ptr: *const T) -> bool {
+        self.shared.pool.contains(ptr as usize)
+    }
+
+    /// True if both are handles of one pool.
+    pub fn same_pool(&self, other: &GraphPool) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+/// Adds the pools of `more` to `pools`, kept in the order turns are taken in (by id, each once).
+pub(crate) fn merge_pools(pools: &mut Vec<GraphPool>, more: Vec<GraphPool>) {
+    pools.extend(more);
+    pools.sort_by_key(|p| p.shared.id);
+    pools.dedup_by(|a, b| a.same_pool(b));
+}
+
+/// The turns of a graph's pools, held while its launches may run; given back on drop.
+pub(crate) struct Turns<'a> {
+    taken: &'a [GraphPool],
+}
+
+impl<'a> Turns<'a> {
+    /// Takes the turn of every pool of `pools` (sorted by id, so two threads never wait for each
+    /// other's), waiting while another thread holds one. A pool whose turn this thread holds
+    /// already (a launch from inside `run`'s closure) is an error, as waiting would never end.
+    pub(crate) fn take(pools: &'a [GraphPool]) -> Result<Self> {
+        let me = std::thread::current().id();
+        let mut turns = Turns { taken: &pools[..0] };
+        for (i, pool) in pools.iter().enumerate() {
+            let shared = &*pool.shared;
+            let mut turn = shared.turn.lock().unwrap_or_else(PoisonError::into_inner);
+            loop {
+                match *turn {
+                    None => break,
+                    Some(holder) if holder == me => {
+                        let kind = ErrorKind::InvalidArgument(
+                            "a graph of this pool is being run by this thread (launch it after that run)",
+                        );
+                        return Err(CudaError::new(kind, format!("launching a graph of GraphPool {}", shared.id)));
+                    }
+                    Some(_) => turn = shared.turn_ended.wait(turn).unwrap_or_else(PoisonError::into_inner),
+                }
+            }
+            *turn = Some(me);
+            turns.taken = &pools[..=i];
+        }
+        Ok(turns)
+    }
+}
+
+impl Drop for Turns<'_> {
+    fn drop(&mut self) {
+        for pool in self.taken {
+            *pool.shared.turn.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            pool.shared.turn_ended.notify_all();
+        }
+    }
+}
+
+/// The blocks a capture holds, returned to their pools at its end (or when it fails or unwinds),
+/// and the pools its graph uses.
+#[derive(Default)]
+pub(crate) struct CapturedBlocks {
+    blocks: RefCell<Vec<(GraphPool, CachedBlock)>>,
+}
+
+impl fmt::Debug for CapturedBlocks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CapturedBlocks").field("blocks", &self.blocks.borrow().len()).finish()
+    }
+}
+
+impl CapturedBlocks {
+    /// A block of at least `bytes` (non-zero) from `pool`, held until the capture ends.
+    pub(crate) fn alloc(&self, pool: &GraphPool, bytes: usize) -> Result<NonNull<u8>> {
+        let block = pool.shared.pool.alloc(bytes)?;
+        let ptr = block.ptr();
+        self.blocks.borrow_mut().push((pool.clone(), block));
+        Ok(ptr)
+    }
+
+    /// Returns every block to its pool (the end of the capture); the pools, for the graph.
+    pub(crate) fn finish(&self) -> Vec<GraphPool> {
+        let mut pools = Vec::new();
+        for (pool, block) in self.blocks.borrow_mut().drain(..).rev() {
+            // SAFETY: from this pool. The only work that uses the block is the captured graph's
+            // (its views are refused once the capture ends): that graph holds the pool, so the
+            // pool is dropped after it, and it runs only inside `GraphExec::run`, which holds the
+            // turn of every pool the graph used until its launches have completed; so it never
+            // runs concurrently with another graph of the pool, to which later blocks go. A
+            // graph that is never made (a failed capture) runs nothing.
+            unsafe { pool.shared.pool.free(block) };
+            pools.push(pool);
+        }
+        let mut merged = Vec::new();
+        merge_pools(&mut merged, pools);
+        merged
+    }
+}
+
+impl Drop for CapturedBlocks {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// `cudaMalloc` segments on one device, also while the calling thread captures.
+struct GraphSegments {
+    device: Device,
+}
+
+impl GraphSegments {
+    fn malloc(&self, bytes: usize) -> Result<NonNull<u8>> {
+        let _device = CurrentDevice::set(self.device)?;
+        let fresh = raw::memory::malloc(bytes, self.device.as_raw())?;
+        // SAFETY: allocated just now, never used.
+        raw::typed::<u8>(fresh, "GraphPool segment", |p| unsafe { raw::memory::free(p, || "a segment".into()) })
+    }
+}
+
+// SAFETY: segments are fresh `cudaMalloc` memory (256-byte aligned) that no live segment
+// overlaps, released once by `cudaFree`.
+unsafe impl SegmentSource for GraphSegments {
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
+        // A capture in global or thread-local mode refuses `cudaMalloc` on this thread; the
+        // allocation is not a stream operation and the graph does not record it, so the thread
+        // is relaxed for the call (as PyTorch's allocator does).
+        let previous = graphs::exchange_capture_mode(graphs::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed)?;
+        let fresh = self.malloc(bytes);
+        if let Err(err) = graphs::exchange_capture_mode(previous) {
+            if let Ok(ptr) = fresh {
+                // SAFETY: allocated just now, never used, released once.
+                unsafe { self.release(ptr, bytes) };
+            }
+            return Err(err);
+        }
+        fresh
+    }
+
+    unsafe fn release(&self, base: NonNull<u8>, bytes: usize) {
+        let device = CurrentDevice::set(self.device);
+        // SAFETY: a segment of this source, released once, that no work uses (the caller's
+        // contract); cudaFree waits for the device anyway.
+        raw::quiet(unsafe { raw::memory::free(base.as_ptr().cast(), || format!("a {bytes}-byte graph segment")) });
+        drop(device);
+    }
+}
