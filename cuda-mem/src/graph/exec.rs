@@ -371,7 +371,8 @@ impl<'env> GraphExec<'env> {
     }
 
     /// The raw handle, valid while `self` lives, for other CUDA code (whose launches of it are
-    /// that code's to order before the borrows end).
+    /// that code's to order before the borrows end, and, for a graph of a
+    /// [`GraphPool`], apart from the pool's other graphs).
     pub fn as_raw(&self) -> graphs::cudaGraphExec_t {
         self.raw
     }

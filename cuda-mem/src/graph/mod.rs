@@ -32,6 +32,45 @@
 //! assert_eq!(exec.host(&output_slot)?[0], 2.0);
 //! # Ok(()) }
 //! ```
+//!
+//! # Private pools
+//!
+//! Memory a graph needs only while it runs can come from a [`GraphPool`]
+//! ([`DeviceCache::graph_pool`](crate::DeviceCache::graph_pool)) instead of graph memory:
+//! [`CaptureScope::cached`] carves a block from the pool, its address is baked into the graph,
+//! and at the end of the capture the block returns to the pool's own free lists. Later captures
+//! that share the pool reuse those blocks, so K graphs need about the memory of the largest, not
+//! the sum (capture the largest first: a smaller graph's blocks fit into its freed ones). The
+//! pool's segments are its own `cudaMalloc` memory: the cache's eager users never get them, and
+//! neither `empty_cache` nor an out-of-memory release frees them while the pool, or any graph
+//! or executable graph made with it, lives.
+//!
+//! Graphs of one pool share blocks, so they must never run at the same time. Every launch of a
+//! graph that allocated from a pool ([`GraphExec::run`], [`GraphExec::launch`]) takes the pool's
+//! turn for the whole call, which waits for its launches, whatever stream it launches on: a
+//! second thread waits for the turn, and a launch from inside `run`'s closure on the same thread
+//! is an error rather than a deadlock.
+//!
+//! ```no_run
+//! # fn main() -> cuda_mem::Result<()> {
+//! use cuda_mem::{CaptureMode, Device, DeviceCache, GraphFlags, Stream};
+//! let cache = DeviceCache::for_device(Device::current()?)?;
+//! let pool = cache.graph_pool()?;
+//! let stream = Stream::non_blocking()?;
+//! let mut graphs = Vec::new();
+//! for batch in [64usize, 32, 16] {
+//!     let graph = stream.capture(CaptureMode::ThreadLocal, |s| {
+//!         let mut activations = s.cached::<f32>(&pool, batch << 20)?; // zeroed at every launch
+//!         s.set_bytes(&mut activations, 1)
+//!     })?;
+//!     graphs.push(graph.instantiate(GraphFlags::empty())?);
+//! }
+//! for exec in &mut graphs {
+//!     exec.launch(&stream)?; // the graphs of `pool` take turns
+//! }
+//! println!("{:?}", pool.stats().reserved); // about the largest graph's need
+//! # Ok(()) }
+//! ```
 
 mod capture;
 mod exec;
