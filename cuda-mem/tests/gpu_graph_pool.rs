@@ -195,3 +195,44 @@ fn gpu_failed_capture_returns_its_pool_blocks() {
     assert_eq!(pool.stats().misses, misses, "the failed capture's block is reused");
     graph.instantiate(GraphFlags::empty()).unwrap().launch(&stream).unwrap();
 }
+
+/// A block released inside the capture serves the capture's next allocation: the graph orders
+/// the later work after the earlier, so the data flows through one block twice, right.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_release_cached_reuses_the_block_within_one_capture() {
+    let cache = DeviceCache::new(Device::current().unwrap()).unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    let pool = cache.graph_pool().unwrap();
+    let len = 64 * KIB;
+    let (mut input, mut output) = (pinned(len), pinned(len));
+    let (graph, (inp, out, first, again, grown)) = stream
+        .capture_with(CaptureMode::ThreadLocal, |s| {
+            let mut x = s.cached::<u32>(&pool, len)?;
+            let first = x.as_device_ptr() as usize;
+            let inp = s.copy_from_host_slot(&mut x, &mut input)?;
+            let mut y = s.cached::<u32>(&pool, len)?;
+            s.copy_from_device(&mut y, &x)?;
+            s.release_cached(x)?;
+            let segments = pool.stats().segment_allocations;
+            let mut z = s.cached::<u32>(&pool, len)?;
+            let grown = pool.stats().segment_allocations - segments;
+            let again = z.as_device_ptr() as usize;
+            s.copy_from_device(&mut z, &y)?;
+            let (half, _) = y.split_at_mut(len / 2)?;
+            let wrong = s.release_cached(half); // a sub-view: the block stays the capture's
+            assert!(matches!(wrong.unwrap_err().kind(), ErrorKind::InvalidArgument(_)));
+            let out = s.copy_to_host_slot(&mut output, &z)?;
+            Ok((inp, out, first, again, grown))
+        })
+        .unwrap();
+    assert_eq!(first, again, "the released block serves the next allocation of the capture");
+    assert_eq!(grown, 0, "the third allocation took no new segment");
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    for round in 0..20 {
+        let want = pattern(len, round);
+        exec.host_mut(&inp).unwrap().copy_from_slice(&want);
+        exec.launch(&stream).unwrap();
+        assert_same(exec.host(&out).unwrap(), &want);
+    }
+}

@@ -244,6 +244,44 @@ impl<'env> CaptureScope<'env> {
         Ok(unsafe { DeviceSliceMut::ordered_on(ptr.as_ptr().cast(), len, self.stream) })
     }
 
+    /// Returns a block of [`CaptureScope::cached`] to its pool before the end of the capture:
+    /// allocations captured after this call (of this capture too) may get the same memory, and
+    /// the graph orders their work after every use of `view` captured before (a capture's work
+    /// runs in capture order). `view` must be the whole view `cached` returned (moved in, so no
+    /// later captured work can use it); a sub-view, a view of another capture or of other memory
+    /// is [`ErrorKind::InvalidArgument`] and the block stays the capture's until its end. An
+    /// empty view is `Ok` and does nothing.
+    ///
+    /// ```compile_fail,E0382
+    /// # use cuda_mem::{CaptureMode, DeviceCache, Device, Stream};
+    /// # let stream = Stream::non_blocking().unwrap();
+    /// # let pool = DeviceCache::for_device(Device::current().unwrap()).unwrap().graph_pool().unwrap();
+    /// let graph = stream.capture(CaptureMode::ThreadLocal, |s| {
+    ///     let mut scratch = s.cached::<u32>(&pool, 1024)?;
+    ///     s.release_cached(scratch)?;
+    ///     s.set_bytes(&mut scratch, 1) // error: `scratch` was moved into release_cached
+    /// });
+    /// ```
+    pub fn release_cached<T: Pod>(&self, view: DeviceSliceMut<'env, T>) -> Result<()> {
+        if view.size_bytes() == 0 {
+            return Ok(());
+        }
+        let ours = view.stream().is_some_and(|s| s.is_same_stream(self.stream));
+        let ptr = std::ptr::NonNull::new(view.as_device_ptr().cast::<u8>());
+        // SAFETY: the view was moved in and `cached` made it for the whole block (the address
+        // and the requested size match, and the stream handle is this capture's own), so no
+        // other view of the block can reach captured work: sub-views are made by consuming the
+        // view and cannot be joined again, and shared views of a lent `&DeviceSliceMut` last one
+        // call. The capture queues everything on its one stream, so what used the block is
+        // captured before what follows.
+        let released = ours && ptr.is_some_and(|p| unsafe { self.pooled.release(p, view.size_bytes()) });
+        if released {
+            return Ok(());
+        }
+        let kind = ErrorKind::InvalidArgument("not a whole view made by this capture's `cached`");
+        Err(CudaError::new(kind, format!("CaptureScope::release_cached of {view:?}")))
+    }
+
     /// Captures a host-to-device copy from `src`, which the graph borrows exclusively for its
     /// life: the returned key lends it back between launches ([`GraphExec::host_mut`](crate::GraphExec::host_mut)),
     /// so each launch can read new input. From pinned memory the copy is a DMA node.

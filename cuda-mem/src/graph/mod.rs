@@ -38,7 +38,8 @@
 //! Memory a graph needs only while it runs can come from a [`GraphPool`]
 //! ([`DeviceCache::graph_pool`](crate::DeviceCache::graph_pool)) instead of graph memory:
 //! [`CaptureScope::cached`] carves a block from the pool, its address is baked into the graph,
-//! and at the end of the capture the block returns to the pool's own free lists. Later captures
+//! and at the end of the capture (or earlier, at [`CaptureScope::release_cached`], for the
+//! capture's own later allocations too) the block returns to the pool's own free lists. Later captures
 //! that share the pool reuse those blocks, so K graphs need about the memory of the largest, not
 //! the sum (capture the largest first: a smaller graph's blocks fit into its freed ones). The
 //! pool's segments are its own `cudaMalloc` memory: the cache's eager users never get them, and

@@ -153,6 +153,8 @@ impl Drop for Turns<'_> {
 #[derive(Default)]
 pub(crate) struct CapturedBlocks {
     blocks: RefCell<Vec<(GraphPool, CachedBlock)>>,
+    /// The pools of blocks returned before the end of the capture, which the graph uses too.
+    released: RefCell<Vec<GraphPool>>,
 }
 
 impl fmt::Debug for CapturedBlocks {
@@ -170,9 +172,31 @@ impl CapturedBlocks {
         Ok(ptr)
     }
 
+    /// Returns the block at `ptr` of exactly `bytes` requested to its pool before the end of the
+    /// capture; false if this capture holds no such block.
+    ///
+    /// # Safety
+    /// No view of the block that captured work can reach is left (the caller consumed the whole
+    /// view `alloc` was made for), and all captured work that used it is queued before the work
+    /// captured after this call.
+    pub(crate) unsafe fn release(&self, ptr: NonNull<u8>, bytes: usize) -> bool {
+        let mut blocks = self.blocks.borrow_mut();
+        let Some(at) = blocks.iter().position(|(_, b)| b.ptr() == ptr && b.requested() == bytes) else {
+            return false;
+        };
+        let (pool, block) = blocks.swap_remove(at);
+        // SAFETY: from this pool. The work that used the block so far is this capture's, ordered
+        // before every later use of the memory in this graph (the caller's promise), and the graph
+        // keeps the pool and takes turns with the pool's other graphs, as in `finish`. The pool
+        // stays recorded for the graph through `pool`'s other blocks or, if none, below.
+        unsafe { pool.shared.pool.free(block) };
+        self.released.borrow_mut().push(pool);
+        true
+    }
+
     /// Returns every block to its pool (the end of the capture); the pools, for the graph.
     pub(crate) fn finish(&self) -> Vec<GraphPool> {
-        let mut pools = Vec::new();
+        let mut pools = std::mem::take(&mut *self.released.borrow_mut());
         for (pool, block) in self.blocks.borrow_mut().drain(..).rev() {
             // SAFETY: from this pool. The only work that uses the block is the captured graph's
             // (its views are refused once the capture ends): that graph holds the pool, so the
