@@ -49,8 +49,8 @@
 //! Graphs of one pool share blocks, so they must never run at the same time. Every launch of a
 //! graph that allocated from a pool ([`GraphExec::run`], [`GraphExec::launch`]) takes the pool's
 //! turn for the whole call, which waits for its launches, whatever stream it launches on: a
-//! second thread waits for the turn, and a launch from inside `run`'s closure on the same thread
-//! is an error rather than a deadlock.
+//! second thread waits for the turn, and a launch from inside a `run` closure never waits: a busy
+//! pool there is an error rather than a deadlock.
 //!
 //! ```no_run
 //! # fn main() -> cuda_mem::Result<()> {

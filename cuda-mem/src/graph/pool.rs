@@ -25,8 +25,9 @@ use std::thread::ThreadId;
 /// That is sound because the graphs of one pool never run at the same time: every
 /// [`GraphExec::run`](crate::GraphExec::run) and [`GraphExec::launch`](crate::GraphExec::launch)
 /// of a graph that allocated from the pool takes the pool's turn for the whole call (which waits
-/// for its launches), on whatever stream it runs. A second thread's launch waits for the turn; a
-/// launch of another graph of the pool from inside `run`'s closure, on the same thread, is an
+/// for its launches), on whatever stream it runs. A second thread's launch waits for the turn. A
+/// launch from inside another graph's `run` closure never waits: if the pool is busy (this
+/// thread's own run, or another thread's, which might be waiting for this one) it is an
 /// [`ErrorKind::InvalidArgument`] rather than a deadlock. The pool's segments are `cudaMalloc`
 /// memory of its own: `empty_cache`, out-of-memory releases and trims of the cache never reach
 /// them, and they are released when the pool and every graph made with it are gone.
@@ -108,39 +109,64 @@ pub(crate) fn merge_pools(pools: &mut Vec<GraphPool>, more: Vec<GraphPool>) {
 /// The turns of a graph's pools, held while its launches may run; given back on drop.
 pub(crate) struct Turns<'a> {
     taken: &'a [GraphPool],
+    /// Whether `TURNS_HELD` counts these.
+    counted: bool,
 }
 
 impl<'a> Turns<'a> {
     /// Takes the turn of every pool of `pools` (sorted by id, so two threads never wait for each
     /// other's), waiting while another thread holds one. A pool whose turn this thread holds
     /// already (a launch from inside `run`'s closure) is an error, as waiting would never end.
+    ///
+    /// A thread that holds turns already (a launch from inside another graph's `run`) does not
+    /// wait for another thread either: it could be waiting for a thread that waits for it, so a
+    /// busy pool is an error there too.
     pub(crate) fn take(pools: &'a [GraphPool]) -> Result<Self> {
+        if pools.is_empty() {
+            return Ok(Turns { taken: pools, counted: false });
+        }
         let me = std::thread::current().id();
-        let mut turns = Turns { taken: &pools[..0] };
+        let nested = TURNS_HELD.get() > 0;
+        let mut turns = Turns { taken: &pools[..0], counted: false };
         for (i, pool) in pools.iter().enumerate() {
             let shared = &*pool.shared;
             let mut turn = shared.turn.lock().unwrap_or_else(PoisonError::into_inner);
             loop {
-                match *turn {
+                let why = match *turn {
                     None => break,
                     Some(holder) if holder == me => {
-                        let kind = ErrorKind::InvalidArgument(
-                            "a graph of this pool is being run by this thread (launch it after that run)",
-                        );
-                        return Err(CudaError::new(kind, format!("launching a graph of GraphPool {}", shared.id)));
+                        "a graph of this pool is being run by this thread (launch it after that run)"
                     }
-                    Some(_) => turn = shared.turn_ended.wait(turn).unwrap_or_else(PoisonError::into_inner),
-                }
+                    Some(_) if nested => {
+                        "a graph of this pool runs on another thread, and waiting for it inside a run could deadlock"
+                    }
+                    Some(_) => {
+                        turn = shared.turn_ended.wait(turn).unwrap_or_else(PoisonError::into_inner);
+                        continue;
+                    }
+                };
+                let kind = ErrorKind::InvalidArgument(why);
+                return Err(CudaError::new(kind, format!("launching a graph of GraphPool {}", shared.id)));
             }
             *turn = Some(me);
             turns.taken = &pools[..=i];
         }
+        TURNS_HELD.set(TURNS_HELD.get() + 1);
+        turns.counted = true;
         Ok(turns)
     }
 }
 
+thread_local! {
+    /// How many `Turns` this thread holds (runs in progress on it).
+    static TURNS_HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 impl Drop for Turns<'_> {
     fn drop(&mut self) {
+        if self.counted {
+            TURNS_HELD.set(TURNS_HELD.get() - 1);
+        }
         for pool in self.taken {
             *pool.shared.turn.lock().unwrap_or_else(PoisonError::into_inner) = None;
             pool.shared.turn_ended.notify_all();
@@ -258,5 +284,63 @@ unsafe impl SegmentSource for GraphSegments {
         // contract); cudaFree waits for the device anyway.
         raw::quiet(unsafe { raw::memory::free(base.as_ptr().cast(), || format!("a {bytes}-byte graph segment")) });
         drop(device);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Turns without a GPU: a pool makes no CUDA call until a capture allocates from it.
+
+    use super::*;
+    use std::sync::mpsc;
+
+    fn pool() -> GraphPool {
+        GraphPool::with_config(Device::new_unchecked_for_tests(0), &Config::default()).unwrap()
+    }
+
+    fn refused(result: Result<Turns<'_>>) -> bool {
+        matches!(result.map(drop).unwrap_err().kind(), ErrorKind::InvalidArgument(_))
+    }
+
+    #[test]
+    fn a_thread_running_a_graph_of_a_pool_cannot_launch_another_of_it() {
+        let (p, q) = (pool(), pool());
+        let mut pools = Vec::new();
+        merge_pools(&mut pools, vec![q.clone(), p.clone(), q.clone()]);
+        assert_eq!(pools.len(), 2, "each pool once");
+        let outer = Turns::take(&pools).unwrap();
+        assert!(refused(Turns::take(std::slice::from_ref(&p))));
+        drop(outer);
+        let again = Turns::take(std::slice::from_ref(&p)).unwrap();
+        let other = Turns::take(std::slice::from_ref(&q)).unwrap(); // nested, but free: taken
+        drop((other, again));
+    }
+
+    #[test]
+    fn another_thread_waits_for_the_turn_and_a_nested_take_refuses_to_wait() {
+        let (p, q) = (pool(), pool());
+        let (held_tx, held_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        std::thread::scope(|scope| {
+            let held = &p;
+            let holder = scope.spawn(move || {
+                let turns = Turns::take(std::slice::from_ref(held)).unwrap();
+                held_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                drop(turns);
+            });
+            held_rx.recv().unwrap();
+            {
+                // This thread holds q's turn: waiting for p (held by a thread that may wait for
+                // q) is refused rather than risked.
+                let outer = Turns::take(std::slice::from_ref(&q)).unwrap();
+                assert!(refused(Turns::take(std::slice::from_ref(&p))));
+                drop(outer);
+            }
+            let waiter = scope.spawn(|| Turns::take(std::slice::from_ref(&p)).map(drop).is_ok());
+            go_tx.send(()).unwrap();
+            holder.join().unwrap();
+            assert!(waiter.join().unwrap(), "the waiting thread takes the turn once it is free");
+        });
     }
 }
