@@ -373,7 +373,10 @@ fn create_retaining(slot: &'static OnceLock<MemPool>, device: Device) -> Result<
     if let Some(pool) = slot.get() {
         return Ok(pool);
     }
-    let pool = MemPool::new(PoolProps::new(device))?;
+    // A capture on this thread (global or thread-local mode) refuses cudaMemPoolCreate, and the
+    // first stream-ordered allocation may come from inside one. Creating a pool is no stream
+    // operation and the graph does not record it, so the thread is relaxed for the call.
+    let pool = raw::graphs::with_capture_relaxed(|| MemPool::new(PoolProps::new(device)), drop)?;
     Ok(slot.get_or_init(|| pool))
 }
 

@@ -1,6 +1,11 @@
 //! GPU tests of CUDA graphs: capture, launch, update, graph memory, failure paths. Ignored where
 //! no GPU exists. The compile-time half (borrows held by graphs) is the compile-fail doc tests
 //! on `Graph` and `GraphExec`.
+//!
+//! A capture in `CaptureMode::Global` makes the runtime refuse unsafe calls (`cudaMalloc`,
+//! `cudaMallocHost`, ...) on every thread of the process and invalidates a global capture that
+//! meets one, so the tests that capture globally are `gpu_alone_global_*`: run one at a time,
+//! after the others.
 
 mod common;
 
@@ -42,7 +47,7 @@ fn gpu_capture_launch_and_verify_with_new_input_each_launch() {
 /// Many launches queued in one `run`, each adding one step of a chain of copies.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_run_queues_many_launches_and_waits_once() {
+fn gpu_alone_global_run_queues_many_launches_and_waits_once() {
     let stream = Stream::non_blocking().unwrap();
     let source = DeviceBuffer::from_slice(&pattern(4096, 9)).unwrap();
     let mut target = DeviceBuffer::<u32>::zeroed(4096).unwrap();
@@ -172,7 +177,7 @@ fn gpu_synchronize_inside_a_capture_is_a_typed_error_and_the_stream_recovers() {
 /// A closure that fails or panics ends the capture and destroys the partial graph.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_failed_and_panicking_captures_end_the_capture() {
+fn gpu_alone_global_failed_and_panicking_captures_end_the_capture() {
     let stream = Stream::non_blocking().unwrap();
     let mut device = DeviceBuffer::<u32>::zeroed(256).unwrap();
     let mut view = device.as_mut_slice();
@@ -201,7 +206,7 @@ fn gpu_failed_and_panicking_captures_end_the_capture() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_builtin_streams_are_not_captured_and_slots_of_other_graphs_are_refused() {
+fn gpu_alone_global_builtin_streams_are_not_captured_and_slots_of_other_graphs_are_refused() {
     let legacy = Stream::legacy_default().unwrap();
     let err = legacy.capture(CaptureMode::Global, |_| Ok(())).unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");

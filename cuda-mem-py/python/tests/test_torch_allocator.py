@@ -53,15 +53,21 @@ def test_record_stream_empty_cache_and_the_memory_fraction_reach_the_allocator()
     result = run_script(
         f"""
         n = 1 << 22                                              # 16 MiB of float32
+        # The kernels load (lazily) before the timed part: a first launch can take longer than
+        # the sleep, and the side stream would be done before the allocation that is checked.
+        warm = torch.full((n,), 7.0, device="cuda").sum().item()
+        torch.cuda._sleep(1000)
+        torch.cuda.synchronize()
         x = torch.ones(n, device="cuda")
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            torch.cuda._sleep({SLEEP_CYCLES})                    # the side stream reads x late
+            torch.cuda._sleep({10 * SLEEP_CYCLES})               # the side stream reads x late
             total = x.sum()
         x.record_stream(side)
         address = x.data_ptr()
         del x                                                    # held back until side is done
+        busy = not side.query()                                  # its recorded work still runs
         sevens = torch.full((n,), 7.0, device="cuda")            # must not land in x's memory
         reused_early = sevens.data_ptr() == address
         side.synchronize()
@@ -74,13 +80,14 @@ def test_record_stream_empty_cache_and_the_memory_fraction_reach_the_allocator()
         torch.cuda.set_per_process_memory_fraction(0.5)
         limit = alloc.stats(0)["limit"]
         total_memory = torch.cuda.mem_get_info()[1]
-        print(json.dumps({{"correct": correct, "reused_early": reused_early, "before": before,
+        print(json.dumps({{"correct": correct, "busy": busy, "reused_early": reused_early, "before": before,
                           "after": after, "limit": limit, "half": int(total_memory * 0.5),
                           "missing_hooks": alloc.missing_hooks}}))
         """
     )
     assert result["missing_hooks"] == [], result["missing_hooks"]
     assert result["correct"], "the side stream read memory reused before its work ended"
+    assert result["busy"], "the side stream finished before the check: the test proves nothing"
     assert not result["reused_early"], "x's memory was reused while the recorded stream used it"
     # Everything went back but what PyTorch might keep itself (a small segment at most).
     assert result["before"] >= 32 << 20 and result["after"] <= 2 << 20, result

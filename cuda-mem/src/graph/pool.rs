@@ -266,16 +266,11 @@ unsafe impl SegmentSource for GraphSegments {
         // A capture in global or thread-local mode refuses `cudaMalloc` on this thread; the
         // allocation is not a stream operation and the graph does not record it, so the thread
         // is relaxed for the call (as PyTorch's allocator does).
-        let previous = graphs::exchange_capture_mode(graphs::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed)?;
-        let fresh = self.malloc(bytes);
-        if let Err(err) = graphs::exchange_capture_mode(previous) {
-            if let Ok(ptr) = fresh {
-                // SAFETY: allocated just now, never used, released once.
-                unsafe { self.release(ptr, bytes) };
-            }
-            return Err(err);
-        }
-        fresh
+        graphs::with_capture_relaxed(
+            || self.malloc(bytes),
+            // SAFETY: allocated just now, never used, released once.
+            |fresh| unsafe { self.release(fresh, bytes) },
+        )
     }
 
     unsafe fn release(&self, base: NonNull<u8>, bytes: usize) {

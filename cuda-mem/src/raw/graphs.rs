@@ -161,3 +161,19 @@ pub(crate) fn exchange_capture_mode(mode: sys::cudaStreamCaptureMode) -> Result<
     check(code, || "cudaThreadExchangeStreamCaptureMode".into())?;
     Ok(mode)
 }
+
+/// Runs `f` with the calling thread in relaxed capture mode, for calls that are no stream
+/// operation (a pool's creation, a segment's `cudaMalloc`) but that a capture in global or
+/// thread-local mode would refuse, as PyTorch's allocator does for its segments. Where the
+/// thread's mode cannot be restored, `f`'s result goes to `undo` and the error is returned.
+pub(crate) fn with_capture_relaxed<R>(f: impl FnOnce() -> Result<R>, undo: impl FnOnce(R)) -> Result<R> {
+    let previous = exchange_capture_mode(sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed)?;
+    let result = f();
+    if let Err(err) = exchange_capture_mode(previous) {
+        if let Ok(value) = result {
+            undo(value);
+        }
+        return Err(err);
+    }
+    result
+}
