@@ -335,14 +335,17 @@ impl Stream {
     /// its creating thread. Every runtime call cuda-mem makes with a stream goes through here.
     #[inline]
     pub(crate) fn call(&self) -> Result<StreamCall> {
-        if self.inner.kind.names_one_stream() {
+        // A capture handle names one stream too, but only while its capture runs: it takes the
+        // checked path, or a view that escaped a capture would reach memory its graph owns.
+        if matches!(self.inner.kind, StreamKind::Created | StreamKind::Borrowed) {
             return Ok(StreamCall { raw: self.inner.raw, _device: None });
         }
-        self.builtin_call()
+        self.checked_call()
     }
 
+    /// [`Stream::call`] for a capture handle (live captures only) or a built-in stream.
     #[cold]
-    fn builtin_call(&self) -> Result<StreamCall> {
+    fn checked_call(&self) -> Result<StreamCall> {
         if self.inner.kind == StreamKind::Capture {
             self.check_capture_live()?;
             return Ok(StreamCall { raw: self.inner.raw, _device: None });
@@ -469,5 +472,36 @@ impl Drop for StreamInner {
             // after destruction; scopes have already waited for any work that borrowed memory.
             raw::quiet(unsafe { raw::streams::destroy(self.raw) });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream that no runtime call ever reaches: borrowed (never destroyed), on a device that is
+    /// not checked.
+    fn unused_stream() -> Stream {
+        let raw = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+        Stream { inner: Arc::new(StreamInner::new(raw, Device::new_unchecked_for_tests(0), StreamKind::Borrowed)) }
+    }
+
+    /// The H200 run of the graph merge found a view that escaped a capture reaching `cudaMemcpy`:
+    /// the capture handle had joined the unchecked fast path. Every use of an ended capture's
+    /// handle is refused before the runtime is called (no GPU needed to check it).
+    #[test]
+    fn an_ended_capture_handle_is_refused_by_every_call() {
+        let stream = unused_stream();
+        let handle = stream.capture_handle();
+        assert!(handle.call().is_ok(), "a live capture's handle is usable");
+        handle.end_capture_handle();
+        for err in [handle.call().err(), handle.synchronize().err(), handle.checked_raw().err()] {
+            let err = err.expect("an ended capture's handle must be refused");
+            assert!(
+                matches!(err.kind(), ErrorKind::InvalidArgument(m) if m.contains("capture that has ended")),
+                "{err}"
+            );
+        }
+        assert!(stream.call().is_ok(), "the stream itself stays usable");
     }
 }
