@@ -287,23 +287,27 @@ fn run_ranks(comms: &[&Communicator], ranks: usize, first_rank: usize, args: &Ar
 
 fn print_figures(mode: Mode, ranks: usize, args: &Args, source: &str, in_place: bool, registered: bool, seconds: f64) {
     let bytes = args.elements() * size_of::<f32>();
-    let algbw = bytes as f64 / seconds / 1e9;
-    let busbw = (ranks > 1).then(|| algbw * 2.0 * (ranks - 1) as f64 / ranks as f64);
+    // One rank in place moves no data (NCCL returns at once): no bandwidth to speak of.
+    let algbw = (ranks > 1 || !in_place).then(|| bytes as f64 / seconds / 1e9);
+    let busbw = algbw.filter(|_| ranks > 1).map(|a| a * 2.0 * (ranks - 1) as f64 / ranks as f64);
+    let gbs = |v: Option<f64>| v.map_or("null".to_string(), |b| format!("{b:.2}"));
     let version = cuda_mem_nccl::version().map(|((a, b, c), _)| format!("{a}.{b}.{c}")).unwrap_or_default();
     println!(
         "{{\"tool\":\"cuda-mem-nccl\",\"mode\":\"{}\",\"ranks\":{ranks},\"source\":\"{source}\",\"registered\":{registered},\
-         \"placement\":\"{}\",\"bytes\":{bytes},\"iters\":{},\"time_us\":{:.1},\"algbw_gbs\":{algbw:.2},\"busbw_gbs\":{},\
+         \"placement\":\"{}\",\"bytes\":{bytes},\"iters\":{},\"time_us\":{:.1},\"algbw_gbs\":{},\"busbw_gbs\":{},\
          \"verified\":true,\"nccl\":\"{version}\"}}",
         if mode == Mode::Procs { "procs" } else { "threads" },
         if in_place { "in-place" } else { "out-of-place" },
         args.iters,
         seconds * 1e6,
-        busbw.map_or("null".to_string(), |b| format!("{b:.2}")),
+        gbs(algbw),
+        gbs(busbw),
     );
+    let alg = algbw.map_or("algBw n/a: one rank in place moves no data".to_string(), |a| format!("algBw {a:.2} GB/s"));
     let bus =
         busbw.map_or("busBw n/a: one rank (NCCL copies; 2(n-1)/n = 0)".to_string(), |b| format!("busBw {b:.2} GB/s"));
     eprintln!(
-        "{ranks} rank(s), {source}{}, {}: {:.1} us, algBw {algbw:.2} GB/s, {bus}",
+        "{ranks} rank(s), {source}{}, {}: {:.1} us, {alg}, {bus}",
         if registered { " (registered)" } else { "" },
         if in_place { "in place" } else { "out of place" },
         seconds * 1e6
