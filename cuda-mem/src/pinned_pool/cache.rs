@@ -15,12 +15,19 @@
 //!
 //! **Counts.** Each thread counts its own calls in its front cache (a pool with a cap, or a
 //! thread whose thread-locals are being torn down, counts in the pool); reading sums them.
+//!
+//! **Handles and leases.** A [`BlockCache`] is a handle of the pool; a buffer holds a [`Lease`],
+//! which keeps the state alive without being a handle (front caches stock leases: see
+//! [`super::front`]). When the last handle drops, the pool closes: every thread's front cache and
+//! stock of leases is emptied, every cached block released, and blocks returned later are
+//! released at once. The state itself goes with the last lease.
 
-use super::front::{Counts, ENTRIES, Parked, ThreadCache};
+use super::front::{AnyLease, Counts, ENTRIES, Parked, ThreadCache};
 use super::size_class::{NUM_CLASSES, SizeClass};
 use crate::thread_cache::{self, Registered, ThreadExit};
+use std::cell::Cell;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
 
 /// What the cache needs from the memory system.
@@ -73,15 +80,106 @@ type FreeList<F> = Mutex<Vec<Block<F>>>;
 /// Every thread's front cache, and the counts of threads that exited.
 type Registry = thread_cache::Registry<ThreadCache, Counts>;
 
-/// The bookkeeping of one pool. Cloning shares it.
+/// The bookkeeping of one pool, as a handle of it. Cloning shares it; dropping the last handle
+/// closes the pool.
 pub struct BlockCache<B: Backend> {
     shared: Arc<Shared<B>>,
 }
 
 impl<B: Backend> Clone for BlockCache<B> {
     fn clone(&self) -> Self {
+        // Relaxed, as in `Arc::clone`: the new handle comes from one that keeps the count above 0.
+        self.shared.handles.fetch_add(1, Ordering::Relaxed);
         Self { shared: Arc::clone(&self.shared) }
     }
+}
+
+impl<B: Backend> Drop for BlockCache<B> {
+    fn drop(&mut self) {
+        // Release then Acquire, as in `Arc`'s drop: every handle's calls happen before the close.
+        if self.shared.handles.fetch_sub(1, Ordering::Release) == 1 {
+            fence(Ordering::Acquire);
+            self.shared.close();
+        }
+    }
+}
+
+/// What a buffer holds so that its block can go back: the pool's state, kept alive, without
+/// being a handle of the pool.
+pub struct Lease<B: Backend> {
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: Backend> Lease<B> {
+    /// Returns `block` to the pool: into this thread's front cache, this lease into the thread's
+    /// stock beside it, if the block may park there; else into the shared list of its class.
+    #[inline]
+    pub fn put(self, block: Block<B::Fence>) {
+        let Lease { shared } = self;
+        if !(shared.fronts && block.fences.is_empty()) {
+            return put_counted(&shared, block);
+        }
+        let (id, parked) = (shared.id, Parked { ptr: block.ptr, class: block.class });
+        // The lease moves into the front cache's stock, so it is lent to both closures here.
+        let held = Cell::new(Some(shared));
+        let register = || {
+            let shared = held.take().expect("the lease is here until the put");
+            let registered = register(&shared);
+            held.set(Some(shared));
+            registered
+        };
+        let put = |cache: &ThreadCache| {
+            let lease: AnyLease = held.take().expect("the lease is here until the put");
+            cache.put(parked, lease)
+        };
+        // Once the lease is stocked, this thread must not touch the pool: another thread may be
+        // closing it and drop the stock.
+        match thread_cache::with_cache(&ENTRIES, id, register, put) {
+            Some((None, unstocked)) => drop(unstocked),
+            // Its class is full in this thread's cache (or the pool closed), which counted the
+            // return; the lease came back with the block.
+            Some((Some(_full), Some(lease))) => {
+                let shared = downcast::<B>(lease);
+                shared.put_shared(block);
+            }
+            Some((Some(_full), None)) => unreachable!("a lease parks only with its block"),
+            None => {
+                let shared = held.take().expect("with_cache did not run the put");
+                put_counted(&shared, block);
+            }
+        }
+    }
+}
+
+/// A lease from a front cache's stock, of this pool's type (each front cache serves one pool).
+fn downcast<B: Backend>(lease: AnyLease) -> Arc<Shared<B>> {
+    lease.downcast::<Shared<B>>().unwrap_or_else(|_| unreachable!("a front cache stocks its own pool's leases"))
+}
+
+fn register<B: Backend>(shared: &Arc<Shared<B>>) -> Registered<ThreadCache> {
+    let registered = thread_cache::register(shared, &shared.threads, ThreadCache::new());
+    // After the push: a closing thread either found this cache in the registry and closed it,
+    // or set the flag before this thread took the registry's lock.
+    if shared.closed.load(Ordering::Relaxed) {
+        drop(registered.0.close());
+    }
+    registered
+}
+
+fn put_counted<B: Backend>(shared: &Arc<Shared<B>>, block: Block<B::Fence>) {
+    let bytes = block.class.bytes;
+    count(shared, move |counts| counts.take_back(bytes));
+    shared.put_shared(block);
+}
+
+/// Counts in this thread's front cache, or in the pool where there is none.
+fn count<B: Backend>(shared: &Arc<Shared<B>>, f: impl FnOnce(&mut Counts) + Copy) {
+    if shared.fronts
+        && thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |cache| cache.count(f)).is_some()
+    {
+        return;
+    }
+    f(&mut lock(&shared.counts));
 }
 
 struct Shared<B: Backend> {
@@ -99,6 +197,10 @@ struct Shared<B: Backend> {
     /// Calls no front cache counted (every call, with a cap: a lock all threads take).
     counts: Mutex<Counts>,
     threads: Mutex<Registry>,
+    /// Live [`BlockCache`] handles.
+    handles: AtomicUsize,
+    /// The last handle dropped: returned blocks are released.
+    closed: AtomicBool,
 }
 
 impl<B: Backend> BlockCache<B> {
@@ -116,6 +218,8 @@ impl<B: Backend> BlockCache<B> {
             peak_held_bytes: AtomicUsize::new(0),
             counts: Mutex::new(Counts::default()),
             threads: Mutex::new(Registry::default()),
+            handles: AtomicUsize::new(1),
+            closed: AtomicBool::new(false),
         };
         Self { shared: Arc::new(shared) }
     }
@@ -138,71 +242,53 @@ impl<B: Backend> BlockCache<B> {
     /// every thread's front cache is returned to the lists, one from there.
     #[inline]
     pub fn take(&self, class: SizeClass) -> Option<Block<B::Fence>> {
-        let shared = &*self.shared;
+        self.take_leased(class).map(|(block, _lease)| block)
+    }
+
+    /// [`BlockCache::take`], with a lease for the buffer that will hold the block: one this
+    /// thread stocked, if any (no atomic operation), else a new one.
+    #[inline]
+    pub fn take_leased(&self, class: SizeClass) -> Option<(Block<B::Fence>, Lease<B>)> {
+        let shared = &self.shared;
         if shared.fronts {
-            let hit = thread_cache::with_cache(&ENTRIES, shared.id, || self.register(), |cache| cache.take(class));
-            if let Some(Some(ptr)) = hit {
-                return Some(Block { ptr, class, fences: Vec::new() });
+            let hit = thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |cache| cache.take(class));
+            if let Some(Some((ptr, stocked))) = hit {
+                let lease = stocked.map_or_else(|| self.lease(), |any| Lease { shared: downcast(any) });
+                return Some((Block { ptr, class, fences: Vec::new() }, lease));
             }
         }
-        self.take_shared(class)
+        self.take_shared(class).map(|block| (block, self.lease()))
+    }
+
+    /// A new lease of this pool.
+    pub fn lease(&self) -> Lease<B> {
+        Lease { shared: Arc::clone(&self.shared) }
     }
 
     #[inline(never)]
     fn take_shared(&self, class: SizeClass) -> Option<Block<B::Fence>> {
-        let shared = &*self.shared;
+        let shared = &self.shared;
         let mut block = shared.take_ready(class);
         if block.is_none() && shared.fronts {
             shared.flush_all();
             block = shared.take_ready(class);
         }
         let block = block?;
-        self.count(move |counts| counts.hand_out(class.bytes, true));
+        count(shared, move |counts| counts.hand_out(class.bytes, true));
         Some(block)
     }
 
     /// Records a block that had to come from the system.
     pub fn note_miss(&self, class: SizeClass) {
-        let shared = &*self.shared;
+        let shared = &self.shared;
         let held = shared.held_bytes.fetch_add(class.bytes, Ordering::Relaxed) + class.bytes;
         shared.peak_held_bytes.fetch_max(held, Ordering::Relaxed);
-        self.count(move |counts| counts.hand_out(class.bytes, false));
+        count(shared, move |counts| counts.hand_out(class.bytes, false));
     }
 
-    /// Takes a block back: into this thread's front cache if it may park there, else into the
-    /// shared list of its class. Over the cap, cached blocks are released (waiting for their
-    /// fences): first this class's oldest, then other classes from the largest down.
-    #[inline]
+    /// Takes a block back without a buffer's lease (see [`Lease::put`] for buffers).
     pub fn put(&self, block: Block<B::Fence>) {
-        let shared = &*self.shared;
-        if shared.fronts && block.fences.is_empty() {
-            let parked = Parked { ptr: block.ptr, class: block.class };
-            match thread_cache::with_cache(&ENTRIES, shared.id, || self.register(), |cache| cache.put(parked)) {
-                Some(None) => return,
-                // Its class is full in this thread's cache, which counted the return.
-                Some(Some(_full)) => return shared.put_shared(block),
-                None => {}
-            }
-        }
-        self.put_counted(block);
-    }
-
-    #[inline(never)]
-    fn put_counted(&self, block: Block<B::Fence>) {
-        let bytes = block.class.bytes;
-        self.count(move |counts| counts.take_back(bytes));
-        self.shared.put_shared(block);
-    }
-
-    /// Counts in this thread's front cache, or in the pool where there is none.
-    fn count(&self, f: impl FnOnce(&mut Counts) + Copy) {
-        let shared = &*self.shared;
-        if shared.fronts
-            && thread_cache::with_cache(&ENTRIES, shared.id, || self.register(), |cache| cache.count(f)).is_some()
-        {
-            return;
-        }
-        f(&mut lock(&shared.counts));
+        self.lease().put(block);
     }
 
     /// Releases cached blocks, every thread's front cache returned first, until at most `target`
@@ -235,8 +321,16 @@ impl<B: Backend> BlockCache<B> {
         }
     }
 
-    fn register(&self) -> Registered<ThreadCache> {
-        thread_cache::register(&self.shared, &self.shared.threads, ThreadCache::new())
+    /// Strong references to the pool's state: handles, leases of buffers and stocked ones.
+    #[cfg(test)]
+    pub(super) fn references(&self) -> usize {
+        Arc::strong_count(&self.shared)
+    }
+
+    /// Tells when the pool's state is gone.
+    #[cfg(test)]
+    pub(super) fn state(&self) -> std::sync::Weak<impl Sized + use<B>> {
+        Arc::downgrade(&self.shared)
     }
 }
 
@@ -256,7 +350,7 @@ impl<B: Backend> Shared<B> {
 
     fn put_shared(&self, block: Block<B::Fence>) {
         let bytes = block.class.bytes;
-        if bytes > self.max_cached_bytes {
+        if bytes > self.max_cached_bytes || self.closed.load(Ordering::Relaxed) {
             self.release(block);
             return;
         }
@@ -315,11 +409,34 @@ impl<B: Backend> Shared<B> {
     }
 }
 
+impl<B: Backend> Shared<B> {
+    /// The last handle dropped: empties every thread's front cache and stock of leases, releases
+    /// every cached block, and has later returns released (see the module's docs).
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        let stocked: Vec<AnyLease> = {
+            // Under the registry's lock, after the flag: a cache registered later sees the flag.
+            let registry = lock(&self.threads);
+            let stocked = registry.caches.iter().flat_map(|cache| cache.close()).collect();
+            self.unpark(registry.drain_all());
+            stocked
+        };
+        self.shrink_lists(0, None);
+        // No lock held: these may be the last references but for the closing handle's own.
+        drop(stocked);
+    }
+}
+
 impl<B: Backend> ThreadExit<ThreadCache> for Shared<B> {
     fn thread_exit(&self, cache: &Arc<ThreadCache>) {
-        let mut registry = lock(&self.threads);
-        let parked = registry.retire(cache);
-        self.unpark(parked); // under the registry's lock, as in `flush_all`
+        let stocked = {
+            let mut registry = lock(&self.threads);
+            let parked = registry.retire(cache);
+            self.unpark(parked); // under the registry's lock, as in `flush_all`
+            cache.close()
+        };
+        // The caller holds a reference, so these are not the last.
+        drop(stocked);
     }
 }
 

@@ -26,7 +26,7 @@ use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cache::{Backend, Block, BlockCache};
+use cache::{Backend, Block, BlockCache, Lease};
 use size_class::{SizeClass, class_of};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -119,18 +119,18 @@ impl PinnedPool {
             let kind = ErrorKind::InvalidArgument("element alignment above 4096 bytes");
             return Err(CudaError::new(kind, "PinnedPool::alloc"));
         }
-        let block = if bytes == 0 {
+        let held = if bytes == 0 {
             None
         } else {
             let class = class_of(bytes).ok_or_else(|| {
                 CudaError::new(ErrorKind::SizeOverflow { len, elem_size: size_of::<T>() }, "PinnedPool::alloc")
             })?;
-            Some(match self.cache.take(class) {
-                Some(block) => block,
-                None => self.new_block(class)?,
+            Some(match self.cache.take_leased(class) {
+                Some(held) => held,
+                None => (self.new_block(class)?, self.cache.lease()),
             })
         };
-        Ok(PooledPinned { block, len, cache: self.cache.clone(), flags: self.flags, _type: std::marker::PhantomData })
+        Ok(PooledPinned { held, len, flags: self.flags, _type: std::marker::PhantomData })
     }
 
     /// A block of at least `bytes` (> 0) as a raw pointer, for [`PinnedPoolResource`](crate::resource::PinnedPoolResource).
@@ -178,12 +178,12 @@ impl PinnedPool {
     }
 }
 
-/// `len` elements of pinned memory from a [`PinnedPool`], returned to it on drop.
-/// Dereferences to `[T]`.
+/// `len` elements of pinned memory from a [`PinnedPool`], returned to it on drop (if the pool
+/// has closed, its last handle dropped, the block goes back to the driver). Dereferences to `[T]`.
 pub struct PooledPinned<T: Pod> {
-    block: Option<Block<Event>>,
+    /// The block and what returns it; none for zero elements.
+    held: Option<(Block<Event>, Lease<CudaBackend>)>,
     len: usize,
-    cache: BlockCache<CudaBackend>,
     flags: HostAllocFlags,
     _type: std::marker::PhantomData<T>,
 }
@@ -201,19 +201,19 @@ impl<T: Pod> fmt::Debug for PooledPinned<T> {
 
 impl<T: Pod> PooledPinned<T> {
     fn ptr(&self) -> *mut T {
-        self.block.as_ref().map_or(NonNull::dangling().as_ptr(), |b| b.ptr.as_ptr().cast())
+        self.held.as_ref().map_or(NonNull::dangling().as_ptr(), |(b, _)| b.ptr.as_ptr().cast())
     }
 
     /// Bytes in the underlying block (the request rounded up to its size class).
     pub fn capacity_bytes(&self) -> usize {
-        self.block.as_ref().map_or(0, |b| b.class.bytes)
+        self.held.as_ref().map_or(0, |(b, _)| b.class.bytes)
     }
 
     /// Marks the end of work queued on `stream` so far as a use of this block: after the buffer is
     /// dropped, the pool hands the block out again only once that work has completed. Scopes need
     /// no such call (they wait before their borrows end); use it for work queued outside them.
     pub fn record_use(&mut self, stream: &Stream) -> Result<()> {
-        if let Some(block) = &mut self.block {
+        if let Some((block, _)) = &mut self.held {
             block.fences.push(stream.record_event()?);
         }
         Ok(())
@@ -244,8 +244,8 @@ impl<T: Pod> DerefMut for PooledPinned<T> {
 
 impl<T: Pod> Drop for PooledPinned<T> {
     fn drop(&mut self) {
-        if let Some(block) = self.block.take() {
-            self.cache.put(block);
+        if let Some((block, lease)) = self.held.take() {
+            lease.put(block);
         }
     }
 }

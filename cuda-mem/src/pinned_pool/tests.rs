@@ -3,7 +3,7 @@
 
 use super::cache::{Block, BlockCache, PinnedPoolStats};
 use super::fake::{FakeBackend, FakeFence, fake_block};
-use super::front::FRONT_DEPTH;
+use super::front::{FRONT_DEPTH, LEASE_STOCK};
 use super::size_class::class_of;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::channel;
@@ -266,13 +266,105 @@ fn hit_pair_bookkeeping_cost() {
         .map(|_| {
             let start = std::time::Instant::now();
             for _ in 0..pairs {
-                let block = std::hint::black_box(cache.take(class).expect("a hit"));
-                let handle = cache.clone(); // what a PooledPinned holds
-                handle.put(block);
+                let (block, lease) = std::hint::black_box(cache.take_leased(class).expect("a hit"));
+                lease.put(block);
             }
             start.elapsed().as_secs_f64() * 1e9 / f64::from(pairs)
         })
         .collect();
     samples.sort_by(f64::total_cmp);
     println!("pinned pool hit pair, bookkeeping only: {:.1} ns (median of 15)", samples[7]);
+}
+
+#[test]
+fn hit_pairs_reuse_the_threads_stocked_lease() {
+    let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
+    let class = class_of(1 << 20).unwrap();
+    let block = alloc(&cache, 1 << 20);
+    cache.lease().put(block); // the block parks, its lease in the stock
+    let references = cache.references();
+    assert_eq!(references, 2, "the handle and one stocked lease");
+    for _ in 0..100 {
+        let (block, lease) = cache.take_leased(class).expect("a front hit");
+        assert_eq!(cache.references(), references, "the stocked lease was handed out, not a new one");
+        lease.put(block);
+    }
+    assert_eq!(cache.references(), references);
+    assert_eq!(cache.stats().hits, 100);
+}
+
+#[test]
+fn leases_stock_only_beside_parked_blocks_and_up_to_the_limit() {
+    let cache = BlockCache::new(FakeBackend::default(), usize::MAX);
+    // More blocks than park in one class: the extra leases are dropped with their blocks' trip to
+    // the shared list.
+    let n = FRONT_DEPTH + 2;
+    let held: Vec<_> = (0..n).map(|_| (alloc(&cache, 4096), cache.lease())).collect();
+    assert_eq!(cache.references(), 1 + n);
+    for (block, lease) in held {
+        lease.put(block);
+    }
+    assert_eq!(cache.references(), 1 + FRONT_DEPTH, "one stocked lease per parked block");
+    // Blocks of many classes park; the stock stops at its limit.
+    // Distinct classes: powers of two, then 1.25 and 1.5 times them.
+    let sizes: Vec<usize> = (0..LEASE_STOCK + 4).map(|i| (4096 << (i % 12)) + (i / 12) * (1024 << (i % 12))).collect();
+    let held: Vec<_> = sizes.iter().map(|&bytes| (alloc(&cache, bytes), cache.lease())).collect();
+    for (block, lease) in held {
+        lease.put(block);
+    }
+    assert_eq!(cache.references(), 1 + LEASE_STOCK);
+    assert_eq!(cache.stats().in_use_bytes, 0);
+}
+
+#[test]
+fn dropping_the_last_handle_closes_the_pool_while_buffers_and_stocks_hold_it() {
+    let backend = FakeBackend::default();
+    let released = std::sync::Arc::clone(&backend.released);
+    let cache = BlockCache::new(backend, usize::MAX);
+    let state = cache.state();
+    let ((to_thread, from_main), (parked, wait_parked), (finish, wait_finish)) = (channel(), channel(), channel());
+    let thread = std::thread::spawn(move || {
+        // A buffer freed here stocks its lease in this thread's front cache, which outlives the
+        // pool's last handle.
+        let (block, lease) = from_main.recv().unwrap();
+        crate::pinned_pool::cache::Lease::put(lease, block);
+        parked.send(()).unwrap();
+        wait_finish.recv().unwrap();
+    });
+    let sent = (alloc(&cache, 4096), cache.lease());
+    to_thread.send(sent).unwrap();
+    wait_parked.recv_timeout(Duration::from_secs(60)).unwrap();
+    let outstanding = (alloc(&cache, 8192), cache.lease());
+    let cached = alloc(&cache, 1 << 20);
+    cache.put(cached);
+    drop(cache); // the last handle: the pool closes
+    let mut freed = released.lock().unwrap().clone();
+    freed.sort_unstable();
+    assert_eq!(freed, [4096, 1 << 20], "the parked and the cached block are released at the close");
+    assert!(state.upgrade().is_some(), "the outstanding buffer's lease keeps the state");
+    let (block, lease) = outstanding;
+    lease.put(block);
+    assert_eq!(released.lock().unwrap().len(), 3, "a block returned after the close is released");
+    assert!(state.upgrade().is_none(), "the thread's stock was emptied at the close: nothing keeps the state");
+    finish.send(()).unwrap();
+    thread.join().unwrap();
+    assert_eq!(released.lock().unwrap().len(), 3, "each block released once");
+}
+
+#[test]
+fn a_buffer_freed_on_a_new_thread_after_the_close_is_released() {
+    let backend = FakeBackend::default();
+    let released = std::sync::Arc::clone(&backend.released);
+    let cache = BlockCache::new(backend, usize::MAX);
+    let state = cache.state();
+    let outstanding = (alloc(&cache, 4096), cache.lease());
+    drop(cache);
+    std::thread::spawn(move || {
+        let (block, lease) = outstanding;
+        lease.put(block); // registers a front cache of the closed pool, which parks nothing
+    })
+    .join()
+    .unwrap();
+    assert_eq!(*released.lock().unwrap(), [4096]);
+    assert!(state.upgrade().is_none());
 }
