@@ -249,3 +249,4 @@ impl<T: Pod> Drop for PooledPinned<T> {
         }
     }
 }
+
