@@ -249,4 +249,3 @@ impl<T: Pod> Drop for PooledPinned<T> {
         }
     }
 }
-
