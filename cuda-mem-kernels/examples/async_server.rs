@@ -7,13 +7,17 @@
 //! is zeroed before the next round.
 //!
 //! - Async: every request is a task on a `--threads`-thread tokio runtime, all spawned at once.
-//!   A task takes a free slot (a stream and its device buffer, `--streams` of them) from a fair
-//!   semaphore, queues its three operations with `Stream::queue` (one event recorded after them),
-//!   awaits their completion and gives the slot back. With `--wake stream` (the default) it awaits
-//!   `Stream::synchronize_async` on the slot's stream (a host function queued after the work; the
-//!   stream carries nothing else until the slot is given back) and then takes the buffers with
-//!   `Pending::try_take`; with `--wake pending` it awaits the `Pending` itself (a helper stream
-//!   waits for the event and runs the host function). Either way no executor thread synchronizes.
+//!   A task takes a free slot (a device buffer and the stream it is used on: `--streams` streams
+//!   with `--depth` device buffers each) from a fair semaphore, queues its three operations with
+//!   `Stream::queue` (one event recorded after them), awaits their completion and gives the slot
+//!   back. With a depth of 2 (the default) a stream holds the next request's work queued behind the
+//!   running one, so it never idles while a finished request's task wakes up: that is what the
+//!   async form can do and a blocking thread per stream cannot (it costs a second device buffer
+//!   per stream). With `--wake stream` (the default) a task awaits `Stream::synchronize_async`
+//!   queued right after its work (a host function, which the stream's later work waits for) and
+//!   then takes the buffers with `Pending::try_take`; with `--wake pending` it awaits the
+//!   `Pending` itself (a helper stream waits for the event and runs the host function, so the
+//!   slot's stream waits for nothing). Either way no executor thread synchronizes.
 //! - Threads: the requests dealt round-robin to `--threads` OS threads, each with its own stream
 //!   and device buffer; a request is the same three operations in a blocking `try_scope`, whose
 //!   end synchronizes the stream.
@@ -27,7 +31,7 @@
 //! ends, which synchronize).
 //!
 //! ```text
-//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4] [--streams 8] [--rounds 5] [--wake stream|pending]
+//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4] [--streams 4] [--depth 2] [--rounds 5] [--wake stream|pending]
 //! ```
 
 use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream};
@@ -50,6 +54,7 @@ struct Config {
     elements: usize,
     threads: usize,
     streams: usize,
+    depth: usize,
     rounds: usize,
     wake: Wake,
 }
@@ -58,8 +63,8 @@ struct Config {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Wake {
     /// `Stream::synchronize_async` on the slot's own stream: a host function queued right after
-    /// the work. Nothing else is queued on that stream until the slot is given back, so the host
-    /// function delays nothing, and no other stream is involved.
+    /// the work, so it runs once this request's work is done (work queued after it, another
+    /// slot's request on the same stream, waits for the host function to return).
     Stream,
     /// Awaiting the `Pending` itself: a helper stream waits for its event, then runs the host
     /// function (built for streams that carry other work after it).
@@ -68,8 +73,14 @@ enum Wake {
 
 impl Config {
     fn parse() -> Result<Self, String> {
-        let mut values =
-            [("--requests", 64usize), ("--elements", 1 << 22), ("--threads", 4), ("--streams", 8), ("--rounds", 5)];
+        let mut values = [
+            ("--requests", 64usize),
+            ("--elements", 1 << 22),
+            ("--threads", 4),
+            ("--streams", 4),
+            ("--depth", 2),
+            ("--rounds", 5),
+        ];
         let mut wake = Wake::Stream;
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -85,11 +96,11 @@ impl Config {
             let slot = values.iter_mut().find(|(name, _)| *name == flag).ok_or(format!("unknown argument {flag}"))?;
             slot.1 = value.parse().map_err(|_| format!("{flag} must be a number"))?;
         }
-        let [(_, requests), (_, elements), (_, threads), (_, streams), (_, rounds)] = values;
-        if requests == 0 || elements == 0 || threads == 0 || streams == 0 || rounds == 0 {
+        let [(_, requests), (_, elements), (_, threads), (_, streams), (_, depth), (_, rounds)] = values;
+        if [requests, elements, threads, streams, depth, rounds].contains(&0) {
             return Err("every setting must be positive".into());
         }
-        Ok(Self { requests, elements, threads, streams, rounds, wake })
+        Ok(Self { requests, elements, threads, streams, depth, rounds, wake })
     }
 }
 
@@ -179,8 +190,12 @@ struct Slot {
     device: DeviceBuffer<f32>,
 }
 
-fn make_slots(count: usize, elements: usize) -> cuda_mem::Result<Vec<Slot>> {
-    (0..count).map(|_| Ok(Slot { stream: Stream::non_blocking()?, device: DeviceBuffer::zeroed(elements)? })).collect()
+/// `streams` streams with `depth` slots each (a `Stream` clone is the same stream).
+fn make_slots(streams: usize, depth: usize, elements: usize) -> cuda_mem::Result<Vec<Slot>> {
+    let streams: Vec<Stream> = (0..streams).map(|_| Stream::non_blocking()).collect::<cuda_mem::Result<_>>()?;
+    // Interleaved, so that the first slots taken are on different streams.
+    let on = (0..depth).flat_map(|_| streams.iter());
+    on.map(|stream| Ok(Slot { stream: stream.clone(), device: DeviceBuffer::zeroed(elements)? })).collect()
 }
 
 /// The async variant's free slots; a permit of `free` stands for one slot in `idle`.
@@ -244,7 +259,9 @@ async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCud
 
 fn run_async(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
     let device = cuda_mem::Device::current()?;
-    let slots = Arc::new(Slots::new(make_slots(config.streams, config.elements)?));
+    let mut slots = make_slots(config.streams, config.depth, config.elements)?;
+    slots.reverse(); // `Slots::take` pops from the end
+    let slots = Arc::new(Slots::new(slots));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.threads)
         .on_thread_start(move || {
@@ -287,7 +304,7 @@ fn run_async(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
 fn run_threads(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
     let device = cuda_mem::Device::current()?;
     let mut requests = make_requests(config)?;
-    let mut slots = make_slots(config.threads, config.elements)?;
+    let mut slots = make_slots(config.threads, 1, config.elements)?;
     let mut rounds = Vec::with_capacity(config.rounds);
     for round in 0..=config.rounds {
         let stats = InCudaMem::default();
@@ -343,16 +360,22 @@ fn serve_blocking(slot: &mut Slot, request: &mut Request, stats: &InCudaMem) -> 
 fn main() -> cuda_mem::Result<()> {
     let config = Config::parse().unwrap_or_else(|why| {
         eprintln!(
-            "async_server: {why}\nusage: async_server [--requests N] [--elements N] [--threads N] [--streams N] [--rounds N] \
-             [--wake stream|pending]"
+            "async_server: {why}\nusage: async_server [--requests N] [--elements N] [--threads N] [--streams N] [--depth N] \
+             [--rounds N] [--wake stream|pending]"
         );
         std::process::exit(2)
     });
     let mib = (config.elements * 4) >> 20;
     println!("{} requests of {} f32 ({mib} MiB) each: upload, scale_f32, download", config.requests, config.elements);
     println!("after one untimed full-size round, the median of {} timed rounds:", config.rounds);
-    let name =
-        format!("async ({} executor threads, {} streams reused, a task per request)", config.threads, config.streams);
+    let wake = match config.wake {
+        Wake::Stream => "stream",
+        Wake::Pending => "pending",
+    };
+    let name = format!(
+        "async ({} executor threads, {} streams x {} device buffers, a task per request, wake {wake})",
+        config.threads, config.streams, config.depth
+    );
     let (async_wall, async_inside) = report(&name, &config, run_async(&config)?);
     let name = format!("threads ({} OS threads, a stream each, blocking)", config.threads);
     let (threads_wall, _) = report(&name, &config, run_threads(&config)?);
