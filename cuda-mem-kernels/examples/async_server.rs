@@ -10,10 +10,11 @@
 //!   A task takes a free slot (a device buffer and the stream it is used on: `--streams` streams
 //!   with `--depth` device buffers each) from a fair semaphore, queues its three operations with
 //!   `Stream::queue` (one event recorded after them), awaits their completion and gives the slot
-//!   back. With a depth of 2 (the default) a stream holds the next request's work queued behind the
-//!   running one, so it never idles while a finished request's task wakes up: that is what the
-//!   async form can do and a blocking thread per stream cannot (it costs a second device buffer
-//!   per stream). With `--wake stream` (the default) a task awaits `Stream::synchronize_async`
+//!   back. With a depth of 2 or more a stream holds the next request's work queued behind the
+//!   running one, so it never idles while a finished request's task wakes up (a blocking thread
+//!   per stream cannot do that); on the H200 it did not raise throughput (the copies, not the
+//!   wake-ups, bound it: docs/measurements/2026-12-01-h200-s10-async-matrix-3f81a2e.txt), so the
+//!   default is 1. With `--wake stream` (the default) a task awaits `Stream::synchronize_async`
 //!   queued right after its work (a host function, which the stream's later work waits for) and
 //!   then takes the buffers with `Pending::try_take`; with `--wake pending` it awaits the
 //!   `Pending` itself (a helper stream waits for the event and runs the host function, so the
@@ -31,7 +32,7 @@
 //! ends, which synchronize).
 //!
 //! ```text
-//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4] [--streams 4] [--depth 2] [--rounds 5] [--wake stream|pending]
+//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4] [--streams 4] [--depth 1] [--rounds 5] [--wake stream|pending]
 //! ```
 
 use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream};
@@ -78,7 +79,7 @@ impl Config {
             ("--elements", 1 << 22),
             ("--threads", 4),
             ("--streams", 4),
-            ("--depth", 2),
+            ("--depth", 1),
             ("--rounds", 5),
         ];
         let mut wake = Wake::Stream;
