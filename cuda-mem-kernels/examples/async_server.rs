@@ -24,7 +24,8 @@
 //!   end synchronizes the stream.
 //!
 //! Both first serve one untimed round (the kernel module loads; with `--wake pending` the
-//! wake-ups' helper streams are created), then `--rounds` timed rounds; each prints the median
+//! wake-ups' helper streams are created), then `--rounds` timed rounds, the two variants'
+//! rounds alternating (and which goes first alternating); each prints the median
 //! round's requests per second and the time its serving threads spent inside cuda-mem calls,
 //! split into enqueues (the copies and the kernel; for the async variant also the event recorded
 //! after them, and queuing the host function or releasing the event) and waits (the async
@@ -258,31 +259,42 @@ async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCud
     Ok(Request { input, output })
 }
 
-fn run_async(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
-    let device = cuda_mem::Device::current()?;
-    let mut slots = make_slots(config.streams, config.depth, config.elements)?;
-    slots.reverse(); // `Slots::take` pops from the end
-    let slots = Arc::new(Slots::new(slots));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.threads)
-        .on_thread_start(move || {
-            // Kernels launch on the current device: make it the streams' device, once per thread.
-            if let Err(err) = device.set_current() {
-                eprintln!("async_server: an executor thread could not make the device current: {err}");
-                std::process::exit(1);
-            }
-        })
-        .build()
-        .expect("a tokio runtime");
-    let mut requests = make_requests(config)?;
-    let mut rounds = Vec::with_capacity(config.rounds);
-    for round in 0..=config.rounds {
+/// The async variant's state, kept across rounds.
+struct AsyncServer {
+    runtime: tokio::runtime::Runtime,
+    slots: Arc<Slots>,
+    requests: Vec<Request>,
+}
+
+impl AsyncServer {
+    fn new(config: &Config) -> cuda_mem::Result<Self> {
+        let device = cuda_mem::Device::current()?;
+        let mut slots = make_slots(config.streams, config.depth, config.elements)?;
+        slots.reverse(); // `Slots::take` pops from the end
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.threads)
+            .on_thread_start(move || {
+                // Kernels launch on the current device: make it the streams' device, once per thread.
+                if let Err(err) = device.set_current() {
+                    eprintln!("async_server: an executor thread could not make the device current: {err}");
+                    std::process::exit(1);
+                }
+            })
+            .build()
+            .expect("a tokio runtime");
+        Ok(Self { runtime, slots: Arc::new(Slots::new(slots)), requests: make_requests(config)? })
+    }
+
+    /// Serves every request once; verifies the results outside the timing.
+    fn round(&mut self, config: &Config) -> cuda_mem::Result<(Duration, Inside)> {
         let stats = Arc::new(InCudaMem::default());
         let start = Instant::now();
-        let served = runtime.block_on(async {
-            let tasks: Vec<_> = std::mem::take(&mut requests)
+        let slots = &self.slots;
+        let requests = std::mem::take(&mut self.requests);
+        let served = self.runtime.block_on(async {
+            let tasks: Vec<_> = requests
                 .into_iter()
-                .map(|request| tokio::spawn(serve(Arc::clone(&slots), request, config.wake, Arc::clone(&stats))))
+                .map(|request| tokio::spawn(serve(Arc::clone(slots), request, config.wake, Arc::clone(&stats))))
                 .collect();
             let mut served = Vec::with_capacity(tasks.len());
             for task in tasks {
@@ -291,33 +303,36 @@ fn run_async(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
             served
         });
         let wall = start.elapsed();
-        requests = served.into_iter().collect::<cuda_mem::Result<_>>()?;
-        check_and_clear(&mut requests);
-        // Round 0 is the warm-up: the kernel module loads (and with `--wake pending` the wake-ups'
-        // helper streams are made).
-        if round > 0 {
-            rounds.push((wall, stats.totals()));
-        }
+        self.requests = served.into_iter().collect::<cuda_mem::Result<_>>()?;
+        check_and_clear(&mut self.requests);
+        Ok((wall, stats.totals()))
     }
-    Ok(rounds)
 }
 
-fn run_threads(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
-    let device = cuda_mem::Device::current()?;
-    let mut requests = make_requests(config)?;
-    let mut slots = make_slots(config.threads, 1, config.elements)?;
-    let mut rounds = Vec::with_capacity(config.rounds);
-    for round in 0..=config.rounds {
+/// The threads variant's state, kept across rounds.
+struct ThreadServer {
+    requests: Vec<Request>,
+    slots: Vec<Slot>,
+}
+
+impl ThreadServer {
+    fn new(config: &Config) -> cuda_mem::Result<Self> {
+        Ok(Self { requests: make_requests(config)?, slots: make_slots(config.threads, 1, config.elements)? })
+    }
+
+    /// Serves every request once, dealt round-robin to the threads; verifies outside the timing.
+    fn round(&mut self, config: &Config) -> cuda_mem::Result<(Duration, Inside)> {
+        let device = cuda_mem::Device::current()?;
         let stats = InCudaMem::default();
         let start = Instant::now();
         std::thread::scope(|scope| -> cuda_mem::Result<()> {
             let mut shares: Vec<Vec<&mut Request>> = (0..config.threads).map(|_| Vec::new()).collect();
-            for (r, request) in requests.iter_mut().enumerate() {
+            for (r, request) in self.requests.iter_mut().enumerate() {
                 shares[r % config.threads].push(request);
             }
             let workers: Vec<_> = shares
                 .into_iter()
-                .zip(&mut slots)
+                .zip(&mut self.slots)
                 .map(|(share, slot)| {
                     let stats = &stats;
                     scope.spawn(move || -> cuda_mem::Result<()> {
@@ -329,13 +344,34 @@ fn run_threads(config: &Config) -> cuda_mem::Result<Vec<(Duration, Inside)>> {
             workers.into_iter().try_for_each(|w| w.join().expect("a request thread panicked"))
         })?;
         let wall = start.elapsed();
-        check_and_clear(&mut requests);
-        // Round 0 is the warm-up, as in the async variant.
+        check_and_clear(&mut self.requests);
+        Ok((wall, stats.totals()))
+    }
+}
+
+/// Each timed round's wall time and time inside cuda-mem.
+type Rounds = Vec<(Duration, Inside)>;
+
+/// Rounds of both variants, alternating (which goes first alternates too), so that drift in the
+/// host's or the GPU's speed during the run falls on both alike. Round 0 of each is the warm-up
+/// (the kernel module loads; with `--wake pending` the wake-ups' helper streams are made).
+fn run_both(config: &Config) -> cuda_mem::Result<(Rounds, Rounds)> {
+    let (mut server, mut threads) = (AsyncServer::new(config)?, ThreadServer::new(config)?);
+    let (mut async_rounds, mut thread_rounds) = (Vec::new(), Vec::new());
+    for round in 0..=config.rounds {
+        let (a, t) = if round % 2 == 0 {
+            let a = server.round(config)?;
+            (a, threads.round(config)?)
+        } else {
+            let t = threads.round(config)?;
+            (server.round(config)?, t)
+        };
         if round > 0 {
-            rounds.push((wall, stats.totals()));
+            async_rounds.push(a);
+            thread_rounds.push(t);
         }
     }
-    Ok(rounds)
+    Ok((async_rounds, thread_rounds))
 }
 
 /// One request in a blocking scope; the scope's end (its synchronize) is the wait.
@@ -368,7 +404,7 @@ fn main() -> cuda_mem::Result<()> {
     });
     let mib = (config.elements * 4) >> 20;
     println!("{} requests of {} f32 ({mib} MiB) each: upload, scale_f32, download", config.requests, config.elements);
-    println!("after one untimed full-size round, the median of {} timed rounds:", config.rounds);
+    println!("after one untimed full-size round, the median of {} timed rounds, alternating:", config.rounds);
     let wake = match config.wake {
         Wake::Stream => "stream",
         Wake::Pending => "pending",
@@ -377,9 +413,10 @@ fn main() -> cuda_mem::Result<()> {
         "async ({} executor threads, {} streams x {} device buffers, a task per request, wake {wake})",
         config.threads, config.streams, config.depth
     );
-    let (async_wall, async_inside) = report(&name, &config, run_async(&config)?);
+    let (async_rounds, thread_rounds) = run_both(&config)?;
+    let (async_wall, async_inside) = report(&name, &config, async_rounds);
     let name = format!("threads ({} OS threads, a stream each, blocking)", config.threads);
-    let (threads_wall, _) = report(&name, &config, run_threads(&config)?);
+    let (threads_wall, _) = report(&name, &config, thread_rounds);
     println!("every result verified");
 
     let ratio = threads_wall.as_secs_f64() / async_wall.as_secs_f64();
