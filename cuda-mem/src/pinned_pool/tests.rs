@@ -320,12 +320,19 @@ fn leases_stock_only_beside_parked_blocks_and_up_to_the_limit() {
     assert_eq!(cache.stats().in_use_bytes, 0);
 }
 
-#[test]
-fn dropping_the_last_handle_closes_the_pool_while_buffers_and_stocks_hold_it() {
+/// A pool without a cap, the sizes its backend released, and a watch on its state.
+fn observed_cache()
+-> (BlockCache<FakeBackend>, std::sync::Arc<std::sync::Mutex<Vec<usize>>>, std::sync::Weak<impl Sized>) {
     let backend = FakeBackend::default();
     let released = std::sync::Arc::clone(&backend.released);
     let cache = BlockCache::new(backend, usize::MAX);
     let state = cache.state();
+    (cache, released, state)
+}
+
+#[test]
+fn dropping_the_last_handle_closes_the_pool_while_buffers_and_stocks_hold_it() {
+    let (cache, released, state) = observed_cache();
     let ((to_thread, from_main), (parked, wait_parked), (finish, wait_finish)) = (channel(), channel(), channel());
     let thread = std::thread::spawn(move || {
         // A buffer freed here stocks its lease in this thread's front cache, which outlives the
@@ -357,10 +364,7 @@ fn dropping_the_last_handle_closes_the_pool_while_buffers_and_stocks_hold_it() {
 
 #[test]
 fn a_buffer_freed_on_a_new_thread_after_the_close_is_released() {
-    let backend = FakeBackend::default();
-    let released = std::sync::Arc::clone(&backend.released);
-    let cache = BlockCache::new(backend, usize::MAX);
-    let state = cache.state();
+    let (cache, released, state) = observed_cache();
     let outstanding = (alloc(&cache, 4096), cache.lease());
     drop(cache);
     std::thread::spawn(move || {
@@ -370,5 +374,26 @@ fn a_buffer_freed_on_a_new_thread_after_the_close_is_released() {
     .join()
     .unwrap();
     assert_eq!(*released.lock().unwrap(), [4096]);
+    assert!(state.upgrade().is_none());
+}
+
+#[test]
+fn a_forgotten_buffer_leaks_its_block_and_the_state_and_nothing_is_released_twice() {
+    let (cache, released, state) = observed_cache();
+    // What `mem::forget` on a buffer leaves: its block and lease never come back (held here, so
+    // that the test can return them at the end instead of leaking under miri).
+    let forgotten = std::mem::ManuallyDrop::new((alloc(&cache, 4096), cache.lease()));
+    let kept = alloc(&cache, 8192);
+    cache.put(kept);
+    drop(cache);
+    assert_eq!(
+        *released.lock().unwrap(),
+        [8192],
+        "the cached block goes at the close; the forgotten one is never released"
+    );
+    assert!(state.upgrade().is_some(), "the forgotten lease keeps the state alive: a leak, never a free");
+    let (block, lease) = std::mem::ManuallyDrop::into_inner(forgotten);
+    lease.put(block);
+    assert_eq!(*released.lock().unwrap(), [8192, 4096]);
     assert!(state.upgrade().is_none());
 }
