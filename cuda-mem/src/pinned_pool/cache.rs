@@ -22,10 +22,10 @@
 //! stock of leases is emptied, every cached block released, and blocks returned later are
 //! released at once. The state itself goes with the last lease.
 
-use super::front::{AnyLease, Counts, ENTRIES, Parked, ThreadCache};
+use super::front::{Counts, ENTRIES, Parked, Put, Stock, ThreadCache};
 use super::size_class::{NUM_CLASSES, SizeClass};
 use crate::thread_cache::{self, Registered, ThreadExit};
-use std::cell::Cell;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
@@ -113,57 +113,73 @@ pub struct Lease<B: Backend> {
 impl<B: Backend> Lease<B> {
     /// Returns `block` to the pool: into this thread's front cache, this lease into the thread's
     /// stock beside it, if the block may park there; else into the shared list of its class.
-    #[inline]
+    #[inline(always)]
     pub fn put(self, block: Block<B::Fence>) {
-        let Lease { shared } = self;
-        if !(shared.fronts && block.fences.is_empty()) {
-            return put_counted(&shared, block);
+        let lease = ManuallyDrop::new(self);
+        if !put_block(&lease.shared, block, true) {
+            drop(ManuallyDrop::into_inner(lease));
         }
-        let (id, parked) = (shared.id, Parked { ptr: block.ptr, class: block.class });
-        // The lease moves into the front cache's stock, so it is lent to both closures here.
-        let held = Cell::new(Some(shared));
-        let register = || {
-            let shared = held.take().expect("the lease is here until the put");
-            let registered = register(&shared);
-            held.set(Some(shared));
-            registered
-        };
-        let put = |cache: &ThreadCache| {
-            let lease: AnyLease = held.take().expect("the lease is here until the put");
-            cache.put(parked, lease)
-        };
-        // Once the lease is stocked, this thread must not touch the pool: another thread may be
-        // closing it and drop the stock.
-        match thread_cache::with_cache(&ENTRIES, id, register, put) {
-            Some((None, unstocked)) => drop(unstocked),
-            // Its class is full in this thread's cache (or the pool closed), which counted the
-            // return; the lease came back with the block.
-            Some((Some(_full), Some(lease))) => {
-                let shared = downcast::<B>(lease);
-                shared.put_shared(block);
-            }
-            Some((Some(_full), None)) => unreachable!("a lease parks only with its block"),
-            None => {
-                let shared = held.take().expect("with_cache did not run the put");
-                put_counted(&shared, block);
-            }
+        // Else the stock owns the lease's reference now, and another thread closing the pool may
+        // drop the stock at any moment: the state may be gone.
+    }
+
+    /// The lease a front cache's stock gave up on a hit (see [`ThreadCache::take`]).
+    ///
+    /// # Safety
+    /// The stock of a front cache of `shared`'s pool gave up one of its references to the caller.
+    #[inline(always)]
+    unsafe fn from_stock(shared: &Arc<Shared<B>>) -> Self {
+        // SAFETY: the stock's strong reference moves to this lease (the caller's guarantee); the
+        // pointer is the state's, as `Arc::from_raw` needs.
+        Self { shared: unsafe { Arc::from_raw(Arc::as_ptr(shared)) } }
+    }
+}
+
+/// Returns `block` to the pool of `shared`, as [`Lease::put`] does. With `leased`, the caller's
+/// lease may go into this thread's stock beside the block: true when it did, and then neither
+/// the lease nor the state may be touched again (a closing thread may drop the stock), which is
+/// why `shared` is the lease's `Arc`, never a reference to the state.
+#[inline(always)]
+fn put_block<B: Backend>(shared: &Arc<Shared<B>>, block: Block<B::Fence>, leased: bool) -> bool {
+    if !(shared.fronts && block.fences.is_empty()) {
+        put_counted(shared, block);
+        return false;
+    }
+    let parked = Parked { ptr: block.ptr, class: block.class };
+    match thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |cache| cache.put(parked, leased)) {
+        Some(Put::Parked { stocked }) => stocked,
+        // Counted by the front cache.
+        Some(Put::Refused) => {
+            shared.put_shared(block);
+            false
+        }
+        None => {
+            put_counted(shared, block);
+            false
         }
     }
 }
 
-/// A lease from a front cache's stock, of this pool's type (each front cache serves one pool).
-fn downcast<B: Backend>(lease: AnyLease) -> Arc<Shared<B>> {
-    lease.downcast::<Shared<B>>().unwrap_or_else(|_| unreachable!("a front cache stocks its own pool's leases"))
-}
-
 fn register<B: Backend>(shared: &Arc<Shared<B>>) -> Registered<ThreadCache> {
-    let registered = thread_cache::register(shared, &shared.threads, ThreadCache::new());
+    // SAFETY: the pointer is `Arc::as_ptr` of the state, and the function drops a reference to
+    // a `Shared<B>`.
+    let stock = unsafe { Stock::new(Arc::as_ptr(shared).cast(), release_lease::<B>) };
+    let registered = thread_cache::register(shared, &shared.threads, ThreadCache::new(stock));
     // After the push: a closing thread either found this cache in the registry and closed it,
     // or set the flag before this thread took the registry's lock.
     if shared.closed.load(Ordering::Relaxed) {
         drop(registered.0.close());
     }
     registered
+}
+
+/// Drops one stocked lease of a `Shared<B>` (a [`Stock`]'s `release`).
+///
+/// # Safety
+/// `state` is `Arc::as_ptr` of an `Arc<Shared<B>>`, and the caller owns one strong reference.
+unsafe fn release_lease<B: Backend>(state: *const ()) {
+    // SAFETY: the caller's guarantee.
+    unsafe { Arc::decrement_strong_count(state.cast::<Shared<B>>()) };
 }
 
 fn put_counted<B: Backend>(shared: &Arc<Shared<B>>, block: Block<B::Fence>) {
@@ -242,18 +258,26 @@ impl<B: Backend> BlockCache<B> {
     /// every thread's front cache is returned to the lists, one from there.
     #[inline]
     pub fn take(&self, class: SizeClass) -> Option<Block<B::Fence>> {
-        self.take_leased(class).map(|(block, _lease)| block)
+        let shared = &self.shared;
+        if shared.fronts {
+            let hit = thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |c| c.take(class, false));
+            if let Some(Some((ptr, _))) = hit {
+                return Some(Block { ptr, class, fences: Vec::new() });
+            }
+        }
+        self.take_shared(class)
     }
 
     /// [`BlockCache::take`], with a lease for the buffer that will hold the block: one this
     /// thread stocked, if any (no atomic operation), else a new one.
-    #[inline]
+    #[inline(always)]
     pub fn take_leased(&self, class: SizeClass) -> Option<(Block<B::Fence>, Lease<B>)> {
         let shared = &self.shared;
         if shared.fronts {
-            let hit = thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |cache| cache.take(class));
+            let hit = thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |c| c.take(class, true));
             if let Some(Some((ptr, stocked))) = hit {
-                let lease = stocked.map_or_else(|| self.lease(), |any| Lease { shared: downcast(any) });
+                // SAFETY: this pool's front cache gave up a stocked reference.
+                let lease = if stocked { unsafe { Lease::from_stock(shared) } } else { self.lease() };
                 return Some((Block { ptr, class, fences: Vec::new() }, lease));
             }
         }
@@ -288,7 +312,7 @@ impl<B: Backend> BlockCache<B> {
 
     /// Takes a block back without a buffer's lease (see [`Lease::put`] for buffers).
     pub fn put(&self, block: Block<B::Fence>) {
-        self.lease().put(block);
+        put_block(&self.shared, block, false);
     }
 
     /// Releases cached blocks, every thread's front cache returned first, until at most `target`
@@ -414,10 +438,10 @@ impl<B: Backend> Shared<B> {
     /// every cached block, and has later returns released (see the module's docs).
     fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
-        let stocked: Vec<AnyLease> = {
+        let stocked: Vec<Stock> = {
             // Under the registry's lock, after the flag: a cache registered later sees the flag.
             let registry = lock(&self.threads);
-            let stocked = registry.caches.iter().flat_map(|cache| cache.close()).collect();
+            let stocked = registry.caches.iter().map(|cache| cache.close()).collect();
             self.unpark(registry.drain_all());
             stocked
         };

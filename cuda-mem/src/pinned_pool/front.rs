@@ -11,15 +11,14 @@
 //! [`super::cache::Lease`]). Cloning and dropping one are atomic read-modify-writes on a counter
 //! every thread of the pool shares, as costly as the rest of a hit pair together, so a freed
 //! buffer's lease is kept here beside its block ([`LEASE_STOCK`] at most) and the next hit on
-//! this thread hands it out again. The pool empties every thread's stock when its last handle
-//! drops, since stocked leases would otherwise keep it alive.
+//! this thread hands it out again. Every lease of a pool is the same reference, so the stock is a
+//! count of references it owns ([`Stock`]), not a list. The pool empties every thread's stock
+//! when its last handle drops, since stocked leases would otherwise keep it alive.
 
 use super::size_class::SizeClass;
 use crate::thread_cache::{Entries, FrontCache, SpinLock};
-use std::any::Any;
 use std::cell::RefCell;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 /// Blocks a thread keeps per size class; a free beyond it goes to the shared lists. The blocks
 /// would be cached anyway, and a miss returns every thread's parked blocks to the shared lists
@@ -29,8 +28,55 @@ pub(super) const FRONT_DEPTH: usize = 8;
 /// Leases a thread keeps per pool: as many as it can have blocks parked.
 pub(super) const LEASE_STOCK: usize = 4 * FRONT_DEPTH;
 
-/// A lease, its pool's type erased (the thread-local caches serve pools of every backend).
-pub(super) type AnyLease = Arc<dyn Any + Send + Sync>;
+/// Strong references to one pool's state, owned by a front cache's stock or on their way out of
+/// it: dropping a `Stock` drops them. The pool's type is erased (the thread-local caches serve
+/// pools of every backend), so it carries the function that drops one.
+pub(super) struct Stock {
+    /// From `Arc::as_ptr` of the pool's state.
+    state: *const (),
+    /// Drops one strong reference to `state` (`Arc::decrement_strong_count` of its type).
+    release: unsafe fn(*const ()),
+    count: usize,
+}
+
+// SAFETY: strong references to a pool's state, which is `Send + Sync`; the thread that receives
+// them may drop them.
+unsafe impl Send for Stock {}
+
+impl Stock {
+    /// An empty stock of the state at `state`, whose references `release` drops.
+    ///
+    /// # Safety
+    /// `state` came from `Arc::as_ptr` of an `Arc<S>`, and `release` is
+    /// `Arc::<S>::decrement_strong_count` for that `S`.
+    pub unsafe fn new(state: *const (), release: unsafe fn(*const ())) -> Self {
+        Self { state, release, count: 0 }
+    }
+
+    /// Moves every reference out, into a stock of its own (to be dropped with no lock held).
+    fn take_all(&mut self) -> Stock {
+        Stock { count: std::mem::take(&mut self.count), ..*self }
+    }
+}
+
+impl Drop for Stock {
+    fn drop(&mut self) {
+        for _ in 0..self.count {
+            // SAFETY: the stock owns `count` strong references to `state` (see `new`); each is
+            // dropped once. The state outlives all but the last of them.
+            unsafe { (self.release)(self.state) };
+        }
+    }
+}
+
+/// What [`ThreadCache::put`] did with a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Put {
+    /// Parked; the buffer's lease is now the stock's (the caller forgets its own), if `stocked`.
+    Parked { stocked: bool },
+    /// Not parked (its class is full here, or the pool closed): for the shared lists.
+    Refused,
+}
 
 /// A block in a front cache: free, with no work pending on it, held by no user.
 #[derive(Debug)]
@@ -80,14 +126,13 @@ impl Counts {
     }
 }
 
-#[derive(Default)]
 struct Front {
     /// Parked blocks by class index, newest last.
     bins: Vec<Vec<Parked>>,
     parked_bytes: usize,
     counts: Counts,
     /// Leases of the pool freed on this thread, for its next hits.
-    leases: Vec<AnyLease>,
+    leases: Stock,
     /// The pool has closed: nothing parks or stocks here any more.
     closed: bool,
 }
@@ -105,58 +150,59 @@ pub(super) struct ThreadCache {
 }
 
 impl ThreadCache {
-    pub fn new() -> Self {
-        Self { front: SpinLock::new(Front::default()) }
+    /// A cache whose stock holds references to the state at `leases`.
+    pub fn new(leases: Stock) -> Self {
+        let front = Front { bins: Vec::new(), parked_bytes: 0, counts: Counts::default(), leases, closed: false };
+        Self { front: SpinLock::new(front) }
     }
 
-    /// The newest parked block of `class`, counted as a hit, with a stocked lease if there is
-    /// one.
-    #[inline]
-    pub fn take(&self, class: SizeClass) -> Option<(NonNull<u8>, Option<AnyLease>)> {
+    /// The newest parked block of `class`, counted as a hit, and, if `leased` and the stock has
+    /// one, a stocked lease, now the caller's (true).
+    #[inline(always)]
+    pub fn take(&self, class: SizeClass, leased: bool) -> Option<(NonNull<u8>, bool)> {
         let mut front = self.front.lock();
         let front = &mut *front;
         let parked = front.bins.get_mut(class.index)?.pop()?;
         front.parked_bytes -= class.bytes;
         front.counts.hand_out(class.bytes, true);
-        Some((parked.ptr, front.leases.pop()))
+        let stocked = leased && front.leases.count > 0;
+        front.leases.count -= usize::from(stocked);
+        Some((parked.ptr, stocked))
     }
 
-    /// Counts a block's return and parks it, with its buffer's `lease` in the stock, if its class
-    /// has room and the pool is open; otherwise hands the block back, for the shared lists, with
-    /// the lease (a lease parks only with its block: whoever gets the block back still needs the
-    /// pool). A lease that finds the stock full is handed back alone. Handed-back leases are
-    /// dropped by the caller once it holds no lock: one may be the pool's last reference.
-    #[inline]
-    pub fn put(&self, parked: Parked, lease: AnyLease) -> (Option<Parked>, Option<AnyLease>) {
+    /// Counts a block's return and parks it, if its class has room and the pool is open, with
+    /// its buffer's lease in the stock if `leased` and the stock has room (a lease stocks only
+    /// with its block: whoever gets a refused block back still needs the pool). A lease the
+    /// stock takes is the stock's once this returns; a lease it does not take is the caller's to
+    /// drop once it holds no lock (one may be the pool's last reference).
+    #[inline(always)]
+    pub fn put(&self, parked: Parked, leased: bool) -> Put {
         let mut front = self.front.lock();
         let front = &mut *front;
         let (index, bytes) = (parked.class.index, parked.class.bytes);
         front.counts.take_back(bytes);
         if front.closed {
-            return (Some(parked), Some(lease));
+            return Put::Refused;
         }
-        if front.bins.len() <= index {
-            front.bins.resize_with(index + 1, Vec::new);
-        }
-        let bin = &mut front.bins[index];
+        let Some(bin) = front.bins.get_mut(index) else {
+            return put_in_new_bin(front, parked, leased);
+        };
         if bin.len() >= FRONT_DEPTH {
-            return (Some(parked), Some(lease));
+            return Put::Refused;
         }
         bin.push(parked);
         front.parked_bytes += bytes;
-        if front.leases.len() >= LEASE_STOCK {
-            return (None, Some(lease));
-        }
-        front.leases.push(lease);
-        (None, None)
+        let stocked = leased && front.leases.count < LEASE_STOCK;
+        front.leases.count += usize::from(stocked);
+        Put::Parked { stocked }
     }
 
     /// Marks the pool closed here and empties the stock of leases, for the caller to drop once
     /// it holds no lock. Also what a thread's exit does with its stock.
-    pub fn close(&self) -> Vec<AnyLease> {
+    pub fn close(&self) -> Stock {
         let mut front = self.front.lock();
         front.closed = true;
-        std::mem::take(&mut front.leases)
+        front.leases.take_all()
     }
 
     /// Applies `f` to this thread's counts (for calls served by the shared lists or the system).
@@ -170,6 +216,19 @@ impl ThreadCache {
         counts.absorb(front.counts);
         front.parked_bytes
     }
+}
+
+/// [`ThreadCache::put`] for a class this thread has not parked before (its bin is made).
+#[cold]
+#[inline(never)]
+fn put_in_new_bin(front: &mut Front, parked: Parked, leased: bool) -> Put {
+    let (index, bytes) = (parked.class.index, parked.class.bytes);
+    front.bins.resize_with(index + 1, Vec::new);
+    front.bins[index].push(parked);
+    front.parked_bytes += bytes;
+    let stocked = leased && front.leases.count < LEASE_STOCK;
+    front.leases.count += usize::from(stocked);
+    Put::Parked { stocked }
 }
 
 impl FrontCache for ThreadCache {

@@ -119,18 +119,24 @@ impl PinnedPool {
             let kind = ErrorKind::InvalidArgument("element alignment above 4096 bytes");
             return Err(CudaError::new(kind, "PinnedPool::alloc"));
         }
-        let held = if bytes == 0 {
-            None
-        } else {
-            let class = class_of(bytes).ok_or_else(|| {
-                CudaError::new(ErrorKind::SizeOverflow { len, elem_size: size_of::<T>() }, "PinnedPool::alloc")
-            })?;
-            Some(match self.cache.take_leased(class) {
-                Some(held) => held,
-                None => (self.new_block(class)?, self.cache.lease()),
-            })
+        if bytes == 0 {
+            return Ok(PooledPinned::empty(len, self.flags));
+        }
+        let class = class_of(bytes).ok_or_else(|| {
+            CudaError::new(ErrorKind::SizeOverflow { len, elem_size: size_of::<T>() }, "PinnedPool::alloc")
+        })?;
+        let (block, lease) = match self.cache.take_leased(class) {
+            Some(held) => held,
+            None => (self.new_block(class)?, self.cache.lease()),
         };
-        Ok(PooledPinned { held, len, flags: self.flags, _type: std::marker::PhantomData })
+        Ok(PooledPinned {
+            ptr: block.ptr.cast(),
+            len,
+            lease: Some(lease),
+            class: block.class,
+            fences: block.fences,
+            flags: self.flags,
+        })
     }
 
     /// A block of at least `bytes` (> 0) as a raw pointer, for [`PinnedPoolResource`](crate::resource::PinnedPoolResource).
@@ -181,11 +187,17 @@ impl PinnedPool {
 /// `len` elements of pinned memory from a [`PinnedPool`], returned to it on drop (if the pool
 /// has closed, its last handle dropped, the block goes back to the driver). Dereferences to `[T]`.
 pub struct PooledPinned<T: Pod> {
-    /// The block and what returns it; none for zero elements.
-    held: Option<(Block<Event>, Lease<CudaBackend>)>,
+    /// The block (dangling for zero elements, which take none).
+    ptr: NonNull<T>,
     len: usize,
+    /// What returns the block to its pool; none for zero elements. The block's parts are kept
+    /// apart, not as one `Block`, so that creating and dropping a buffer moves words, not a
+    /// struct (which the compiler copies in wider pieces than it wrote them, a stall each).
+    lease: Option<Lease<CudaBackend>>,
+    class: SizeClass,
+    /// Ends of asynchronous work that used the block (see [`PooledPinned::record_use`]).
+    fences: Vec<Event>,
     flags: HostAllocFlags,
-    _type: std::marker::PhantomData<T>,
 }
 
 // SAFETY: owns its block exclusively, like `Vec<T>`; Pod types are Send + Sync.
@@ -200,21 +212,26 @@ impl<T: Pod> fmt::Debug for PooledPinned<T> {
 }
 
 impl<T: Pod> PooledPinned<T> {
+    fn empty(len: usize, flags: HostAllocFlags) -> Self {
+        let class = SizeClass { index: 0, bytes: 0 };
+        Self { ptr: NonNull::dangling(), len, lease: None, class, fences: Vec::new(), flags }
+    }
+
     fn ptr(&self) -> *mut T {
-        self.held.as_ref().map_or(NonNull::dangling().as_ptr(), |(b, _)| b.ptr.as_ptr().cast())
+        self.ptr.as_ptr()
     }
 
     /// Bytes in the underlying block (the request rounded up to its size class).
     pub fn capacity_bytes(&self) -> usize {
-        self.held.as_ref().map_or(0, |(b, _)| b.class.bytes)
+        self.class.bytes
     }
 
     /// Marks the end of work queued on `stream` so far as a use of this block: after the buffer is
     /// dropped, the pool hands the block out again only once that work has completed. Scopes need
     /// no such call (they wait before their borrows end); use it for work queued outside them.
     pub fn record_use(&mut self, stream: &Stream) -> Result<()> {
-        if let Some((block, _)) = &mut self.held {
-            block.fences.push(stream.record_event()?);
+        if self.lease.is_some() {
+            self.fences.push(stream.record_event()?);
         }
         Ok(())
     }
@@ -244,8 +261,10 @@ impl<T: Pod> DerefMut for PooledPinned<T> {
 
 impl<T: Pod> Drop for PooledPinned<T> {
     fn drop(&mut self) {
-        if let Some((block, lease)) = self.held.take() {
-            lease.put(block);
+        if let Some(lease) = self.lease.take() {
+            // Most buffers record no use: then no move of the list (as for the fields above).
+            let fences = if self.fences.is_empty() { Vec::new() } else { std::mem::take(&mut self.fences) };
+            lease.put(Block { ptr: self.ptr.cast(), class: self.class, fences });
         }
     }
 }

@@ -124,19 +124,30 @@ pub(crate) fn with_cache<C: 'static, R>(
     register: impl FnOnce() -> Registered<C>,
     f: impl FnOnce(&C) -> R,
 ) -> Option<R> {
-    entries
-        .try_with(|entries| {
-            {
-                let entries = entries.try_borrow().ok()?;
-                if let Some(entry) = entries.iter().find(|e| e.owner_id == owner_id) {
-                    return Some(f(&entry.cache));
-                }
-            }
-            let cache = register_here(entries, owner_id, register)?;
-            Some(f(&cache))
-        })
-        .ok()
-        .flatten()
+    // `f` runs after the lookup, not inside `try_with`'s closure: that closure then captures two
+    // words, which the compiler passes without copying a larger closure through memory.
+    let cache = entries.try_with(|entries| find_or_register(entries, owner_id, register)).ok().flatten()?;
+    // SAFETY: the cache is the heap allocation of an `Arc` that this thread's entry of
+    // `owner_id` holds. An entry goes only when this thread exits (its thread-locals are torn
+    // down after this call returns, not during it) or when `register_here` prunes entries of
+    // dropped allocators, and the caller's allocator is alive; so the cache outlives `f`.
+    Some(f(unsafe { &*cache }))
+}
+
+/// This thread's cache of allocator `owner_id` (see [`with_cache`]).
+#[inline]
+fn find_or_register<C: 'static>(
+    entries: &Entries<C>,
+    owner_id: u64,
+    register: impl FnOnce() -> Registered<C>,
+) -> Option<*const C> {
+    {
+        let entries = entries.try_borrow().ok()?;
+        if let Some(entry) = entries.iter().find(|e| e.owner_id == owner_id) {
+            return Some(Arc::as_ptr(&entry.cache));
+        }
+    }
+    register_here(entries, owner_id, register).map(|cache| Arc::as_ptr(&cache))
 }
 
 #[cold]
