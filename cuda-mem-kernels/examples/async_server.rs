@@ -1,31 +1,38 @@
 //! A GPU request server two ways, doing the same work per request: upload the request's input
 //! (`--elements` f32, pinned) into a device buffer, `scale_f32` it in place, download it into the
 //! request's output (pinned). Both variants allocate everything once: every request owns a pinned
-//! input and output buffer, reused across rounds, and every stream owns one device buffer, reused
-//! by each request served on it; no request creates a stream, allocates, zeroes or frees memory.
+//! input and output buffer, reused across rounds, and the device buffers (a few per variant) are
+//! reused by each request served on them; no request creates a stream, allocates, zeroes or
+//! frees memory.
 //! Every result is verified on the host after each round (outside the timings), and every output
 //! is zeroed before the next round.
 //!
 //! - Async: every request is a task on a `--threads`-thread tokio runtime, all spawned at once.
-//!   A task takes a free slot (a device buffer and the stream it is used on: `--streams` streams
-//!   with `--depth` device buffers each) from a fair semaphore, queues its three operations with
-//!   `Stream::queue` (one event recorded after them), awaits their completion and gives the slot
-//!   back. With a depth of 2 or more a stream holds the next request's work queued behind the
-//!   running one, so it never idles while a finished request's task wakes up (a blocking thread
-//!   per stream cannot do that); on the H200 it did not raise throughput (the copies, not the
-//!   wake-ups, bound it: docs/measurements/2026-12-01-h200-s10-async-matrix-3f81a2e.txt), so the
-//!   default is 1. With `--wake stream` (the default) a task awaits `Stream::synchronize_async`
-//!   queued right after its work (a host function, which the stream's later work waits for) and
-//!   then takes the buffers with `Pending::try_take`; with `--wake pending` it awaits the
-//!   `Pending` itself (a helper stream waits for the event and runs the host function, so the
-//!   slot's stream waits for nothing). Either way no executor thread synchronizes.
+//!   A task takes a free slot (a device buffer and the stream its work ends on) from a fair
+//!   semaphore, queues its three operations without waiting, awaits their completion and gives
+//!   the slot back. No executor thread synchronizes. Two schedules (`--schedule`):
+//!   - `pipeline` (the default): every upload on one stream, every kernel and download on a
+//!     second, ordered after the request's upload by an event (`Pending::then_on`), over
+//!     `--buffers` device buffers. Each copy direction has a stream of its own and, with the
+//!     next requests' copies queued behind the running ones, never idles while a finished
+//!     request's task wakes up; the task awaits the `Pending` (a helper stream runs the
+//!     wake-up, so neither lane waits for a host function). A thread per stream cannot keep
+//!     such lanes fed without blocking.
+//!   - `per-stream`: a request runs whole on one of `--streams` streams (`--depth` device
+//!     buffers each), as in the threads variant, queued with `Stream::queue` (one event recorded
+//!     after the three operations). With `--wake stream` (the default) the task awaits
+//!     `Stream::synchronize_async` queued right after its work (a host function, which the
+//!     stream's later work waits for) and then takes the buffers with `Pending::try_take`; with
+//!     `--wake pending` it awaits the `Pending` itself. A depth of 2 (the next request queued
+//!     behind the running one) did not raise its throughput on the H200
+//!     (docs/measurements/2026-12-01-h200-s10-async-matrix-3f81a2e.txt).
 //! - Threads: the requests dealt round-robin to `--threads` OS threads, each with its own stream
 //!   and device buffer; a request is the same three operations in a blocking `try_scope`, whose
 //!   end synchronizes the stream.
 //!
-//! Both first serve one untimed round (the kernel module loads; with `--wake pending` the
-//! wake-ups' helper streams are created), then `--rounds` timed rounds, the two variants'
-//! rounds alternating (and which goes first alternating); each prints the median
+//! Both first serve one untimed round (the kernel module loads; the wake-ups' helper streams
+//! are created), then `--rounds` timed rounds, the two variants' rounds alternating (and which
+//! goes first alternating); each prints the median
 //! round's requests per second and the time its serving threads spent inside cuda-mem calls,
 //! split into enqueues (the copies and the kernel; for the async variant also the event recorded
 //! after them, and queuing the host function or releasing the event) and waits (the async
@@ -33,7 +40,8 @@
 //! ends, which synchronize).
 //!
 //! ```text
-//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4] [--streams 4] [--depth 1] [--rounds 5] [--wake stream|pending]
+//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4]
+//!     [--schedule pipeline|per-stream] [--buffers 4] [--streams 4] [--depth 1] [--wake stream|pending] [--rounds 5]
 //! ```
 
 use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream};
@@ -59,6 +67,20 @@ struct Config {
     depth: usize,
     rounds: usize,
     wake: Wake,
+    schedule: Schedule,
+    buffers: usize,
+}
+
+/// How the async variant lays requests out on streams.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Schedule {
+    /// A request runs whole on one of `--streams` streams (as in the threads variant), woken as
+    /// `--wake` says.
+    PerStream,
+    /// Every upload on one stream, every kernel and download on a second, ordered after the
+    /// request's upload with `Pending::then_on`, over `--buffers` device buffers: each copy
+    /// direction has a stream of its own, kept busy back to back.
+    Pipeline,
 }
 
 /// How an async request learns that its work has completed.
@@ -82,8 +104,10 @@ impl Config {
             ("--streams", 4),
             ("--depth", 1),
             ("--rounds", 5),
+            ("--buffers", 4),
         ];
         let mut wake = Wake::Stream;
+        let mut schedule = Schedule::Pipeline;
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
             let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -95,14 +119,22 @@ impl Config {
                 };
                 continue;
             }
+            if flag == "--schedule" {
+                schedule = match value.as_str() {
+                    "per-stream" => Schedule::PerStream,
+                    "pipeline" => Schedule::Pipeline,
+                    _ => return Err("--schedule is per-stream or pipeline".into()),
+                };
+                continue;
+            }
             let slot = values.iter_mut().find(|(name, _)| *name == flag).ok_or(format!("unknown argument {flag}"))?;
             slot.1 = value.parse().map_err(|_| format!("{flag} must be a number"))?;
         }
-        let [(_, requests), (_, elements), (_, threads), (_, streams), (_, depth), (_, rounds)] = values;
-        if [requests, elements, threads, streams, depth, rounds].contains(&0) {
+        let [(_, requests), (_, elements), (_, threads), (_, streams), (_, depth), (_, rounds), (_, buffers)] = values;
+        if [requests, elements, threads, streams, depth, rounds, buffers].contains(&0) {
             return Err("every setting must be positive".into());
         }
-        Ok(Self { requests, elements, threads, streams, depth, rounds, wake })
+        Ok(Self { requests, elements, threads, streams, depth, rounds, wake, schedule, buffers })
     }
 }
 
@@ -259,17 +291,66 @@ async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCud
     Ok(Request { input, output })
 }
 
+/// The pipeline's two streams: every upload on the first; every kernel and download on the second.
+struct Lanes {
+    uploads: Stream,
+    downloads: Stream,
+}
+
+/// One request as a task in the pipeline: take a device buffer, queue the upload on the uploads
+/// stream and, ordered after it through an event (`then_on`), the kernel and the download on the
+/// downloads stream; await the `Pending` (a helper stream runs the wake-up, so neither lane ever
+/// waits for a host function); give the buffer back.
+async fn serve_pipelined(
+    slots: Arc<Slots>,
+    lanes: Arc<Lanes>,
+    request: Request,
+    stats: Arc<InCudaMem>,
+) -> cuda_mem::Result<Request> {
+    let Slot { stream, device } = slots.take().await;
+    let Request { input, output } = request;
+    let pending = stats.call(|| {
+        let uploaded = lanes.uploads.queue((device, input, output), |s, (device, input, _)| {
+            s.copy_from_host(&mut device.as_mut_slice(), input)
+        })?;
+        uploaded.then_on(&lanes.downloads, |s, (device, _, output)| {
+            let mut view = device.as_mut_slice();
+            scale_in_place_f32(s, &mut view, SCALE)?;
+            s.copy_to_host(&mut output[..], &view)
+        })
+    })?;
+    let mut awaited = Timed { inner: pending, stats: Arc::clone(&stats) };
+    let done = (&mut awaited).await;
+    stats.call(|| drop(awaited)); // releases the fence event
+    let (device, input, output) = done?;
+    slots.give_back(Slot { stream, device });
+    Ok(Request { input, output })
+}
+
 /// The async variant's state, kept across rounds.
 struct AsyncServer {
     runtime: tokio::runtime::Runtime,
     slots: Arc<Slots>,
+    /// The pipeline's streams (`--schedule pipeline`).
+    lanes: Option<Arc<Lanes>>,
     requests: Vec<Request>,
 }
 
 impl AsyncServer {
     fn new(config: &Config) -> cuda_mem::Result<Self> {
         let device = cuda_mem::Device::current()?;
-        let mut slots = make_slots(config.streams, config.depth, config.elements)?;
+        let (mut slots, lanes) = match config.schedule {
+            Schedule::PerStream => (make_slots(config.streams, config.depth, config.elements)?, None),
+            Schedule::Pipeline => {
+                let lanes = Lanes { uploads: Stream::non_blocking()?, downloads: Stream::non_blocking()? };
+                // A slot's stream is where its buffer's last work runs: the downloads stream.
+                let buffers = (0..config.buffers).map(|_| DeviceBuffer::zeroed(config.elements));
+                let slots = buffers
+                    .map(|device| Ok(Slot { stream: lanes.downloads.clone(), device: device? }))
+                    .collect::<cuda_mem::Result<_>>()?;
+                (slots, Some(Arc::new(lanes)))
+            }
+        };
         slots.reverse(); // `Slots::take` pops from the end
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.threads)
@@ -282,19 +363,25 @@ impl AsyncServer {
             })
             .build()
             .expect("a tokio runtime");
-        Ok(Self { runtime, slots: Arc::new(Slots::new(slots)), requests: make_requests(config)? })
+        Ok(Self { runtime, slots: Arc::new(Slots::new(slots)), lanes, requests: make_requests(config)? })
     }
 
     /// Serves every request once; verifies the results outside the timing.
     fn round(&mut self, config: &Config) -> cuda_mem::Result<(Duration, Inside)> {
         let stats = Arc::new(InCudaMem::default());
         let start = Instant::now();
-        let slots = &self.slots;
+        let (slots, lanes) = (&self.slots, &self.lanes);
         let requests = std::mem::take(&mut self.requests);
         let served = self.runtime.block_on(async {
             let tasks: Vec<_> = requests
                 .into_iter()
-                .map(|request| tokio::spawn(serve(Arc::clone(slots), request, config.wake, Arc::clone(&stats))))
+                .map(|request| {
+                    let (slots, stats) = (Arc::clone(slots), Arc::clone(&stats));
+                    match lanes {
+                        Some(lanes) => tokio::spawn(serve_pipelined(slots, Arc::clone(lanes), request, stats)),
+                        None => tokio::spawn(serve(slots, request, config.wake, stats)),
+                    }
+                })
                 .collect();
             let mut served = Vec::with_capacity(tasks.len());
             for task in tasks {
@@ -398,7 +485,7 @@ fn main() -> cuda_mem::Result<()> {
     let config = Config::parse().unwrap_or_else(|why| {
         eprintln!(
             "async_server: {why}\nusage: async_server [--requests N] [--elements N] [--threads N] [--streams N] [--depth N] \
-             [--rounds N] [--wake stream|pending]"
+             [--rounds N] [--wake stream|pending] [--schedule per-stream|pipeline] [--buffers N]"
         );
         std::process::exit(2)
     });
@@ -409,10 +496,17 @@ fn main() -> cuda_mem::Result<()> {
         Wake::Stream => "stream",
         Wake::Pending => "pending",
     };
-    let name = format!(
-        "async ({} executor threads, {} streams x {} device buffers, a task per request, wake {wake})",
-        config.threads, config.streams, config.depth
-    );
+    let name = match config.schedule {
+        Schedule::PerStream => format!(
+            "async ({} executor threads, {} streams x {} device buffers, a task per request, wake {wake})",
+            config.threads, config.streams, config.depth
+        ),
+        Schedule::Pipeline => format!(
+            "async pipeline ({} executor threads, uploads on one stream, kernels and downloads on another, {} device \
+             buffers, a task per request, awaiting its Pending)",
+            config.threads, config.buffers
+        ),
+    };
     let (async_rounds, thread_rounds) = run_both(&config)?;
     let (async_wall, async_inside) = report(&name, &config, async_rounds);
     let name = format!("threads ({} OS threads, a stream each, blocking)", config.threads);

@@ -249,6 +249,48 @@ fn gpu_then_and_join_chain_kernels_and_copies_on_owned_buffers() {
     assert!(source == x, "the pageable source came back intact");
 }
 
+/// `then_on` orders its stream after the work so far: a kernel and a download queued on another
+/// stream, behind an upload held back on the first, see the uploaded data (an unordered kernel
+/// would read the zeroed buffer long before the upload lands).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_then_on_orders_another_stream_after_the_work_so_far() {
+    let (uploads, downloads) = (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
+    let n = MIB;
+    let x: Vec<f32> = (0..n).map(|i| (i % 977) as f32 + 1.0).collect();
+    let mut returned_before_the_work = 0;
+    for round in 0..3 {
+        hold_stream(&uploads, 100);
+        let buffers = (
+            DeviceBuffer::<f32>::zeroed(n).unwrap(),
+            PinnedBuffer::from_slice(&x, Default::default()).unwrap(),
+            PinnedBuffer::<f32>::zeroed(n).unwrap(),
+        );
+        let pending = uploads
+            .queue(buffers, |s, (device, input, _)| s.copy_from_host(&mut device.as_mut_slice(), input))
+            .unwrap()
+            .then_on(&downloads, |s, (device, _, output)| {
+                let mut view = device.as_mut_slice();
+                scale_in_place_f32(s, &mut view, 2.0)?;
+                s.copy_to_host(&mut output[..], &view)
+            })
+            .unwrap();
+        assert_eq!(pending.stream().as_raw(), downloads.as_raw(), "the continuation is on its own stream");
+        // then_on waits for nothing on the host (a thread stalled for the whole hold cannot tell).
+        returned_before_the_work += usize::from(!pending.is_done().unwrap());
+        let (device, _, output) = block_on(pending).0.unwrap();
+        let twice: Vec<f32> = x.iter().map(|v| 2.0 * v).collect();
+        assert!(output[..] == twice[..], "round {round}: the kernel ran before the upload it was ordered after");
+        assert!(device.to_vec().unwrap() == twice);
+    }
+    assert!(returned_before_the_work > 0, "every then_on returned after the held work: it blocked");
+    // A Pending already handed back has nothing to continue: a typed error.
+    let mut pending = uploads.upload(DeviceBuffer::<f32>::zeroed(4).unwrap(), vec![1.0f32; 4]).unwrap();
+    block_on(&mut pending).0.unwrap();
+    let err = pending.then_on(&downloads, |_, _| Ok(())).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+}
+
 fn small_copier() -> StagedCopier {
     StagedCopier::new(StagedConfig { lanes: 4, chunk_bytes: 2 * MIB, small_copy_bytes: MIB }).unwrap()
 }

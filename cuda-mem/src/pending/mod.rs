@@ -225,12 +225,37 @@ impl<T> Pending<T> {
     /// assert!(host.iter().all(|&x| x == 0));
     /// # drop(device); Ok(()) }
     /// ```
-    pub fn then<F>(mut self, f: F) -> Result<Pending<T>>
+    pub fn then<F>(self, f: F) -> Result<Pending<T>>
     where
         T: 'static,
         F: for<'s> FnOnce(&'s StreamScope<'s, 's>, &'s mut T) -> Result<()>,
     {
         let stream = self.stream.clone();
+        self.then_on(&stream, f)
+    }
+
+    /// [`Pending::then`] on another stream: `stream` waits (on the device, through events) for
+    /// the work so far, then runs `f`'s work; the calling thread waits for nothing. This is how a
+    /// pipeline keeps each copy direction on a stream of its own (uploads on one stream, kernels
+    /// and downloads on another) without a thread blocked between its stages.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_mem::Result<()> {
+    /// use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream};
+    /// let (uploads, downloads) = (Stream::non_blocking()?, Stream::non_blocking()?);
+    /// let buffers = (DeviceBuffer::<u32>::zeroed(1024)?, PinnedBuffer::from_slice(&[7u32; 1024], Default::default())?);
+    /// let (device, host) = uploads
+    ///     .upload(buffers.0, buffers.1)?
+    ///     .then_on(&downloads, |s, (device, host)| s.copy_to_host(&mut host[..], device.as_slice()))?
+    ///     .wait()?;
+    /// assert!(host.iter().all(|&x| x == 7));
+    /// # drop(device); Ok(()) }
+    /// ```
+    pub fn then_on<F>(mut self, stream: &Stream, f: F) -> Result<Pending<T>>
+    where
+        T: 'static,
+        F: for<'s> FnOnce(&'s StreamScope<'s, 's>, &'s mut T) -> Result<()>,
+    {
         if self.value.is_none() {
             return Err(already_handed_back());
         }
@@ -238,9 +263,9 @@ impl<T> Pending<T> {
             return stream.queue(self.wait()?, f);
         }
         // On failure `self` still owns the value: its drop waits for the work (or leaks).
-        self.order_stream_after_work()?;
+        self.order_after_work(stream)?;
         let value = self.value.take().expect("a Pending holds its value until handed back");
-        // The old fences are ordered before the new work by the stream; the new Pending's fence
+        // The old fences are ordered before the new work by `stream`; the new Pending's fence
         // is recorded after it. Dropping `self` now waits for nothing (its value is gone).
         drop(self);
         stream.queue(value, f)
@@ -319,11 +344,11 @@ impl<T> Pending<T> {
         self.fences.iter().try_for_each(Event::synchronize)
     }
 
-    /// Makes this `Pending`'s stream wait (on the device) for all the work on the value; jobs are
-    /// joined first (their host part must be done before their events exist).
-    fn order_stream_after_work(&mut self) -> Result<()> {
+    /// Makes `stream` wait (on the device) for all the work on the value; jobs are joined first
+    /// (their host part must be done before their events exist).
+    fn order_after_work(&mut self, stream: &Stream) -> Result<()> {
         self.join_jobs()?;
-        self.fences.iter().try_for_each(|fence| self.stream.wait_event(fence))
+        self.fences.iter().try_for_each(|fence| stream.wait_event(fence))
     }
 
     /// Blocks until every job has finished and keeps their events as fences. A failure is kept
