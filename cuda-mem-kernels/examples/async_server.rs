@@ -11,21 +11,23 @@
 //!   A task takes a free slot (a device buffer and the stream its work ends on) from a fair
 //!   semaphore, queues its three operations without waiting, awaits their completion and gives
 //!   the slot back. No executor thread synchronizes. Two schedules (`--schedule`):
-//!   - `pipeline` (the default): every upload on one stream, every kernel and download on a
-//!     second, ordered after the request's upload by an event (`Pending::then_on`), over
-//!     `--buffers` device buffers. Each copy direction has a stream of its own and, with the
-//!     next requests' copies queued behind the running ones, never idles while a finished
-//!     request's task wakes up; the task awaits the `Pending` (a helper stream runs the
-//!     wake-up, so neither lane waits for a host function). A thread per stream cannot keep
-//!     such lanes fed without blocking.
-//!   - `per-stream`: a request runs whole on one of `--streams` streams (`--depth` device
-//!     buffers each), as in the threads variant, queued with `Stream::queue` (one event recorded
-//!     after the three operations). With `--wake stream` (the default) the task awaits
-//!     `Stream::synchronize_async` queued right after its work (a host function, which the
-//!     stream's later work waits for) and then takes the buffers with `Pending::try_take`; with
-//!     `--wake pending` it awaits the `Pending` itself. A depth of 2 (the next request queued
-//!     behind the running one) did not raise its throughput on the H200
-//!     (docs/measurements/2026-12-01-h200-s10-async-matrix-3f81a2e.txt).
+//!   - `per-stream` (the default): a request runs whole on one of `--streams` streams
+//!     (`--depth` device buffers each), as in the threads variant, queued with `Stream::queue`
+//!     (one event recorded after the three operations). With `--wake stream` (the default) the
+//!     task awaits `Stream::synchronize_async` queued right after its work (a host function,
+//!     which the stream's later work waits for) and then takes the buffers with
+//!     `Pending::try_take`; with `--wake pending` it awaits the `Pending` itself (a helper stream
+//!     waits for its event and runs the wake-up, so the slot's stream waits for nothing).
+//!   - `pipeline`: `--streams` lanes, each an uploads stream and a stream for the kernels and
+//!     downloads ordered after the request's upload by an event (`Pending::then_on`), over
+//!     `--buffers` device buffers dealt to the lanes; the task awaits the `Pending`. Uploads
+//!     never wait for downloads, but on the H200 it moved less than the per-stream schedule,
+//!     with one lane or several (docs/measurements/2026-12-02-h200-s11-async-2436876.txt and
+//!     2026-12-02-h200-s11-pipeline-lanes.txt).
+//!
+//!   Neither a second request queued behind the running one (`--depth 2`, `--wake pending`) nor
+//!   six streams raised the per-stream schedule's throughput there
+//!   (docs/measurements/2026-12-02-h200-s11-async-matrix-2436876.txt): the copies bound it.
 //! - Threads: the requests dealt round-robin to `--threads` OS threads, each with its own stream
 //!   and device buffer; a request is the same three operations in a blocking `try_scope`, whose
 //!   end synchronizes the stream.
@@ -41,7 +43,7 @@
 //!
 //! ```text
 //! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4]
-//!     [--schedule pipeline|per-stream] [--buffers 4] [--streams 4] [--depth 1] [--wake stream|pending] [--rounds 5]
+//!     [--schedule per-stream|pipeline] [--streams 4] [--depth 1] [--wake stream|pending] [--buffers 4] [--rounds 5]
 //! ```
 
 use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream};
@@ -77,9 +79,9 @@ enum Schedule {
     /// A request runs whole on one of `--streams` streams (as in the threads variant), woken as
     /// `--wake` says.
     PerStream,
-    /// Every upload on one stream, every kernel and download on a second, ordered after the
-    /// request's upload with `Pending::then_on`, over `--buffers` device buffers: each copy
-    /// direction has a stream of its own, kept busy back to back.
+    /// Lanes of an uploads stream and a kernels-and-downloads stream, ordered after the
+    /// request's upload with `Pending::then_on`, over `--buffers` device buffers: uploads never
+    /// wait for downloads.
     Pipeline,
 }
 
@@ -107,7 +109,7 @@ impl Config {
             ("--buffers", 4),
         ];
         let mut wake = Wake::Stream;
-        let mut schedule = Schedule::Pipeline;
+        let mut schedule = Schedule::PerStream;
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
             let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -218,8 +220,10 @@ fn check_and_clear(requests: &mut [Request]) {
     }
 }
 
-/// A stream and the device buffer of the request it serves.
+/// A device buffer and the streams a request served with it runs on: its upload's and the rest's
+/// (the same stream but in the pipeline schedule).
 struct Slot {
+    upload: Stream,
     stream: Stream,
     device: DeviceBuffer<f32>,
 }
@@ -229,7 +233,23 @@ fn make_slots(streams: usize, depth: usize, elements: usize) -> cuda_mem::Result
     let streams: Vec<Stream> = (0..streams).map(|_| Stream::non_blocking()).collect::<cuda_mem::Result<_>>()?;
     // Interleaved, so that the first slots taken are on different streams.
     let on = (0..depth).flat_map(|_| streams.iter());
-    on.map(|stream| Ok(Slot { stream: stream.clone(), device: DeviceBuffer::zeroed(elements)? })).collect()
+    on.map(|stream| {
+        Ok(Slot { upload: stream.clone(), stream: stream.clone(), device: DeviceBuffer::zeroed(elements)? })
+    })
+    .collect()
+}
+
+/// The pipeline's slots: `lanes` pairs of streams (uploads, then kernels and downloads) and
+/// `buffers` device buffers dealt to them in turn.
+fn make_lanes(lanes: usize, buffers: usize, elements: usize) -> cuda_mem::Result<Vec<Slot>> {
+    let pairs: Vec<(Stream, Stream)> =
+        (0..lanes).map(|_| Ok((Stream::non_blocking()?, Stream::non_blocking()?))).collect::<cuda_mem::Result<_>>()?;
+    (0..buffers)
+        .map(|b| {
+            let (upload, stream) = &pairs[b % lanes];
+            Ok(Slot { upload: upload.clone(), stream: stream.clone(), device: DeviceBuffer::zeroed(elements)? })
+        })
+        .collect()
 }
 
 /// The async variant's free slots; a permit of `free` stands for one slot in `idle`.
@@ -262,7 +282,7 @@ impl Slots {
 /// One request as a task: take a slot, queue upload, scale and download on its stream without
 /// waiting, await their completion as `wake` says, give the slot back.
 async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCudaMem>) -> cuda_mem::Result<Request> {
-    let Slot { stream, device } = slots.take().await;
+    let Slot { upload, stream, device } = slots.take().await;
     let Request { input, output } = request;
     let pending = stats.call(|| {
         stream.queue((device, input, output), |s, (device, input, output)| {
@@ -287,33 +307,22 @@ async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCud
             done?
         }
     };
-    slots.give_back(Slot { stream, device });
+    slots.give_back(Slot { upload, stream, device });
     Ok(Request { input, output })
 }
 
-/// The pipeline's two streams: every upload on the first; every kernel and download on the second.
-struct Lanes {
-    uploads: Stream,
-    downloads: Stream,
-}
-
-/// One request as a task in the pipeline: take a device buffer, queue the upload on the uploads
-/// stream and, ordered after it through an event (`then_on`), the kernel and the download on the
-/// downloads stream; await the `Pending` (a helper stream runs the wake-up, so neither lane ever
-/// waits for a host function); give the buffer back.
-async fn serve_pipelined(
-    slots: Arc<Slots>,
-    lanes: Arc<Lanes>,
-    request: Request,
-    stats: Arc<InCudaMem>,
-) -> cuda_mem::Result<Request> {
-    let Slot { stream, device } = slots.take().await;
+/// One request as a task in the pipeline: take a slot, queue the upload on the slot's uploads
+/// stream and, ordered after it through an event (`then_on`), the kernel and the download on its
+/// downloads stream; await the `Pending` (a helper stream runs the wake-up, so no lane waits for
+/// a host function); give the slot back.
+async fn serve_pipelined(slots: Arc<Slots>, request: Request, stats: Arc<InCudaMem>) -> cuda_mem::Result<Request> {
+    let Slot { upload, stream, device } = slots.take().await;
     let Request { input, output } = request;
     let pending = stats.call(|| {
-        let uploaded = lanes.uploads.queue((device, input, output), |s, (device, input, _)| {
+        let uploaded = upload.queue((device, input, output), |s, (device, input, _)| {
             s.copy_from_host(&mut device.as_mut_slice(), input)
         })?;
-        uploaded.then_on(&lanes.downloads, |s, (device, _, output)| {
+        uploaded.then_on(&stream, |s, (device, _, output)| {
             let mut view = device.as_mut_slice();
             scale_in_place_f32(s, &mut view, SCALE)?;
             s.copy_to_host(&mut output[..], &view)
@@ -323,7 +332,7 @@ async fn serve_pipelined(
     let done = (&mut awaited).await;
     stats.call(|| drop(awaited)); // releases the fence event
     let (device, input, output) = done?;
-    slots.give_back(Slot { stream, device });
+    slots.give_back(Slot { upload, stream, device });
     Ok(Request { input, output })
 }
 
@@ -331,25 +340,15 @@ async fn serve_pipelined(
 struct AsyncServer {
     runtime: tokio::runtime::Runtime,
     slots: Arc<Slots>,
-    /// The pipeline's streams (`--schedule pipeline`).
-    lanes: Option<Arc<Lanes>>,
     requests: Vec<Request>,
 }
 
 impl AsyncServer {
     fn new(config: &Config) -> cuda_mem::Result<Self> {
         let device = cuda_mem::Device::current()?;
-        let (mut slots, lanes) = match config.schedule {
-            Schedule::PerStream => (make_slots(config.streams, config.depth, config.elements)?, None),
-            Schedule::Pipeline => {
-                let lanes = Lanes { uploads: Stream::non_blocking()?, downloads: Stream::non_blocking()? };
-                // A slot's stream is where its buffer's last work runs: the downloads stream.
-                let buffers = (0..config.buffers).map(|_| DeviceBuffer::zeroed(config.elements));
-                let slots = buffers
-                    .map(|device| Ok(Slot { stream: lanes.downloads.clone(), device: device? }))
-                    .collect::<cuda_mem::Result<_>>()?;
-                (slots, Some(Arc::new(lanes)))
-            }
+        let mut slots = match config.schedule {
+            Schedule::PerStream => make_slots(config.streams, config.depth, config.elements)?,
+            Schedule::Pipeline => make_lanes(config.streams, config.buffers, config.elements)?,
         };
         slots.reverse(); // `Slots::take` pops from the end
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -363,23 +362,23 @@ impl AsyncServer {
             })
             .build()
             .expect("a tokio runtime");
-        Ok(Self { runtime, slots: Arc::new(Slots::new(slots)), lanes, requests: make_requests(config)? })
+        Ok(Self { runtime, slots: Arc::new(Slots::new(slots)), requests: make_requests(config)? })
     }
 
     /// Serves every request once; verifies the results outside the timing.
     fn round(&mut self, config: &Config) -> cuda_mem::Result<(Duration, Inside)> {
         let stats = Arc::new(InCudaMem::default());
         let start = Instant::now();
-        let (slots, lanes) = (&self.slots, &self.lanes);
+        let slots = &self.slots;
         let requests = std::mem::take(&mut self.requests);
         let served = self.runtime.block_on(async {
             let tasks: Vec<_> = requests
                 .into_iter()
                 .map(|request| {
                     let (slots, stats) = (Arc::clone(slots), Arc::clone(&stats));
-                    match lanes {
-                        Some(lanes) => tokio::spawn(serve_pipelined(slots, Arc::clone(lanes), request, stats)),
-                        None => tokio::spawn(serve(slots, request, config.wake, stats)),
+                    match config.schedule {
+                        Schedule::Pipeline => tokio::spawn(serve_pipelined(slots, request, stats)),
+                        Schedule::PerStream => tokio::spawn(serve(slots, request, config.wake, stats)),
                     }
                 })
                 .collect();
@@ -502,9 +501,9 @@ fn main() -> cuda_mem::Result<()> {
             config.threads, config.streams, config.depth
         ),
         Schedule::Pipeline => format!(
-            "async pipeline ({} executor threads, uploads on one stream, kernels and downloads on another, {} device \
-             buffers, a task per request, awaiting its Pending)",
-            config.threads, config.buffers
+            "async pipeline ({} executor threads, {} lanes of an uploads and a downloads stream, {} device buffers, a \
+             task per request, awaiting its Pending)",
+            config.threads, config.streams, config.buffers
         ),
     };
     let (async_rounds, thread_rounds) = run_both(&config)?;

@@ -15,10 +15,11 @@
 //! cargo run --release -p cuda-mem-kernels --example loader -- [--total-mib 4096] [--piece-mib 256] [--cpu-ms 10] [--lanes N] [--chunk-mib 4] [--trials 5]
 //! ```
 //! The same settings can come from `LOADER_TOTAL_MIB`, `LOADER_PIECE_MIB`, `LOADER_CPU_MS`,
-//! `LOADER_LANES`, `LOADER_CHUNK_MIB` and `LOADER_TRIALS` (arguments win). Lanes default to half
-//! the cores, 2 to 8, and chunks to 4 MiB: in the staged-copy sweep of docs/staged-copies.md
-//! (2026-11-29) 8 lanes with 4 MiB chunks copied host to device as fast as 16 lanes did, and
-//! the cores left over keep the CPU work from competing with the lanes for a core.
+//! `LOADER_LANES`, `LOADER_CHUNK_MIB` and `LOADER_TRIALS` (arguments win). Lanes default to a
+//! quarter of the cores, 2 to 8, and chunks to 4 MiB. The lanes' copies into pinned memory and
+//! the CPU work both stream through host memory: on the H200 host (16 cores) 4 lanes copied
+//! almost as fast as 8 and left the CPU work more of it, so the overlapped run finished sooner
+//! (docs/measurements/2026-12-02-h200-s11-loader-2436876.txt).
 
 use cuda_mem::{DeviceBuffer, StagedConfig, StagedCopier, Stream};
 use cuda_mem_kernels::{checksum_cpu, checksum_u32};
@@ -44,7 +45,7 @@ impl Config {
             ("--total-mib", env("LOADER_TOTAL_MIB", "4096".into())),
             ("--piece-mib", env("LOADER_PIECE_MIB", "256".into())),
             ("--cpu-ms", env("LOADER_CPU_MS", "10".into())),
-            ("--lanes", env("LOADER_LANES", (cores / 2).clamp(2, 8).to_string())),
+            ("--lanes", env("LOADER_LANES", (cores / 4).clamp(2, 8).to_string())),
             ("--chunk-mib", env("LOADER_CHUNK_MIB", "4".into())),
             ("--trials", env("LOADER_TRIALS", "5".into())),
         ];
