@@ -51,23 +51,17 @@ fn parse_args() -> Args {
     args
 }
 
-/// xorshift: deterministic per thread, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
+/// A buffer's contents: xorshift from `seed`.
 fn fill(seed: u64, len: usize) -> Vec<u32> {
-    let mut rng = Rng(seed | 1);
-    (0..len).map(|_| rng.next() as u32).collect()
+    let mut state = seed | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u32
+        })
+        .collect()
 }
 
 /// A buffer of a resource family or of the cache.
@@ -126,20 +120,18 @@ fn main() -> Result<()> {
                     device.set_current()?;
                     let streams: Vec<Stream> =
                         (0..args.streams).map(|_| Stream::non_blocking()).collect::<Result<_>>()?;
-                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
+                    // The cache is the last family.
+                    let schedule = StressSchedule::new(t as u64 + 1, streams.len(), tracked.len() + 1);
                     let mut live: Vec<Live> = Vec::new();
-                    for op in 0..args.ops {
+                    for (op, step) in schedule.take(args.ops as usize).enumerate() {
                         if op % 256 == 0 && Instant::now() > deadline {
                             break;
                         }
-                        let stream = &streams[rng.below(streams.len() as u64) as usize];
-                        match rng.below(10) {
+                        match step {
                             // allocate, write through a scope, remember
-                            0..=3 if live.len() < 32 => {
-                                // The cache is the last family.
-                                let family = rng.below(tracked.len() as u64 + 1) as usize;
-                                let len = 1 + rng.below(64 << 10) as usize;
-                                let want = fill(rng.next(), len);
+                            StressOp::Allocate { stream, family, len, fill_seed } => {
+                                let stream = &streams[stream];
+                                let want = fill(fill_seed, len);
                                 let held = match tracked.get(family) {
                                     Some(family) => {
                                         let mut buffer = ResourceBuffer::<u32>::zeroed(family.clone(), stream, len)?;
@@ -156,17 +148,16 @@ fn main() -> Result<()> {
                                 live.push(Live { held, want });
                             }
                             // verify a random live buffer
-                            4..=6 if !live.is_empty() => {
-                                let i = rng.below(live.len() as u64) as usize;
-                                let got = live[i].to_vec()?;
-                                assert!(got == live[i].want, "thread {t} op {op}: data corrupted");
+                            StressOp::Verify { index, .. } => {
+                                let got = live[index].to_vec()?;
+                                assert!(got == live[index].want, "thread {t} op {op}: data corrupted");
                                 verified.fetch_add(1, Ordering::Relaxed);
                             }
                             // copy one device-visible buffer into another of the same length
-                            7 if live.len() >= 2 => {
-                                let i = rng.below(live.len() as u64) as usize;
-                                let want = live[i].want.clone();
-                                let held = match &mut live[i].held {
+                            StressOp::Copy { stream, index } => {
+                                let stream = &streams[stream];
+                                let want = live[index].want.clone();
+                                let held = match &mut live[index].held {
                                     Held::Resource(source) => Held::Resource(copy_resource(source)?),
                                     Held::Cached(source) => {
                                         // On this operation's stream, which may be another one:
@@ -182,16 +173,15 @@ fn main() -> Result<()> {
                                 live.push(Live { held, want });
                             }
                             // free a random buffer (random order)
-                            _ if !live.is_empty() => {
-                                let i = rng.below(live.len() as u64) as usize;
-                                match live.swap_remove(i).held {
+                            StressOp::Free { stream, index } => {
+                                match live.swap_remove(index).held {
                                     // Freed on this operation's stream: reusable once its work
                                     // so far completes (its own stream frees at once).
-                                    Held::Cached(buffer) => buffer.free_on(stream)?,
+                                    Held::Cached(buffer) => buffer.free_on(&streams[stream])?,
                                     Held::Resource(buffer) => drop(buffer),
                                 }
                             }
-                            _ => {}
+                            StressOp::Idle { .. } => {}
                         }
                         done_ops.fetch_add(1, Ordering::Relaxed);
                     }

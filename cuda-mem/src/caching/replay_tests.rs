@@ -5,7 +5,7 @@
 
 use super::fake::FakeBackend;
 use super::*;
-use crate::resource::{ReplayEvent, ServingTrace};
+use crate::resource::{ReplayEvent, ServingTrace, StressOp, StressSchedule};
 use std::collections::HashMap;
 
 const S: StreamKey = StreamKey(0x10);
@@ -66,57 +66,33 @@ fn replay(events: &[ReplayEvent], config: Config) -> Peaks {
 }
 
 /// The pool family's events of one thread of the `stress` example with `--streams 4 --ops OPS`:
-/// the same generator, seed (`thread_seed` is the thread's index plus one) and choices (six
-/// families, the pool the third), so with `--threads 1` the log the example writes holds these
-/// allocations and frees in this order (with addresses for ids).
-fn stress_pool_family(ops: u64, thread_seed: u64) -> Vec<ReplayEvent> {
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-    const FAMILIES: u64 = 6;
-    const POOL: u64 = 2;
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ thread_seed);
-    let mut live: Vec<(u64, u64, usize)> = Vec::new(); // (id, family, bytes)
+/// the same schedule (six families, the pool the third), so with `--threads 1` the log the
+/// example writes holds these allocations and frees in this order (with addresses for ids).
+fn stress_pool_family(ops: usize, thread_seed: u64) -> Vec<ReplayEvent> {
+    const POOL: usize = 2;
+    let mut live: Vec<(u64, usize, usize)> = Vec::new(); // (id, family, bytes)
     let (mut events, mut next_id) = (Vec::new(), 0u64);
-    let mut allocate = |events: &mut Vec<ReplayEvent>, live: &mut Vec<_>, family: u64, bytes: usize| {
+    let mut allocate = |events: &mut Vec<ReplayEvent>, live: &mut Vec<_>, family: usize, bytes: usize| {
         next_id += 1;
         if family == POOL {
             events.push(ReplayEvent::Allocate { id: next_id, bytes });
         }
         live.push((next_id, family, bytes));
     };
-    for _ in 0..ops {
-        let _stream = rng.below(4);
-        match rng.below(10) {
-            0..=3 if live.len() < 32 => {
-                let family = rng.below(FAMILIES);
-                let len = 1 + rng.below(64 << 10) as usize;
-                let _fill_seed = rng.next();
-                allocate(&mut events, &mut live, family, len * 4);
-            }
-            4..=6 if !live.is_empty() => {
-                let _verified = rng.below(live.len() as u64);
-            }
-            7 if live.len() >= 2 => {
-                let (_, family, bytes) = live[rng.below(live.len() as u64) as usize];
+    for op in StressSchedule::new(thread_seed, 4, 6).take(ops) {
+        match op {
+            StressOp::Allocate { family, len, .. } => allocate(&mut events, &mut live, family, len * 4),
+            StressOp::Copy { index, .. } => {
+                let (_, family, bytes) = live[index];
                 allocate(&mut events, &mut live, family, bytes);
             }
-            _ if !live.is_empty() => {
-                let (id, family, bytes) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            StressOp::Free { index, .. } => {
+                let (id, family, bytes) = live.swap_remove(index);
                 if family == POOL {
                     events.push(ReplayEvent::Free { id, bytes });
                 }
             }
-            _ => {}
+            StressOp::Verify { .. } | StressOp::Idle { .. } => {}
         }
     }
     for (id, family, bytes) in live {

@@ -32,6 +32,7 @@ mod serving_trace;
 pub mod snapshot;
 mod sources;
 mod statistics;
+mod stress_schedule;
 #[cfg(any(test, fuzzing))]
 pub(crate) mod testing;
 mod threads;
@@ -45,6 +46,7 @@ pub use replay::{ReplayEvent, ReplayReport, parse_log, replay, write_log};
 pub use serving_trace::ServingTrace;
 pub use sources::{DeviceResource, ManagedResource, PinnedPoolResource, PinnedResource, PoolResource};
 pub use statistics::{ResourceStats, StatisticsResource};
+pub use stress_schedule::{StressOp, StressSchedule};
 pub use tracking::{AllocationRecord, DEFAULT_TRACKING_SLOTS, MAX_TRACKING_SLOTS, TrackingResource};
 
 use crate::device::Device;
