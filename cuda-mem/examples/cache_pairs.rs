@@ -1,10 +1,11 @@
 //! Alloc + free pairs of the device caching allocator ([`DeviceCache`]) against the stream-ordered
 //! path (`StreamBuffer` from cuda-mem's retaining pool: `cudaMallocFromPoolAsync` +
 //! `cudaFreeAsync`, no synchronize per pair) and of `PinnedPool` hits, one thread and many. Prints
-//! JSON lines: medians of 15 samples of K pairs, after 100 ms of warm-up, as `docs/reference/torch_alloc.py`
-//! times PyTorch's allocators (run it in the same session): a row's `peer` names that script's row
-//! of the same pair (`torch_caching_device_pair_*` for `DeviceCache`, `torch_caching_host_pair_*`,
-//! `CachingHostAllocator` allocate + free, for `PinnedPool`).
+//! JSON lines: medians of 15 samples of K pairs, after a tenth of a second of warm-up, as
+//! `docs/reference/torch_alloc.py` times PyTorch's allocators (run it in the same session): a
+//! row's `peer` names that script's row of the same pair (`torch_caching_device_pair_*` for
+//! `DeviceCache`, `torch_caching_host_pair_*`, `CachingHostAllocator` allocate + free, for
+//! `PinnedPool`).
 //!
 //! `cargo run --release -p cuda-mem --example cache_pairs [-- --pairs K --threads 1,2,4,8]`
 
@@ -18,8 +19,8 @@ fn median(mut samples: Vec<f64>) -> f64 {
     samples[samples.len() / 2]
 }
 
-/// Microseconds per pair: the median of 15 samples of `k` pairs, after at least 100 ms of
-/// warm-up pairs (a core coming out of idle runs slower at first).
+/// Microseconds per pair: the median of 15 samples of `k` pairs, after at least a tenth of a
+/// second of warm-up pairs (a core coming out of idle runs slower at first).
 fn per_pair(k: usize, mut pairs: impl FnMut(usize) -> Result<()>) -> Result<f64> {
     let warm_up = Instant::now();
     while warm_up.elapsed() < std::time::Duration::from_millis(100) {
