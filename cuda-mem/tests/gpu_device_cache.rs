@@ -67,6 +67,36 @@ fn gpu_a_block_freed_on_a_busy_stream_is_not_used_by_another_stream_before_that_
     }
 }
 
+/// A block freed (`free_on`) on a stream that is being captured: the fence recorded there is a
+/// graph node, not a mark of completed work (querying such an event fails), so it must not let
+/// the block go to another stream before the work already queued on its own stream ran. As above,
+/// A's late zeroing must not land on what another stream wrote afterwards. Whatever the capture
+/// does with the free (refuses it, or is invalidated), the data must survive.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_a_block_freed_on_a_capturing_stream_waits_for_its_own_streams_work() {
+    use cuda_mem::CaptureMode;
+    for mode in [CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
+        let config = Config { front_depth: 0, ..Config::default() };
+        let cache = DeviceCache::with_config(device(), config).unwrap();
+        let (a, c, d) =
+            (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
+        let len = 256 * 1024;
+        hold_stream(&a, 300);
+        // The zeroing is queued on A behind the hold.
+        let buffer = cache.zeroed::<u32>(&a, len).unwrap();
+        let capture = c.capture(mode, |_| buffer.free_on(&c));
+        drop(capture); // a refused or invalidated capture is fine; only the data matters
+        let mut on_d = cache.zeroed::<u32>(&d, len).unwrap();
+        d.scope(|s| s.set_bytes(&mut on_d.as_mut_slice(), 0x33)).unwrap().unwrap();
+        a.synchronize().unwrap();
+        assert!(
+            on_d.as_slice().to_vec().unwrap().iter().all(|&x| x == 0x3333_3333),
+            "{mode:?}: A's late zeroing landed on data written after a free on a capturing stream"
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_statistics_follow_allocations_and_empty_cache_releases_segments() {
