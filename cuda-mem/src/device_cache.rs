@@ -71,7 +71,7 @@ unsafe impl Backend for CudaSegments {
     }
 
     fn is_done(&self, fence: &Event) -> bool {
-        fence.is_complete().unwrap_or(true)
+        fence.allows_reuse()
     }
 
     fn wait(&self, fence: &Event) -> Result<()> {
@@ -161,6 +161,7 @@ impl DeviceCache {
     ) -> Result<CachedBuffer<'a, T>> {
         let stream = stream.into();
         let bytes = stream.buffer_bytes::<T>(len, "DeviceCache")?;
+        stream.require_outside_capture("DeviceCache")?;
         if stream.device() != self.device {
             return Err(wrong_device(&stream, self.device));
         }
@@ -231,6 +232,7 @@ impl DeviceCache {
     #[inline]
     fn check_stream(&self, stream: &Stream, operation: &'static str) -> Result<()> {
         stream.require_thread_independent(operation)?;
+        stream.require_outside_capture(operation)?;
         if stream.device() != self.device {
             return Err(wrong_device(stream, self.device));
         }
@@ -370,6 +372,7 @@ impl<'a, T: Pod> CachedBuffer<'a, T> {
             return Ok(());
         }
         other.require_thread_independent("CachedBuffer::use_on")?;
+        other.require_outside_capture("CachedBuffer::use_on")?;
         other.wait_event(&fence(&self.stream)?)?;
         if !self.used_on.iter().any(|s| s.is_same_stream(other)) {
             self.used_on.push(other.clone());
@@ -389,6 +392,7 @@ impl<'a, T: Pod> CachedBuffer<'a, T> {
     /// work queued on `stream` so far has completed (an event shows it).
     pub fn free_on(mut self, stream: &Stream) -> Result<()> {
         stream.require_thread_independent("CachedBuffer::free_on")?;
+        stream.require_outside_capture("CachedBuffer::free_on")?;
         let Some(block) = self.block.take() else { return Ok(()) };
         if stream.is_same_stream(&self.stream) {
             self.block = Some(block);

@@ -50,8 +50,11 @@ impl Event {
         self.raw
     }
 
-    /// Captures the work queued on `stream` so far (`cudaEventRecord`).
+    /// Captures the work queued on `stream` so far (`cudaEventRecord`). The stream of a running
+    /// [`Stream::capture`] is [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument):
+    /// there the event would be a graph node, and a stream waiting for it would join the capture.
     pub fn record(&self, stream: &Stream) -> Result<()> {
+        stream.require_outside_capture("Event::record")?;
         let call = stream.call()?;
         // SAFETY: the event is ours; `call` keeps the stream handle valid and meaning this stream.
         unsafe { raw::events::record(self.raw, call.as_raw()) }
@@ -83,6 +86,16 @@ impl Event {
     pub fn is_complete(&self) -> Result<bool> {
         // SAFETY: the handle is valid while `self` lives.
         unsafe { raw::events::is_complete(self.raw) }
+    }
+
+    /// Whether memory this event fences may be reused: its work has completed, or the context is
+    /// broken (the query fails, and no work runs any more). An event recorded in a capture (which
+    /// safe code cannot make: [`Event::record`] refuses) is never done: it marks no stream's work.
+    pub(crate) fn allows_reuse(&self) -> bool {
+        match self.is_complete() {
+            Ok(done) => done,
+            Err(err) => err.code() != Some(crate::ErrorCode::CAPTURED_EVENT),
+        }
     }
 
     /// Time from `start` to `self`; both must have completed and have timing enabled.

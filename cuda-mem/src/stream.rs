@@ -43,6 +43,9 @@ struct StreamInner {
     raw: raw::cudaStream_t,
     device: Device,
     kind: StreamKind,
+    /// For [`StreamKind::Created`]: how it was created, so a capture's private stream
+    /// ([`Stream::capture`]) can be made alike.
+    made: (Blocking, i32),
     /// For [`StreamKind::Capture`]: whether its capture still runs. Always true for the others.
     live: AtomicBool,
     /// The capture handles made for captures on this stream (see [`Stream::capture_handle`]),
@@ -54,7 +57,8 @@ struct StreamInner {
 
 impl StreamInner {
     fn new(raw: raw::cudaStream_t, device: Device, kind: StreamKind) -> Self {
-        Self { raw, device, kind, live: AtomicBool::new(true), capture_handles: Mutex::new(Vec::new()) }
+        let made = (Blocking::NonBlocking, 0);
+        Self { raw, device, kind, made, live: AtomicBool::new(true), capture_handles: Mutex::new(Vec::new()) }
     }
 }
 
@@ -167,8 +171,18 @@ impl Stream {
     fn create(device: Device, blocking: Blocking, priority: Option<i32>) -> Result<Self> {
         let _guard = CurrentDevice::set(device)?;
         let non_blocking = blocking == Blocking::NonBlocking;
-        let raw = raw::streams::create(non_blocking, priority.unwrap_or(0), device.as_raw())?;
-        Ok(Self { inner: Arc::new(StreamInner::new(raw, device, StreamKind::Created)) })
+        let priority = priority.unwrap_or(0);
+        let raw = raw::streams::create(non_blocking, priority, device.as_raw())?;
+        let mut inner = StreamInner::new(raw, device, StreamKind::Created);
+        inner.made = (blocking, priority);
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// A new stream made as this created one was (device, blocking, priority): where
+    /// [`Stream::capture`] records, so that no other handle can reach the capturing stream.
+    pub(crate) fn private_twin(&self) -> Result<Stream> {
+        let (blocking, priority) = self.inner.made;
+        Self::create(self.inner.device, blocking, Some(priority))
     }
 
     /// The legacy default stream (handle 0) of the current device: it synchronizes with every
@@ -297,11 +311,12 @@ impl Stream {
         self.inner.kind == StreamKind::Created
     }
 
-    /// A new handle of this (created) stream for the work of one capture, valid for as long as
-    /// `self` is borrowed and usable until [`Stream::end_capture_handle`]. Each capture gets its
-    /// own, so a view that escaped an earlier capture is refused in a later one too.
-    pub(crate) fn capture_handle(&self) -> &Stream {
-        let inner = StreamInner::new(self.inner.raw, self.inner.device, StreamKind::Capture);
+    /// A new handle of `capturing` (the private stream a capture of this stream records on) for
+    /// the work of one capture, valid for as long as `self` is borrowed and usable until
+    /// [`Stream::end_capture_handle`]. Each capture gets its own, so a view that escaped an
+    /// earlier capture is refused in a later one too.
+    pub(crate) fn capture_handle(&self, capturing: &Stream) -> &Stream {
+        let inner = StreamInner::new(capturing.inner.raw, self.inner.device, StreamKind::Capture);
         let handle = Box::new(Stream { inner: Arc::new(inner) });
         let at: *const Stream = &*handle;
         // A poisoned list is still a list of boxes: pushing onto it is fine.
@@ -310,6 +325,18 @@ impl Stream {
         // pointer moves when the Vec grows) and drops it only with `self.inner`, which outlives
         // the borrow of `self` this reference is tied to.
         unsafe { &*at }
+    }
+
+    /// Refuses the handle of a running capture for `operation`, which would record an event or
+    /// keep memory on it: an event recorded in a capture is a graph node (another stream waiting
+    /// for it would join the capture, and querying it fails), and memory kept under the capture's
+    /// stream would be handed out again while the graph, launched later, still uses it. Memory for
+    /// captured work comes from the [`CaptureScope`](crate::CaptureScope).
+    pub(crate) fn require_outside_capture(&self, operation: &'static str) -> Result<()> {
+        if self.inner.kind != StreamKind::Capture {
+            return Ok(());
+        }
+        Err(capture_refused(operation))
     }
 
     /// Ends a handle made by [`Stream::capture_handle`]: every later use is refused.
@@ -464,9 +491,18 @@ impl Stream {
     }
 }
 
+#[cold]
+fn capture_refused(operation: &'static str) -> CudaError {
+    let kind = ErrorKind::InvalidArgument(
+        "a capture's stream cannot record events or order cached memory (use the CaptureScope's memory)",
+    );
+    CudaError::new(kind, operation)
+}
+
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        // A capture handle shares the handle of the stream it was made for, which destroys it.
+        // A capture handle shares the handle of the private stream it was made for, which
+        // destroys it.
         if self.kind == StreamKind::Created {
             // SAFETY: we created the handle and this is its last user. Queued work completes
             // after destruction; scopes have already waited for any work that borrowed memory.
@@ -492,7 +528,7 @@ mod tests {
     #[test]
     fn an_ended_capture_handle_is_refused_by_every_call() {
         let stream = unused_stream();
-        let handle = stream.capture_handle();
+        let handle = stream.capture_handle(&stream);
         assert!(handle.call().is_ok(), "a live capture's handle is usable");
         handle.end_capture_handle();
         for err in [handle.call().err(), handle.synchronize().err(), handle.checked_raw().err()] {
@@ -503,5 +539,34 @@ mod tests {
             );
         }
         assert!(stream.call().is_ok(), "the stream itself stays usable");
+    }
+
+    /// A live capture's handle may queue borrowed work, but nothing that records an event on it
+    /// or keeps memory under it: a fence recorded in a capture is a graph node, and a block kept
+    /// under the capture's stream would be reused while the graph still uses it. Checked before
+    /// the runtime is called.
+    #[test]
+    fn a_live_capture_handle_refuses_fences_and_owned_work() {
+        let stream = unused_stream();
+        let handle = stream.capture_handle(&stream);
+        let refused = |err: Option<CudaError>, operation: &str| {
+            let err = err.unwrap_or_else(|| panic!("{operation} on a capture's stream must be refused"));
+            assert!(
+                matches!(err.kind(), ErrorKind::InvalidArgument(m) if m.contains("capture's stream cannot record events")),
+                "{operation}: {err}"
+            );
+            assert!(err.to_string().contains(operation), "{err}");
+        };
+        refused(handle.require_outside_capture("CachedBuffer::free_on").err(), "CachedBuffer::free_on");
+        refused(handle.queue(vec![1u8; 4], |_, _| Ok(())).err(), "Stream::queue");
+        let resource: Arc<dyn crate::resource::MemoryResource> =
+            Arc::new(crate::resource::testing::HostResource::default());
+        // SAFETY: refused before any memory exists.
+        let buffer = unsafe { crate::resource::ResourceBuffer::<u32>::uninit(resource, handle, 16) };
+        refused(buffer.err(), "ResourceBuffer");
+        assert!(
+            stream.require_outside_capture("CachedBuffer::free_on").is_ok(),
+            "the stream itself is not the capture's"
+        );
     }
 }

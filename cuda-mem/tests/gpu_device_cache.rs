@@ -6,7 +6,7 @@ mod common;
 use common::{MIB, assert_same, hold_stream, pattern};
 use cuda_mem::caching::Config;
 use cuda_mem::resource::{MemoryResource, ResourceBuffer};
-use cuda_mem::{Device, DeviceCache, ErrorKind, Stream};
+use cuda_mem::{CudaError, Device, DeviceCache, ErrorKind, Stream};
 use std::sync::Arc;
 
 fn device() -> Device {
@@ -73,29 +73,62 @@ fn gpu_a_block_freed_on_a_busy_stream_is_not_used_by_another_stream_before_that_
     }
 }
 
-/// A block freed (`free_on`) on a stream that is being captured: the fence recorded there is a
-/// graph node, not a mark of completed work (querying such an event fails), so it must not let
-/// the block go to another stream before the work already queued on its own stream ran. As above,
-/// A's late zeroing must not land on what another stream wrote afterwards. Whatever the capture
-/// does with the free (refuses it, or is invalidated), the data must survive.
+/// A block freed (`free_on`) inside a capture, on the stream `capture` was called on or on the
+/// scope's own stream. A fence recorded in a capture is a graph node, not a mark of completed
+/// work (querying such an event fails), so it must never let the block go to another stream
+/// before the work already queued on its own stream ran: the outer stream is not the one that
+/// captures (an ordinary cross-stream free), and the scope's stream is refused. As above, A's late
+/// zeroing must not land on what another stream wrote afterwards.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_a_block_freed_on_a_capturing_stream_waits_for_its_own_streams_work() {
     use cuda_mem::CaptureMode;
     for mode in [CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
-        let config = Config { front_depth: 0, ..Config::default() };
-        let cache = DeviceCache::with_config(device(), config).unwrap();
-        let (a, c, d) =
-            (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
-        let len = 256 * 1024;
-        hold_stream(&a, 300);
-        // The zeroing is queued on A behind the hold.
-        let buffer = cache.zeroed::<u32>(&a, len).unwrap();
-        let capture = c.capture(mode, |_| buffer.free_on(&c));
-        drop(capture); // a refused or invalidated capture is fine; only the data matters
-        let landed = late_work_lands_on_new_data(&cache, &a, &d, len, 0x33);
-        assert!(!landed, "{mode:?}: A's late zeroing landed on data written after a free on a capturing stream");
+        for on_scope_stream in [false, true] {
+            let config = Config { front_depth: 0, ..Config::default() };
+            let cache = DeviceCache::with_config(device(), config).unwrap();
+            let (a, c, d) =
+                (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
+            let len = 256 * 1024;
+            hold_stream(&a, 300);
+            // The zeroing is queued on A behind the hold.
+            let buffer = cache.zeroed::<u32>(&a, len).unwrap();
+            let capture =
+                c.capture(mode, |s| if on_scope_stream { buffer.free_on(s.stream()) } else { buffer.free_on(&c) });
+            if on_scope_stream {
+                let err = capture.expect_err("a free on the capture's stream must be refused");
+                assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+            } else {
+                capture.expect("a free on the outer stream is an ordinary cross-stream free");
+            }
+            let landed = late_work_lands_on_new_data(&cache, &a, &d, len, 0x33);
+            assert!(!landed, "{mode:?}, scope stream {on_scope_stream}: A's late zeroing landed on newer data");
+        }
     }
+}
+
+/// Inside a capture the scope's stream cannot take cached blocks: the graph, launched later,
+/// would use a block that the cache hands out again the moment it is freed on that stream.
+/// Captures take memory from `CaptureScope::cached` (a `GraphPool`) instead.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_the_scope_stream_of_a_capture_cannot_allocate_or_use_cached_blocks() {
+    use cuda_mem::CaptureMode;
+    let cache = DeviceCache::new(device()).unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    let mut outside = cache.zeroed::<u32>(&stream, 1024).unwrap();
+    let result = stream.capture(CaptureMode::ThreadLocal, |s| {
+        let refused = |r: Result<(), CudaError>| {
+            let err = r.expect_err("refused on a capture's stream");
+            assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+        };
+        refused(cache.zeroed::<u32>(s.stream(), 1024).map(drop));
+        refused(cache.alloc_block(4096, s.stream()).map(drop));
+        refused(outside.use_on(s.stream()));
+        Ok(())
+    });
+    result.unwrap();
+    assert_eq!(outside.as_slice().to_vec().unwrap(), vec![0; 1024]);
 }
 
 #[test]

@@ -168,9 +168,38 @@ fn gpu_synchronize_inside_a_capture_is_a_typed_error_and_the_stream_recovers() {
     let err = stream.capture(CaptureMode::ThreadLocal, |s| s.stream().synchronize()).unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::STREAM_CAPTURE_UNSUPPORTED), "{err}");
     assert!(!stream.is_capturing().unwrap());
-    let err = stream.capture(CaptureMode::ThreadLocal, |_| stream.synchronize()).unwrap_err();
-    assert!(err.code().is_some(), "{err}");
-    assert!(!stream.is_capturing().unwrap());
+    stream_still_works(&stream);
+}
+
+/// The capture records on a private stream: the stream `capture` was called on (and its clones,
+/// on any thread) stays an ordinary stream while the closure runs, so work queued through it runs
+/// now, a synchronize of it succeeds, and none of it slips into the graph past the scope's
+/// borrow checks. Before, a buffer freed through the outer stream inside the capture could be
+/// handed out again while the graph, launched later, still wrote it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_work_on_the_captured_stream_itself_runs_now_and_stays_out_of_the_graph() {
+    let stream = Stream::non_blocking().unwrap();
+    let mut outer = StreamBuffer::<u32>::zeroed(&stream, 4096).unwrap();
+    let mut inner = DeviceBuffer::<u32>::zeroed(4096).unwrap();
+    let mut view = inner.as_mut_slice();
+    let graph = stream
+        .capture(CaptureMode::ThreadLocal, |s| {
+            assert!(!stream.is_capturing()?, "the outer stream must not capture");
+            assert!(s.stream().is_capturing()?, "the scope's stream captures");
+            outer.set_bytes_async(0x5A)?; // queued on the outer stream: runs now
+            stream.synchronize()?;
+            s.set_bytes(&mut view, 0x11)
+        })
+        .unwrap();
+    assert!(outer.as_slice().to_vec().unwrap().iter().all(|&x| x == 0x5A5A_5A5A), "outer work ran during the capture");
+    outer.set_bytes_async(0).unwrap();
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert!(outer.as_slice().to_vec().unwrap().iter().all(|&x| x == 0), "the graph replayed outer work");
+    drop(exec);
+    assert!(inner.to_vec().unwrap().iter().all(|&x| x == 0x1111_1111), "the graph did its own work");
     stream_still_works(&stream);
 }
 
@@ -186,7 +215,8 @@ fn gpu_alone_global_failed_and_panicking_captures_end_the_capture() {
         .capture(CaptureMode::Global, |s| {
             s.set_bytes(&mut view, 1)?;
             s.temporary::<u8>(4096)?;
-            assert!(stream.capture_id().unwrap().is_some());
+            assert!(s.stream().capture_id().unwrap().is_some());
+            assert_eq!(stream.capture_id().unwrap(), None, "the capture records on a stream of its own");
             Err(mine.clone())
         })
         .unwrap_err();

@@ -93,10 +93,10 @@ struct Temporary {
 /// cuda-mem and cuda-mem-kernels works here, and borrows what it is given for `'env`: for as long
 /// as the [`Graph`] and the [`GraphExec`](crate::GraphExec) made from it live.
 ///
-/// The stream it queues on ([`StreamScope::stream`]) is a handle that works only while the
-/// capture runs: work on it is recorded, not run, and a synchronize on it (or on the captured
-/// stream) is an error of the runtime ([`ErrorCode::STREAM_CAPTURE_UNSUPPORTED`](crate::ErrorCode::STREAM_CAPTURE_UNSUPPORTED)) that fails the
-/// capture.
+/// The stream it queues on ([`StreamScope::stream`]) is a handle of the capture's private stream
+/// that works only while the capture runs: work on it is recorded, not run, and a synchronize on
+/// it is an error of the runtime ([`ErrorCode::STREAM_CAPTURE_UNSUPPORTED`](crate::ErrorCode::STREAM_CAPTURE_UNSUPPORTED))
+/// that fails the capture.
 #[derive(Debug)]
 pub struct CaptureScope<'env> {
     scope: StreamScope<'env, 'env>,
@@ -337,6 +337,7 @@ impl<'env> CaptureScope<'env> {
 /// Ends a capture however the closure left: on unwinding, the capture is ended and the partial
 /// graph destroyed, so the stream captures no more.
 struct Capturing<'a> {
+    /// The capture's private stream (see [`Stream::capture`]).
     stream: &'a Stream,
     handle: &'a Stream,
 }
@@ -359,7 +360,7 @@ impl Capturing<'_> {
 
     fn end(&self) -> (Result<()>, graphs::cudaGraph_t) {
         self.handle.end_capture_handle();
-        // SAFETY: the stream is a created stream this capture began on.
+        // SAFETY: the private stream this capture began on, alive until the capture has ended.
         unsafe { graphs::end_capture(self.stream.as_raw()) }
     }
 }
@@ -382,7 +383,10 @@ fn destroyed<T>(graph: graphs::cudaGraph_t, result: Result<T>) -> Result<T> {
 
 impl Stream {
     /// True while a capture on this stream runs (`cudaStreamIsCapturing`); an invalidated
-    /// capture that has not been ended counts as running.
+    /// capture that has not been ended counts as running. [`Stream::capture`] records on a
+    /// stream of its own, so this is true for its scope's stream
+    /// ([`StreamScope::stream`](crate::StreamScope::stream)) and for streams other code
+    /// captures, never for the stream `capture` was called on.
     pub fn is_capturing(&self) -> Result<bool> {
         let call = self.call()?;
         // SAFETY: the handle is valid while `self` lives and means this stream here (`call`).
@@ -403,6 +407,15 @@ impl Stream {
     /// `cudaStreamEndCapture`). Nothing runs now: the graph runs when a
     /// [`GraphExec`](crate::GraphExec) made from it is launched. Whatever `f` lends to the scope
     /// stays borrowed for as long as the graph and its executable graphs live.
+    ///
+    /// The capture records on a new stream made like `self` (device, blocking, priority), which
+    /// only the scope's handle reaches: work queued through `self`, or a clone of it on another
+    /// thread, while `f` runs is ordinary work that runs now, so no work the scope did not check
+    /// can slip into the graph. On the scope's stream, recording events and cached memory
+    /// ([`DeviceCache`](crate::DeviceCache), [`ResourceBuffer`](crate::resource::ResourceBuffer),
+    /// [`PooledPinned::record_use`](crate::PooledPinned::record_use)) are
+    /// [`ErrorKind::InvalidArgument`]: an event recorded there would join other streams to the
+    /// capture, and a block kept under it would be reused while the graph still uses it.
     ///
     /// If `f` fails or panics, or the runtime invalidates the capture (a synchronize inside it,
     /// an operation the capture does not support), the capture is ended, the partial graph
@@ -437,13 +450,15 @@ impl Stream {
             return Err(CudaError::new(kind, format!("capturing {self:?}")));
         }
         let graph_pool = raw::pools::driver_default(self.device().as_raw())?;
-        let handle = self.capture_handle();
-        // SAFETY: a created stream, valid while `self` lives.
-        if let Err(err) = unsafe { graphs::begin_capture(self.as_raw(), mode.as_raw()) } {
+        // Declared before `capturing`, so dropped after the capture has ended (unwinding too).
+        let private = self.private_twin()?;
+        let handle = self.capture_handle(&private);
+        // SAFETY: a created stream, valid while `private` lives.
+        if let Err(err) = unsafe { graphs::begin_capture(private.as_raw(), mode.as_raw()) } {
             handle.end_capture_handle();
             return Err(err);
         }
-        let capturing = Capturing { stream: self, handle };
+        let capturing = Capturing { stream: &private, handle };
         let graph = NEXT_GRAPH.fetch_add(1, Ordering::Relaxed);
         let scope = CaptureScope {
             scope: StreamScope::capturing(handle),

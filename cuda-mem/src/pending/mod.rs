@@ -259,6 +259,8 @@ impl<T> Pending<T> {
         if self.value.is_none() {
             return Err(already_handed_back());
         }
+        // Refused while `self` still owns the value, whose drop then waits for its work.
+        stream.require_outside_capture("Pending::then_on")?;
         if self.settle.is_some() {
             return stream.queue(self.wait()?, f);
         }

@@ -45,6 +45,8 @@ impl Stream {
         T: 'static,
         F: for<'s> FnOnce(&'s StreamScope<'s, 's>, &'s mut T) -> Result<()>,
     {
+        // Refused before any work: its fence could not be recorded in a capture.
+        self.require_outside_capture("Stream::queue")?;
         let queued = StreamScope::run_owned(self, &mut value, f);
         let fence = queued.and_then(|()| self.record_event_untimed());
         match fence {

@@ -28,6 +28,9 @@ impl ErrorCode {
     pub const STREAM_CAPTURE_UNSUPPORTED: Self = Self(sys::cudaError::cudaErrorStreamCaptureUnsupported.0);
     /// `cudaErrorStreamCaptureInvalidated`: an earlier error invalidated the capture.
     pub const STREAM_CAPTURE_INVALIDATED: Self = Self(sys::cudaError::cudaErrorStreamCaptureInvalidated.0);
+    /// `cudaErrorCapturedEvent`: the event was last recorded in a capture, so it stands for a
+    /// graph node, not for work queued on a stream.
+    pub const CAPTURED_EVENT: Self = Self(sys::cudaError::cudaErrorCapturedEvent.0);
     /// `cudaErrorStreamCaptureImplicit`: work on the legacy stream while a capture in global or
     /// thread-local mode runs.
     pub const STREAM_CAPTURE_IMPLICIT: Self = Self(sys::cudaError::cudaErrorStreamCaptureImplicit.0);

@@ -61,6 +61,8 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
     ) -> Result<Self> {
         let (resource, stream) = (resource.into(), stream.into());
         let bytes = stream.buffer_bytes::<T>(len, "ResourceBuffer")?;
+        // A resource may record events on the stream or keep the block under it.
+        stream.require_outside_capture("ResourceBuffer")?;
         if bytes == 0 {
             return Ok(Self { ptr: NonNull::dangling(), len, resource, stream });
         }

@@ -175,7 +175,8 @@ pub unsafe trait MemoryResource: Send + Sync + fmt::Debug {
     /// # Safety
     /// `ptr` came from this resource's `allocate` with the same `bytes`, is freed once, and no
     /// work uses it after the work already queued on `stream` (synchronous resources wait for
-    /// `stream` themselves).
+    /// `stream` themselves). `stream` is not being captured: resources may record events on it
+    /// to order a reuse, and an event recorded in a capture marks no work.
     unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'_>);
 
     /// What the memory is.
