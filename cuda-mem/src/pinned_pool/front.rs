@@ -184,9 +184,10 @@ impl ThreadCache {
         if front.closed {
             return Put::Refused;
         }
-        let Some(bin) = front.bins.get_mut(index) else {
-            return put_in_new_bin(front, parked, leased);
-        };
+        if index >= front.bins.len() {
+            grow_bins(front, index + 1);
+        }
+        let bin = &mut front.bins[index];
         if bin.len() >= FRONT_DEPTH {
             return Put::Refused;
         }
@@ -218,17 +219,10 @@ impl ThreadCache {
     }
 }
 
-/// [`ThreadCache::put`] for a class this thread has not parked before (its bin is made).
+/// Room for bins up to `len` classes: the first put of a class this thread has not put before.
 #[cold]
-#[inline(never)]
-fn put_in_new_bin(front: &mut Front, parked: Parked, leased: bool) -> Put {
-    let (index, bytes) = (parked.class.index, parked.class.bytes);
-    front.bins.resize_with(index + 1, Vec::new);
-    front.bins[index].push(parked);
-    front.parked_bytes += bytes;
-    let stocked = leased && front.leases.count < LEASE_STOCK;
-    front.leases.count += usize::from(stocked);
-    Put::Parked { stocked }
+fn grow_bins(front: &mut Front, len: usize) {
+    front.bins.resize_with(len, Vec::new);
 }
 
 impl FrontCache for ThreadCache {
