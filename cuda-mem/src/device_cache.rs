@@ -64,10 +64,9 @@ unsafe impl Backend for CudaSegments {
     }
 
     fn record(&self, stream: &Stream) -> Result<Event> {
-        // An event records only on a stream of the device it was created on, and a free may come
-        // from a thread with another device current (PyTorch frees so).
-        let _device = CurrentDevice::set(self.device)?;
-        fence(stream)
+        // A fence's event is made on the stream's device (the cache's), whichever is current:
+        // a free may come from a thread with another device current (PyTorch frees so).
+        Event::fence(stream)
     }
 
     fn is_done(&self, fence: &Event) -> bool {
@@ -286,13 +285,6 @@ fn keep_out(block: CachedBlock) {
     let _ = block;
 }
 
-/// An event without timing, recorded after the work queued on `stream` so far.
-fn fence(stream: &Stream) -> Result<Event> {
-    let event = Event::without_timing()?;
-    event.record(stream)?;
-    Ok(event)
-}
-
 #[cold]
 fn wrong_device(stream: &Stream, device: Device) -> CudaError {
     let kind = ErrorKind::InvalidArgument("the stream belongs to another device than the cache");
@@ -373,7 +365,7 @@ impl<'a, T: Pod> CachedBuffer<'a, T> {
         }
         other.require_thread_independent("CachedBuffer::use_on")?;
         other.require_outside_capture("CachedBuffer::use_on")?;
-        other.wait_event(&fence(&self.stream)?)?;
+        other.wait_event(&Event::fence(&self.stream)?)?;
         if !self.used_on.iter().any(|s| s.is_same_stream(other)) {
             self.used_on.push(other.clone());
         }
@@ -401,7 +393,9 @@ impl<'a, T: Pod> CachedBuffer<'a, T> {
         let mut users = std::mem::take(&mut self.used_on);
         users.push((*self.stream).clone());
         for user in users.iter().filter(|u| !u.is_same_stream(stream)) {
-            if let Err(err) = fence(user).and_then(|done| stream.wait_event(&done)).or_else(|_| user.synchronize()) {
+            if let Err(err) =
+                Event::fence(user).and_then(|done| stream.wait_event(&done)).or_else(|_| user.synchronize())
+            {
                 keep_out(block); // its users' work cannot be ordered: never reused
                 return Err(err);
             }
@@ -430,7 +424,7 @@ impl<'a, T: Pod> CachedBuffer<'a, T> {
     #[inline(never)]
     fn order_after_users(&mut self) -> Result<()> {
         for user in std::mem::take(&mut self.used_on) {
-            let ordered = fence(&user).and_then(|done| self.stream.wait_event(&done));
+            let ordered = Event::fence(&user).and_then(|done| self.stream.wait_event(&done));
             if ordered.is_err() {
                 user.synchronize()?;
             }
@@ -471,7 +465,7 @@ unsafe impl MemoryResource for DeviceCache {
         let own = self.resource_stream()?;
         let block = self.allocator.alloc(bytes, own)?;
         let ptr = block.ptr();
-        let ready = fence(own).and_then(|ready| {
+        let ready = Event::fence(own).and_then(|ready| {
             // SAFETY: the caller keeps the stream handle valid for the call (resource contract).
             unsafe { raw::streams::wait_event(stream.as_raw(), ready.as_raw()) }
         });

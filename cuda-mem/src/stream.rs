@@ -443,11 +443,10 @@ impl Stream {
         Ok(event)
     }
 
-    /// Records a new event without timing (cheaper; for ordering and completion only).
+    /// Records an event without timing (cheaper; for ordering and completion only): a fence
+    /// ([`Event::fence`]).
     pub(crate) fn record_event_untimed(&self) -> Result<Event> {
-        let event = Event::without_timing()?;
-        event.record(self)?;
-        Ok(event)
+        Event::fence(self)
     }
 
     /// Runs `f` with a scope through which work that borrows memory is queued on this stream, then

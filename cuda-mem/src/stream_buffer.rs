@@ -199,9 +199,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
             return Ok(());
         }
         other.require_thread_independent("StreamBuffer::use_on")?;
-        let ready = Event::without_timing()?;
-        ready.record(&self.stream)?;
-        other.wait_event(&ready)?;
+        other.wait_event(&Event::fence(&self.stream)?)?;
         if !self.used_on.iter().any(|s| s.is_same_stream(other)) {
             self.used_on.push(other.clone());
         }

@@ -230,7 +230,7 @@ impl<T: Pod> PooledPinned<T> {
     /// no such call (they wait before their borrows end); use it for work queued outside them.
     pub fn record_use(&mut self, stream: &Stream) -> Result<()> {
         if self.lease.is_some() {
-            self.fences.push(stream.record_event()?);
+            self.fences.push(Event::fence(stream)?);
         }
         Ok(())
     }
