@@ -429,25 +429,26 @@ impl<T> Future for Pending<T> {
         if let Some(err) = this.failed.clone() {
             return Poll::Ready(Err(this.leak(*err)));
         }
-        loop {
+        // Armed at an earlier poll: the wake-up alone says when the work is done.
+        if this.wake.is_none() {
             match all_complete(&this.fences) {
                 Ok(true) => return Poll::Ready(Ok(this.hand_back())),
                 Ok(false) => {}
                 Err(err) => return Poll::Ready(Err(this.leak(err))),
             }
-            if this.wake.is_none() {
-                let fences: Vec<&Event> = this.fences.iter().collect();
-                match Completion::after_events(this.stream.device(), &fences) {
-                    Ok(wake) => this.wake = Some(wake),
-                    Err(err) => return Poll::Ready(Err(this.leak(err))),
-                }
+            let fences: Vec<&Event> = this.fences.iter().collect();
+            match Completion::after_events(this.stream.device(), &fences) {
+                Ok(wake) => this.wake = Some(wake),
+                Err(err) => return Poll::Ready(Err(this.leak(err))),
             }
-            let wake = this.wake.as_mut().expect("armed above");
-            match Pin::new(wake).poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(())) => this.wake = None,
-                Poll::Ready(Err(err)) => return Poll::Ready(Err(this.leak(err))),
-            }
+        }
+        let wake = this.wake.as_mut().expect("armed above");
+        match Pin::new(wake).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            // The helper stream ran the wake-up after waiting for every fence (all of them: the
+            // jobs were drained before it was armed), so no query is needed.
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(this.hand_back())),
+            Poll::Ready(Err(err)) => Poll::Ready(Err(this.leak(err))),
         }
     }
 }
