@@ -301,32 +301,37 @@ fn gpu_a_panic_inside_then_on_drops_the_buffers_only_after_the_old_streams_work(
     use std::sync::atomic::{AtomicBool, Ordering};
     let (uploads, downloads) = (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
     let n = MIB;
-    let gate = Gate::hold(&uploads);
-    let buffers = (
-        DeviceBuffer::<f32>::zeroed(n).unwrap(),
-        PinnedBuffer::from_slice(&vec![1.0f32; n], Default::default()).unwrap(),
-    );
-    let pending =
-        uploads.queue(buffers, |s, (device, input)| s.copy_from_host(&mut device.as_mut_slice(), input)).unwrap();
-    let opened = AtomicBool::new(false);
-    let unwound = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            std::thread::sleep(std::time::Duration::from_millis(200));
-            // Marked before the release, so a drop that waited for the release sees it.
-            opened.store(true, Ordering::SeqCst);
-            assert!(gate.release(), "the gate timed out before the test opened it");
-        });
-        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _ = pending.then_on(&downloads, |s, (device, _)| -> Result<()> {
-                scale_in_place_f32(s, &mut device.as_mut_slice(), 2.0)?;
-                panic!("inside then_on's closure")
+    // An attempt whose gate ran out of time (a slow host, a sanitizer) proves nothing: retried.
+    let (panicked, opened_first) = until_held(|| {
+        let buffers = (
+            DeviceBuffer::<f32>::zeroed(n).unwrap(),
+            PinnedBuffer::from_slice(&vec![1.0f32; n], Default::default()).unwrap(),
+        );
+        let gate = Gate::hold(&uploads);
+        let pending =
+            uploads.queue(buffers, |s, (device, input)| s.copy_from_host(&mut device.as_mut_slice(), input)).unwrap();
+        let opened = AtomicBool::new(false);
+        let (panicked, opened_first, held) = std::thread::scope(|scope| {
+            let opener = scope.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                // Marked before the release, so a drop that waited for the release sees it.
+                opened.store(true, Ordering::SeqCst);
+                gate.release()
             });
-        }));
-        // Before the scope joins the opener: the unwinding must already have waited for it.
-        (unwound, opened.load(Ordering::SeqCst))
+            let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _ = pending.then_on(&downloads, |s, (device, _)| -> Result<()> {
+                    scale_in_place_f32(s, &mut device.as_mut_slice(), 2.0)?;
+                    panic!("inside then_on's closure")
+                });
+            }));
+            // Read before joining the opener: the unwinding must already have waited for it.
+            let opened_first = opened.load(Ordering::SeqCst);
+            (unwound.is_err(), opened_first, opener.join().expect("the opener does not panic"))
+        });
+        (held, (panicked, opened_first))
     });
-    assert!(unwound.0.is_err(), "the closure's panic propagates");
-    assert!(unwound.1, "the buffers were dropped before the old stream's held work ran");
+    assert!(panicked, "the closure's panic propagates");
+    assert!(opened_first, "the buffers were dropped before the old stream's held work ran");
     for stream in [&uploads, &downloads] {
         let back = stream.upload(DeviceBuffer::<f32>::zeroed(4).unwrap(), vec![3.0f32; 4]).unwrap().wait().unwrap();
         assert_eq!(back.0.to_vec().unwrap(), vec![3.0; 4], "the stream works after the panic");

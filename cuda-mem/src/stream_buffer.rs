@@ -249,7 +249,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     #[inline(never)]
     fn order_after_users(&mut self) -> Result<()> {
         for user in std::mem::take(&mut self.used_on) {
-            let ordered = user.record_event().and_then(|done| self.stream.wait_event(&done));
+            let ordered = Event::fence(&user).and_then(|done| self.stream.wait_event(&done));
             if ordered.is_err() {
                 user.synchronize()?;
             }

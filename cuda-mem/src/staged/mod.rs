@@ -237,7 +237,7 @@ impl Lanes {
                         .and_then(|()| work(&mut lane, chunks))
                         .and_then(|()| match end {
                             LaneEnd::Synchronize => lane.stream.synchronize().map(|()| None),
-                            LaneEnd::Record => lane.stream.record_event().map(Some),
+                            LaneEnd::Record => Event::fence(&lane.stream).map(Some),
                         });
                     if result.is_err() {
                         // Leave nothing in flight on the error path either.
@@ -314,7 +314,7 @@ impl Lane {
     ) -> Result<()> {
         // SAFETY: forwarded from the caller; the lane's stream is a created stream it owns.
         unsafe { raw::memory::copy_async(dst.cast(), src.cast(), len, direction, self.stream.as_raw())? };
-        self.in_flight[slot] = Some(self.stream.record_event()?);
+        self.in_flight[slot] = Some(Event::fence(&self.stream)?);
         Ok(())
     }
 
