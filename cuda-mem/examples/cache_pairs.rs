@@ -1,7 +1,9 @@
 //! Alloc + free pairs of the device caching allocator ([`DeviceCache`]) against the stream-ordered
 //! path (`StreamBuffer` from cuda-mem's retaining pool: `cudaMallocFromPoolAsync` +
 //! `cudaFreeAsync`, no synchronize per pair) and of `PinnedPool` hits, one thread and many. Prints
-//! JSON lines: medians of 15 samples of K pairs, after a tenth of a second of warm-up, as
+//! JSON lines. Threads: for each count, the median of 5 rounds (counts alternating in order) of
+//! each thread's warmed-up pairs over a window all threads start together. One thread: medians
+//! of 15 samples of K pairs, after a tenth of a second of warm-up, as
 //! `docs/reference/torch_alloc.py` times PyTorch's allocators (run it in the same session): a
 //! row's `peer` names that script's row of the same pair (`torch_caching_device_pair_*` for
 //! `DeviceCache`, `torch_caching_host_pair_*`, `CachingHostAllocator` allocate + free, for
@@ -10,7 +12,8 @@
 //! `cargo run --release -p cuda-mem --example cache_pairs [-- --pairs K --threads 1,2,4,8]`
 
 use cuda_mem::{Device, DeviceCache, HostAllocFlags, MemPool, PinnedPool, Result, Stream, StreamBuffer};
-use std::time::Instant;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
 
 const SIZES: [(&str, usize); 3] = [("4k", 4 << 10), ("1m", 1 << 20), ("64m", 64 << 20)];
 
@@ -51,32 +54,51 @@ fn pool_pairs(pool: &MemPool, stream: &Stream, bytes: usize, k: usize) -> Result
     stream.synchronize()
 }
 
-/// Aggregate pairs per second of `threads` threads, each on its own stream, for `seconds`.
+/// How long each thread runs pairs before the measured window (its stream's first pairs miss,
+/// and a core coming out of idle runs slower at first), and the window.
+const THREAD_WARM_UP: Duration = Duration::from_millis(100);
+const THREAD_WINDOW: Duration = Duration::from_millis(300);
+/// Rounds of every thread count, in alternating order, so that drift in the host's speed falls
+/// on every count alike; each row is the median round.
+const THREAD_ROUNDS: usize = 5;
+
+/// Aggregate pairs per second of `threads` threads, each on its own stream: every thread warms
+/// up, then all start their windows together (a barrier), and each counts its own pairs over its
+/// own window.
 fn threaded(threads: usize, bytes: usize, cache: Option<&DeviceCache>, pool: &MemPool) -> Result<f64> {
     let device = Device::current()?;
-    let start = Instant::now();
-    let counts = std::thread::scope(|scope| {
+    let start_together = Barrier::new(threads);
+    let rates = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
-                scope.spawn(move || -> Result<u64> {
-                    device.set_current()?;
-                    let stream = Stream::non_blocking()?;
-                    let mut done = 0u64;
-                    let until = Instant::now() + std::time::Duration::from_millis(500);
-                    while Instant::now() < until {
-                        match cache {
-                            Some(cache) => cache_pairs(cache, &stream, bytes, 1000)?,
-                            None => pool_pairs(pool, &stream, bytes, 1000)?,
+                let start_together = &start_together;
+                scope.spawn(move || -> Result<f64> {
+                    let pairs = |stream: &Stream| match cache {
+                        Some(cache) => cache_pairs(cache, stream, bytes, 1000),
+                        None => pool_pairs(pool, stream, bytes, 1000),
+                    };
+                    // Set up and warm up; a failure still meets the barrier, so no thread waits for ever.
+                    let ready = device.set_current().and_then(|()| Stream::non_blocking()).and_then(|stream| {
+                        let warm_up = Instant::now();
+                        while warm_up.elapsed() < THREAD_WARM_UP {
+                            pairs(&stream)?;
                         }
+                        Ok(stream)
+                    });
+                    start_together.wait();
+                    let stream = ready?;
+                    let (start, mut done) = (Instant::now(), 0u64);
+                    while start.elapsed() < THREAD_WINDOW {
+                        pairs(&stream)?;
                         done += 1000;
                     }
-                    Ok(done)
+                    Ok(done as f64 / start.elapsed().as_secs_f64())
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().expect("worker panicked")).collect::<Result<Vec<u64>>>()
+        workers.into_iter().map(|w| w.join().expect("worker panicked")).collect::<Result<Vec<f64>>>()
     })?;
-    Ok(counts.iter().sum::<u64>() as f64 / start.elapsed().as_secs_f64())
+    Ok(rates.iter().sum())
 }
 
 fn main() -> Result<()> {
@@ -106,10 +128,22 @@ fn main() -> Result<()> {
         println!(r#"{{"row": "stream_buffer_retaining_nosync_pair_{name}", "us": {pool_us:.4}}}"#);
         println!(r#"{{"row": "pinned_pool_hit_pair_{name}", "us": {pinned_us:.4}, {}}}"#, peer("host"));
     }
-    for &threads in &thread_counts {
-        let ours = threaded(threads, 1 << 20, Some(cache), &pool)?;
-        let pool_rate = threaded(threads, 1 << 20, None, &pool)?;
-        println!(r#"{{"row": "device_cache_threads_{threads}_1m", "pairs_per_s": {ours:.0}}}"#);
+    let counts = thread_counts.len();
+    let (mut ours, mut pools) = (vec![Vec::new(); counts], vec![Vec::new(); counts]);
+    for round in 0..THREAD_ROUNDS {
+        let order: Vec<usize> = if round % 2 == 0 { (0..counts).collect() } else { (0..counts).rev().collect() };
+        for i in order {
+            ours[i].push(threaded(thread_counts[i], 1 << 20, Some(cache), &pool)?);
+            pools[i].push(threaded(thread_counts[i], 1 << 20, None, &pool)?);
+        }
+    }
+    for ((threads, ours), pools) in thread_counts.iter().zip(ours).zip(pools) {
+        let rounds: Vec<String> = ours.iter().map(|r| format!("{r:.0}")).collect();
+        let (ours, pool_rate) = (median(ours), median(pools));
+        println!(
+            r#"{{"row": "device_cache_threads_{threads}_1m", "pairs_per_s": {ours:.0}, "rounds": [{}]}}"#,
+            rounds.join(", ")
+        );
         println!(r#"{{"row": "stream_buffer_threads_{threads}_1m", "pairs_per_s": {pool_rate:.0}}}"#);
     }
     println!(r#"{{"row": "device_cache_stats", "stats": "{:?}"}}"#, cache.stats());
