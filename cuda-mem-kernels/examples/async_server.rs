@@ -140,11 +140,16 @@ impl Config {
     }
 }
 
-/// Time the serving threads spent inside cuda-mem: queuing work, and waiting for it.
-#[derive(Default)]
+/// Time the serving threads spent inside cuda-mem (queuing work, and waiting for it), and when in
+/// the round the first request's work was queued and the last request's completion was seen.
 struct InCudaMem {
+    start: Instant,
     enqueue: AtomicU64,
     wait: AtomicU64,
+    /// Nanoseconds from `start` to the end of the first enqueue (the GPU has work from then on).
+    first_queued: AtomicU64,
+    /// Nanoseconds from `start` to the last time a request's completion was seen by its server.
+    last_done: AtomicU64,
 }
 
 /// The totals of one round.
@@ -152,27 +157,61 @@ struct InCudaMem {
 struct Inside {
     enqueue: Duration,
     wait: Duration,
+    first_queued: Duration,
+    last_done: Duration,
 }
 
 impl InCudaMem {
+    /// Counters for a round that starts now.
+    fn starting_now() -> Self {
+        Self {
+            start: Instant::now(),
+            enqueue: AtomicU64::new(0),
+            wait: AtomicU64::new(0),
+            first_queued: AtomicU64::new(u64::MAX),
+            last_done: AtomicU64::new(0),
+        }
+    }
+
+    /// Times `f` as an enqueue, and marks the first enqueue's end.
     fn call<R>(&self, f: impl FnOnce() -> R) -> R {
-        Self::timed(&self.enqueue, f)
+        let value = Self::timed(&self.enqueue, f);
+        self.first_queued.fetch_min(self.since_start(), Ordering::Relaxed);
+        value
     }
 
     fn wait<R>(&self, f: impl FnOnce() -> R) -> R {
         Self::timed(&self.wait, f)
     }
 
+    /// Marks that a request's completion has been seen.
+    fn done(&self) {
+        self.last_done.fetch_max(self.since_start(), Ordering::Relaxed);
+    }
+
+    fn since_start(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
     fn timed<R>(counter: &AtomicU64, f: impl FnOnce() -> R) -> R {
         let start = Instant::now();
         let value = f();
-        counter.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Self::add(counter, start.elapsed());
         value
+    }
+
+    fn add(counter: &AtomicU64, time: Duration) {
+        counter.fetch_add(time.as_nanos() as u64, Ordering::Relaxed);
     }
 
     fn totals(&self) -> Inside {
         let read = |c: &AtomicU64| Duration::from_nanos(c.load(Ordering::Relaxed));
-        Inside { enqueue: read(&self.enqueue), wait: read(&self.wait) }
+        Inside {
+            enqueue: read(&self.enqueue),
+            wait: read(&self.wait),
+            first_queued: read(&self.first_queued),
+            last_done: read(&self.last_done),
+        }
     }
 }
 
@@ -307,6 +346,7 @@ async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCud
             done?
         }
     };
+    stats.done();
     slots.give_back(Slot { upload, stream, device });
     Ok(Request { input, output })
 }
@@ -332,6 +372,7 @@ async fn serve_pipelined(slots: Arc<Slots>, request: Request, stats: Arc<InCudaM
     let done = (&mut awaited).await;
     stats.call(|| drop(awaited)); // releases the fence event
     let (device, input, output) = done?;
+    stats.done();
     slots.give_back(Slot { upload, stream, device });
     Ok(Request { input, output })
 }
@@ -367,8 +408,7 @@ impl AsyncServer {
 
     /// Serves every request once; verifies the results outside the timing.
     fn round(&mut self, config: &Config) -> cuda_mem::Result<(Duration, Inside)> {
-        let stats = Arc::new(InCudaMem::default());
-        let start = Instant::now();
+        let stats = Arc::new(InCudaMem::starting_now());
         let slots = &self.slots;
         let requests = std::mem::take(&mut self.requests);
         let served = self.runtime.block_on(async {
@@ -388,7 +428,7 @@ impl AsyncServer {
             }
             served
         });
-        let wall = start.elapsed();
+        let wall = stats.start.elapsed();
         self.requests = served.into_iter().collect::<cuda_mem::Result<_>>()?;
         check_and_clear(&mut self.requests);
         Ok((wall, stats.totals()))
@@ -409,8 +449,7 @@ impl ThreadServer {
     /// Serves every request once, dealt round-robin to the threads; verifies outside the timing.
     fn round(&mut self, config: &Config) -> cuda_mem::Result<(Duration, Inside)> {
         let device = cuda_mem::Device::current()?;
-        let stats = InCudaMem::default();
-        let start = Instant::now();
+        let stats = InCudaMem::starting_now();
         std::thread::scope(|scope| -> cuda_mem::Result<()> {
             let mut shares: Vec<Vec<&mut Request>> = (0..config.threads).map(|_| Vec::new()).collect();
             for (r, request) in self.requests.iter_mut().enumerate() {
@@ -429,7 +468,7 @@ impl ThreadServer {
                 .collect();
             workers.into_iter().try_for_each(|w| w.join().expect("a request thread panicked"))
         })?;
-        let wall = start.elapsed();
+        let wall = stats.start.elapsed();
         check_and_clear(&mut self.requests);
         Ok((wall, stats.totals()))
     }
@@ -467,16 +506,16 @@ fn serve_blocking(slot: &mut Slot, request: &mut Request, stats: &InCudaMem) -> 
     let scope = Instant::now();
     slot.stream.try_scope(|s| {
         let start = Instant::now();
-        let result = s
-            .copy_from_host(&mut view, &request.input)
-            .and_then(|()| scale_in_place_f32(s, &mut view, SCALE))
-            .and_then(|()| s.copy_to_host(&mut request.output, &view));
+        let result = stats.call(|| {
+            s.copy_from_host(&mut view, &request.input)
+                .and_then(|()| scale_in_place_f32(s, &mut view, SCALE))
+                .and_then(|()| s.copy_to_host(&mut request.output, &view))
+        });
         queued = start.elapsed();
         result
     })?;
-    let total = scope.elapsed();
-    stats.enqueue.fetch_add(queued.as_nanos() as u64, Ordering::Relaxed);
-    stats.wait.fetch_add((total - queued).as_nanos() as u64, Ordering::Relaxed);
+    InCudaMem::add(&stats.wait, scope.elapsed() - queued);
+    stats.done();
     Ok(())
 }
 
@@ -534,15 +573,26 @@ fn main() -> cuda_mem::Result<()> {
 /// Prints the round of median wall time: its requests per second and its time inside cuda-mem.
 /// Returns that round's wall time and time inside cuda-mem.
 fn report(name: &str, config: &Config, mut rounds: Vec<(Duration, Inside)>) -> (Duration, Inside) {
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let median = |mut values: Vec<Duration>| {
+        values.sort();
+        values[values.len() / 2]
+    };
+    let head = median(rounds.iter().map(|(_, inside)| inside.first_queued).collect());
+    let tail = median(rounds.iter().map(|(wall, inside)| wall.saturating_sub(inside.last_done)).collect());
     rounds.sort_by_key(|(wall, _)| *wall);
     let (wall, inside) = rounds[rounds.len() / 2];
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "{name}: {:.1} requests/s ({:.1} ms wall); serving threads inside cuda-mem: enqueues {:.3} ms, waits {:.3} ms",
+        "{name}: {:.1} requests/s ({:.1} ms wall); serving threads inside cuda-mem: enqueues {:.3} ms, waits {:.3} ms; \
+         medians over the rounds: first work queued {:.0} us after the round began, the round ended {:.0} us after \
+         the last completion was seen",
         config.requests as f64 / wall.as_secs_f64(),
         ms(wall),
         ms(inside.enqueue),
-        ms(inside.wait)
+        ms(inside.wait),
+        us(head),
+        us(tail)
     );
     (wall, inside)
 }
