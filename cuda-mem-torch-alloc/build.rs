@@ -1,8 +1,15 @@
-//! Compiles `shim/throw.cpp`: PyTorch's pluggable allocator does not check for a null pointer,
-//! so a refused allocation must reach it as a C++ exception (as the native allocator's
-//! out-of-memory error does), which only C++ can throw.
+//! Compiles the C++ shims: `shim/throw.cpp` (PyTorch's pluggable allocator does not check for a
+//! null pointer, so a refused allocation must reach it as a C++ exception, as the native
+//! allocator's out-of-memory error does, which only C++ can throw) and `shim/graphs.cpp`
+//! (PyTorch's CUDA graph hooks take C++ types: a `std::pair` and a `std::function`).
 
 fn main() {
     println!("cargo:rerun-if-changed=shim/throw.cpp");
-    cc::Build::new().cpp(true).file("shim/throw.cpp").flag_if_supported("-std=c++17").compile("cuda_mem_torch_throw");
+    println!("cargo:rerun-if-changed=shim/graphs.cpp");
+    cc::Build::new()
+        .cpp(true)
+        .file("shim/throw.cpp")
+        .file("shim/graphs.cpp")
+        .flag_if_supported("-std=c++17")
+        .compile("cuda_mem_torch_shim");
 }

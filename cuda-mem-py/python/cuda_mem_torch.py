@@ -15,7 +15,10 @@ pool (`backend="pool"`). The allocator keeps the streams PyTorch allocates on:
 a stream wrapped with `torch.cuda.ExternalStream` must never be destroyed while it is installed.
 `install()` also sets the pluggable allocator's optional hooks, so `Tensor.record_stream`,
 `torch.cuda.empty_cache()` and `torch.cuda.set_per_process_memory_fraction` reach it (the
-fraction sets the limit, which bounds the bytes PyTorch holds rather than what is reserved).
+fraction sets the limit, which bounds the bytes PyTorch holds rather than what is reserved),
+and so that CUDA graph captures (`torch.cuda.graph`) allocate from the graph's private pool, as
+with PyTorch's own allocator: memory a graph uses is never handed to other tensors while the
+graph exists, and returns to the driver at an `empty_cache()` after the graph is gone.
 """
 import ctypes
 import os
@@ -42,7 +45,12 @@ HOOKS = (
     ("set_record_stream_fn", "cuda_mem_torch_record_stream"),
     ("set_reset_fn", "cuda_mem_torch_empty_all_caches"),
     ("set_memory_fraction_fn", "cuda_mem_torch_set_memory_fraction"),
+    # CUDA graphs: what a capture allocates comes from the graph's private pool.
+    ("set_begin_allocate_to_pool", "cuda_mem_torch_begin_allocate_to_pool"),
+    ("set_end_allocate_to_pool_fn", "cuda_mem_torch_end_allocate_to_pool"),
+    ("set_release_pool", "cuda_mem_torch_release_pool"),
 )
+GRAPH_HOOKS = ("set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn", "set_release_pool")
 NO_LIMIT = (1 << 64) - 1
 
 
@@ -87,9 +95,10 @@ class Allocator:
 
     def _set_hooks(self):
         """Points PyTorch's optional hooks of the pluggable allocator at the library, so that
-        Tensor.record_stream, torch.cuda.empty_cache() and set_per_process_memory_fraction reach
-        it. A PyTorch without them leaves those calls doing nothing: listed in `missing_hooks`
-        (with a warning for record_stream, which then does not protect memory)."""
+        Tensor.record_stream, torch.cuda.empty_cache(), set_per_process_memory_fraction and CUDA
+        graph captures reach it. A PyTorch without them leaves those calls doing nothing: listed in
+        `missing_hooks` (with a warning for record_stream and for graphs, whose memory is then not
+        protected)."""
         native = self.torch_allocator.allocator()
         self.missing_hooks = []
         for setter, function in HOOKS:
@@ -101,6 +110,9 @@ class Allocator:
         if "set_record_stream_fn" in self.missing_hooks:
             warnings.warn("this PyTorch cannot pass Tensor.record_stream to a pluggable allocator: "
                           "order other streams' use of a tensor before its free yourself")
+        if any(hook in self.missing_hooks for hook in GRAPH_HOOKS):
+            warnings.warn("this PyTorch cannot tell a pluggable allocator about CUDA graph captures: "
+                          "memory a captured graph uses may be handed out again; do not capture graphs")
 
     def _check(self, status, what):
         if status != 0:

@@ -1,6 +1,7 @@
 //! One device's allocator: a byte limit and PyTorch-style statistics around a [`Backend`].
 
 use crate::backend::{Backend, Figures};
+use crate::graphs::{CaptureFilter, GraphPools, PoolId};
 use cuda_mem::resource::StreamRef;
 use cuda_mem::resource::snapshot::{Frames, TraceRecorder};
 use cuda_mem::{CudaError, ErrorKind, OomReport, Result};
@@ -20,7 +21,8 @@ pub struct Stats {
     pub allocated_peak: u64,
     /// Bytes the backend holds from the driver.
     pub reserved_current: u64,
-    /// Highest `reserved_current`.
+    /// Highest `reserved_current`: the backend's peak, or the figure now when that is higher (the
+    /// memory of CUDA graph pools counts from when the figures are read).
     pub reserved_peak: u64,
     /// Successful allocations.
     pub alloc_count: u64,
@@ -64,6 +66,8 @@ impl Stats {
 #[derive(Debug)]
 pub struct DeviceAllocator<B> {
     backend: B,
+    /// Private pools of CUDA graphs, where the allocator takes part in captures.
+    graphs: Option<GraphPools>,
     device: i32,
     /// True while a trace is recorded (checked before taking the lock).
     recording: AtomicBool,
@@ -81,6 +85,7 @@ impl<B: Backend> DeviceAllocator<B> {
     pub fn new(backend: B, device: i32) -> Self {
         Self {
             backend,
+            graphs: None,
             device,
             recording: AtomicBool::new(false),
             trace: Mutex::new(None),
@@ -90,6 +95,47 @@ impl<B: Backend> DeviceAllocator<B> {
             allocs: AtomicU64::new(0),
             frees: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+        }
+    }
+
+    /// The same allocator, giving what CUDA graph captures allocate private pools (see
+    /// [`crate::graphs`]).
+    pub fn with_graph_pools(self, pools: GraphPools) -> Self {
+        Self { graphs: Some(pools), ..self }
+    }
+
+    /// A capture into `pool` begins: the streams `filter` accepts allocate from the pool (PyTorch's
+    /// `beginAllocateToPool`). Without graph pools, an error: the capture must not go on with
+    /// memory the cache would hand out again while the graph may replay.
+    pub fn begin_capture(&self, pool: PoolId, filter: Box<dyn CaptureFilter>) -> Result<()> {
+        let Some(graphs) = &self.graphs else {
+            let kind = ErrorKind::Unsupported("CUDA graph capture without graph pools");
+            return Err(CudaError::new(kind, "cuda-mem's PyTorch allocator"));
+        };
+        self.backend.hold_event_queries(true);
+        graphs.begin(pool, filter);
+        Ok(())
+    }
+
+    /// The capture into `pool` has ended (PyTorch's `endAllocateToPool`); after the last one
+    /// underway, the frees held back during the captures reach the backend.
+    pub fn end_capture(&self, pool: PoolId) {
+        let Some(graphs) = &self.graphs else { return };
+        let deferred = graphs.end(pool);
+        if !graphs.capturing() {
+            self.backend.hold_event_queries(false);
+        }
+        for free in deferred {
+            // SAFETY: freed by PyTorch during the capture with this size and stream, under the
+            // contract of `free` (its accounting was done then); held back until now.
+            unsafe { self.backend.deallocate(free.ptr, free.bytes, free.stream) };
+        }
+    }
+
+    /// The graphs captured into `pool` are gone (PyTorch's `releasePool`).
+    pub fn release_pool(&self, pool: PoolId) {
+        if let Some(graphs) = &self.graphs {
+            graphs.release(pool);
         }
     }
 
@@ -111,7 +157,8 @@ impl<B: Backend> DeviceAllocator<B> {
                 return Err(self.refused(err, size, stream));
             }
         };
-        match self.backend.allocate(size.max(1), stream) {
+        let from_pool = self.graphs.as_ref().and_then(|graphs| graphs.allocate(size.max(1), stream));
+        match from_pool.unwrap_or_else(|| self.backend.allocate(size.max(1), stream)) {
             Ok(ptr) => {
                 self.peak.fetch_max(used + size, Ordering::Relaxed);
                 self.allocs.fetch_add(1, Ordering::Relaxed);
@@ -161,8 +208,11 @@ impl<B: Backend> DeviceAllocator<B> {
     /// `ptr` came from [`DeviceAllocator::allocate`] with `size`, is freed once, and nothing uses
     /// it after the work queued on `stream`.
     pub unsafe fn free(&self, ptr: NonNull<u8>, size: usize, stream: StreamRef<'static>) {
-        // SAFETY: forwarded from the caller; `allocate` asked the backend for `size.max(1)`.
-        unsafe { self.backend.deallocate(ptr, size.max(1), stream) };
+        let taken = self.graphs.as_ref().is_some_and(|graphs| graphs.free(ptr, size.max(1), stream));
+        if !taken {
+            // SAFETY: forwarded from the caller; `allocate` asked the backend for `size.max(1)`.
+            unsafe { self.backend.deallocate(ptr, size.max(1), stream) };
+        }
         if let Some(trace) = self.recorder() {
             trace.free(ptr.as_ptr() as usize, size, stream.as_raw() as usize);
         }
@@ -179,11 +229,12 @@ impl<B: Backend> DeviceAllocator<B> {
     /// The figures now.
     pub fn stats(&self) -> Stats {
         let Figures { reserved, cache_hits, cache_misses, segments } = self.backend.figures();
+        let in_pools = self.graphs.as_ref().map_or(0, GraphPools::reserved);
         Stats {
             allocated_current: self.allocated.load(Ordering::Relaxed) as u64,
             allocated_peak: self.peak.load(Ordering::Relaxed) as u64,
-            reserved_current: reserved.current as u64,
-            reserved_peak: reserved.peak as u64,
+            reserved_current: (reserved.current + in_pools) as u64,
+            reserved_peak: reserved.peak.max(reserved.current + in_pools) as u64,
             alloc_count: self.allocs.load(Ordering::Relaxed),
             free_count: self.frees.load(Ordering::Relaxed),
             failed_count: self.failures.load(Ordering::Relaxed),
@@ -206,9 +257,11 @@ impl<B: Backend> DeviceAllocator<B> {
         self.backend.reset_peak();
     }
 
-    /// Returns the backend's cached memory to the driver.
+    /// Returns the backend's cached memory to the driver, and the memory of released graph pools
+    /// (after the device is idle; not while a capture is underway).
     pub fn release_cached(&self) -> Result<()> {
-        self.backend.release_cached()
+        self.backend.release_cached()?;
+        self.graphs.as_ref().map_or(Ok(0), GraphPools::release_freeable).map(drop)
     }
 }
 
@@ -261,6 +314,55 @@ mod tests {
     }
 
     const S: StreamRef<'static> = StreamRef::LEGACY;
+
+    /// Host memory for graph pools.
+    #[derive(Debug)]
+    struct HostPools;
+
+    impl crate::graphs::PoolMemory for HostPools {
+        fn allocate(&self, bytes: usize) -> Result<(NonNull<u8>, crate::graphs::PoolBlock)> {
+            let mut memory = vec![0u8; bytes].into_boxed_slice();
+            Ok((NonNull::new(memory.as_mut_ptr()).unwrap(), Box::new(memory)))
+        }
+
+        fn synchronize(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A capture of every stream.
+    struct Everything;
+
+    impl CaptureFilter for Everything {
+        fn accepts(&self, _: StreamRef<'static>) -> Option<bool> {
+            Some(true)
+        }
+    }
+
+    #[test]
+    fn captures_allocate_from_graph_pools_and_the_caches_frees_wait_for_their_end() {
+        let plain = DeviceAllocator::new(HostBackend::default(), 0);
+        let err = plain.begin_capture((1, 0), Box::new(Everything)).unwrap_err();
+        assert!(err.to_string().contains("CUDA graph capture without graph pools"), "{err}");
+
+        let a = DeviceAllocator::new(HostBackend::default(), 0).with_graph_pools(GraphPools::new(Box::new(HostPools)));
+        let eager = a.allocate(100, S).unwrap();
+        a.begin_capture((1, 0), Box::new(Everything)).unwrap();
+        let captured = a.allocate(100, S).unwrap();
+        assert_eq!(a.backend.held.lock().unwrap().len(), 1, "the capture's memory is the pool's");
+        // SAFETY: from this allocator, freed once each.
+        unsafe { (a.free(eager, 100, S), a.free(captured, 100, S)) };
+        assert_eq!(a.backend.held.lock().unwrap().len(), 1, "the cache's free waits for the capture's end");
+        let s = a.stats();
+        assert_eq!((s.allocated_current, s.free_count, s.reserved_current), (0, 2, 100 + 512));
+        a.end_capture((1, 0));
+        assert!(a.backend.held.lock().unwrap().is_empty());
+        a.release_cached().unwrap();
+        assert_eq!(a.stats().reserved_current, 512, "the graph may still replay");
+        a.release_pool((1, 0));
+        a.release_cached().unwrap();
+        assert_eq!(a.stats().reserved_current, 0);
+    }
 
     #[test]
     fn statistics_count_what_pytorch_asked_for() {

@@ -57,4 +57,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Returns cached memory to the driver.
     fn release_cached(&self) -> Result<()>;
+
+    /// While `hold` (a CUDA graph capture is underway), makes no event query or record of its
+    /// own accord (a capture refuses them); cached memory waiting for events stays waiting.
+    fn hold_event_queries(&self, hold: bool) {
+        let _ = hold;
+    }
 }

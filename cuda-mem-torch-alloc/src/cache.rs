@@ -28,7 +28,7 @@ use cuda_mem::{CachingStats, Result};
 use rustc_hash::FxHashMap;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// `cudaStreamLegacy`, the legacy default stream's explicit name.
@@ -109,6 +109,8 @@ pub struct CacheBackend<S: BlockSource> {
     deferred: Mutex<Vec<Deferred<S::Fence>>>,
     /// `deferred.len()`, read without the lock on every allocation.
     deferred_count: AtomicUsize,
+    /// A CUDA graph capture is underway: the held-back blocks' events are not queried.
+    holding_queries: AtomicBool,
 }
 
 impl<S: BlockSource> fmt::Debug for CacheBackend<S> {
@@ -132,7 +134,13 @@ fn key_of(stream: StreamRef<'static>) -> usize {
 impl<S: BlockSource> CacheBackend<S> {
     /// A backend over `source`.
     pub fn new(source: S) -> Self {
-        Self { source, held: Mutex::default(), deferred: Mutex::default(), deferred_count: AtomicUsize::new(0) }
+        Self {
+            source,
+            held: Mutex::default(),
+            deferred: Mutex::default(),
+            deferred_count: AtomicUsize::new(0),
+            holding_queries: AtomicBool::new(false),
+        }
     }
 
     /// The source.
@@ -221,7 +229,7 @@ impl<S: BlockSource> CacheBackend<S> {
     /// Returns the held-back blocks whose streams' work has completed (all of them, waiting,
     /// when `wait`; a fence that cannot be waited for keeps its block back).
     fn settle(&self, wait: bool) {
-        if self.deferred_blocks() == 0 {
+        if self.deferred_blocks() == 0 || self.holding_queries.load(Ordering::Relaxed) {
             return;
         }
         let mut ready = Vec::new();
@@ -305,9 +313,17 @@ impl<S: BlockSource> Backend for CacheBackend<S> {
     }
 
     fn release_cached(&self) -> Result<()> {
+        if self.holding_queries.load(Ordering::Relaxed) {
+            // A capture is underway: its fences and `cudaFree`s would end it.
+            return Ok(());
+        }
         self.settle(true);
         self.source.empty_cache();
         Ok(())
+    }
+
+    fn hold_event_queries(&self, hold: bool) {
+        self.holding_queries.store(hold, Ordering::Relaxed);
     }
 }
 

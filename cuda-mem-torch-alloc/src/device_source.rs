@@ -2,10 +2,12 @@
 //! handles borrowed as cuda-mem streams.
 
 use crate::cache::BlockSource;
+use crate::graphs::{PoolBlock, PoolMemory};
 use cuda_mem::caching::{CachedBlock, Config};
 use cuda_mem::resource::StreamRef;
-use cuda_mem::{CachingStats, Device, DeviceCache, Event, Result, Stream};
+use cuda_mem::{CachingStats, Device, DeviceBuffer, DeviceCache, Event, Result, Stream};
 use std::cell::RefCell;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Source ids key the threads' tables of borrowed streams.
@@ -126,5 +128,23 @@ impl BlockSource for DeviceSource {
 
     fn empty_cache(&self) -> usize {
         self.cache.empty_cache()
+    }
+}
+
+/// Fresh device memory for CUDA graph pools: a `cudaMalloc` each, freed when dropped.
+#[derive(Debug)]
+pub struct FreshMemory(pub Device);
+
+impl PoolMemory for FreshMemory {
+    fn allocate(&self, bytes: usize) -> Result<(NonNull<u8>, PoolBlock)> {
+        // SAFETY: the memory goes to PyTorch, which writes it before reading it; Rust never
+        // reads it.
+        let mut memory = self.0.run_on(|| unsafe { DeviceBuffer::<u8>::uninit(bytes) })??;
+        let ptr = NonNull::new(memory.as_mut_slice().as_device_ptr()).expect("cudaMalloc never returns null");
+        Ok((ptr, Box::new(memory)))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.0.synchronize()
     }
 }

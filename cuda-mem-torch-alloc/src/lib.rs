@@ -24,12 +24,14 @@ mod allocator;
 mod backend;
 mod cache;
 mod device_source;
+mod graphs;
 mod pool;
 
 pub use allocator::{DeviceAllocator, NO_LIMIT, Stats};
 pub use backend::{Backend, Figures, Reserved};
 pub use cache::{BlockSource, CacheBackend};
-pub use device_source::DeviceSource;
+pub use device_source::{DeviceSource, FreshMemory};
+pub use graphs::{CaptureFilter, GraphPools, PoolId, PoolMemory};
 pub use pool::PoolBackend;
 
 use cuda_mem::caching::Config;
@@ -142,6 +144,12 @@ impl Backend for DeviceBackend {
             Self::Pool(pool) => pool.release_cached(),
         }
     }
+
+    fn hold_event_queries(&self, hold: bool) {
+        if let Self::Cache(cache) = self {
+            cache.hold_event_queries(hold);
+        }
+    }
 }
 
 /// The [`BackendChoice`] new devices' allocators are made over.
@@ -179,7 +187,8 @@ fn entry(ordinal: c_int) -> Result<&'static Entry> {
     }
     let device = Device::new(ordinal as usize)?;
     let backend = DeviceBackend::new(device, BackendChoice::load())?;
-    let allocator = DeviceAllocator::new(backend, ordinal);
+    let pools = GraphPools::new(Box::new(FreshMemory(device)));
+    let allocator = DeviceAllocator::new(backend, ordinal).with_graph_pools(pools);
     Ok(slot.get_or_init(|| Entry { allocator }))
 }
 
@@ -515,6 +524,83 @@ pub extern "C" fn cuda_mem_torch_reset_peaks(device: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuda_mem_torch_empty_cache(device: c_int) -> c_int {
     with_allocator(device, "cuda_mem_torch_empty_cache", DeviceAllocator::release_cached)
+}
+
+unsafe extern "C" {
+    /// 1 when PyTorch's capture filter accepts `stream`, 0 when not, -1 when it threw
+    /// (shim/graphs.cpp).
+    fn cuda_mem_torch_filter_accepts(filter: *mut c_void, stream: *mut c_void) -> c_int;
+    /// Deletes the filter.
+    fn cuda_mem_torch_filter_drop(filter: *mut c_void);
+}
+
+/// PyTorch's filter of a capture's streams (a `std::function` the shim moved to the heap).
+struct TorchFilter(NonNull<c_void>);
+
+// SAFETY: the filter is called only under the graph pools' lock, so from one thread at a time,
+// and deleted once, by whichever thread ends the capture; PyTorch's filter reads the capture's
+// id and queries the stream, which any thread may do.
+unsafe impl Send for TorchFilter {}
+
+impl graphs::CaptureFilter for TorchFilter {
+    fn accepts(&self, stream: StreamRef<'static>) -> Option<bool> {
+        // SAFETY: the filter is live until dropped; the stream is a handle PyTorch passed.
+        match unsafe { cuda_mem_torch_filter_accepts(self.0.as_ptr(), stream.as_raw().cast()) } {
+            1 => Some(true),
+            0 => Some(false),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for TorchFilter {
+    fn drop(&mut self) {
+        // SAFETY: made by the shim's `new`, deleted once, here.
+        unsafe { cuda_mem_torch_filter_drop(self.0.as_ptr()) }
+    }
+}
+
+/// A CUDA graph capture into pool (`pool0`, `pool1`) begins on `device` (PyTorch's
+/// `beginAllocateToPool`, through shim/graphs.cpp): until it ends, what the streams `filter`
+/// accepts allocate comes from the pool (see the `graphs` module). Takes the filter in every
+/// case. Returns 0, or -1 (message in [`cuda_mem_torch_last_error`]; the shim throws it, so
+/// PyTorch does not capture).
+///
+/// # Safety
+/// `filter` is a `std::function<bool(cudaStream_t)>` from the shim's `new`, not used by the
+/// caller afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mem_torch_graph_begin(
+    device: c_int,
+    pool0: u64,
+    pool1: u64,
+    filter: *mut c_void,
+) -> c_int {
+    let Some(filter) = NonNull::new(filter).map(TorchFilter) else {
+        remember("cuda_mem_torch_graph_begin: a null filter".into());
+        return -1;
+    };
+    with_allocator(device, "cuda_mem_torch_graph_begin", move |a| a.begin_capture((pool0, pool1), Box::new(filter)))
+}
+
+/// The capture into the pool has ended (PyTorch's `endAllocateToPool`). A failure is remembered
+/// for [`cuda_mem_torch_last_error`].
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mem_torch_graph_end(device: c_int, pool0: u64, pool1: u64) {
+    with_allocator(device, "cuda_mem_torch_graph_end", |a| {
+        a.end_capture((pool0, pool1));
+        Ok(())
+    });
+}
+
+/// A graph captured into the pool is gone (PyTorch's `releasePool`); once all are, the pool's
+/// memory goes back to the driver at the next `empty_cache`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mem_torch_graph_release(device: c_int, pool0: u64, pool1: u64) {
+    with_allocator(device, "cuda_mem_torch_graph_release", |a| {
+        a.release_pool((pool0, pool1));
+        Ok(())
+    });
 }
 
 /// Records the last `max_entries` allocations and frees of `device` (0 stops), for

@@ -159,3 +159,86 @@ def test_training_and_inference_match_the_native_allocator():
     print(done.stdout)  # the step-time ratios and the peaks, for the record (no timing assertion)
     assert done.returncode == 0, f"outputs differ or a run failed\n{done.stdout}\n{done.stderr}"
     assert "outputs identical: mlp True, transformer True" in done.stdout, done.stdout
+
+
+GRAPH_SCRIPT = """
+n = 1 << 20                                                    # 4 MiB of float32
+x = torch.ones(n, device="cuda")
+torch.cuda.synchronize()
+out = {"missing_hooks": alloc.missing_hooks}
+# A temporary freed inside g1's capture: g2's output must not be placed in it.
+g1 = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g1):
+    t = x * 2
+    y1 = t + 1
+    t_ptr = t.data_ptr()
+    del t
+g2 = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g2):
+    y2 = x * 5
+out["y2_in_g1_temporary"] = y2.data_ptr() == t_ptr
+g2.replay(); g1.replay(); torch.cuda.synchronize()
+out["y1"], out["y2"] = y1.unique().tolist(), y2.unique().tolist()
+# After a capture on s, an eager tensor on s must not get memory the graph writes.
+s = torch.cuda.Stream()
+g3 = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g3, stream=s):
+    u = x * 7
+    v = u + 1
+    u_ptr = u.data_ptr()
+    del u
+with torch.cuda.stream(s):
+    z = torch.full((n,), 4.0, device="cuda")
+    g3.replay()
+torch.cuda.synchronize()
+out["z_in_g3_temporary"], out["z"] = z.data_ptr() == u_ptr, z.unique().tolist()
+# A graph output deleted while the graph lives: its memory stays the graph's.
+v_ptr = v.data_ptr()
+del v
+with torch.cuda.stream(s):
+    q = torch.full((n,), 9.0, device="cuda")
+    g3.replay()
+torch.cuda.synchronize()
+out["q_in_g3_output"], out["q"] = q.data_ptr() == v_ptr, q.unique().tolist()
+# A capture while a freed block waits for another stream's work (record_stream; the pool
+# backend refuses record_stream).
+side = torch.cuda.Stream()
+a = torch.ones(n, device="cuda")
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    torch.cuda._sleep(%d)
+    a.sum()
+if alloc.backend == "cache":
+    a.record_stream(side)
+else:
+    side.synchronize()
+del a
+g4 = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g4):
+    b = x * 3
+g4.replay(); torch.cuda.synchronize()
+out["b"] = b.unique().tolist()
+# Every graph gone: their pools go back to the driver at empty_cache.
+torch.cuda.empty_cache()
+out["reserved_with_graphs"] = alloc.stats(0)["reserved_current"]
+del g1, g2, g3, g4, y1, y2, q, z, b
+torch.cuda.synchronize()
+torch.cuda.empty_cache()
+out["reserved_after"] = alloc.stats(0)["reserved_current"]
+print(json.dumps(out))
+"""
+
+
+def test_cuda_graphs_keep_their_memory_from_other_tensors():
+    need_allocator()
+    for backend in ("cache", "pool"):
+        result = run_script(
+            f"alloc = cuda_mem_torch.install(backend={backend!r})\n" + GRAPH_SCRIPT % SLEEP_CYCLES, install=False
+        )
+        assert result["missing_hooks"] == [], result
+        assert (result["y1"], result["y2"], result["z"], result["q"], result["b"]) == ([3.0], [5.0], [4.0], [9.0], [3.0]), (
+            backend, result)
+        assert not (result["y2_in_g1_temporary"] or result["z_in_g3_temporary"] or result["q_in_g3_output"]), (
+            backend, result)
+        # g1..g4 held at least six 4 MiB blocks (t, y1, y2, u, v, b) in their pools.
+        assert result["reserved_after"] <= result["reserved_with_graphs"] - 6 * (4 << 20), (backend, result)
