@@ -99,7 +99,7 @@ impl<B: Backend> DeviceAllocator<B> {
     }
 
     /// The same allocator, giving what CUDA graph captures allocate private pools (see
-    /// [`crate::graphs`]).
+    /// [`GraphPools`]).
     pub fn with_graph_pools(self, pools: GraphPools) -> Self {
         Self { graphs: Some(pools), ..self }
     }

@@ -24,7 +24,7 @@ mod allocator;
 mod backend;
 mod cache;
 mod device_source;
-mod graphs;
+pub mod graphs;
 mod pool;
 
 pub use allocator::{DeviceAllocator, NO_LIMIT, Stats};
@@ -562,7 +562,7 @@ impl Drop for TorchFilter {
 
 /// A CUDA graph capture into pool (`pool0`, `pool1`) begins on `device` (PyTorch's
 /// `beginAllocateToPool`, through shim/graphs.cpp): until it ends, what the streams `filter`
-/// accepts allocate comes from the pool (see the `graphs` module). Takes the filter in every
+/// accepts allocate comes from the pool (see [`graphs`]). Takes the filter in every
 /// case. Returns 0, or -1 (message in [`cuda_mem_torch_last_error`]; the shim throws it, so
 /// PyTorch does not capture).
 ///
