@@ -527,14 +527,16 @@ pub extern "C" fn cuda_mem_torch_empty_cache(device: c_int) -> c_int {
 }
 
 unsafe extern "C" {
-    /// 1 when PyTorch's capture filter accepts `stream`, 0 when not, -1 when it threw
-    /// (shim/graphs.cpp).
+    /// A heap copy of the `std::function<bool(cudaStream_t)>` at `filter`, or null when copying
+    /// threw (shim/graphs.cpp).
+    fn cuda_mem_torch_filter_copy(filter: *const c_void) -> *mut c_void;
+    /// 1 when the filter accepts `stream`, 0 when not, -1 when it threw.
     fn cuda_mem_torch_filter_accepts(filter: *mut c_void, stream: *mut c_void) -> c_int;
-    /// Deletes the filter.
+    /// Deletes a copy.
     fn cuda_mem_torch_filter_drop(filter: *mut c_void);
 }
 
-/// PyTorch's filter of a capture's streams (a `std::function` the shim moved to the heap).
+/// PyTorch's filter of a capture's streams (the shim's heap copy of its `std::function`).
 struct TorchFilter(NonNull<c_void>);
 
 // SAFETY: the filter is called only under the graph pools' lock, so from one thread at a time,
@@ -544,7 +546,7 @@ unsafe impl Send for TorchFilter {}
 
 impl graphs::CaptureFilter for TorchFilter {
     fn accepts(&self, stream: StreamRef<'static>) -> Option<bool> {
-        // SAFETY: the filter is live until dropped; the stream is a handle PyTorch passed.
+        // SAFETY: the copy is live until dropped; the stream is a handle PyTorch passed.
         match unsafe { cuda_mem_torch_filter_accepts(self.0.as_ptr(), stream.as_raw().cast()) } {
             1 => Some(true),
             0 => Some(false),
@@ -555,50 +557,74 @@ impl graphs::CaptureFilter for TorchFilter {
 
 impl Drop for TorchFilter {
     fn drop(&mut self) {
-        // SAFETY: made by the shim's `new`, deleted once, here.
+        // SAFETY: made by `cuda_mem_torch_filter_copy`, deleted once, here.
         unsafe { cuda_mem_torch_filter_drop(self.0.as_ptr()) }
     }
 }
 
-/// A CUDA graph capture into pool (`pool0`, `pool1`) begins on `device` (PyTorch's
-/// `beginAllocateToPool`, through shim/graphs.cpp): until it ends, what the streams `filter`
-/// accepts allocate comes from the pool (see [`graphs`]). Takes the filter in every
-/// case. Returns 0, or -1 (message in [`cuda_mem_torch_last_error`]; the shim throws it, so
-/// PyTorch does not capture).
-///
-/// # Safety
-/// `filter` is a `std::function<bool(cudaStream_t)>` from the shim's `new`, not used by the
-/// caller afterwards.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuda_mem_torch_graph_begin(
-    device: c_int,
-    pool0: u64,
-    pool1: u64,
-    filter: *mut c_void,
-) -> c_int {
-    let Some(filter) = NonNull::new(filter).map(TorchFilter) else {
-        remember("cuda_mem_torch_graph_begin: a null filter".into());
-        return -1;
-    };
-    with_allocator(device, "cuda_mem_torch_graph_begin", move |a| a.begin_capture((pool0, pool1), Box::new(filter)))
+/// PyTorch's `MempoolId_t`, a `std::pair<unsigned long long, unsigned long long>`. The pair is
+/// trivially copyable, so C++ passes it by value as it passes this struct (in two registers on
+/// x86-64 and AArch64).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TorchPoolId {
+    /// `first`.
+    pub first: u64,
+    /// `second`.
+    pub second: u64,
 }
 
-/// The capture into the pool has ended (PyTorch's `endAllocateToPool`). A failure is remembered
-/// for [`cuda_mem_torch_last_error`].
+/// The `set_begin_allocate_to_pool` hook: a CUDA graph capture into `pool` begins on `device`
+/// (PyTorch's `beginAllocateToPool`). Until it ends, what the streams the filter accepts
+/// allocate comes from the pool (see [`graphs`]). A refusal is thrown as a C++ exception, so
+/// PyTorch raises it and does not capture with memory it could not protect.
+///
+/// PyTorch calls it as `void(int, MempoolId_t, std::function<bool(cudaStream_t)>)`: a
+/// `std::function` is not trivially copyable, so the caller passes the address of its own
+/// temporary (the C++ ABI of x86-64 and AArch64 Linux), destroyed by the caller after the call;
+/// the allocator keeps a copy.
+///
+/// # Safety
+/// Called by PyTorch with that signature (C++, which can receive the exception): `filter` points
+/// to a live `std::function<bool(cudaStream_t)>` during the call.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuda_mem_torch_graph_end(device: c_int, pool0: u64, pool1: u64) {
-    with_allocator(device, "cuda_mem_torch_graph_end", |a| {
-        a.end_capture((pool0, pool1));
+pub unsafe extern "C-unwind" fn cuda_mem_torch_begin_allocate_to_pool(
+    device: c_int,
+    pool: TorchPoolId,
+    filter: *const c_void,
+) {
+    let begun = guarded("cuda_mem_torch_begin_allocate_to_pool", || {
+        // SAFETY: `filter` points to a live `std::function` (the caller's contract).
+        let copy = NonNull::new(unsafe { cuda_mem_torch_filter_copy(filter) }).ok_or_else(|| {
+            CudaError::new(ErrorKind::InvalidArgument("a capture filter that cannot be copied"), "beginAllocateToPool")
+        })?;
+        let copy = TorchFilter(copy);
+        entry(device)?.allocator.begin_capture((pool.first, pool.second), Box::new(copy))
+    });
+    let Err(err) = begun else { return };
+    let (message, len) = exception_text(err);
+    // SAFETY: as in `cuda_mem_torch_alloc`.
+    unsafe { cuda_mem_torch_throw(message.as_ptr().cast(), len) }
+}
+
+/// The `set_end_allocate_to_pool_fn` hook: the capture into `pool` has ended (PyTorch's
+/// `endAllocateToPool`). Never throws; a failure is remembered for
+/// [`cuda_mem_torch_last_error`].
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mem_torch_end_allocate_to_pool(device: c_int, pool: TorchPoolId) {
+    with_allocator(device, "cuda_mem_torch_end_allocate_to_pool", |a| {
+        a.end_capture((pool.first, pool.second));
         Ok(())
     });
 }
 
-/// A graph captured into the pool is gone (PyTorch's `releasePool`); once all are, the pool's
-/// memory goes back to the driver at the next `empty_cache`.
+/// The `set_release_pool` hook: a graph captured into `pool` is gone (PyTorch's `releasePool`,
+/// also called from graph destructors: never throws). Once all are, the pool's memory goes back
+/// to the driver at the next `empty_cache`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuda_mem_torch_graph_release(device: c_int, pool0: u64, pool1: u64) {
-    with_allocator(device, "cuda_mem_torch_graph_release", |a| {
-        a.release_pool((pool0, pool1));
+pub extern "C" fn cuda_mem_torch_release_pool(device: c_int, pool: TorchPoolId) {
+    with_allocator(device, "cuda_mem_torch_release_pool", |a| {
+        a.release_pool((pool.first, pool.second));
         Ok(())
     });
 }
