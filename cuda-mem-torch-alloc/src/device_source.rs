@@ -131,7 +131,8 @@ impl BlockSource for DeviceSource {
     }
 }
 
-/// Fresh device memory for CUDA graph pools: a `cudaMalloc` each, freed when dropped.
+/// Fresh device memory for CUDA graph pools: a `cudaMalloc` each (with the thread relaxed, as a
+/// capture in global or thread-local mode refuses it otherwise), freed when dropped.
 #[derive(Debug)]
 pub struct FreshMemory(pub Device);
 
@@ -139,7 +140,7 @@ impl PoolMemory for FreshMemory {
     fn allocate(&self, bytes: usize) -> Result<(NonNull<u8>, PoolBlock)> {
         // SAFETY: the memory goes to PyTorch, which writes it before reading it; Rust never
         // reads it.
-        let mut memory = self.0.run_on(|| unsafe { DeviceBuffer::<u8>::uninit(bytes) })??;
+        let mut memory = self.0.run_on(|| unsafe { DeviceBuffer::<u8>::uninit_relaxed(bytes) })??;
         let ptr = NonNull::new(memory.as_mut_slice().as_device_ptr()).expect("cudaMalloc never returns null");
         Ok((ptr, Box::new(memory)))
     }

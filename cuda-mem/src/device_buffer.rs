@@ -58,6 +58,23 @@ impl<T: Pod> DeviceBuffer<T> {
         Ok(Self { ptr, len, device })
     }
 
+    /// Allocates `len` elements on the current device without initialising them, as
+    /// [`DeviceBuffer::uninit`], also while the calling thread captures a stream in global or
+    /// thread-local mode (which refuses `cudaMalloc`): the thread's capture mode is relaxed for
+    /// the call, as PyTorch's allocator does for its graphs' memory. The allocation is no stream
+    /// operation and no graph records it; its `cudaFree` (the drop) is refused during such a
+    /// capture, so drop it after.
+    ///
+    /// # Safety
+    /// As [`DeviceBuffer::uninit`].
+    pub unsafe fn uninit_relaxed(len: usize) -> Result<Self> {
+        raw::graphs::with_capture_relaxed(
+            // SAFETY: forwarded from the caller.
+            || unsafe { Self::uninit(len) },
+            drop,
+        )
+    }
+
     /// Allocates `len` zeroed elements on the current device.
     pub fn zeroed(len: usize) -> Result<Self> {
         // SAFETY: every byte is written by the memset below before anyone can read it.

@@ -171,6 +171,36 @@ fn gpu_synchronize_inside_a_capture_is_a_typed_error_and_the_stream_recovers() {
     stream_still_works(&stream);
 }
 
+/// A capture refuses `cudaMalloc` on its thread (and the refused call ends the capture), but not
+/// `DeviceBuffer::uninit_relaxed`, whose memory, no part of the graph, outlives it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_relaxed_allocations_succeed_inside_a_capture_and_plain_ones_are_refused() {
+    let stream = Stream::non_blocking().unwrap();
+    let mut device = DeviceBuffer::<u32>::zeroed(KIB).unwrap();
+    let mut view = device.as_mut_slice();
+    let mut relaxed = None;
+    let graph = stream
+        .capture(CaptureMode::ThreadLocal, |s| {
+            // SAFETY: written below before it is read.
+            relaxed = Some(unsafe { DeviceBuffer::<u32>::uninit_relaxed(KIB) }?);
+            s.set_bytes(&mut view, 7)
+        })
+        .unwrap();
+    let mut relaxed = relaxed.unwrap();
+    relaxed.as_mut_slice().copy_from_host(&pattern(KIB, 3)).unwrap();
+    assert_same(&relaxed.to_vec().unwrap(), &pattern(KIB, 3));
+    graph.instantiate(GraphFlags::empty()).unwrap().launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert!(device.to_vec().unwrap().iter().all(|&w| w == 0x0707_0707), "the graph ran");
+
+    // SAFETY: never read (the allocation is refused).
+    let err = stream.capture(CaptureMode::ThreadLocal, |_| unsafe { DeviceBuffer::<u32>::uninit(KIB) }.map(drop));
+    let err = err.map(drop).unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::STREAM_CAPTURE_UNSUPPORTED), "{err}");
+    stream_still_works(&stream);
+}
+
 /// The capture records on a private stream: the stream `capture` was called on (and its clones,
 /// on any thread) stays an ordinary stream while the closure runs, so work queued through it runs
 /// now and none of it slips into the graph past the scope's borrow checks. (A synchronize of it
