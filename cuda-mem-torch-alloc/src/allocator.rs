@@ -112,8 +112,7 @@ impl<B: Backend> DeviceAllocator<B> {
             let kind = ErrorKind::Unsupported("CUDA graph capture without graph pools");
             return Err(CudaError::new(kind, "cuda-mem's PyTorch allocator"));
         };
-        self.backend.hold_event_queries(true);
-        graphs.begin(pool, filter);
+        graphs.begin(pool, filter, || self.backend.hold_event_queries(true));
         Ok(())
     }
 
@@ -121,15 +120,14 @@ impl<B: Backend> DeviceAllocator<B> {
     /// underway, the frees held back during the captures reach the backend.
     pub fn end_capture(&self, pool: PoolId) {
         let Some(graphs) = &self.graphs else { return };
-        let deferred = graphs.end(pool);
-        if !graphs.capturing() {
+        graphs.end(pool, |deferred| {
             self.backend.hold_event_queries(false);
-        }
-        for free in deferred {
-            // SAFETY: freed by PyTorch during the capture with this size and stream, under the
-            // contract of `free` (its accounting was done then); held back until now.
-            unsafe { self.backend.deallocate(free.ptr, free.bytes, free.stream) };
-        }
+            for free in deferred {
+                // SAFETY: freed by PyTorch during the capture with this size and stream, under
+                // the contract of `free` (its accounting was done then); held back until now.
+                unsafe { self.backend.deallocate(free.ptr, free.bytes, free.stream) };
+            }
+        });
     }
 
     /// The graphs captured into `pool` are gone (PyTorch's `releasePool`).

@@ -12,7 +12,12 @@
 //! device is idle (a replay may still be running).
 //!
 //! While a capture is underway, other memory freed is handed to the cache only once the capture
-//! has ended: the cache's bookkeeping may record or query events, which a capture refuses.
+//! has ended: the cache's bookkeeping may record or query events, which a capture refuses. (A free
+//! on one thread that races the very beginning of a capture on another may still reach the cache:
+//! at worst the capture fails, or a block is held back for good; memory is never handed out twice.)
+//!
+//! `Tensor.record_stream` on pool memory is not tracked: a pool block goes back to its pool at
+//! the free, for later captures into the pool (whose replays run later still).
 //!
 //! PyTorch names the streams of a capture with a filter (a C++ `std::function`), called for each
 //! allocation while captures are underway; the filter that cannot tell puts the memory in its
@@ -146,23 +151,29 @@ impl GraphPools {
     }
 
     /// A capture into `pool` begins (PyTorch's `beginAllocateToPool`): the streams `filter`
-    /// accepts allocate from the pool until [`GraphPools::end`].
-    pub fn begin(&self, pool: PoolId, filter: Box<dyn CaptureFilter>) {
+    /// accepts allocate from the pool until [`GraphPools::end`]. `first` runs, under the pools'
+    /// lock, when no other capture was underway.
+    pub fn begin(&self, pool: PoolId, filter: Box<dyn CaptureFilter>, first: impl FnOnce()) {
         let mut state = self.state();
+        if state.captures.is_empty() {
+            first();
+        }
         state.pools.entry(pool).or_default().uses += 1;
         state.captures.push((pool, filter));
         self.underway.store(state.captures.len(), Ordering::Release);
     }
 
     /// The capture into `pool` has ended (PyTorch's `endAllocateToPool`). When it was the last
-    /// one underway, returns the frees deferred until then, for the cache.
-    pub fn end(&self, pool: PoolId) -> Vec<DeferredFree> {
+    /// one underway, `last` gets the frees deferred until then, under the pools' lock (so that no
+    /// capture begins while the cache takes them).
+    pub fn end(&self, pool: PoolId, last: impl FnOnce(Vec<DeferredFree>)) {
         let mut state = self.state();
-        if let Some(at) = state.captures.iter().position(|(id, _)| *id == pool) {
-            drop(state.captures.remove(at));
-        }
+        let Some(at) = state.captures.iter().position(|(id, _)| *id == pool) else { return };
+        drop(state.captures.remove(at));
         self.underway.store(state.captures.len(), Ordering::Release);
-        if state.captures.is_empty() { std::mem::take(&mut state.deferred) } else { Vec::new() }
+        if state.captures.is_empty() {
+            last(std::mem::take(&mut state.deferred));
+        }
     }
 
     /// PyTorch no longer replays graphs of `pool` captured once (PyTorch's `releasePool`, once

@@ -73,6 +73,13 @@ const Q: PoolId = (2, 0);
 const S1: usize = 0x10;
 const S2: usize = 0x20;
 
+/// Ends the capture into `pool`; the frees deferred until then, when it was the last.
+fn ended(pools: &GraphPools, pool: PoolId) -> Vec<DeferredFree> {
+    let mut handed = Vec::new();
+    pools.end(pool, |deferred| handed = deferred);
+    handed
+}
+
 fn alloc(pools: &GraphPools, bytes: usize, on: usize) -> Option<NonNull<u8>> {
     pools.allocate(bytes, stream(on)).map(|r| r.expect("host memory"))
 }
@@ -88,7 +95,7 @@ fn outside_captures_the_cache_serves_and_frees_everything() {
 #[test]
 fn a_captures_blocks_are_fresh_and_come_back_only_to_its_pool_on_the_same_stream() {
     let (pools, driver) = pools();
-    pools.begin(P, capturing(&[S1]));
+    pools.begin(P, capturing(&[S1]), || ());
     assert!(alloc(&pools, 100, S2).is_none(), "a stream outside the capture is the cache's");
     let a = alloc(&pools, 100, S1).unwrap();
     assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (GRANULE, GRANULE));
@@ -96,47 +103,47 @@ fn a_captures_blocks_are_fresh_and_come_back_only_to_its_pool_on_the_same_stream
     assert_eq!(alloc(&pools, 200, S1), Some(a), "freed in the capture, reused in stream order");
     let b = alloc(&pools, 100, S1).unwrap();
     assert_ne!(a, b);
-    assert!(pools.end(P).is_empty());
+    assert!(ended(&pools, P).is_empty());
 
     assert!(alloc(&pools, 100, S1).is_none(), "after the capture the cache serves the stream");
     assert!(pools.free(b, 100, stream(S1)), "a pool block never goes to the cache");
     assert!(pools.free(a, 200, stream(S1)));
 
-    pools.begin(Q, capturing(&[S1]));
+    pools.begin(Q, capturing(&[S1]), || ());
     let c = alloc(&pools, 100, S1).unwrap();
     assert!(c != a && c != b, "another pool never gets P's blocks");
-    assert!(pools.end(Q).is_empty());
+    assert!(ended(&pools, Q).is_empty());
 
-    pools.begin(P, capturing(&[S1, S2]));
+    pools.begin(P, capturing(&[S1, S2]), || ());
     let on_s2 = alloc(&pools, 100, S2).unwrap();
     assert!(on_s2 != a && on_s2 != b, "P's free blocks are reused on the stream they were used on only");
     let again = alloc(&pools, 100, S1).unwrap();
     assert!(again == a || again == b, "a capture sharing P reuses its blocks");
-    pools.end(P);
+    ended(&pools, P);
     assert_eq!(driver.syncs.load(Ordering::Relaxed), 0);
 }
 
 #[test]
 fn blocks_much_larger_than_the_request_are_left_for_larger_ones() {
     let (pools, _) = pools();
-    pools.begin(P, capturing(&[S1]));
+    pools.begin(P, capturing(&[S1]), || ());
     let big = alloc(&pools, 1 << 20, S1).unwrap();
     assert!(pools.free(big, 1 << 20, stream(S1)));
     let small = alloc(&pools, 1000, S1).unwrap();
     assert_ne!(small, big);
     assert_eq!(pools.reserved(), (1 << 20) + 1024, "sizes round up to 512 bytes");
     assert_eq!(alloc(&pools, 600_000, S1), Some(big));
-    pools.end(P);
+    ended(&pools, P);
 }
 
 #[test]
 fn a_released_pools_memory_goes_back_once_the_device_is_idle_and_no_capture_is_underway() {
     let (pools, driver) = pools();
-    pools.begin(P, capturing(&[S1]));
+    pools.begin(P, capturing(&[S1]), || ());
     let a = alloc(&pools, 4096, S1).unwrap();
     let output = alloc(&pools, 4096, S1).unwrap();
     assert!(pools.free(a, 4096, stream(S1)));
-    pools.end(P);
+    ended(&pools, P);
     assert_eq!(pools.release_freeable().unwrap(), 0, "the graph may still replay");
 
     pools.release(P);
@@ -144,11 +151,11 @@ fn a_released_pools_memory_goes_back_once_the_device_is_idle_and_no_capture_is_u
     assert_eq!(driver.syncs.load(Ordering::Relaxed), 1);
     assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (4096, 4096));
 
-    pools.begin(Q, capturing(&[S2]));
+    pools.begin(Q, capturing(&[S2]), || ());
     assert!(pools.free(output, 4096, stream(S1)), "the graph's output, freed after its pool was released");
     assert_eq!(pools.release_freeable().unwrap(), 0, "no cudaFree during a capture");
     assert_eq!(driver.held.load(Ordering::Relaxed), 4096);
-    pools.end(Q);
+    ended(&pools, Q);
     assert_eq!(pools.release_freeable().unwrap(), 4096);
     assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (0, 0));
 }
@@ -157,10 +164,10 @@ fn a_released_pools_memory_goes_back_once_the_device_is_idle_and_no_capture_is_u
 fn a_pool_shared_by_two_graphs_lives_until_both_are_released() {
     let (pools, driver) = pools();
     for _ in 0..2 {
-        pools.begin(P, capturing(&[S1]));
+        pools.begin(P, capturing(&[S1]), || ());
         let block = alloc(&pools, 100, S1).unwrap();
         assert!(pools.free(block, 100, stream(S1)));
-        pools.end(P);
+        ended(&pools, P);
     }
     pools.release(P);
     assert_eq!(pools.release_freeable().unwrap(), 0, "the other graph still replays");
@@ -174,11 +181,16 @@ fn a_pool_shared_by_two_graphs_lives_until_both_are_released() {
 fn frees_of_the_caches_memory_wait_until_the_last_capture_ends() {
     let (pools, _) = pools();
     let foreign = NonNull::new(0x1000 as *mut u8).unwrap();
-    pools.begin(P, capturing(&[S1]));
-    pools.begin(Q, capturing(&[S2]));
+    let firsts = std::cell::Cell::new(0);
+    pools.begin(P, capturing(&[S1]), || firsts.set(firsts.get() + 1));
+    pools.begin(Q, capturing(&[S2]), || firsts.set(firsts.get() + 1));
+    assert_eq!(firsts.get(), 1, "only the first capture underway holds the cache's event calls");
+    let mut lasts = 0;
+    pools.end((9, 9), |_| lasts += 1);
+    assert_eq!(lasts, 0, "an end without its begin changes nothing");
     assert!(pools.free(foreign, 64, stream(S2)));
-    assert!(pools.end(Q).is_empty(), "P is still being captured");
-    let deferred = pools.end(P);
+    assert!(ended(&pools, Q).is_empty(), "P is still being captured");
+    let deferred = ended(&pools, P);
     assert_eq!(deferred.len(), 1);
     assert_eq!((deferred[0].ptr, deferred[0].bytes, deferred[0].stream.as_raw() as usize), (foreign, 64, S2));
     assert!(!pools.free(foreign, 64, stream(S2)), "with no capture underway the cache frees at once");
@@ -187,18 +199,18 @@ fn frees_of_the_caches_memory_wait_until_the_last_capture_ends() {
 #[test]
 fn a_filter_that_cannot_tell_keeps_the_memory_in_its_pool() {
     let (pools, _) = pools();
-    pools.begin(P, Box::new(Streams { captured: Vec::new(), unsure: true }));
+    pools.begin(P, Box::new(Streams { captured: Vec::new(), unsure: true }), || ());
     let block = alloc(&pools, 100, S2).expect("kept in P rather than served by the cache");
-    pools.end(P);
+    ended(&pools, P);
     assert!(pools.free(block, 100, stream(S2)));
 }
 
 #[test]
 fn a_failed_wait_for_the_device_keeps_the_blocks() {
     let (pools, driver) = pools();
-    pools.begin(P, capturing(&[S1]));
+    pools.begin(P, capturing(&[S1]), || ());
     let block = alloc(&pools, 100, S1).unwrap();
-    pools.end(P);
+    ended(&pools, P);
     pools.release(P);
     assert!(pools.free(block, 100, stream(S1)));
     driver.refuse_sync.store(true, Ordering::Relaxed);
@@ -218,7 +230,7 @@ fn captures_on_threads_never_share_a_block() {
             .map(|t| {
                 scope.spawn(move || {
                     let (pool, on) = ((t as u64 + 10, 0), 0x100 * (t + 1));
-                    pools.begin(pool, capturing(&[on]));
+                    pools.begin(pool, capturing(&[on]), || ());
                     let (mut live, mut received) = (Vec::new(), std::collections::HashSet::new());
                     for round in 0..200 {
                         let block = alloc(pools, 64 + round % 3 * 200, on).unwrap();
@@ -229,7 +241,7 @@ fn captures_on_threads_never_share_a_block() {
                             assert!(pools.free(live.swap_remove(0), 64, stream(on)));
                         }
                     }
-                    pools.end(pool);
+                    ended(pools, pool);
                     received
                 })
             })
