@@ -206,7 +206,8 @@ impl<B: Backend> DeviceAllocator<B> {
     /// `ptr` came from [`DeviceAllocator::allocate`] with `size`, is freed once, and nothing uses
     /// it after the work queued on `stream`.
     pub unsafe fn free(&self, ptr: NonNull<u8>, size: usize, stream: StreamRef<'static>) {
-        let taken = self.graphs.as_ref().is_some_and(|graphs| graphs.free(ptr, size.max(1), stream));
+        // SAFETY: forwarded from the caller.
+        let taken = self.graphs.as_ref().is_some_and(|graphs| unsafe { graphs.free(ptr, size.max(1), stream) });
         if !taken {
             // SAFETY: forwarded from the caller; `allocate` asked the backend for `size.max(1)`.
             unsafe { self.backend.deallocate(ptr, size.max(1), stream) };

@@ -231,7 +231,11 @@ impl GraphPools {
     /// Takes the free of `ptr` when it is a pool block (back to its pool, or to the freeable
     /// blocks if the pool was released) or when a capture is underway (deferred until the
     /// captures end; [`GraphPools::end`] hands it back). False: the cache frees it now.
-    pub fn free(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>) -> bool {
+    ///
+    /// # Safety
+    /// `ptr` came from [`GraphPools::allocate`] or from the cache, is freed once, and nothing
+    /// uses it after the work queued on `stream` (a pool block goes back to its pool at once).
+    pub unsafe fn free(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>) -> bool {
         if self.live.load(Ordering::Acquire) == 0 && !self.capturing() {
             return false;
         }

@@ -80,6 +80,12 @@ fn ended(pools: &GraphPools, pool: PoolId) -> Vec<DeferredFree> {
     handed
 }
 
+/// Frees through the pools.
+fn free(pools: &GraphPools, ptr: NonNull<u8>, bytes: usize, on: usize) -> bool {
+    // SAFETY: the tests free each block once and use none of them (host memory, never read).
+    unsafe { pools.free(ptr, bytes, stream(on)) }
+}
+
 fn alloc(pools: &GraphPools, bytes: usize, on: usize) -> Option<NonNull<u8>> {
     pools.allocate(bytes, stream(on)).map(|r| r.expect("host memory"))
 }
@@ -88,7 +94,7 @@ fn alloc(pools: &GraphPools, bytes: usize, on: usize) -> Option<NonNull<u8>> {
 fn outside_captures_the_cache_serves_and_frees_everything() {
     let (pools, driver) = pools();
     assert!(alloc(&pools, 100, S1).is_none());
-    assert!(!pools.free(NonNull::dangling(), 100, stream(S1)));
+    assert!(!free(&pools, NonNull::dangling(), 100, S1));
     assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (0, 0));
 }
 
@@ -99,15 +105,15 @@ fn a_captures_blocks_are_fresh_and_come_back_only_to_its_pool_on_the_same_stream
     assert!(alloc(&pools, 100, S2).is_none(), "a stream outside the capture is the cache's");
     let a = alloc(&pools, 100, S1).unwrap();
     assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (GRANULE, GRANULE));
-    assert!(pools.free(a, 100, stream(S1)));
+    assert!(free(&pools, a, 100, S1));
     assert_eq!(alloc(&pools, 200, S1), Some(a), "freed in the capture, reused in stream order");
     let b = alloc(&pools, 100, S1).unwrap();
     assert_ne!(a, b);
     assert!(ended(&pools, P).is_empty());
 
     assert!(alloc(&pools, 100, S1).is_none(), "after the capture the cache serves the stream");
-    assert!(pools.free(b, 100, stream(S1)), "a pool block never goes to the cache");
-    assert!(pools.free(a, 200, stream(S1)));
+    assert!(free(&pools, b, 100, S1), "a pool block never goes to the cache");
+    assert!(free(&pools, a, 200, S1));
 
     pools.begin(Q, capturing(&[S1]), || ());
     let c = alloc(&pools, 100, S1).unwrap();
@@ -128,7 +134,7 @@ fn blocks_much_larger_than_the_request_are_left_for_larger_ones() {
     let (pools, _) = pools();
     pools.begin(P, capturing(&[S1]), || ());
     let big = alloc(&pools, 1 << 20, S1).unwrap();
-    assert!(pools.free(big, 1 << 20, stream(S1)));
+    assert!(free(&pools, big, 1 << 20, S1));
     let small = alloc(&pools, 1000, S1).unwrap();
     assert_ne!(small, big);
     assert_eq!(pools.reserved(), (1 << 20) + 1024, "sizes round up to 512 bytes");
@@ -142,7 +148,7 @@ fn a_released_pools_memory_goes_back_once_the_device_is_idle_and_no_capture_is_u
     pools.begin(P, capturing(&[S1]), || ());
     let a = alloc(&pools, 4096, S1).unwrap();
     let output = alloc(&pools, 4096, S1).unwrap();
-    assert!(pools.free(a, 4096, stream(S1)));
+    assert!(free(&pools, a, 4096, S1));
     ended(&pools, P);
     assert_eq!(pools.release_freeable().unwrap(), 0, "the graph may still replay");
 
@@ -152,7 +158,7 @@ fn a_released_pools_memory_goes_back_once_the_device_is_idle_and_no_capture_is_u
     assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (4096, 4096));
 
     pools.begin(Q, capturing(&[S2]), || ());
-    assert!(pools.free(output, 4096, stream(S1)), "the graph's output, freed after its pool was released");
+    assert!(free(&pools, output, 4096, S1), "the graph's output, freed after its pool was released");
     assert_eq!(pools.release_freeable().unwrap(), 0, "no cudaFree during a capture");
     assert_eq!(driver.held.load(Ordering::Relaxed), 4096);
     ended(&pools, Q);
@@ -166,7 +172,7 @@ fn a_pool_shared_by_two_graphs_lives_until_both_are_released() {
     for _ in 0..2 {
         pools.begin(P, capturing(&[S1]), || ());
         let block = alloc(&pools, 100, S1).unwrap();
-        assert!(pools.free(block, 100, stream(S1)));
+        assert!(free(&pools, block, 100, S1));
         ended(&pools, P);
     }
     pools.release(P);
@@ -188,12 +194,12 @@ fn frees_of_the_caches_memory_wait_until_the_last_capture_ends() {
     let mut lasts = 0;
     pools.end((9, 9), |_| lasts += 1);
     assert_eq!(lasts, 0, "an end without its begin changes nothing");
-    assert!(pools.free(foreign, 64, stream(S2)));
+    assert!(free(&pools, foreign, 64, S2));
     assert!(ended(&pools, Q).is_empty(), "P is still being captured");
     let deferred = ended(&pools, P);
     assert_eq!(deferred.len(), 1);
     assert_eq!((deferred[0].ptr, deferred[0].bytes, deferred[0].stream.as_raw() as usize), (foreign, 64, S2));
-    assert!(!pools.free(foreign, 64, stream(S2)), "with no capture underway the cache frees at once");
+    assert!(!free(&pools, foreign, 64, S2), "with no capture underway the cache frees at once");
 }
 
 #[test]
@@ -202,7 +208,7 @@ fn a_filter_that_cannot_tell_keeps_the_memory_in_its_pool() {
     pools.begin(P, Box::new(Streams { captured: Vec::new(), unsure: true }), || ());
     let block = alloc(&pools, 100, S2).expect("kept in P rather than served by the cache");
     ended(&pools, P);
-    assert!(pools.free(block, 100, stream(S2)));
+    assert!(free(&pools, block, 100, S2));
 }
 
 #[test]
@@ -212,7 +218,7 @@ fn a_failed_wait_for_the_device_keeps_the_blocks() {
     let block = alloc(&pools, 100, S1).unwrap();
     ended(&pools, P);
     pools.release(P);
-    assert!(pools.free(block, 100, stream(S1)));
+    assert!(free(&pools, block, 100, S1));
     driver.refuse_sync.store(true, Ordering::Relaxed);
     assert!(pools.release_freeable().is_err());
     assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (GRANULE, GRANULE));
@@ -238,7 +244,7 @@ fn captures_on_threads_never_share_a_block() {
                         received.insert(block.as_ptr() as usize);
                         live.push(block);
                         if round % 2 == 1 {
-                            assert!(pools.free(live.swap_remove(0), 64, stream(on)));
+                            assert!(free(pools, live.swap_remove(0), 64, on));
                         }
                     }
                     ended(pools, pool);
