@@ -187,18 +187,19 @@ with torch.cuda.graph(g3, stream=s):
     v = u + 1
     u_ptr = u.data_ptr()
     del u
-with torch.cuda.stream(s):
-    z = torch.full((n,), 4.0, device="cuda")
-    g3.replay()
-torch.cuda.synchronize()
+def filled_then_replayed(value):
+    # A tensor made on s, then g3 replayed there: the replay must leave it alone.
+    with torch.cuda.stream(s):
+        made = torch.full((n,), value, device="cuda")
+        g3.replay()
+    torch.cuda.synchronize()
+    return made
+z = filled_then_replayed(4.0)
 out["z_in_g3_temporary"], out["z"] = z.data_ptr() == u_ptr, z.unique().tolist()
 # A graph output deleted while the graph lives: its memory stays the graph's.
 v_ptr = v.data_ptr()
 del v
-with torch.cuda.stream(s):
-    q = torch.full((n,), 9.0, device="cuda")
-    g3.replay()
-torch.cuda.synchronize()
+q = filled_then_replayed(9.0)
 out["q_in_g3_output"], out["q"] = q.data_ptr() == v_ptr, q.unique().tolist()
 # A capture while a freed block waits for another stream's work (record_stream; the pool
 # backend refuses record_stream).
