@@ -46,7 +46,7 @@
 //!     [--schedule per-stream|pipeline] [--streams 4] [--depth 1] [--wake stream|pending] [--buffers 4] [--rounds 5]
 //! ```
 
-use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream};
+use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream, StreamScope};
 use cuda_mem_kernels::scale_in_place_f32;
 use std::future::Future;
 use std::pin::Pin;
@@ -71,6 +71,7 @@ struct Config {
     wake: Wake,
     schedule: Schedule,
     buffers: usize,
+    threads_wait: ThreadsWait,
 }
 
 /// How the async variant lays requests out on streams.
@@ -95,6 +96,23 @@ enum Wake {
     /// Awaiting the `Pending` itself: a helper stream waits for its event, then runs the host
     /// function (built for streams that carry other work after it).
     Pending,
+    /// No host function: the task queries the `Pending` and yields to the executor until it is
+    /// done (a diagnostic: it shows what the host functions cost the GPU, and spends executor
+    /// time on queries).
+    Poll,
+}
+
+/// How the threads variant waits for a request's work.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ThreadsWait {
+    /// A blocking `try_scope`, whose end synchronizes the stream.
+    Scope,
+    /// `Stream::queue` and `Pending::wait` (the async variant's fence event, waited for with a
+    /// blocking event synchronize).
+    Pending,
+    /// `Stream::queue`, `Stream::synchronize_async` awaited by parking the thread, then
+    /// `Pending::try_take`: on the GPU, exactly the async variant's work with `--wake stream`.
+    HostFunc,
 }
 
 impl Config {
@@ -109,6 +127,7 @@ impl Config {
             ("--buffers", 4),
         ];
         let mut wake = Wake::Stream;
+        let mut threads_wait = ThreadsWait::Scope;
         let mut schedule = Schedule::PerStream;
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -117,7 +136,17 @@ impl Config {
                 wake = match value.as_str() {
                     "stream" => Wake::Stream,
                     "pending" => Wake::Pending,
-                    _ => return Err("--wake is stream or pending".into()),
+                    "poll" => Wake::Poll,
+                    _ => return Err("--wake is stream, pending or poll".into()),
+                };
+                continue;
+            }
+            if flag == "--threads-wait" {
+                threads_wait = match value.as_str() {
+                    "scope" => ThreadsWait::Scope,
+                    "pending" => ThreadsWait::Pending,
+                    "host-func" => ThreadsWait::HostFunc,
+                    _ => return Err("--threads-wait is scope, pending or host-func".into()),
                 };
                 continue;
             }
@@ -136,7 +165,7 @@ impl Config {
         if [requests, elements, threads, streams, depth, rounds, buffers].contains(&0) {
             return Err("every setting must be positive".into());
         }
-        Ok(Self { requests, elements, threads, streams, depth, rounds, wake, schedule, buffers })
+        Ok(Self { requests, elements, threads, streams, depth, rounds, wake, schedule, buffers, threads_wait })
     }
 }
 
@@ -324,12 +353,7 @@ async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCud
     let Slot { upload, stream, device } = slots.take().await;
     let Request { input, output } = request;
     let pending = stats.call(|| {
-        stream.queue((device, input, output), |s, (device, input, output)| {
-            let mut view = device.as_mut_slice();
-            s.copy_from_host(&mut view, input)?;
-            scale_in_place_f32(s, &mut view, SCALE)?;
-            s.copy_to_host(&mut output[..], &view)
-        })
+        stream.queue((device, input, output), |s, (device, input, output)| queue_request(s, device, input, output))
     })?;
     let (device, input, output) = match wake {
         Wake::Stream => {
@@ -345,6 +369,13 @@ async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCud
             stats.call(|| drop(awaited)); // releases the fence event
             done?
         }
+        Wake::Poll => loop {
+            match stats.wait(|| pending.is_done()) {
+                Ok(false) => tokio::task::yield_now().await,
+                // Done, or failed: `wait` returns the buffers or the error.
+                _ => break stats.wait(|| pending.wait())?,
+            }
+        },
     };
     stats.done();
     slots.give_back(Slot { upload, stream, device });
@@ -450,25 +481,41 @@ impl ThreadServer {
     fn round(&mut self, config: &Config) -> cuda_mem::Result<(Duration, Inside)> {
         let device = cuda_mem::Device::current()?;
         let stats = InCudaMem::starting_now();
-        std::thread::scope(|scope| -> cuda_mem::Result<()> {
-            let mut shares: Vec<Vec<&mut Request>> = (0..config.threads).map(|_| Vec::new()).collect();
-            for (r, request) in self.requests.iter_mut().enumerate() {
-                shares[r % config.threads].push(request);
-            }
+        let mut shares: Vec<Vec<(usize, Request)>> = (0..config.threads).map(|_| Vec::new()).collect();
+        for (r, request) in std::mem::take(&mut self.requests).into_iter().enumerate() {
+            shares[r % config.threads].push((r, request));
+        }
+        let slots = std::mem::take(&mut self.slots);
+        let served = std::thread::scope(|scope| {
             let workers: Vec<_> = shares
                 .into_iter()
-                .zip(&mut self.slots)
+                .zip(slots)
                 .map(|(share, slot)| {
                     let stats = &stats;
-                    scope.spawn(move || -> cuda_mem::Result<()> {
+                    scope.spawn(move || -> cuda_mem::Result<(Slot, Vec<(usize, Request)>)> {
                         device.set_current()?;
-                        share.into_iter().try_for_each(|request| serve_blocking(slot, request, stats))
+                        let mut slot = slot;
+                        let mut served = Vec::with_capacity(share.len());
+                        for (r, request) in share {
+                            let (back, request) = serve_blocking(slot, request, config.threads_wait, stats)?;
+                            slot = back;
+                            served.push((r, request));
+                        }
+                        Ok((slot, served))
                     })
                 })
                 .collect();
-            workers.into_iter().try_for_each(|w| w.join().expect("a request thread panicked"))
-        })?;
+            workers.into_iter().map(|w| w.join().expect("a request thread panicked")).collect::<Vec<_>>()
+        });
         let wall = stats.start.elapsed();
+        let mut all = Vec::with_capacity(config.requests);
+        for worker in served {
+            let (slot, requests) = worker?;
+            self.slots.push(slot);
+            all.extend(requests);
+        }
+        all.sort_by_key(|(r, _)| *r);
+        self.requests = all.into_iter().map(|(_, request)| request).collect();
         check_and_clear(&mut self.requests);
         Ok((wall, stats.totals()))
     }
@@ -499,24 +546,71 @@ fn run_both(config: &Config) -> cuda_mem::Result<(Rounds, Rounds)> {
     Ok((async_rounds, thread_rounds))
 }
 
-/// One request in a blocking scope; the scope's end (its synchronize) is the wait.
-fn serve_blocking(slot: &mut Slot, request: &mut Request, stats: &InCudaMem) -> cuda_mem::Result<()> {
-    let mut view = slot.device.as_mut_slice();
-    let mut queued = Duration::ZERO;
-    let scope = Instant::now();
-    slot.stream.try_scope(|s| {
-        let start = Instant::now();
-        let result = stats.call(|| {
-            s.copy_from_host(&mut view, &request.input)
-                .and_then(|()| scale_in_place_f32(s, &mut view, SCALE))
-                .and_then(|()| s.copy_to_host(&mut request.output, &view))
-        });
-        queued = start.elapsed();
-        result
-    })?;
-    InCudaMem::add(&stats.wait, scope.elapsed() - queued);
+/// One request on a thread, waited for as `how` says (the wait is what follows the enqueues).
+fn serve_blocking(
+    slot: Slot,
+    request: Request,
+    how: ThreadsWait,
+    stats: &InCudaMem,
+) -> cuda_mem::Result<(Slot, Request)> {
+    let Slot { upload, stream, mut device } = slot;
+    let Request { mut input, mut output } = request;
+    if how == ThreadsWait::Scope {
+        let mut queued = Duration::ZERO;
+        let scope = Instant::now();
+        stream.try_scope(|s| {
+            let start = Instant::now();
+            let result = stats.call(|| queue_request(s, &mut device, &input, &mut output));
+            queued = start.elapsed();
+            result
+        })?;
+        InCudaMem::add(&stats.wait, scope.elapsed() - queued);
+    } else {
+        let pending = stats.call(|| {
+            stream.queue((device, input, output), |s, (device, input, output)| queue_request(s, device, input, output))
+        })?;
+        (device, input, output) = match how {
+            ThreadsWait::HostFunc => {
+                let completion = stats.call(|| stream.synchronize_async())?;
+                stats.wait(|| park_until(completion))?;
+                stats.wait(|| pending.try_take().or_else(cuda_mem::Pending::wait))?
+            }
+            _ => stats.wait(|| pending.wait())?,
+        };
+    }
     stats.done();
-    Ok(())
+    Ok((Slot { upload, stream, device }, Request { input, output }))
+}
+
+/// A request's three operations on `s`: upload, scale in place, download.
+fn queue_request<'s>(
+    s: &StreamScope<'s, '_>,
+    device: &'s mut DeviceBuffer<f32>,
+    input: &'s [f32],
+    output: &'s mut [f32],
+) -> cuda_mem::Result<()> {
+    let mut view = device.as_mut_slice();
+    s.copy_from_host(&mut view, input)?;
+    scale_in_place_f32(s, &mut view, SCALE)?;
+    s.copy_to_host(output, &view)
+}
+
+/// Polls `future` on this thread, parking it between polls (a minimal `block_on`).
+fn park_until<F: Future + Unpin>(mut future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(value) = Pin::new(&mut future).poll(&mut cx) {
+            return value;
+        }
+        std::thread::park();
+    }
 }
 
 fn main() -> cuda_mem::Result<()> {
@@ -533,6 +627,7 @@ fn main() -> cuda_mem::Result<()> {
     let wake = match config.wake {
         Wake::Stream => "stream",
         Wake::Pending => "pending",
+        Wake::Poll => "poll",
     };
     let name = match config.schedule {
         Schedule::PerStream => format!(
@@ -547,7 +642,12 @@ fn main() -> cuda_mem::Result<()> {
     };
     let (async_rounds, thread_rounds) = run_both(&config)?;
     let (async_wall, async_inside) = report(&name, &config, async_rounds);
-    let name = format!("threads ({} OS threads, a stream each, blocking)", config.threads);
+    let wait = match config.threads_wait {
+        ThreadsWait::Scope => "a scope each",
+        ThreadsWait::Pending => "Stream::queue, Pending::wait",
+        ThreadsWait::HostFunc => "Stream::queue, synchronize_async, parked",
+    };
+    let name = format!("threads ({} OS threads, a stream each, blocking: {wait})", config.threads);
     let (threads_wall, _) = report(&name, &config, thread_rounds);
     println!("every result verified");
 
