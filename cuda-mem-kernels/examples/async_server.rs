@@ -107,6 +107,10 @@ enum Wake {
 enum ThreadsWait {
     /// A blocking `try_scope`, whose end synchronizes the stream.
     Scope,
+    /// As `Scope`, and each request also starts an `Event::wait_async` on an event recorded
+    /// after its work and drops it at once: a host function per request runs on a helper stream,
+    /// which the thread does not wait for (a diagnostic: what host functions alone cost the GPU).
+    ScopeAndHostFunc,
     /// `Stream::queue` and `Pending::wait` (the async variant's fence event, waited for with a
     /// blocking event synchronize).
     Pending,
@@ -144,9 +148,10 @@ impl Config {
             if flag == "--threads-wait" {
                 threads_wait = match value.as_str() {
                     "scope" => ThreadsWait::Scope,
+                    "scope-host-func" => ThreadsWait::ScopeAndHostFunc,
                     "pending" => ThreadsWait::Pending,
                     "host-func" => ThreadsWait::HostFunc,
-                    _ => return Err("--threads-wait is scope, pending or host-func".into()),
+                    _ => return Err("--threads-wait is scope, scope-host-func, pending or host-func".into()),
                 };
                 continue;
             }
@@ -555,12 +560,18 @@ fn serve_blocking(
 ) -> cuda_mem::Result<(Slot, Request)> {
     let Slot { upload, stream, mut device } = slot;
     let Request { mut input, mut output } = request;
-    if how == ThreadsWait::Scope {
+    if matches!(how, ThreadsWait::Scope | ThreadsWait::ScopeAndHostFunc) {
         let mut queued = Duration::ZERO;
         let scope = Instant::now();
         stream.try_scope(|s| {
             let start = Instant::now();
-            let result = stats.call(|| queue_request(s, &mut device, &input, &mut output));
+            let result = stats.call(|| {
+                queue_request(s, &mut device, &input, &mut output)?;
+                if how == ThreadsWait::ScopeAndHostFunc {
+                    drop(stream.record_event()?.wait_async()?);
+                }
+                Ok(())
+            });
             queued = start.elapsed();
             result
         })?;
@@ -647,6 +658,7 @@ fn main() -> cuda_mem::Result<()> {
     let (async_wall, async_inside) = report(&name, &config, async_rounds);
     let wait = match config.threads_wait {
         ThreadsWait::Scope => "a scope each",
+        ThreadsWait::ScopeAndHostFunc => "a scope each, and a host function not waited for",
         ThreadsWait::Pending => "Stream::queue, Pending::wait",
         ThreadsWait::HostFunc => "Stream::queue, synchronize_async, parked",
     };
