@@ -13,40 +13,51 @@
 //!   the slot back. No executor thread synchronizes. Two schedules (`--schedule`):
 //!   - `per-stream` (the default): a request runs whole on one of `--streams` streams
 //!     (`--depth` device buffers each), as in the threads variant, queued with `Stream::queue`
-//!     (one event recorded after the three operations). With `--wake stream` (the default) the
-//!     task awaits `Stream::synchronize_async` queued right after its work (a host function,
-//!     which the stream's later work waits for) and then takes the buffers with
-//!     `Pending::try_take`; with `--wake pending` it awaits the `Pending` itself (a helper stream
-//!     waits for its event and runs the wake-up, so the slot's stream waits for nothing).
+//!     (one event recorded after the three operations). What wakes the task (`--wake`):
+//!     - `watcher` (the default): it awaits the `Pending` woken by cuda-mem's watcher thread
+//!       (`WakeUp::WatcherThread`), which queries the event; no host function runs.
+//!     - `stream`: it awaits `Stream::synchronize_async` queued right after its work (a host
+//!       function, which the stream's later work waits for), then takes the buffers with
+//!       `Pending::try_take`.
+//!     - `pending`: it awaits the `Pending` woken by a host function (a helper stream waits for
+//!       its event and runs it, so the slot's stream waits for nothing).
+//!     - `poll` (a diagnostic): it queries the `Pending` and yields to the executor until done.
 //!   - `pipeline`: `--streams` lanes, each an uploads stream and a stream for the kernels and
 //!     downloads ordered after the request's upload by an event (`Pending::then_on`), over
-//!     `--buffers` device buffers dealt to the lanes; the task awaits the `Pending`. Uploads
-//!     never wait for downloads, but on the H200 it moved less than the per-stream schedule,
-//!     with one lane or several (docs/measurements/2026-12-02-h200-s11-async-2436876.txt and
+//!     `--buffers` device buffers dealt to the lanes; the task awaits the `Pending` (woken by the
+//!     watcher with `--wake watcher`, else by a host function). Uploads never wait for
+//!     downloads, but on the H200 it moved less than the per-stream schedule, with one lane or
+//!     several (docs/measurements/2026-12-02-h200-s11-async-2436876.txt and
 //!     2026-12-02-h200-s11-pipeline-lanes.txt).
 //!
-//!   Neither a second request queued behind the running one (`--depth 2`, `--wake pending`) nor
-//!   six streams raised the per-stream schedule's throughput there
-//!   (docs/measurements/2026-12-02-h200-s11-async-matrix-2436876.txt): the copies bound it.
+//!   Host functions cost the copies throughput on the H200 host: with them the async variant
+//!   stayed behind the threads variant at any depth or stream count, and the threads variant
+//!   fell to its level when it only added a host function per request that nothing waited for
+//!   (`--threads-wait scope-host-func`; docs/async-work.md). Hence the watcher is the default.
 //! - Threads: the requests dealt round-robin to `--threads` OS threads, each with its own stream
 //!   and device buffer; a request is the same three operations in a blocking `try_scope`, whose
-//!   end synchronizes the stream.
+//!   end synchronizes the stream (`--threads-wait scope`, the default). Diagnostics: `pending`
+//!   (`Stream::queue`, then `Pending::wait`), `host-func` (`Stream::queue`, then
+//!   `synchronize_async` awaited with the thread parked: the async `--wake stream` work exactly)
+//!   and `scope-host-func` (as `scope`, plus a host function per request on a helper stream).
 //!
 //! Both first serve one untimed round (the kernel module loads; the wake-ups' helper streams
-//! are created), then `--rounds` timed rounds, the two variants' rounds alternating (and which
-//! goes first alternating); each prints the median
-//! round's requests per second and the time its serving threads spent inside cuda-mem calls,
-//! split into enqueues (the copies and the kernel; for the async variant also the event recorded
-//! after them, and queuing the host function or releasing the event) and waits (the async
-//! variant's polls, which query and never block, and `try_take`; the threads variant's scope
-//! ends, which synchronize).
+//! and the watcher thread start), then `--rounds` timed rounds, the two variants' rounds
+//! alternating (and which goes first alternating). The target is judged on the median of the
+//! rounds' pairwise ratios (each async round against the threads round next to it); each variant
+//! also prints its median round's requests per second and the time its serving threads spent
+//! inside cuda-mem calls, split into enqueues (the copies and the kernel; for the async variant
+//! also the event recorded after them, and queuing the host function or releasing the event)
+//! and waits (the async variant's polls, which query or register and never block, and
+//! `try_take`; the threads variant's waits, which block).
 //!
 //! ```text
 //! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4]
-//!     [--schedule per-stream|pipeline] [--streams 4] [--depth 1] [--wake stream|pending] [--buffers 4] [--rounds 21]
+//!     [--schedule per-stream|pipeline] [--streams 4] [--depth 1] [--wake watcher|stream|pending|poll] [--buffers 4]
+//!     [--rounds 21] [--threads-wait scope|scope-host-func|pending|host-func]
 //! ```
 
-use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream, StreamScope};
+use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream, StreamScope, WakeUp};
 use cuda_mem_kernels::scale_in_place_f32;
 use std::future::Future;
 use std::pin::Pin;
@@ -96,6 +107,9 @@ enum Wake {
     /// Awaiting the `Pending` itself: a helper stream waits for its event, then runs the host
     /// function (built for streams that carry other work after it).
     Pending,
+    /// Awaiting the `Pending` woken by cuda-mem's watcher thread (`WakeUp::WatcherThread`),
+    /// which queries its event: no host function runs.
+    Watcher,
     /// No host function: the task queries the `Pending` and yields to the executor until it is
     /// done (a diagnostic: it shows what the host functions cost the GPU, and spends executor
     /// time on queries).
@@ -130,7 +144,7 @@ impl Config {
             ("--rounds", 21),
             ("--buffers", 4),
         ];
-        let mut wake = Wake::Stream;
+        let mut wake = Wake::Watcher;
         let mut threads_wait = ThreadsWait::Scope;
         let mut schedule = Schedule::PerStream;
         let mut args = std::env::args().skip(1);
@@ -141,7 +155,8 @@ impl Config {
                     "stream" => Wake::Stream,
                     "pending" => Wake::Pending,
                     "poll" => Wake::Poll,
-                    _ => return Err("--wake is stream, pending or poll".into()),
+                    "watcher" => Wake::Watcher,
+                    _ => return Err("--wake is watcher, stream, pending or poll".into()),
                 };
                 continue;
             }
@@ -368,10 +383,11 @@ async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCud
             // (were it ever unfinished, the blocking wait is counted as a wait).
             stats.wait(|| pending.try_take().or_else(cuda_mem::Pending::wait))?
         }
-        Wake::Pending => {
+        Wake::Pending | Wake::Watcher => {
+            let pending = if wake == Wake::Watcher { pending.woken_by(WakeUp::WatcherThread) } else { pending };
             let mut awaited = Timed { inner: pending, stats: Arc::clone(&stats) };
             let done = (&mut awaited).await;
-            stats.call(|| drop(awaited)); // releases the fence event
+            stats.call(|| drop(awaited)); // releases the fence event (and the wake-up's state)
             done?
         }
         Wake::Poll => loop {
@@ -391,7 +407,12 @@ async fn serve(slots: Arc<Slots>, request: Request, wake: Wake, stats: Arc<InCud
 /// stream and, ordered after it through an event (`then_on`), the kernel and the download on its
 /// downloads stream; await the `Pending` (a helper stream runs the wake-up, so no lane waits for
 /// a host function); give the slot back.
-async fn serve_pipelined(slots: Arc<Slots>, request: Request, stats: Arc<InCudaMem>) -> cuda_mem::Result<Request> {
+async fn serve_pipelined(
+    slots: Arc<Slots>,
+    request: Request,
+    wake_up: WakeUp,
+    stats: Arc<InCudaMem>,
+) -> cuda_mem::Result<Request> {
     let Slot { upload, stream, device } = slots.take().await;
     let Request { input, output } = request;
     let pending = stats.call(|| {
@@ -404,7 +425,7 @@ async fn serve_pipelined(slots: Arc<Slots>, request: Request, stats: Arc<InCudaM
             s.copy_to_host(&mut output[..], &view)
         })
     })?;
-    let mut awaited = Timed { inner: pending, stats: Arc::clone(&stats) };
+    let mut awaited = Timed { inner: pending.woken_by(wake_up), stats: Arc::clone(&stats) };
     let done = (&mut awaited).await;
     stats.call(|| drop(awaited)); // releases the fence event
     let (device, input, output) = done?;
@@ -453,7 +474,11 @@ impl AsyncServer {
                 .map(|request| {
                     let (slots, stats) = (Arc::clone(slots), Arc::clone(&stats));
                     match config.schedule {
-                        Schedule::Pipeline => tokio::spawn(serve_pipelined(slots, request, stats)),
+                        Schedule::Pipeline => {
+                            let wake_up =
+                                if config.wake == Wake::Watcher { WakeUp::WatcherThread } else { WakeUp::HostFunction };
+                            tokio::spawn(serve_pipelined(slots, request, wake_up, stats))
+                        }
                         Schedule::PerStream => tokio::spawn(serve(slots, request, config.wake, stats)),
                     }
                 })
@@ -628,7 +653,7 @@ fn main() -> cuda_mem::Result<()> {
     let config = Config::parse().unwrap_or_else(|why| {
         eprintln!(
             "async_server: {why}\nusage: async_server [--requests N] [--elements N] [--threads N] [--streams N] [--depth N] \
-             [--rounds N] [--wake stream|pending] [--schedule per-stream|pipeline] [--buffers N]"
+             [--rounds N] [--wake watcher|stream|pending|poll] [--threads-wait scope|scope-host-func|pending|host-func] [--schedule per-stream|pipeline] [--buffers N]"
         );
         std::process::exit(2)
     });
@@ -639,6 +664,7 @@ fn main() -> cuda_mem::Result<()> {
         Wake::Stream => "stream",
         Wake::Pending => "pending",
         Wake::Poll => "poll",
+        Wake::Watcher => "watcher",
     };
     let name = match config.schedule {
         Schedule::PerStream => format!(

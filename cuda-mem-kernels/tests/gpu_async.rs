@@ -216,6 +216,100 @@ fn gpu_futures_are_woken_by_the_gpu_and_survive_being_dropped_or_forgotten() {
     block_on(stream.synchronize_async().unwrap()).0.unwrap();
 }
 
+/// `Pending`s awaited with [`WakeUp::WatcherThread`]: gated work is handed back once done, and
+/// the wake comes from the watcher thread; a watched `Pending` dropped unfinished waits for its
+/// work, a forgotten one leaks (the watcher shares its events, so it goes on querying valid
+/// ones), later watches still work, and a staged copy's lanes are awaited through it too.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_pendings_woken_by_the_watcher_thread_hand_back_their_buffers_and_survive_drop_and_forget() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    let stream = Stream::non_blocking().unwrap();
+    let want = pattern(MIB, 7);
+    let upload = |data: &[u32]| {
+        let pinned = PinnedBuffer::from_slice(data, HostAllocFlags::empty()).unwrap();
+        stream.upload(DeviceBuffer::<u32>::zeroed(data.len()).unwrap(), pinned).unwrap().woken_by(WakeUp::WatcherThread)
+    };
+    let poll_once = |pending: &mut Pending<_>| {
+        std::pin::Pin::new(pending).poll(&mut Context::from_waker(Waker::noop())).is_pending()
+    };
+
+    let (mut pending, (value, woken_by)) = until_held(|| {
+        let gate = Gate::hold(&stream);
+        let mut pending = upload(&want);
+        let mut held = false;
+        let outcome = block_on_then_named(&mut pending, || held = gate.release());
+        (held, (pending, outcome))
+    });
+    let (device, _pinned) = value.unwrap();
+    assert_same(&device.to_vec().unwrap(), &want);
+    assert_eq!(woken_by.as_deref(), Some("cuda-mem-watcher"), "woken by the watcher thread");
+    let err = block_on(&mut pending).0.unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+
+    // Dropped while watched and unfinished: the drop waits for the work.
+    hold_stream(&stream, 100);
+    let mut dropped = upload(&want);
+    assert!(poll_once(&mut dropped), "the held upload completed before its first poll");
+    drop(dropped);
+    assert!(stream.is_idle().unwrap(), "the drop returned before the upload completed");
+
+    // Forgotten while watched: its buffers leak; the watcher keeps its events until they complete.
+    hold_stream(&stream, 100);
+    let mut forgotten = upload(&want);
+    assert!(poll_once(&mut forgotten), "the held upload completed before its first poll");
+    std::mem::forget(forgotten);
+    stream.synchronize().unwrap();
+    let other = pattern(MIB, 8);
+    let (device, _) = block_on(upload(&other)).0.unwrap();
+    assert_same(&device.to_vec().unwrap(), &other);
+
+    // A staged copy: its lanes' job first, then the watcher for their events.
+    let len = 32 * MIB / 4;
+    let data = pattern(len, 11);
+    let staged = small_copier()
+        .copy_from_host_on(&stream, DeviceBuffer::<u32>::zeroed(len).unwrap(), data.clone())
+        .unwrap()
+        .woken_by(WakeUp::WatcherThread);
+    let (device, back) = block_on(staged).0.unwrap();
+    assert_same(&device.to_vec().unwrap(), &data);
+    assert_same(&back, &data);
+}
+
+/// [`block_on_then`], but says which thread woke the task by its name.
+fn block_on_then_named<F: std::future::Future>(
+    future: F,
+    after_first_poll: impl FnOnce(),
+) -> (F::Output, Option<String>) {
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Named {
+        thread: std::thread::Thread,
+        woken_by: Mutex<Option<String>>,
+    }
+    impl Wake for Named {
+        fn wake(self: Arc<Self>) {
+            *self.woken_by.lock().unwrap() = std::thread::current().name().map(str::to_owned);
+            self.thread.unpark();
+        }
+    }
+    let named = Arc::new(Named { thread: std::thread::current(), woken_by: Mutex::new(None) });
+    let waker = Waker::from(Arc::clone(&named));
+    let mut future = std::pin::pin!(future);
+    let mut after_first_poll = Some(after_first_poll);
+    loop {
+        let polled = future.as_mut().poll(&mut Context::from_waker(&waker));
+        if let Some(after) = after_first_poll.take() {
+            after();
+        }
+        if let Poll::Ready(value) = polled {
+            return (value, named.woken_by.lock().unwrap().clone());
+        }
+        std::thread::park();
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_then_and_join_chain_kernels_and_copies_on_owned_buffers() {

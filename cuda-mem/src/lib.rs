@@ -91,6 +91,7 @@ pub(crate) mod staged;
 mod stream;
 mod stream_buffer;
 mod thread_cache;
+mod watcher;
 
 pub use bytemuck::{Pod, Zeroable};
 pub use caching::{CachingStats, CurrentPeak};
@@ -113,8 +114,8 @@ pub use managed::{Advice, Attach, Location, ManagedBuffer};
 pub use maybe_owned::MaybeOwned;
 pub use notify::Completion;
 pub use peer::PoolAccess;
-pub use pending::Pending;
 pub use pending::owned::{OwnedDevice, OwnedHost};
+pub use pending::{Pending, WakeUp};
 pub use pinned::PinnedBuffer;
 pub use pinned_pool::{PinnedPool, PinnedPoolStats, PooledPinned};
 pub use pool::{MemPool, PoolProps, ReusePolicy, ShareableHandle};

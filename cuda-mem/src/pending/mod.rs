@@ -11,6 +11,7 @@ use crate::event::Event;
 use crate::notify::{Completion, polled_after_completion};
 use crate::scope::StreamScope;
 use crate::stream::Stream;
+use crate::watcher::{Probe, Watch, Watcher};
 use job::Job;
 use std::fmt;
 use std::future::Future;
@@ -23,10 +24,25 @@ use std::task::{Context, Poll};
 /// (the staging block), so it is dropped only after completion, or leaked with the value.
 type Settle<T> = Box<dyn FnOnce(&mut T) + Send>;
 
+/// What wakes a task awaiting a [`Pending`]: see [`Pending::woken_by`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WakeUp {
+    /// A host function (`cudaLaunchHostFunc`) on a helper stream that waits for the work's
+    /// events: no thread of cuda-mem's polls, but every wait puts a host function on the GPU's
+    /// queues.
+    #[default]
+    HostFunction,
+    /// cuda-mem's watcher thread, which queries the work's events (`cudaEventQuery`) and wakes
+    /// the task: no host function runs. The thread keeps a core busy, yielding between its
+    /// queries, while watched work is outstanding (and for a millisecond after each completion),
+    /// then naps between queries; it sleeps while nothing is watched.
+    WatcherThread,
+}
+
 /// Work queued on buffers owned by value. The buffers come back once the work has completed:
 /// [`Pending::wait`] blocks for it, [`Pending::try_take`] and [`Pending::is_done`] never block,
 /// and `.await` (`Pending` is a [`Future`]) is woken through `cudaLaunchHostFunc` without
-/// blocking any thread. More work on the same buffers is queued with [`Pending::then`] without
+/// blocking any thread (or by cuda-mem's watcher thread: [`Pending::woken_by`]). More work on the same buffers is queued with [`Pending::then`] without
 /// waiting, and independent `Pending`s combine with [`Pending::join`].
 ///
 /// - **Drop** blocks until the work has completed, then drops the buffers (in `async` code that
@@ -118,16 +134,25 @@ pub struct Pending<T> {
     value: Option<T>,
     /// The stream the work was queued on, for [`Pending::then`] and the wake-up's device.
     stream: Stream,
-    /// Events recorded after the GPU work on the value, on any stream.
-    fences: Vec<Event>,
+    /// Events recorded after the GPU work on the value, on any stream; shared with a watcher
+    /// thread's watch, which queries them.
+    fences: Vec<Arc<Event>>,
     /// Host work on the value that runs on other threads; its events join `fences`.
     jobs: Vec<Arc<Job>>,
     settle: Option<Settle<T>>,
+    /// What `.await` is woken by.
+    woken_by: WakeUp,
     /// The wake-up armed at the first poll that found the work unfinished.
-    wake: Option<Completion>,
+    wake: Option<Armed>,
     /// A job's failure, kept once taken from the job: its lanes' work may still be in flight, so
     /// the value is never handed back (see [`Pending::wait`]).
     failed: Option<Box<crate::CudaError>>,
+}
+
+/// A wake-up armed by a poll.
+enum Armed {
+    HostFunction(Completion),
+    Watcher(Watch),
 }
 
 // The value is never pinned: `poll` moves it out by value.
@@ -147,7 +172,34 @@ impl<T> fmt::Debug for Pending<T> {
 impl<T> Pending<T> {
     /// A pending value fenced by `fences` (GPU work) and `jobs` (host work on other threads).
     pub(crate) fn new(value: T, stream: Stream, fences: Vec<Event>, jobs: Vec<Arc<Job>>) -> Self {
-        Self { value: Some(value), stream, fences, jobs, settle: None, wake: None, failed: None }
+        let fences = fences.into_iter().map(Arc::new).collect();
+        Self {
+            value: Some(value),
+            stream,
+            fences,
+            jobs,
+            settle: None,
+            woken_by: WakeUp::default(),
+            wake: None,
+            failed: None,
+        }
+    }
+
+    /// Chooses what wakes a task that awaits this `Pending` (before its first poll; a poll that
+    /// already armed a wake-up keeps it). [`WakeUp::HostFunction`] is the default. Pendings made
+    /// by [`Pending::join`] keep `self`'s choice; [`Pending::then`] starts afresh.
+    ///
+    /// ```no_run
+    /// # async fn run() -> cuda_mem::Result<()> {
+    /// use cuda_mem::{DeviceBuffer, PinnedBuffer, Stream, WakeUp};
+    /// let stream = Stream::non_blocking()?;
+    /// let (device, host) = (DeviceBuffer::<u8>::zeroed(1 << 20)?, PinnedBuffer::<u8>::zeroed(1 << 20)?);
+    /// let (device, host) = stream.upload(device, host)?.woken_by(WakeUp::WatcherThread).await?;
+    /// # drop((device, host)); Ok(()) }
+    /// ```
+    pub fn woken_by(mut self, wake_up: WakeUp) -> Self {
+        self.woken_by = wake_up;
+        self
     }
 
     /// The stream the work was queued on.
@@ -305,7 +357,16 @@ impl<T> Pending<T> {
         let mut jobs = std::mem::take(&mut self.jobs);
         jobs.append(&mut other.jobs);
         let failed = self.failed.take().or(other.failed.take());
-        Ok(Pending { value: Some((a, b)), stream: self.stream.clone(), fences, jobs, settle, wake: None, failed })
+        Ok(Pending {
+            value: Some((a, b)),
+            stream: self.stream.clone(),
+            fences,
+            jobs,
+            settle,
+            woken_by: self.woken_by,
+            wake: None,
+            failed,
+        })
     }
 
     /// Keeps `kept` (memory the work still uses, e.g. a staging block) until completion, where
@@ -335,6 +396,7 @@ impl<T> Pending<T> {
             fences,
             jobs,
             settle: Some(settle),
+            woken_by: self.woken_by,
             wake: None,
             failed,
         }
@@ -343,7 +405,7 @@ impl<T> Pending<T> {
     /// Blocks until every job and every fence has completed.
     fn complete_blocking(&mut self) -> Result<()> {
         self.join_jobs()?;
-        self.fences.iter().try_for_each(Event::synchronize)
+        self.fences.iter().try_for_each(|fence| fence.synchronize())
     }
 
     /// Makes `stream` wait (on the device) for all the work on the value; jobs are joined first
@@ -358,7 +420,7 @@ impl<T> Pending<T> {
     fn join_jobs(&mut self) -> Result<()> {
         while let Some(job) = self.jobs.pop() {
             match job.join() {
-                Ok(events) => self.fences.extend(events),
+                Ok(events) => self.fences.extend(events.into_iter().map(Arc::new)),
                 Err(err) => self.failed = Some(Box::new(err)),
             }
         }
@@ -377,6 +439,20 @@ impl<T> Pending<T> {
         value
     }
 
+    /// A wake-up for when every fence has completed, as `woken_by` says.
+    fn arm(&self) -> Result<Armed> {
+        match self.woken_by {
+            WakeUp::HostFunction => {
+                let fences: Vec<&Event> = self.fences.iter().map(|fence| &**fence).collect();
+                Completion::after_events(self.stream.device(), &fences).map(Armed::HostFunction)
+            }
+            WakeUp::WatcherThread => {
+                let probes = self.fences.iter().map(|fence| Arc::clone(fence) as Arc<dyn Probe>).collect();
+                Ok(Armed::Watcher(Watcher::global()?.watch(probes)))
+            }
+        }
+    }
+
     /// Leaks the value and what the work still used, and returns `err`.
     fn leak(&mut self, err: crate::CudaError) -> crate::CudaError {
         std::mem::forget(self.value.take());
@@ -391,9 +467,9 @@ fn already_handed_back() -> crate::CudaError {
 }
 
 /// True when every event has completed.
-fn all_complete(events: &[Event]) -> Result<bool> {
+fn all_complete<E: std::borrow::Borrow<Event>>(events: &[E]) -> Result<bool> {
     for event in events {
-        if !event.is_complete()? {
+        if !event.borrow().is_complete()? {
             return Ok(false);
         }
     }
@@ -405,8 +481,8 @@ impl<T> Future for Pending<T> {
 
     /// Resolves with the buffers once the work has completed. Host work of a staged copy wakes
     /// the task from its lane thread; GPU work through `cudaLaunchHostFunc` on a helper stream
-    /// that waits for the fences, so nothing queued later on the stream delays the wake-up. The
-    /// waker must not call CUDA inline (see [`Completion`]). Polling again after `Ready` gives an
+    /// that waits for the fences, so nothing queued later on the stream delays the wake-up (or by
+    /// the watcher thread: [`Pending::woken_by`]). The waker must not call CUDA inline (see [`Completion`]). Polling again after `Ready` gives an
     /// [`InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         let this = self.get_mut();
@@ -418,7 +494,7 @@ impl<T> Future for Pending<T> {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(events)) => {
                     this.jobs.pop();
-                    this.fences.extend(events);
+                    this.fences.extend(events.into_iter().map(Arc::new));
                 }
                 Poll::Ready(Err(err)) => {
                     this.jobs.pop();
@@ -436,17 +512,20 @@ impl<T> Future for Pending<T> {
                 Ok(false) => {}
                 Err(err) => return Poll::Ready(Err(this.leak(err))),
             }
-            let fences: Vec<&Event> = this.fences.iter().collect();
-            match Completion::after_events(this.stream.device(), &fences) {
+            match this.arm() {
                 Ok(wake) => this.wake = Some(wake),
                 Err(err) => return Poll::Ready(Err(this.leak(err))),
             }
         }
-        let wake = this.wake.as_mut().expect("armed above");
-        match Pin::new(wake).poll(cx) {
+        let done = match this.wake.as_mut().expect("armed above") {
+            Armed::HostFunction(completion) => Pin::new(completion).poll(cx),
+            Armed::Watcher(watch) => Pin::new(watch).poll(cx),
+        };
+        match done {
             Poll::Pending => Poll::Pending,
-            // The helper stream ran the wake-up after waiting for every fence (all of them: the
-            // jobs were drained before it was armed), so no query is needed.
+            // The helper stream ran the wake-up after waiting for every fence, or the watcher saw
+            // every fence complete (all of them: the jobs were drained before it was armed), so
+            // no query is needed.
             Poll::Ready(Ok(())) => Poll::Ready(Ok(this.hand_back())),
             Poll::Ready(Err(err)) => Poll::Ready(Err(this.leak(err))),
         }
