@@ -35,7 +35,8 @@ pub enum WakeUp {
     /// cuda-mem's watcher thread, which queries the work's events (`cudaEventQuery`) and wakes
     /// the task: no host function runs. The thread keeps a core busy, yielding between its
     /// queries, while watched work is outstanding (and for a millisecond after each completion),
-    /// then naps between queries; it sleeps while nothing is watched.
+    /// then naps between queries; it sleeps while nothing is watched. The task's waker runs on
+    /// that thread: one that blocks holds up every other watched wait.
     WatcherThread,
 }
 
