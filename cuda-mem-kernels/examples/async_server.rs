@@ -653,7 +653,8 @@ fn main() -> cuda_mem::Result<()> {
     let config = Config::parse().unwrap_or_else(|why| {
         eprintln!(
             "async_server: {why}\nusage: async_server [--requests N] [--elements N] [--threads N] [--streams N] [--depth N] \
-             [--rounds N] [--wake watcher|stream|pending|poll] [--threads-wait scope|scope-host-func|pending|host-func] [--schedule per-stream|pipeline] [--buffers N]"
+             [--rounds N] [--wake watcher|stream|pending|poll] [--threads-wait scope|scope-host-func|pending|host-func] \
+             [--schedule per-stream|pipeline] [--buffers N]"
         );
         std::process::exit(2)
     });

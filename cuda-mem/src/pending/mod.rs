@@ -43,8 +43,9 @@ pub enum WakeUp {
 /// Work queued on buffers owned by value. The buffers come back once the work has completed:
 /// [`Pending::wait`] blocks for it, [`Pending::try_take`] and [`Pending::is_done`] never block,
 /// and `.await` (`Pending` is a [`Future`]) is woken through `cudaLaunchHostFunc` without
-/// blocking any thread (or by cuda-mem's watcher thread: [`Pending::woken_by`]). More work on the same buffers is queued with [`Pending::then`] without
-/// waiting, and independent `Pending`s combine with [`Pending::join`].
+/// blocking any thread (or by cuda-mem's watcher thread: [`Pending::woken_by`]). More work on the
+/// same buffers is queued with [`Pending::then`] without waiting, and independent `Pending`s
+/// combine with [`Pending::join`].
 ///
 /// - **Drop** blocks until the work has completed, then drops the buffers (in `async` code that
 ///   blocks the executor thread: await the `Pending` instead of dropping it unfinished).
@@ -482,8 +483,9 @@ impl<T> Future for Pending<T> {
 
     /// Resolves with the buffers once the work has completed. Host work of a staged copy wakes
     /// the task from its lane thread; GPU work through `cudaLaunchHostFunc` on a helper stream
-    /// that waits for the fences, so nothing queued later on the stream delays the wake-up (or by
-    /// the watcher thread: [`Pending::woken_by`]). The waker must not call CUDA inline (see [`Completion`]). Polling again after `Ready` gives an
+    /// that waits for the fences, so nothing queued later on the stream delays the wake-up (or
+    /// through the watcher thread: [`Pending::woken_by`]). With a host function the waker must
+    /// not call CUDA inline (see [`Completion`]). Polling again after `Ready` gives an
     /// [`InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         let this = self.get_mut();
