@@ -133,6 +133,26 @@ enum ThreadsWait {
     HostFunc,
 }
 
+/// The names `--wake`, `--threads-wait` and `--schedule` take.
+const WAKES: [(&str, Wake); 4] =
+    [("watcher", Wake::Watcher), ("stream", Wake::Stream), ("pending", Wake::Pending), ("poll", Wake::Poll)];
+const THREADS_WAITS: [(&str, ThreadsWait); 4] = [
+    ("scope", ThreadsWait::Scope),
+    ("scope-host-func", ThreadsWait::ScopeAndHostFunc),
+    ("pending", ThreadsWait::Pending),
+    ("host-func", ThreadsWait::HostFunc),
+];
+const SCHEDULES: [(&str, Schedule); 2] = [("per-stream", Schedule::PerStream), ("pipeline", Schedule::Pipeline)];
+
+/// The option `value` names among `options`, or an error saying what `flag` takes.
+fn choose<T: Copy>(flag: &str, value: &str, options: &[(&str, T)]) -> Result<T, String> {
+    let found = options.iter().find(|(name, _)| *name == value).map(|&(_, option)| option);
+    found.ok_or_else(|| {
+        let names: Vec<&str> = options.iter().map(|(name, _)| *name).collect();
+        format!("{flag} is one of {}", names.join(", "))
+    })
+}
+
 impl Config {
     fn parse() -> Result<Self, String> {
         let mut values = [
@@ -150,36 +170,16 @@ impl Config {
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
             let value = args.next().ok_or(format!("{flag} needs a value"))?;
-            if flag == "--wake" {
-                wake = match value.as_str() {
-                    "stream" => Wake::Stream,
-                    "pending" => Wake::Pending,
-                    "poll" => Wake::Poll,
-                    "watcher" => Wake::Watcher,
-                    _ => return Err("--wake is watcher, stream, pending or poll".into()),
-                };
-                continue;
+            match flag.as_str() {
+                "--wake" => wake = choose(&flag, &value, &WAKES)?,
+                "--threads-wait" => threads_wait = choose(&flag, &value, &THREADS_WAITS)?,
+                "--schedule" => schedule = choose(&flag, &value, &SCHEDULES)?,
+                _ => {
+                    let slot =
+                        values.iter_mut().find(|(name, _)| *name == flag).ok_or(format!("unknown argument {flag}"))?;
+                    slot.1 = value.parse().map_err(|_| format!("{flag} must be a number"))?;
+                }
             }
-            if flag == "--threads-wait" {
-                threads_wait = match value.as_str() {
-                    "scope" => ThreadsWait::Scope,
-                    "scope-host-func" => ThreadsWait::ScopeAndHostFunc,
-                    "pending" => ThreadsWait::Pending,
-                    "host-func" => ThreadsWait::HostFunc,
-                    _ => return Err("--threads-wait is scope, scope-host-func, pending or host-func".into()),
-                };
-                continue;
-            }
-            if flag == "--schedule" {
-                schedule = match value.as_str() {
-                    "per-stream" => Schedule::PerStream,
-                    "pipeline" => Schedule::Pipeline,
-                    _ => return Err("--schedule is per-stream or pipeline".into()),
-                };
-                continue;
-            }
-            let slot = values.iter_mut().find(|(name, _)| *name == flag).ok_or(format!("unknown argument {flag}"))?;
-            slot.1 = value.parse().map_err(|_| format!("{flag} must be a number"))?;
         }
         let [(_, requests), (_, elements), (_, threads), (_, streams), (_, depth), (_, rounds), (_, buffers)] = values;
         if [requests, elements, threads, streams, depth, rounds, buffers].contains(&0) {
@@ -661,12 +661,7 @@ fn main() -> cuda_mem::Result<()> {
     let mib = (config.elements * 4) >> 20;
     println!("{} requests of {} f32 ({mib} MiB) each: upload, scale_f32, download", config.requests, config.elements);
     println!("after one untimed full-size round, the median of {} timed rounds, alternating:", config.rounds);
-    let wake = match config.wake {
-        Wake::Stream => "stream",
-        Wake::Pending => "pending",
-        Wake::Poll => "poll",
-        Wake::Watcher => "watcher",
-    };
+    let wake = WAKES.iter().find(|(_, w)| *w == config.wake).map_or("?", |(name, _)| name);
     let name = match config.schedule {
         Schedule::PerStream => format!(
             "async ({} executor threads, {} streams x {} device buffers, a task per request, wake {wake})",
