@@ -53,7 +53,7 @@ impl Serving {
     fn lane(&self, thread: usize) -> Lane {
         let mut rng = Mt64::new(self.seed.wrapping_mul(1000).wrapping_add(thread as u64));
         let (mut ids, mut lane, mut running) = (Ids::default(), Lane::default(), Vec::<Request>::new());
-        let mut alloc = |ids: &mut Ids, lane: &mut Lane, bytes: usize| {
+        let alloc = |ids: &mut Ids, lane: &mut Lane, bytes: usize| {
             let id = ids.take();
             lane.ops.push(Op::Alloc { id, bytes: bytes as u64 });
             id

@@ -386,6 +386,7 @@ impl<B: Backend> Shared<B> {
         let core = self.core();
         let figures = core.figures;
         let (segments, free_bytes, largest_free_block) = core.arena().free_figures();
+        let idle_bytes = core.arena().idle_bytes();
         drop(core);
         let current = |net: isize| usize::try_from(net).unwrap_or(0);
         let allocated = current(totals.counters.allocated);
@@ -400,6 +401,7 @@ impl<B: Backend> Shared<B> {
             active: figures.active,
             reserved: figures.reserved,
             free_bytes,
+            idle_bytes,
             largest_free_block,
             parked_bytes: totals.parked_bytes,
             pending_bytes: figures.pending_bytes,

@@ -331,6 +331,11 @@ impl<F> Arena<F> {
         self.segments.iter().map(|(_, s)| (s.base.as_ptr() as usize, s.bytes)).collect()
     }
 
+    /// Bytes of idle segments (all of it one free block).
+    pub fn idle_bytes(&self) -> usize {
+        self.idle.iter().map(|&(_, bytes, _)| bytes).sum()
+    }
+
     /// (segments, bytes in free blocks, largest free block).
     pub fn free_figures(&self) -> (usize, usize, usize) {
         let (mut total, mut largest) = (0, 0);

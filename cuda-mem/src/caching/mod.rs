@@ -76,6 +76,8 @@ mod backend;
 mod block;
 mod config;
 mod core;
+#[cfg(test)]
+mod corpus_tests;
 #[cfg(any(test, fuzzing))]
 pub mod fake;
 mod front;

@@ -45,6 +45,9 @@ pub struct CachingStats {
     pub reserved: CurrentPeak,
     /// Bytes in the core's free blocks (`reserved - active`).
     pub free_bytes: usize,
+    /// Bytes of segments none of whose blocks is out (part of `free_bytes`); the rest of
+    /// `free_bytes` is free space split off segments in use (PyTorch's `inactive_split_bytes`).
+    pub idle_bytes: usize,
     /// The largest free block of the core: against `free_bytes`, a measure of fragmentation.
     pub largest_free_block: usize,
     /// Bytes kept in threads' front caches.

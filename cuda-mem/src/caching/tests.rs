@@ -152,6 +152,7 @@ fn blocks_split_from_a_segment_and_coalesce_back_into_it() {
     assert_eq!(offsets, [0, 1024, 3072, 7168], "carved one after another from one segment");
     let stats = cache.stats();
     assert_eq!((stats.segments, stats.free_bytes, stats.largest_free_block), (1, 8704, 8704));
+    assert_eq!(stats.idle_bytes, 0, "free space split off a segment in use is not idle");
     let mut blocks = blocks.into_iter();
     let (a, b, c, d) = (blocks.next().unwrap(), blocks.next().unwrap(), blocks.next().unwrap(), blocks.next().unwrap());
     free(&cache, b);
@@ -166,6 +167,7 @@ fn blocks_split_from_a_segment_and_coalesce_back_into_it() {
     free(&cache, c); // everything merges: the segment is one free block again
     let stats = cache.stats();
     assert_eq!((stats.free_bytes, stats.largest_free_block, stats.reserved.current), (16 * KIB, 16 * KIB, 16 * KIB));
+    assert_eq!(stats.idle_bytes, 16 * KIB);
     cache.check_invariants();
 }
 

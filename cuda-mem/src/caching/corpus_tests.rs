@@ -1,0 +1,182 @@
+//! The workload corpus (`cuda-mem-workloads`) replayed through the allocator over the fake
+//! backend: lanes one op each in turn, each lane on a stream of its own, the device keeping up
+//! (every stream's work completes after each round). Two passes: the first warms the cache, the
+//! second is steady state. Bookkeeping only: segments are bare addresses.
+
+use super::fake::FakeBackend;
+use super::*;
+use cuda_mem_workloads::{Op, Workload};
+
+/// What one replay measured.
+#[derive(Debug)]
+pub(super) struct Replayed {
+    pub name: String,
+    pub peak_live: usize,
+    pub stats: CachingStats,
+    pub allocations_pass2: u64,
+    pub misses_pass2: u64,
+    pub releases_pass2: u64,
+}
+
+impl Replayed {
+    pub fn reserved_over_live(&self) -> f64 {
+        self.stats.reserved.peak as f64 / self.peak_live as f64
+    }
+
+    pub fn miss_rate_pass2(&self) -> f64 {
+        self.misses_pass2 as f64 / self.allocations_pass2 as f64
+    }
+}
+
+impl std::fmt::Display for Replayed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.stats;
+        write!(
+            f,
+            "{}: reserved/live {:.3} (reserved peak {} MiB, live peak {} MiB); pass 2: {} misses, {} releases in {} allocations ({:.3}%); front hits {}, core hits {}, adopted {}, stream waits {}",
+            self.name,
+            self.reserved_over_live(),
+            s.reserved.peak >> 20,
+            self.peak_live >> 20,
+            self.misses_pass2,
+            self.releases_pass2,
+            self.allocations_pass2,
+            100.0 * self.miss_rate_pass2(),
+            s.front_hits,
+            s.core_hits,
+            s.segments_adopted,
+            s.stream_waits,
+        )
+    }
+}
+
+/// Stream keys of lanes: away from 0, which the fake backend does not treat specially anyway.
+fn lane_stream(lane: usize) -> StreamKey {
+    StreamKey(0x100 + lane)
+}
+
+pub(super) fn replay(workload: &Workload, config: Config) -> Replayed {
+    let backend = FakeBackend::address_only();
+    let cache = CachingAllocator::new(backend.clone(), config).unwrap();
+    let lanes = workload.lanes.len();
+    let mut live: Vec<Vec<Option<CachedBlock>>> = (0..lanes).map(|_| Vec::new()).collect();
+    let mut pass = |cache: &CachingAllocator<FakeBackend>| {
+        let mut ops_in_round = 0;
+        for (lane, op) in workload.round_robin() {
+            let stream = lane_stream(lane);
+            match op {
+                Op::Alloc { id, bytes } => {
+                    let block = cache.alloc(bytes as usize, &stream).unwrap();
+                    let slots = &mut live[lane];
+                    if slots.len() <= id as usize {
+                        slots.resize_with(id as usize + 1, || None);
+                    }
+                    assert!(slots[id as usize].replace(block).is_none());
+                }
+                Op::Free { id } => {
+                    let block = live[lane][id as usize].take().unwrap();
+                    // SAFETY: fake memory, never touched; the block is this cache's.
+                    unsafe { cache.free(block) };
+                }
+                Op::FreeOn { id, lane: other } => {
+                    let block = live[lane][id as usize].take().unwrap();
+                    backend.submit(lane_stream(other.into()));
+                    // SAFETY: as above.
+                    unsafe { cache.free_on(block, &lane_stream(other.into())).unwrap() };
+                }
+                Op::EmptyCache => {
+                    cache.empty_cache();
+                }
+            }
+            ops_in_round += 1;
+            if ops_in_round == lanes {
+                backend.complete_all();
+                ops_in_round = 0;
+            }
+        }
+        backend.complete_all();
+    };
+    pass(&cache);
+    let first = cache.stats();
+    pass(&cache);
+    cache.check_invariants();
+    let stats = cache.stats();
+    let shape = workload.shape();
+    Replayed {
+        name: workload.name.clone(),
+        peak_live: shape.peak_live_round_robin as usize,
+        allocations_pass2: shape.allocations,
+        misses_pass2: stats.misses - first.misses,
+        releases_pass2: stats.segment_releases - first.segment_releases,
+        stats,
+    }
+}
+
+/// The same with a thread per lane, all at once (no empty-cache ops: those are the
+/// round-robin replay's); returns (peak reserved, misses, releases) over both passes.
+pub(super) fn replay_threads(workload: &Workload, config: Config) -> (usize, u64, u64) {
+    let backend = FakeBackend::address_only();
+    let cache = CachingAllocator::new(backend.clone(), config).unwrap();
+    for _pass in 0..2 {
+        std::thread::scope(|scope| {
+            for (lane, ops) in workload.lanes.iter().enumerate() {
+                let (cache, backend) = (&cache, &backend);
+                scope.spawn(move || {
+                    let stream = lane_stream(lane);
+                    let mut live: Vec<Option<CachedBlock>> = Vec::new();
+                    for op in &ops.ops {
+                        match *op {
+                            Op::Alloc { id, bytes } => {
+                                if live.len() <= id as usize {
+                                    live.resize_with(id as usize + 1, || None);
+                                }
+                                live[id as usize] = Some(cache.alloc(bytes as usize, &stream).unwrap());
+                            }
+                            Op::Free { id } | Op::FreeOn { id, .. } => {
+                                // SAFETY: fake memory, never touched; the block is this cache's.
+                                unsafe { cache.free(live[id as usize].take().unwrap()) };
+                            }
+                            Op::EmptyCache => {}
+                        }
+                        backend.complete(stream);
+                    }
+                });
+            }
+        });
+    }
+    let stats = cache.stats();
+    (stats.reserved.peak, stats.misses, stats.segment_releases)
+}
+
+/// Regression bounds of the default parameters, at the figures the replays gave on 2026-12-03
+/// (with a little room): the targets (1.05 reserved over live, 0.1% misses after
+/// warm-up) are not met yet on training's misses and on serving's and mixed's reserve. The
+/// round-robin replay of `mixed` shows the reserve that per-stream segments cost; its threaded
+/// replay below shows the misses.
+const BOUNDS: [(&str, f64, f64); 4] =
+    [("training", 1.04, 0.11), ("serving", 1.27, 0.021), ("churn", 1.27, 0.0001), ("mixed", 2.27, 0.0003)];
+
+#[test]
+#[cfg_attr(miri, ignore = "long replays; the bookkeeping they use is tested under miri elsewhere")]
+fn the_corpus_stays_within_its_bounds() {
+    for workload in cuda_mem_workloads::corpus() {
+        let replayed = replay(&workload, Config::default());
+        let speed_first = replay(&workload, Config::throughput());
+        eprintln!("default: {replayed}\nthroughput: {speed_first}");
+        let &(_, reserve, misses) = BOUNDS.iter().find(|b| b.0 == workload.name).expect("a bound per workload");
+        assert!(replayed.reserved_over_live() <= reserve, "{replayed}");
+        assert!(replayed.miss_rate_pass2() <= misses, "{replayed}");
+        assert!(replayed.reserved_over_live() >= 1.0, "{replayed}");
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "long replays; the bookkeeping they use is tested under miri elsewhere")]
+fn the_mixed_workload_on_threads_keeps_its_reserve() {
+    let workload = cuda_mem_workloads::mixed::Mixed::default().workload();
+    let live = workload.shape().peak_live_round_robin as usize;
+    let (reserved, misses, releases) = replay_threads(&workload, Config::default());
+    eprintln!("mixed on threads: reserved/live {:.3}, misses {misses}, releases {releases}", reserved as f64 / live as f64);
+    assert!(reserved as f64 <= 2.4 * live as f64, "reserved {reserved}, live {live}");
+    assert!(misses >= 1 && releases <= misses, "{misses} misses, {releases} releases");
+}
