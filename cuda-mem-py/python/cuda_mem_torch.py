@@ -8,10 +8,13 @@ before PyTorch's first CUDA allocation, and read its statistics or set its limit
     alloc.set_limit(0, 8 << 30)               # beyond it PyTorch raises RuntimeError (out of memory)
     alloc.record_history(0)                   # then alloc.snapshot("snap.pickle") for _memory_viz
 
-The memory comes from cuda-mem's device caching allocator (`backend="cache"`, the default, with
-the speed-first parameters PyTorch's own allocator also chooses; `backend="cache-compact"` keeps
-the reserve closer to what is in use, paying a `cudaFree` on some misses) or a retaining memory
-pool (`backend="pool"`). The allocator keeps the streams PyTorch allocates on:
+The memory comes from cuda-mem's device caching allocator (`backend="cache"`, the default; the
+older name "cache-compact" means the same) or a retaining memory pool (`backend="pool"`). The
+environment variable CUDA_MEM_TORCH_ALLOC_CONF sets its parameters as PYTORCH_CUDA_ALLOC_CONF
+does PyTorch's (`key:value,...`; keys: backend, front_depth, front_max_mb, large_fit_slack_mb,
+release_idle_on_miss, cross_stream_waits); `install()` raises ValueError for a bad one.
+`memory_stats()` gives the figures under torch.cuda.memory_stats()'s key names, which PyTorch
+cannot give under a pluggable allocator. The allocator keeps the streams PyTorch allocates on:
 a stream wrapped with `torch.cuda.ExternalStream` must never be destroyed while it is installed.
 `install()` also sets the pluggable allocator's optional hooks, so `Tensor.record_stream`,
 `torch.cuda.empty_cache()` and `torch.cuda.set_per_process_memory_fraction` reach it (the
@@ -38,8 +41,11 @@ FIELDS = (
     "cache_hits",
     "cache_misses",
     "segments",
+    "segment_releases",
+    "alloc_retries",
+    "inactive_split_bytes",
 )
-BACKENDS = ("cache", "pool")
+BACKENDS = ("cache", "cache-compact", "pool")
 # The pluggable allocator's optional hooks (setter on PyTorch's side, function in the library).
 HOOKS = (
     ("set_record_stream_fn", "cuda_mem_torch_record_stream"),
@@ -70,6 +76,8 @@ class Allocator:
         self.lib.cuda_mem_torch_snapshot.argtypes = [ctypes.c_char_p]
         self.lib.cuda_mem_torch_dump_on_oom.argtypes = [ctypes.c_char_p]
         self.lib.cuda_mem_torch_select_backend.argtypes = [ctypes.c_char_p]
+        self.lib.cuda_mem_torch_memory_stats.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.cuda_mem_torch_memory_stats.restype = ctypes.c_ssize_t
         self.torch_allocator = None
         self.backend = None
         self.missing_hooks = None
@@ -80,12 +88,18 @@ class Allocator:
         self._check(self.lib.cuda_mem_torch_select_backend(backend.encode()), "cuda_mem_torch_select_backend")
         self.backend = backend
 
-    def install(self, backend="cache"):
-        """Makes this PyTorch's CUDA allocator, over `backend`; must run before PyTorch allocates
-        CUDA memory."""
+    def install(self, backend=None):
+        """Makes this PyTorch's CUDA allocator, over `backend` (None: CUDA_MEM_TORCH_ALLOC_CONF's
+        choice, else "cache"); must run before PyTorch allocates CUDA memory. A bad
+        CUDA_MEM_TORCH_ALLOC_CONF raises ValueError here."""
         import torch
 
-        self.select_backend(backend)
+        if self.lib.cuda_mem_torch_check_conf() != 0:
+            raise ValueError(self.last_error())
+        if backend is not None:
+            self.select_backend(backend)
+        else:
+            self.backend = _conf_backend()
         self.torch_allocator = torch.cuda.memory.CUDAPluggableAllocator(
             self.path, "cuda_mem_torch_alloc", "cuda_mem_torch_free"
         )
@@ -133,6 +147,22 @@ class Allocator:
         stats["limit"] = None if stats["limit"] == NO_LIMIT else stats["limit"]
         return stats
 
+    def memory_stats(self, device=0):
+        """The device's figures under torch.cuda.memory_stats()'s key names (those this allocator
+        counts: allocated_bytes.all.current/peak, reserved_bytes.all.current/peak, allocation.all.*,
+        segment.all.current, num_device_alloc/free, num_alloc_retries, num_ooms,
+        inactive_split_bytes.all.current)."""
+        size = 4096
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            n = self.lib.cuda_mem_torch_memory_stats(device, buffer, size)
+            if n < 0:
+                raise RuntimeError(f"cuda_mem_torch_memory_stats: {self.last_error()}")
+            if n < size:
+                break
+            size = n + 1
+        return {key: int(value) for key, value in (line.split() for line in buffer.value.decode().splitlines())}
+
     def set_limit(self, device, nbytes):
         """Refuses allocations that would take the device's allocated bytes above `nbytes`
         (None: no limit)."""
@@ -163,6 +193,27 @@ class Allocator:
         self._check(self.lib.cuda_mem_torch_dump_on_oom(encoded), "cuda_mem_torch_dump_on_oom")
 
 
-def install(path=DEFAULT_PATH, backend="cache"):
+_installed = None
+
+
+def _conf_backend():
+    """The backend CUDA_MEM_TORCH_ALLOC_CONF names (checked by the library first), else "cache"."""
+    for item in os.environ.get("CUDA_MEM_TORCH_ALLOC_CONF", "").split(","):
+        key, _, value = item.partition(":")
+        if key.strip() == "backend":
+            return {"cache-compact": "cache"}.get(value.strip(), value.strip())
+    return "cache"
+
+
+def install(path=DEFAULT_PATH, backend=None):
     """Loads the library and installs it as PyTorch's CUDA allocator, over `backend`."""
-    return Allocator(path).install(backend)
+    global _installed
+    _installed = Allocator(path).install(backend)
+    return _installed
+
+
+def memory_stats(device=0):
+    """torch.cuda.memory_stats() for the installed allocator (see Allocator.memory_stats)."""
+    if _installed is None:
+        raise RuntimeError("cuda_mem_torch.install() has not run")
+    return _installed.memory_stats(device)

@@ -38,11 +38,17 @@ pub struct Stats {
     pub cache_misses: u64,
     /// Segments the backend holds (0 where not counted).
     pub segments: u64,
+    /// Segments given back to the driver (0 where not counted).
+    pub segment_releases: u64,
+    /// Allocations that found no memory, released the cache and tried again.
+    pub alloc_retries: u64,
+    /// Free bytes split off segments in use (0 where not counted).
+    pub inactive_split_bytes: u64,
 }
 
 impl Stats {
     /// Number of figures.
-    pub const LEN: usize = 11;
+    pub const LEN: usize = 14;
 
     /// The figures as `cuda_mem_torch_stats` writes them.
     pub fn to_array(self) -> [u64; Self::LEN] {
@@ -58,6 +64,30 @@ impl Stats {
             self.cache_hits,
             self.cache_misses,
             self.segments,
+            self.segment_releases,
+            self.alloc_retries,
+            self.inactive_split_bytes,
+        ]
+    }
+
+    /// The figures under the key names of `torch.cuda.memory_stats()` (which PyTorch cannot give
+    /// under a pluggable allocator), for the keys this allocator counts. `.all.` keys are the
+    /// device's totals; PyTorch's per-pool splits (`small_pool`, `large_pool`) are not kept.
+    pub fn pytorch_keys(&self) -> [(&'static str, u64); 13] {
+        [
+            ("allocated_bytes.all.current", self.allocated_current),
+            ("allocated_bytes.all.peak", self.allocated_peak),
+            ("reserved_bytes.all.current", self.reserved_current),
+            ("reserved_bytes.all.peak", self.reserved_peak),
+            ("allocation.all.allocated", self.alloc_count),
+            ("allocation.all.freed", self.free_count),
+            ("allocation.all.current", self.alloc_count.saturating_sub(self.free_count)),
+            ("segment.all.current", self.segments),
+            ("num_device_alloc", self.cache_misses),
+            ("num_device_free", self.segment_releases),
+            ("num_alloc_retries", self.alloc_retries),
+            ("num_ooms", self.failed_count),
+            ("inactive_split_bytes.all.current", self.inactive_split_bytes),
         ]
     }
 }
@@ -227,7 +257,15 @@ impl<B: Backend> DeviceAllocator<B> {
 
     /// The figures now.
     pub fn stats(&self) -> Stats {
-        let Figures { reserved, cache_hits, cache_misses, segments } = self.backend.figures();
+        let Figures {
+            reserved,
+            cache_hits,
+            cache_misses,
+            segments,
+            segment_releases,
+            alloc_retries,
+            inactive_split_bytes,
+        } = self.backend.figures();
         let in_pools = self.graphs.as_ref().map_or(0, GraphPools::reserved);
         Stats {
             allocated_current: self.allocated.load(Ordering::Relaxed) as u64,
@@ -241,6 +279,9 @@ impl<B: Backend> DeviceAllocator<B> {
             cache_hits,
             cache_misses,
             segments,
+            segment_releases,
+            alloc_retries,
+            inactive_split_bytes,
         }
     }
 
@@ -379,7 +420,13 @@ mod tests {
         assert_eq!((a.stats().allocated_peak, a.stats().reserved_peak), (24, 24));
         // SAFETY: as above.
         unsafe { a.free(y, 24, S) };
-        assert_eq!(a.stats().to_array(), [0, 24, 0, 24, 2, 2, 0, u64::MAX, 0, 0, 0]);
+        assert_eq!(a.stats().to_array(), [0, 24, 0, 24, 2, 2, 0, u64::MAX, 0, 0, 0, 0, 0, 0]);
+        let keys = a.stats().pytorch_keys();
+        let value = |key: &str| keys.iter().find(|(k, _)| *k == key).map(|&(_, v)| v);
+        assert_eq!(value("allocated_bytes.all.peak"), Some(24));
+        assert_eq!(value("reserved_bytes.all.peak"), Some(24));
+        assert_eq!((value("allocation.all.allocated"), value("allocation.all.current")), (Some(2), Some(0)));
+        assert_eq!(value("num_alloc_retries"), Some(0));
     }
 
     #[test]

@@ -27,6 +27,12 @@ pub struct Figures {
     pub cache_misses: u64,
     /// Segments held (0 where not counted).
     pub segments: u64,
+    /// Segments given back to the driver (0 where not counted).
+    pub segment_releases: u64,
+    /// Allocations that found no memory, released the cache and tried again.
+    pub alloc_retries: u64,
+    /// Free bytes split off segments that are in use (0 where not counted).
+    pub inactive_split_bytes: u64,
 }
 
 /// A stream-ordered source of device memory for one device.

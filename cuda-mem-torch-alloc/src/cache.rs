@@ -305,6 +305,9 @@ impl<S: BlockSource> Backend for CacheBackend<S> {
             cache_hits: stats.front_hits + stats.core_hits,
             cache_misses: stats.misses,
             segments: stats.segments as u64,
+            segment_releases: stats.segment_releases,
+            alloc_retries: stats.oom_retries,
+            inactive_split_bytes: (stats.free_bytes - stats.idle_bytes) as u64,
         }
     }
 

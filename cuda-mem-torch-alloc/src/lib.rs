@@ -20,6 +20,7 @@
 //! stream and the streams of its pool never are; a stream wrapped with `torch.cuda.ExternalStream`
 //! must live as long as the process when this allocator is installed.
 
+pub mod alloc_conf;
 mod allocator;
 mod backend;
 mod cache;
@@ -34,7 +35,6 @@ pub use device_source::{DeviceSource, FreshMemory};
 pub use graphs::{CaptureFilter, GraphPools, PoolId, PoolMemory};
 pub use pool::PoolBackend;
 
-use cuda_mem::caching::Config;
 use cuda_mem::resource::StreamRef;
 use cuda_mem::resource::snapshot::{MemorySnapshot, snapshot_of};
 use cuda_mem::{CudaError, Device, ErrorKind, Result};
@@ -55,45 +55,51 @@ pub enum DeviceBackend {
     Pool(PoolBackend),
 }
 
-/// Which memory the devices' allocators are made over ([`cuda_mem_torch_select_backend`]).
+/// Which memory the devices' allocators are made over ([`cuda_mem_torch_select_backend`], or
+/// the `backend` key of [`alloc_conf::VARIABLE`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-enum BackendChoice {
-    /// The device cache with [`Config::throughput`]: PyTorch's own trade of reserve for speed.
+pub enum BackendChoice {
+    /// cuda-mem's device cache, with the parameters [`alloc_conf::VARIABLE`] sets (by default
+    /// [`Config::default`](cuda_mem::caching::Config::default): one policy for speed and a reserve that follows what is in use).
     Cache = 0,
-    /// The device cache with [`Config::default`]: a reserve that follows what is in use, at the
-    /// price of `cudaFree`s (which wait for the device) on misses above the high-water mark.
-    CacheCompact = 1,
     /// A retaining memory pool.
-    Pool = 2,
+    Pool = 1,
 }
 
+/// No backend was chosen by a call: the environment's choice, else the cache.
+const UNCHOSEN: u8 = u8::MAX;
+
 impl BackendChoice {
+    /// Names and what they choose; `cache-compact` is the cache (it was the cache's compact
+    /// parameters when the cache had two sets, and they are its only ones now).
     const NAMES: [(&'static str, BackendChoice); 3] =
-        [("cache", Self::Cache), ("cache-compact", Self::CacheCompact), ("pool", Self::Pool)];
+        [("cache", Self::Cache), ("cache-compact", Self::Cache), ("pool", Self::Pool)];
 
     fn from_name(name: &str) -> Option<Self> {
         Self::NAMES.iter().find(|(n, _)| *n == name).map(|&(_, choice)| choice)
     }
 
-    fn load() -> Self {
+    /// The choice a call made, if one did.
+    fn chosen() -> Option<Self> {
         match BACKEND.load(Ordering::Relaxed) {
-            0 => Self::Cache,
-            1 => Self::CacheCompact,
-            _ => Self::Pool,
+            0 => Some(Self::Cache),
+            1 => Some(Self::Pool),
+            _ => None,
         }
     }
 }
 
 impl DeviceBackend {
-    fn new(device: Device, choice: BackendChoice) -> Result<Self> {
-        Ok(match choice {
-            BackendChoice::Cache => Self::Cache(CacheBackend::new(DeviceSource::new(device, Config::throughput())?)),
-            BackendChoice::CacheCompact => {
-                Self::Cache(CacheBackend::new(DeviceSource::new(device, Config::default())?))
-            }
+    /// The backend for `device`: the choice a call made, else the environment's; and that choice.
+    fn new(device: Device) -> Result<(Self, BackendChoice)> {
+        let conf = alloc_conf::AllocConf::from_env()?;
+        let choice = BackendChoice::chosen().or(conf.backend).unwrap_or(BackendChoice::Cache);
+        let backend = match choice {
+            BackendChoice::Cache => Self::Cache(CacheBackend::new(DeviceSource::new(device, conf.config)?)),
             BackendChoice::Pool => Self::Pool(PoolBackend::new(device)?),
-        })
+        };
+        Ok((backend, choice))
     }
 }
 
@@ -153,7 +159,7 @@ impl Backend for DeviceBackend {
 }
 
 /// The [`BackendChoice`] new devices' allocators are made over.
-static BACKEND: AtomicU8 = AtomicU8::new(BackendChoice::Cache as u8);
+static BACKEND: AtomicU8 = AtomicU8::new(UNCHOSEN);
 
 /// Serializes the creation of devices' allocators with the choice of backend.
 static CREATING: Mutex<()> = Mutex::new(());
@@ -186,7 +192,9 @@ fn entry(ordinal: c_int) -> Result<&'static Entry> {
         return Ok(entry);
     }
     let device = Device::new(ordinal as usize)?;
-    let backend = DeviceBackend::new(device, BackendChoice::load())?;
+    let (backend, choice) = DeviceBackend::new(device)?;
+    // Every device gets the same backend: later devices, and later calls, see this choice.
+    BACKEND.store(choice as u8, Ordering::Relaxed);
     let pools = GraphPools::new(Box::new(FreshMemory(device)));
     let allocator = DeviceAllocator::new(backend, ordinal).with_graph_pools(pools);
     Ok(slot.get_or_init(|| Entry { allocator }))
@@ -403,9 +411,8 @@ pub unsafe extern "C" fn cuda_mem_torch_free(ptr: *mut c_void, size: isize, devi
 }
 
 /// Chooses the memory behind every device's allocator: `"cache"` (cuda-mem's device caching
-/// allocator tuned for speed, `Config::throughput`, the default), `"cache-compact"` (the same
-/// allocator with its default parameters, which keep the reserve close to what is in use) or
-/// `"pool"` (a retaining `MemPool`). Only before the first
+/// allocator, the default; `"cache-compact"` names it too) or `"pool"` (a retaining `MemPool`),
+/// over the `backend` key of `CUDA_MEM_TORCH_ALLOC_CONF`. Only before the first
 /// allocation: returns 0, or -1 (message in [`cuda_mem_torch_last_error`]) for an unknown name
 /// or once a device's allocator exists.
 ///
@@ -421,12 +428,12 @@ pub unsafe extern "C" fn cuda_mem_torch_select_backend(name: *const c_char) -> c
         // SAFETY: NUL-terminated, per the caller.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
         let Some(choice) = BackendChoice::from_name(&name) else {
-            let kind = ErrorKind::InvalidArgument("an unknown backend (\"cache\", \"cache-compact\" or \"pool\")");
+            let kind = ErrorKind::InvalidArgument("an unknown backend (\"cache\" or \"pool\")");
             return Err(CudaError::new(kind, format!("{WHAT}({name:?})")));
         };
         let _creating = CREATING.lock().unwrap_or_else(PoisonError::into_inner);
         let created = entries().next().is_some();
-        if created && BackendChoice::load() != choice {
+        if created && BackendChoice::chosen() != Some(choice) {
             let kind = ErrorKind::InvalidArgument("the backend is chosen before the first allocation");
             return Err(CudaError::new(kind, format!("{WHAT}({name:?})")));
         }
@@ -451,16 +458,25 @@ pub unsafe extern "C" fn cuda_mem_torch_select_backend(name: *const c_char) -> c
 pub unsafe extern "C" fn cuda_mem_torch_last_error(buffer: *mut c_char, len: usize) -> usize {
     LAST_ERROR.with(|last| {
         let last = last.borrow();
-        let n = last.len().min(len.saturating_sub(1));
-        if !buffer.is_null() && len > 0 {
-            // SAFETY: the caller gives `len` writable bytes; `n + 1 <= len`.
-            unsafe {
-                std::ptr::copy_nonoverlapping(last.as_ptr(), buffer.cast::<u8>(), n);
-                *buffer.add(n) = 0;
-            }
-        }
+        // SAFETY: the caller's promise about `buffer` and `len`.
+        unsafe { copy_text(&last, buffer, len) };
         last.len()
     })
+}
+
+/// Copies as much of `text` as fits into `buffer` (`len` bytes), NUL-terminated when `len > 0`.
+///
+/// # Safety
+/// `buffer` is writable for `len` bytes (or null).
+unsafe fn copy_text(text: &str, buffer: *mut c_char, len: usize) {
+    let n = text.len().min(len.saturating_sub(1));
+    if !buffer.is_null() && len > 0 {
+        // SAFETY: the caller gives `len` writable bytes; `n + 1 <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buffer.cast::<u8>(), n);
+            *buffer.add(n) = 0;
+        }
+    }
 }
 
 /// Runs `f` on device `device`'s allocator: 0 on success, -1 on failure (message in
@@ -497,6 +513,42 @@ pub unsafe extern "C" fn cuda_mem_torch_stats(device: c_int, out: *mut u64, len:
         }
         Ok(())
     })
+}
+
+/// Writes the device's figures under `torch.cuda.memory_stats()`'s key names into `buffer` as
+/// `key value` lines (at most `len` bytes, NUL-terminated when room is left) and returns the
+/// text's full length, or -1 on failure (message in [`cuda_mem_torch_last_error`]).
+///
+/// # Safety
+/// `buffer` is writable for `len` bytes (or null with `len` 0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mem_torch_memory_stats(device: c_int, buffer: *mut c_char, len: usize) -> isize {
+    let mut text = String::new();
+    let status = with_allocator(device, "cuda_mem_torch_memory_stats", |a| {
+        for (key, value) in a.stats().pytorch_keys() {
+            text.push_str(&format!("{key} {value}\n"));
+        }
+        Ok(())
+    });
+    if status != 0 {
+        return -1;
+    }
+    // SAFETY: the caller's promise about `buffer` and `len`.
+    unsafe { copy_text(&text, buffer, len) };
+    isize::try_from(text.len()).unwrap_or(isize::MAX)
+}
+
+/// Checks `CUDA_MEM_TORCH_ALLOC_CONF` without making an allocator: 0 when it is unset or valid,
+/// else -1 with the reason in [`cuda_mem_torch_last_error`].
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mem_torch_check_conf() -> c_int {
+    match guarded("cuda_mem_torch_check_conf", alloc_conf::AllocConf::from_env) {
+        Ok(_) => 0,
+        Err(err) => {
+            remember(err.to_string());
+            -1
+        }
+    }
 }
 
 /// Sets the device's limit in bytes (`u64::MAX`: none); allocations over it are refused, which

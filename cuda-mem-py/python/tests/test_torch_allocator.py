@@ -1,5 +1,6 @@
 """cuda-mem's PyTorch allocator, each test in a fresh process (the allocator is chosen before
 PyTorch's first CUDA allocation)."""
+import json
 import os
 import subprocess
 import sys
@@ -8,7 +9,8 @@ from helpers import BUNDLE_PYTHON, SLEEP_CYCLES, need_allocator, run_script
 
 STATS_KEYS = {
     "allocated_current", "allocated_peak", "reserved_current", "reserved_peak", "alloc_count", "free_count",
-    "failed_count", "limit", "cache_hits", "cache_misses", "segments",
+    "failed_count", "limit", "cache_hits", "cache_misses", "segments", "segment_releases", "alloc_retries",
+    "inactive_split_bytes",
 }
 
 
@@ -46,6 +48,44 @@ def test_the_allocator_serves_pytorch_and_counts():
     assert after["reserved_current"] > 0, "the cache keeps its memory"
     assert result["reused"], "a block freed on PyTorch's stream comes back there"
     assert result["hits"] > after["cache_hits"], result
+
+
+def test_memory_stats_use_pytorchs_key_names():
+    need_allocator()
+    result = run_script(
+        """
+        x = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+        during = cuda_mem_torch.memory_stats()
+        stats = alloc.stats(0)
+        del x
+        print(json.dumps({"during": during, "stats": stats, "after": cuda_mem_torch.memory_stats(0)}))
+        """
+    )
+    during, stats, after = result["during"], result["stats"], result["after"]
+    assert during["allocated_bytes.all.current"] == 3 << 20, during
+    assert during["reserved_bytes.all.current"] >= 3 << 20, during
+    assert during["allocation.all.current"] == 1 and during["num_device_alloc"] >= 1, during
+    assert during["num_ooms"] == 0 and during["num_alloc_retries"] == 0, during
+    assert during["reserved_bytes.all.peak"] == stats["reserved_peak"], (during, stats)
+    assert after["allocated_bytes.all.current"] == 0 and after["allocated_bytes.all.peak"] >= 3 << 20, after
+    assert "inactive_split_bytes.all.current" in after and "segment.all.current" in after, after
+
+
+def test_alloc_conf_sets_the_backend_and_bad_settings_raise_value_error():
+    need_allocator()
+    env = dict(os.environ, CUDA_MEM_TORCH_ALLOC_CONF="backend:pool,front_depth:2")
+    script = (f"import sys, json, torch\nsys.path.insert(0, {BUNDLE_PYTHON!r})\nimport cuda_mem_torch\n"
+              "alloc = cuda_mem_torch.install()\nx = torch.ones(4, device='cuda')\n"
+              "print(json.dumps({'backend': alloc.backend, 'segments': alloc.stats(0)['segments']}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"backend": "pool", "segments": 0}
+    for bad, named in [("front_depth:lots", "front_depth:lots"), ("max_split_size_mb:64", "max_split_size_mb")]:
+        env = dict(os.environ, CUDA_MEM_TORCH_ALLOC_CONF=bad)
+        check = (f"import sys, torch\nsys.path.insert(0, {BUNDLE_PYTHON!r})\nimport cuda_mem_torch\n"
+                 "try:\n    cuda_mem_torch.install()\nexcept ValueError as e:\n    print('ValueError', e)\n")
+        done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0 and "ValueError" in done.stdout and named in done.stdout, (bad, done.stdout, done.stderr)
 
 
 def test_record_stream_empty_cache_and_the_memory_fraction_reach_the_allocator():

@@ -1,0 +1,123 @@
+//! `CUDA_MEM_TORCH_ALLOC_CONF`: the allocator's settings from the environment, in the spirit of
+//! `PYTORCH_CUDA_ALLOC_CONF` (`key:value` pairs separated by commas), read when a device's
+//! allocator is made. Every key sets one field of [`Config`] or the backend:
+//!
+//! | key | value | meaning |
+//! |---|---|---|
+//! | `backend` | `cache` (default), `pool` | cuda-mem's device cache, or a retaining `MemPool` |
+//! | `front_depth` | integer ≤ 65535 | blocks each thread keeps per stream and size class (0: none) |
+//! | `front_max_mb` | integer | MiB each thread's front cache may hold |
+//! | `large_fit_slack_mb` | integer | MiB a free block larger than a shared segment may leave when it serves a smaller request |
+//! | `release_idle_on_miss` | `True`/`False` | release idle segments before growing past the reserve's peak |
+//! | `cross_stream_waits` | `True`/`False` | a stream may wait on the device for another stream's idle segment |
+//!
+//! A bad key or value is refused with a message naming it; nothing is half-applied.
+
+use crate::BackendChoice;
+use cuda_mem::caching::Config;
+use cuda_mem::{CudaError, ErrorKind, Result};
+
+/// The environment variable.
+pub const VARIABLE: &str = "CUDA_MEM_TORCH_ALLOC_CONF";
+
+/// Settings parsed from the variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocConf {
+    /// The backend, where the variable names one.
+    pub backend: Option<BackendChoice>,
+    pub config: Config,
+}
+
+impl AllocConf {
+    /// The settings the environment asks for (the defaults when the variable is unset).
+    pub fn from_env() -> Result<Self> {
+        match std::env::var(VARIABLE) {
+            Ok(text) => Self::parse(&text),
+            Err(std::env::VarError::NotPresent) => Ok(Self { backend: None, config: Config::default() }),
+            Err(std::env::VarError::NotUnicode(_)) => Err(refused("the value is not UTF-8".into())),
+        }
+    }
+
+    /// Parses `key:value,key:value`.
+    pub fn parse(text: &str) -> Result<Self> {
+        let mut conf = Self { backend: None, config: Config::default() };
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let Some((key, value)) = item.split_once(':') else {
+                return Err(refused(format!("{item:?} is not key:value")));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            let c = &mut conf.config;
+            match key {
+                "backend" => {
+                    let choice = BackendChoice::from_name(value)
+                        .ok_or_else(|| refused(format!("backend {value:?}: expected \"cache\" or \"pool\"")))?;
+                    conf.backend = Some(choice);
+                }
+                "front_depth" => c.front_depth = integer(key, value)?,
+                "front_max_mb" => c.front_max_bytes = mib(key, value)?,
+                "large_fit_slack_mb" => c.large_fit_slack = mib(key, value)?,
+                "release_idle_on_miss" => c.release_idle_on_miss = boolean(key, value)?,
+                "cross_stream_waits" => c.cross_stream_waits = boolean(key, value)?,
+                _ => return Err(refused(format!("unknown key {key:?}"))),
+            }
+        }
+        conf.config.check().map_err(|why| refused(why.into()))?;
+        Ok(conf)
+    }
+}
+
+fn refused(why: String) -> CudaError {
+    CudaError::new(ErrorKind::InvalidArgument("a bad CUDA_MEM_TORCH_ALLOC_CONF"), format!("{VARIABLE}: {why}"))
+}
+
+fn integer(key: &str, value: &str) -> Result<usize> {
+    value.parse().map_err(|_| refused(format!("{key}:{value}: expected a non-negative integer")))
+}
+
+fn mib(key: &str, value: &str) -> Result<usize> {
+    integer(key, value)?.checked_mul(1 << 20).ok_or_else(|| refused(format!("{key}:{value}: too large")))
+}
+
+fn boolean(key: &str, value: &str) -> Result<bool> {
+    match value {
+        "True" | "true" | "1" => Ok(true),
+        "False" | "false" | "0" => Ok(false),
+        _ => Err(refused(format!("{key}:{value}: expected True or False"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_set_their_fields() {
+        let conf = AllocConf::parse(
+            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0",
+        )
+        .unwrap();
+        assert_eq!(conf.backend, Some(BackendChoice::Pool));
+        let c = conf.config;
+        assert_eq!((c.front_depth, c.front_max_bytes, c.large_fit_slack), (2, 64 << 20, 8 << 20));
+        assert!(!c.release_idle_on_miss && !c.cross_stream_waits);
+        assert_eq!(AllocConf::parse("").unwrap(), AllocConf { backend: None, config: Config::default() });
+    }
+
+    #[test]
+    fn bad_settings_are_refused_by_name() {
+        for (text, names) in [
+            ("front_depth:-1", "front_depth:-1"),
+            ("front_depth:70000", "front_depth above 65535"),
+            ("backend:fast", "backend \"fast\""),
+            ("max_split_size_mb:128", "unknown key \"max_split_size_mb\""),
+            ("release_idle_on_miss:maybe", "expected True or False"),
+            ("front_depth", "not key:value"),
+            ("front_max_mb:99999999999999999", "too large"),
+        ] {
+            let err = AllocConf::parse(text).unwrap_err();
+            assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{text}: {err}");
+            assert!(err.to_string().contains(names), "{text}: {err}");
+            assert!(err.to_string().contains(VARIABLE), "{err}");
+        }
+    }
+}
