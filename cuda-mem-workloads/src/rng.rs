@@ -101,7 +101,7 @@ mod tests {
             let x = rng.uniform(2.0, 3.0);
             assert!((2.0..3.0).contains(&x));
             let y = rng.log_uniform(256, 1 << 20, 256);
-            assert!((256..=1 << 20).contains(&y) && y % 256 == 0);
+            assert!((256..=1 << 20).contains(&y) && y.is_multiple_of(256));
         }
     }
 }

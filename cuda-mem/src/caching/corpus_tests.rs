@@ -180,3 +180,4 @@ fn the_mixed_workload_on_threads_keeps_its_reserve() {
     assert!(reserved as f64 <= 2.4 * live as f64, "reserved {reserved}, live {live}");
     assert!(misses >= 1 && releases <= misses, "{misses} misses, {releases} releases");
 }
+
