@@ -149,25 +149,29 @@ pub(super) fn replay_threads(workload: &Workload, config: Config) -> (usize, u64
 }
 
 /// Regression bounds of the default parameters, at the figures the replays gave on 2026-12-03
-/// (with a little room): the targets (1.05 reserved over live, 0.1% misses after
-/// warm-up) are not met yet on training's misses and on serving's and mixed's reserve. The
-/// round-robin replay of `mixed` shows the reserve that per-stream segments cost; its threaded
-/// replay below shows the misses.
+/// (with a little room). The targets are 1.05 reserved over live and 0.1% misses after warm-up:
+/// training misses one allocation in ten (its shapes change every step, and the reserve is held
+/// at its high-water mark by releasing idle segments), serving's misses come mostly from its
+/// `EmptyCache` ops, mixed's reserve from segments that belong to one stream each (its threaded
+/// replay below shows the misses).
 const BOUNDS: [(&str, f64, f64); 4] =
     [("training", 1.04, 0.11), ("serving", 1.27, 0.021), ("churn", 1.27, 0.0001), ("mixed", 2.27, 0.0003)];
 
 #[test]
 #[cfg_attr(miri, ignore = "long replays; the bookkeeping they use is tested under miri elsewhere")]
 fn the_corpus_stays_within_its_bounds() {
+    let mut failures = Vec::new();
     for workload in cuda_mem_workloads::corpus() {
         let replayed = replay(&workload, Config::default());
         let speed_first = replay(&workload, Config::throughput());
         eprintln!("default: {replayed}\nthroughput: {speed_first}");
         let &(_, reserve, misses) = BOUNDS.iter().find(|b| b.0 == workload.name).expect("a bound per workload");
-        assert!(replayed.reserved_over_live() <= reserve, "{replayed}");
-        assert!(replayed.miss_rate_pass2() <= misses, "{replayed}");
+        if replayed.reserved_over_live() > reserve || replayed.miss_rate_pass2() > misses {
+            failures.push(replayed.to_string());
+        }
         assert!(replayed.reserved_over_live() >= 1.0, "{replayed}");
     }
+    assert!(failures.is_empty(), "out of bounds:\n{}", failures.join("\n"));
 }
 
 #[test]
@@ -180,4 +184,5 @@ fn the_mixed_workload_on_threads_keeps_its_reserve() {
     assert!(reserved as f64 <= 2.4 * live as f64, "reserved {reserved}, live {live}");
     assert!(misses >= 1 && releases <= misses, "{misses} misses, {releases} releases");
 }
+
 
