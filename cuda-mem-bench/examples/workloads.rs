@@ -212,6 +212,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             report(workload, &format!("cuda_mem_cache_{name}"), name, replay(&cache, workload));
         }
         let pool = Pool(MemPool::retaining(device)?);
+        // The pool may be one the process made before: start its figures from nothing.
+        pool.0.trim_to(0)?;
+        pool.0.reset_highs()?;
         report(workload, "cuda_mem_stream_pool", "MemPool::retaining", replay(&pool, workload));
     }
     Ok(())

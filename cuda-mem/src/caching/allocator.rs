@@ -3,8 +3,8 @@
 use super::arena::BlockId;
 use super::backend::{Backend, StreamKey};
 use super::block::CachedBlock;
-use super::config::Config;
-use super::core::{Core, On};
+use super::config::{Config, Pool};
+use super::core::{Core, CoreFigures, On, Totals};
 use super::front::{BinKey, ENTRIES, FrontLimits, Parked, ThreadCache, ThreadTotals};
 use super::size_class::{SizeClass, class_of};
 use super::stats::{CachingStats, ClassStats, CurrentPeak};
@@ -43,8 +43,21 @@ struct Shared<B: Backend> {
     backend: B,
     config: Config,
     limits: FrontLimits,
-    core: Mutex<Core<B>>,
+    /// The core, sharded by stream: a stream's segments, blocks and fences live in one shard,
+    /// so threads that work on different streams take different locks on their misses.
+    shards: Box<[Mutex<Core<B>>]>,
+    totals: Totals,
     threads: Mutex<Registry>,
+}
+
+/// Shards of the core: enough that a few dozen streams rarely share one.
+const SHARDS: usize = 16;
+
+/// The shard of `stream` (Fibonacci hashing: stream handles are addresses, alike in their low
+/// bits).
+#[inline]
+pub(super) fn shard_of(stream: StreamKey) -> usize {
+    ((stream.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
 }
 
 /// Every thread's front cache, and the figures of threads that exited (or had no cache).
@@ -66,7 +79,8 @@ impl<B: Backend> CachingAllocator<B> {
             backend,
             config,
             limits,
-            core: Mutex::new(Core::new()),
+            shards: (0..SHARDS).map(|_| Mutex::new(Core::new())).collect(),
+            totals: Totals::default(),
             threads: Mutex::new(Registry::default()),
         };
         Ok(Self { shared: Arc::new(shared) })
@@ -178,7 +192,7 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(());
         }
         {
-            let mut core = shared.core();
+            let mut core = shared.shard(block.stream);
             if !core.arena().is_out_at(block.id, block.ptr) {
                 debug_assert!(false, "{block:?} is not out of this allocator");
                 return Ok(());
@@ -201,9 +215,7 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// Returns this thread's front cache to the core.
     pub fn flush_thread(&self) {
-        let mut parked = Vec::new();
-        thread_cache::with_existing(&ENTRIES, self.shared.id, |cache| cache.drain(&mut parked));
-        self.shared.give_back_all(parked);
+        self.shared.flush_this_thread();
     }
 
     /// Releases every cached segment to the backend: all threads' front caches are returned to
@@ -212,7 +224,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// streams) has completed. Returns the bytes released.
     pub fn empty_cache(&self) -> usize {
         self.shared.flush_all();
-        self.shared.core().release_cached(&self.shared.backend)
+        self.shared.release_all()
     }
 
     /// The allocator's figures. Locks every thread's front cache in turn, then the core.
@@ -230,14 +242,15 @@ impl<B: Backend> CachingAllocator<B> {
                 cache.reset_peaks();
             }
         }
-        let mut core = self.shared.core();
-        core.figures.reserved.reset_peak();
-        core.figures.active.reset_peak();
+        for shard in self.shared.shards.iter() {
+            lock(shard).figures.active.reset_peak();
+        }
+        self.shared.totals.reset_peak();
     }
 
     /// Every segment the allocator holds, as (address, bytes), in no particular order.
     pub fn segment_ranges(&self) -> Vec<(usize, usize)> {
-        self.shared.core().arena().segment_ranges()
+        self.shared.shards.iter().flat_map(|shard| lock(shard).arena().segment_ranges()).collect()
     }
 
     /// Counts per size class, smallest class first (classes never allocated are left out).
@@ -260,19 +273,29 @@ impl<B: Backend> CachingAllocator<B> {
     /// Panics if the core's bookkeeping is inconsistent.
     #[cfg(any(test, fuzzing))]
     pub fn check_invariants(&self) {
-        self.shared.core().check();
+        let mut reserved = 0;
+        for (index, shard) in self.shared.shards.iter().enumerate() {
+            let core = lock(shard);
+            core.check();
+            reserved += core.figures.reserved;
+            assert!(core.arena().segment_owners().all(|s| shard_of(s) == index), "segments in their owner's shard");
+        }
+        assert_eq!(reserved, self.shared.totals.reserved().current, "the shards' reserves add up");
     }
 
     /// Keys of the streams the allocator holds a handle of.
     #[cfg(any(test, fuzzing))]
     pub fn held_streams(&self) -> Vec<StreamKey> {
-        self.shared.core().held_streams()
+        let mut keys: Vec<StreamKey> = self.shared.shards.iter().flat_map(|shard| lock(shard).held_streams()).collect();
+        keys.sort();
+        keys.dedup();
+        keys
     }
 
-    /// Holds the core's lock (to prove that a path does not need it).
+    /// Holds every shard's lock (to prove that a path does not need them).
     #[cfg(test)]
     pub(super) fn hold_core(&self) -> impl Drop + '_ {
-        self.shared.core()
+        self.shared.shards.iter().map(lock).collect::<Vec<_>>()
     }
 
     fn register(&self) -> Registered<ThreadCache> {
@@ -281,8 +304,13 @@ impl<B: Backend> CachingAllocator<B> {
 }
 
 impl<B: Backend> Shared<B> {
-    fn core(&self) -> MutexGuard<'_, Core<B>> {
-        lock(&self.core)
+    fn shard(&self, stream: StreamKey) -> MutexGuard<'_, Core<B>> {
+        lock(&self.shards[shard_of(stream)])
+    }
+
+    /// Releases every shard's idle segments (each shard's lock in turn); returns the bytes.
+    fn release_all(&self) -> usize {
+        self.shards.iter().map(|shard| lock(shard).release_cached(&self.backend, &self.totals)).sum()
     }
 
     fn threads(&self) -> MutexGuard<'_, Registry> {
@@ -305,47 +333,122 @@ impl<B: Backend> Shared<B> {
     /// returned (parked blocks may be what is missing), adoption or growth; on out of memory,
     /// once more after releasing everything cached.
     fn take_from_core(&self, stream: &B::Stream, class: SizeClass) -> Result<(BlockId, NonNull<u8>)> {
-        let (backend, config) = (&self.backend, &self.config);
-        let on = || On { key: B::key(stream), stream };
-        {
-            let mut core = self.core();
-            if let Some(id) = core.take_cached(backend, config, B::key(stream), class) {
-                return Ok((id, core.arena().ptr(id)));
-            }
+        let on = On { key: B::key(stream), stream };
+        let cached = || {
+            let mut core = self.shard(on.key);
+            let id = core.take_cached(&self.backend, &self.config, &self.totals, on.key, class)?;
+            Some((id, core.arena().ptr(id)))
+        };
+        if let Some(found) = cached() {
+            return Ok(found);
+        }
+        // This thread's parked blocks first (other threads keep theirs, and their hits); then
+        // everyone's, before adoption or growth.
+        self.flush_this_thread();
+        if let Some(found) = cached() {
+            return Ok(found);
         }
         self.flush_all();
-        let first = {
-            let mut core = self.core();
-            core.take_or_grow(backend, config, on(), class).map(|id| (id, core.arena().ptr(id)))
-        };
-        match first {
+        match self.take_or_grow(&on, class) {
             Err(err) if err.is_out_of_memory() => {}
             other => return other,
         }
         self.flush_all();
-        let retry = {
-            let mut core = self.core();
-            core.figures.oom_retries += 1;
-            core.release_cached(backend);
-            core.take_or_grow(backend, config, on(), class).map(|id| (id, core.arena().ptr(id)))
-        };
-        retry.map_err(|err| err.with_cache_stats(|| self.stats()))
+        self.shard(on.key).figures.oom_retries += 1;
+        self.release_all();
+        self.take_or_grow(&on, class).map_err(|err| err.with_cache_stats(|| self.stats()))
+    }
+
+    /// A block for `on`: from its shard (its free blocks, or an idle segment of a stream of the
+    /// shard); else an idle segment of another shard's stream; else a new segment, after idle
+    /// segments anywhere were released if growing would raise the reserve's peak. One shard's
+    /// lock at a time: no lock order between shards to keep.
+    fn take_or_grow(&self, on: &On<'_, B::Stream>, class: SizeClass) -> Result<(BlockId, NonNull<u8>)> {
+        let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
+        let home = shard_of(on.key);
+        let others = || self.shards.iter().enumerate().filter(move |&(i, _)| i != home).map(|(_, shard)| shard);
+        // Memory whose last use is known to be complete first, anywhere; then memory `on` waits
+        // for on the device.
+        for wait in [false, true] {
+            {
+                let mut core = lock(&self.shards[home]);
+                if let Some(id) = core.take_local(backend, config, totals, on, class, wait) {
+                    return Ok((id, core.arena().ptr(id)));
+                }
+            }
+            for shard in others() {
+                let detached = lock(shard).detach_adoptable(backend, config, totals, on, class, wait);
+                if let Some(detached) = detached {
+                    let mut core = lock(&self.shards[home]);
+                    let id = core.attach(detached, on, class);
+                    return Ok((id, core.arena().ptr(id)));
+                }
+            }
+        }
+        let bytes = Core::<B>::segment_bytes(config, totals, class)?;
+        if config.release_idle_on_miss {
+            // Only what would raise the high-water mark: below it, cached segments cost no more
+            // than the peak already did, and keeping them saves `cudaFree`s and later misses.
+            // Waiting for a segment's last use costs nothing `cudaFree` would not: it waits for
+            // the whole device.
+            let over = totals.over_peak(bytes);
+            if over > 0 {
+                self.release_largest(over);
+            }
+        }
+        let mut core = lock(&self.shards[home]);
+        if let Some(id) = core.take_cached(backend, config, totals, on.key, class) {
+            return Ok((id, core.arena().ptr(id)));
+        }
+        core.grow(backend, config, totals, on, class, bytes).map(|id| (id, core.arena().ptr(id)))
+    }
+
+    /// Releases idle segments, the largest of every shard first, until `enough` bytes are
+    /// released (or none is left that can be). One shard's lock at a time.
+    fn release_largest(&self, enough: usize) -> usize {
+        let mut keys: Vec<(Pool, usize)> = self.shards.iter().flat_map(|shard| lock(shard).idle_keys()).collect();
+        keys.sort_unstable_by(|a, b| b.cmp(a));
+        let mut covered = 0;
+        let from = keys.iter().find(|&&(_, bytes)| {
+            covered += bytes;
+            covered >= enough
+        });
+        let from = from.or(keys.last()).copied().unwrap_or((Pool::Small, 0));
+        let mut released = 0;
+        for shard in self.shards.iter() {
+            if released >= enough {
+                break;
+            }
+            released += lock(shard).release_idle(&self.backend, &self.totals, enough - released, from);
+        }
+        released
     }
 
     /// Returns a parked block to the core.
     fn give_back(&self, parked: Parked) {
-        let mut core = self.core();
+        let mut core = self.shard(parked.stream);
         give_back_to(&mut core, parked);
     }
 
-    fn give_back_all(&self, parked: Vec<Parked>) {
-        if parked.is_empty() {
-            return;
+    /// Returns parked blocks to their shards, each shard's lock taken once.
+    fn give_back_all(&self, mut parked: Vec<Parked>) {
+        parked.sort_unstable_by_key(|p| shard_of(p.stream));
+        let mut parked = parked.into_iter().peekable();
+        while let Some(first) = parked.next() {
+            let index = shard_of(first.stream);
+            let mut core = lock(&self.shards[index]);
+            give_back_to(&mut core, first);
+            while let Some(next) = parked.next_if(|p| shard_of(p.stream) == index) {
+                give_back_to(&mut core, next);
+            }
         }
-        let mut core = self.core();
-        for p in parked {
-            give_back_to(&mut core, p);
-        }
+    }
+
+    /// Returns this thread's front cache to the core.
+    fn flush_this_thread(&self) {
+        let mut parked = Vec::new();
+        thread_cache::with_existing(&ENTRIES, self.id, |cache| cache.drain(&mut parked));
+        self.give_back_all(parked);
     }
 
     /// Returns every thread's front cache to the core (under the registry's lock: see
@@ -383,11 +486,17 @@ impl<B: Backend> Shared<B> {
 
     fn stats(&self) -> CachingStats {
         let totals = self.thread_totals();
-        let core = self.core();
-        let figures = core.figures;
-        let (segments, free_bytes, largest_free_block) = core.arena().free_figures();
-        let idle_bytes = core.arena().idle_bytes();
-        drop(core);
+        let mut figures = CoreFigures::default();
+        let (mut segments, mut free_bytes, mut largest_free_block, mut idle_bytes) = (0, 0, 0, 0);
+        for shard in self.shards.iter() {
+            let core = lock(shard);
+            figures.absorb(&core.figures);
+            let (shard_segments, free, largest) = core.arena().free_figures();
+            segments += shard_segments;
+            free_bytes += free;
+            largest_free_block = largest_free_block.max(largest);
+            idle_bytes += core.arena().idle_bytes();
+        }
         let current = |net: isize| usize::try_from(net).unwrap_or(0);
         let allocated = current(totals.counters.allocated);
         // Both bound the true peak from above: one thread's peaks summed, and what was out of
@@ -399,7 +508,7 @@ impl<B: Backend> Shared<B> {
             allocated: CurrentPeak { current: allocated, peak: allocated_peak },
             requested: CurrentPeak { current: requested, peak: requested_peak },
             active: figures.active,
-            reserved: figures.reserved,
+            reserved: self.totals.reserved(),
             free_bytes,
             idle_bytes,
             largest_free_block,
@@ -447,12 +556,9 @@ impl<B: Backend> Drop for Shared<B> {
     fn drop(&mut self) {
         // No handle is left, so no call is in flight; threads' caches may still hold blocks.
         let parked = lock(&self.threads).drain_all();
-        let core = self.core.get_mut().unwrap_or_else(PoisonError::into_inner);
-        for p in parked {
-            give_back_to(core, p);
-        }
+        self.give_back_all(parked);
         // Segments with blocks still out (forgotten handles) stay allocated: leaked, never
         // released under a holder.
-        core.release_cached(&self.backend);
+        self.release_all();
     }
 }

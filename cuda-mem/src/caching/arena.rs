@@ -326,6 +326,12 @@ impl<F> Arena<F> {
         keys
     }
 
+    /// Every segment's owner (tests and fuzzing).
+    #[cfg(any(test, fuzzing))]
+    pub fn segment_owners(&self) -> impl Iterator<Item = StreamKey> + '_ {
+        self.segments.iter().map(|(_, s)| s.owner)
+    }
+
     /// Every segment's address and size, in no particular order.
     pub fn segment_ranges(&self) -> Vec<(usize, usize)> {
         self.segments.iter().map(|(_, s)| (s.base.as_ptr() as usize, s.bytes)).collect()

@@ -54,7 +54,7 @@ impl CachedBlock {
 
     #[inline]
     pub(super) fn parked(&self) -> Parked {
-        Parked { ptr: self.ptr, id: self.id }
+        Parked { ptr: self.ptr, id: self.id, stream: self.stream }
     }
 }
 

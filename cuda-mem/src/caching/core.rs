@@ -1,7 +1,9 @@
-//! The shared core, used under one lock on front-cache misses and overflows: the arena, blocks
-//! freed on a foreign stream and waiting for its fence, adoption of idle segments across
-//! streams, growth, and release. Every backend call of the allocator happens here, and here the
-//! allocator keeps a handle of every stream it holds something of.
+//! One shard of the shared core, used under its own lock on front-cache misses and overflows:
+//! the arena of the streams that hash to the shard, blocks freed on a foreign stream and waiting
+//! for its fence, adoption of idle segments across streams, growth, and release. Every backend
+//! call of the allocator happens here, and here the allocator keeps a handle of every stream it
+//! holds something of. [`Totals`] are the figures every shard shares (the reserve and its peak),
+//! read without a lock.
 
 use super::arena::{Arena, BlockId, BlockState, SegmentId};
 use super::backend::{Backend, StreamKey};
@@ -10,7 +12,62 @@ use super::size_class::SizeClass;
 use super::stats::CurrentPeak;
 use crate::error::Result;
 use rustc_hash::FxHashMap;
+use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The reserve of every shard together: changed only when a segment is allocated or released
+/// (under that shard's lock), read without a lock by every shard's decisions.
+#[derive(Debug, Default)]
+pub(super) struct Totals {
+    reserved: AtomicUsize,
+    peak: AtomicUsize,
+    pool: [AtomicUsize; 2],
+}
+
+impl Totals {
+    fn add(&self, pool: Pool, bytes: usize) {
+        let now = self.reserved.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        self.pool[pool as usize].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn sub(&self, pool: Pool, bytes: usize) {
+        self.reserved.fetch_sub(bytes, Ordering::Relaxed);
+        self.pool[pool as usize].fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes of segments held now, and the highest figure.
+    pub fn reserved(&self) -> CurrentPeak {
+        CurrentPeak { current: self.reserved.load(Ordering::Relaxed), peak: self.peak.load(Ordering::Relaxed) }
+    }
+
+    fn pool_reserved(&self, pool: Pool) -> usize {
+        self.pool[pool as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn reset_peak(&self) {
+        self.peak.store(self.reserved.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Bytes a new segment of `bytes` would take the reserve above its peak.
+    pub fn over_peak(&self, bytes: usize) -> usize {
+        let reserved = self.reserved();
+        (reserved.current + bytes).saturating_sub(reserved.peak)
+    }
+}
+
+/// An idle segment taken out of one shard for a stream of another; its fence has completed, or
+/// that stream was made to wait for it.
+pub(super) struct Detached {
+    base: NonNull<u8>,
+    bytes: usize,
+    pool: Pool,
+}
+
+// SAFETY: the address of device memory the cache owns, never dereferenced by the bookkeeping;
+// the shard that receives it takes it over.
+unsafe impl Send for Detached {}
 
 /// A block freed on a stream other than its owner: reusable once `fence` (recorded on `stream`
 /// at the free) completes.
@@ -26,12 +83,11 @@ pub(super) struct On<'a, S> {
     pub stream: &'a S,
 }
 
-/// Figures kept under the core's lock, exact.
+/// Figures kept under the shard's lock, exact for the shard.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct CoreFigures {
-    pub reserved: CurrentPeak,
-    /// Reserved bytes per pool (by `Pool as usize`).
-    pub pool_reserved: [usize; 2],
+    /// Bytes of this shard's segments (their sum over shards is [`Totals::reserved`]).
+    pub reserved: usize,
     pub active: CurrentPeak,
     pub pending_bytes: usize,
     pub segment_allocations: u64,
@@ -41,6 +97,24 @@ pub(super) struct CoreFigures {
     pub segments_adopted: u64,
     pub stream_waits: u64,
     pub oom_retries: u64,
+}
+
+impl CoreFigures {
+    /// Adds another shard's figures; the sum of the shards' active peaks bounds the peak of the
+    /// sum (exact with one shard in use, as with one stream).
+    pub fn absorb(&mut self, other: &CoreFigures) {
+        self.reserved += other.reserved;
+        self.active.current += other.active.current;
+        self.active.peak += other.active.peak;
+        self.pending_bytes += other.pending_bytes;
+        self.segment_allocations += other.segment_allocations;
+        self.segment_releases += other.segment_releases;
+        self.core_hits += other.core_hits;
+        self.misses += other.misses;
+        self.segments_adopted += other.segments_adopted;
+        self.stream_waits += other.stream_waits;
+        self.oom_retries += other.oom_retries;
+    }
 }
 
 pub(super) struct Core<B: Backend> {
@@ -83,58 +157,93 @@ impl<B: Backend> Core<B> {
     }
 
     /// A block of `class` from the stream's own free blocks, without growing.
-    pub fn take_cached(&mut self, backend: &B, config: &Config, key: StreamKey, class: SizeClass) -> Option<BlockId> {
+    pub fn take_cached(
+        &mut self,
+        backend: &B,
+        config: &Config,
+        totals: &Totals,
+        key: StreamKey,
+        class: SizeClass,
+    ) -> Option<BlockId> {
         self.poll_pending(backend);
         let bytes = class.bytes();
         let pool = config.pool_of(class);
-        let target = config.segment_target(pool, self.figures.pool_reserved[pool as usize]);
+        let target = config.segment_target(pool, totals.pool_reserved(pool));
         let id = self.arena.take_fitting(key, pool, bytes, |size| config.may_cut(pool, target, size, bytes))?;
         self.figures.active.add(class.bytes());
         self.figures.core_hits += 1;
         Some(id)
     }
 
-    /// A block of `class` for the stream: its own free blocks, then an idle segment of another
-    /// stream whose work is known to be complete (or, if the config allows, waited for on the
-    /// device), then a new segment.
-    pub fn take_or_grow(
+    /// A block of `class` for the stream from this shard: its own free blocks, then an idle
+    /// segment of another stream of the shard whose work is known to be complete (or, when
+    /// `wait` and the config allow, waited for on the device).
+    pub fn take_local(
         &mut self,
         backend: &B,
         config: &Config,
-        on: On<'_, B::Stream>,
+        totals: &Totals,
+        on: &On<'_, B::Stream>,
         class: SizeClass,
-    ) -> Result<BlockId> {
-        if let Some(id) = self.take_cached(backend, config, on.key, class) {
-            return Ok(id);
+        wait: bool,
+    ) -> Option<BlockId> {
+        if let Some(id) = self.take_cached(backend, config, totals, on.key, class) {
+            return Some(id);
         }
         let pool = config.pool_of(class);
-        if let Some(segment) = self.adoptable(backend, config, &on, pool, class.bytes()) {
-            self.hold(&on);
-            let from = self.arena.adopt(segment, on.key);
-            self.figures.segments_adopted += 1;
-            self.forget_if_unused(from);
-            let id = self.arena.take(on.key, pool, class.bytes()).expect("an adopted segment fits");
-            self.figures.active.add(class.bytes());
-            self.figures.core_hits += 1;
-            return Ok(id);
-        }
-        let target = config.segment_target(pool, self.figures.pool_reserved[pool as usize]);
-        let bytes = config.segment_bytes(class, target).ok_or_else(|| super::size_overflow(class.bytes()))?;
-        if config.release_idle_on_miss {
-            // Only what would raise the high-water mark: below it, cached segments cost no more
-            // than the peak already did, and keeping them saves `cudaFree`s and later misses.
-            // Waiting for a segment's last use costs nothing `cudaFree` would not: it waits for
-            // the whole device.
-            let over = (self.figures.reserved.current + bytes).saturating_sub(self.figures.reserved.peak);
-            if over > 0 {
-                self.release_idle(backend, over);
-            }
-        }
+        let segment = self.adoptable(backend, config, totals, on, pool, class.bytes(), wait)?;
+        self.hold(on);
+        let from = self.arena.adopt(segment, on.key);
+        self.figures.segments_adopted += 1;
+        self.forget_if_unused(from);
+        Some(self.take_new(on.key, pool, class, "an adopted segment fits"))
+    }
+
+    /// An idle segment of this shard that stream `on` (of another shard) may use at once, taken
+    /// out of the shard: see [`Core::adoptable`].
+    pub fn detach_adoptable(
+        &mut self,
+        backend: &B,
+        config: &Config,
+        totals: &Totals,
+        on: &On<'_, B::Stream>,
+        class: SizeClass,
+        wait: bool,
+    ) -> Option<Detached> {
+        let pool = config.pool_of(class);
+        let id = self.adoptable(backend, config, totals, on, pool, class.bytes(), wait)?;
+        let segment = self.arena.remove_idle(id);
+        self.figures.reserved -= segment.bytes;
+        self.forget_if_unused(segment.owner);
+        Some(Detached { base: segment.base, bytes: segment.bytes, pool: segment.pool })
+    }
+
+    /// Takes over a segment detached from another shard for stream `on`, and cuts `class` from it.
+    pub fn attach(&mut self, detached: Detached, on: &On<'_, B::Stream>, class: SizeClass) -> BlockId {
+        self.hold(on);
+        self.arena.add_segment(detached.base, detached.bytes, on.key, detached.pool);
+        self.figures.reserved += detached.bytes;
+        self.figures.segments_adopted += 1;
+        self.take_new(on.key, detached.pool, class, "an adopted segment fits")
+    }
+
+    /// A new segment of `bytes` (sized by [`Core::segment_bytes`] before any release) for
+    /// `class`, owned by `on`, and the block cut from it.
+    pub fn grow(
+        &mut self,
+        backend: &B,
+        config: &Config,
+        totals: &Totals,
+        on: &On<'_, B::Stream>,
+        class: SizeClass,
+        bytes: usize,
+    ) -> Result<BlockId> {
+        let pool = config.pool_of(class);
         let base = backend.allocate(bytes)?;
-        self.hold(&on);
+        self.hold(on);
         self.arena.add_segment(base, bytes, on.key, pool);
-        self.figures.reserved.add(bytes);
-        self.figures.pool_reserved[pool as usize] += bytes;
+        self.figures.reserved += bytes;
+        totals.add(pool, bytes);
         self.figures.segment_allocations += 1;
         self.figures.misses += 1;
         let id = self.arena.take(on.key, pool, class.bytes()).expect("a new segment fits its request");
@@ -142,18 +251,35 @@ impl<B: Backend> Core<B> {
         Ok(id)
     }
 
+    /// Bytes of the segment a miss of `class` would allocate now.
+    pub fn segment_bytes(config: &Config, totals: &Totals, class: SizeClass) -> Result<usize> {
+        let pool = config.pool_of(class);
+        let target = config.segment_target(pool, totals.pool_reserved(pool));
+        config.segment_bytes(class, target).ok_or_else(|| super::size_overflow(class.bytes()))
+    }
+
+    fn take_new(&mut self, key: StreamKey, pool: Pool, class: SizeClass, why: &str) -> BlockId {
+        let id = self.arena.take(key, pool, class.bytes()).expect(why);
+        self.figures.active.add(class.bytes());
+        self.figures.core_hits += 1;
+        id
+    }
+
     /// An idle segment of another stream that the stream `on` may use at once: its fence
-    /// (recorded on the owner while idle, so after every use of it) has completed, or `on` now
-    /// waits for it on the device.
+    /// (recorded on the owner while idle, so after every use of it) has completed, or, when
+    /// `wait` and the config allow, `on` now waits for it on the device.
+    #[allow(clippy::too_many_arguments)] // the shard's context (backend, config, totals) and the request
     fn adoptable(
         &mut self,
         backend: &B,
         config: &Config,
+        totals: &Totals,
         on: &On<'_, B::Stream>,
         pool: Pool,
         bytes: usize,
+        wait: bool,
     ) -> Option<SegmentId> {
-        let target = config.segment_target(pool, self.figures.pool_reserved[pool as usize]);
+        let target = config.segment_target(pool, totals.pool_reserved(pool));
         let candidates: Vec<SegmentId> = self
             .arena
             .idle_at_least(pool, bytes)
@@ -184,7 +310,7 @@ impl<B: Backend> Core<B> {
         if let Some(&segment) = candidates.iter().find(|&&s| done(&self.arena, s)) {
             return Some(segment);
         }
-        if !config.cross_stream_waits {
+        if !(wait && config.cross_stream_waits) {
             return None;
         }
         let segment = candidates.into_iter().find(|&s| {
@@ -244,20 +370,30 @@ impl<B: Backend> Core<B> {
     /// Releases every idle segment to the backend, after waiting for the pending blocks and for
     /// the work of each segment's owner (a segment whose owner's fence fails stays cached).
     /// Blocks the calling thread while that work runs. Returns the bytes released.
-    pub fn release_cached(&mut self, backend: &B) -> usize {
+    pub fn release_cached(&mut self, backend: &B, totals: &Totals) -> usize {
         self.settle_pending(backend, true);
-        self.release_idle(backend, usize::MAX)
+        self.release_idle(backend, totals, usize::MAX, (Pool::Small, 0))
     }
 
-    /// Releases idle segments after their owners' work on them (waited for), large pool first
-    /// and largest first, until at least `enough` bytes are released; a segment whose fence
-    /// cannot be recorded or waited for stays cached. A fence recorded for a segment stays with
-    /// it, for later calls and adoption.
-    fn release_idle(&mut self, backend: &B, enough: usize) -> usize {
+    /// (pool, bytes) of every idle segment, in no particular order.
+    pub fn idle_keys(&self) -> Vec<(Pool, usize)> {
+        self.arena
+            .idle_segments()
+            .into_iter()
+            .map(|id| (self.arena.segment(id).pool, self.arena.segment(id).bytes))
+            .collect()
+    }
+
+    /// Releases idle segments from `from` (pool, bytes) up, after their owners' work on them
+    /// (waited for), large pool first and largest first, until at least `enough` bytes are
+    /// released; a segment whose fence cannot be recorded or waited for stays cached. A fence
+    /// recorded for a segment stays with it, for later calls and adoption.
+    pub fn release_idle(&mut self, backend: &B, totals: &Totals, enough: usize, from: (Pool, usize)) -> usize {
         let mut fresh: FxHashMap<StreamKey, Option<Arc<B::Fence>>> = FxHashMap::default();
         let mut released = 0;
         for id in self.arena.idle_segments().into_iter().rev() {
-            if released >= enough {
+            let segment = self.arena.segment(id);
+            if released >= enough || (segment.pool, segment.bytes) < from {
                 break;
             }
             let owner = self.arena.segment(id).owner;
@@ -278,8 +414,8 @@ impl<B: Backend> Core<B> {
             // idle, that has just completed (uses on other streams were pending until their own
             // fences completed).
             unsafe { backend.release(segment.base, segment.bytes) };
-            self.figures.reserved.sub(segment.bytes);
-            self.figures.pool_reserved[segment.pool as usize] -= segment.bytes;
+            self.figures.reserved -= segment.bytes;
+            totals.sub(segment.pool, segment.bytes);
             self.figures.segment_releases += 1;
             released += segment.bytes;
             self.forget_if_unused(owner);
@@ -299,7 +435,7 @@ impl<B: Backend> Core<B> {
     pub fn check(&self) {
         self.arena.check();
         let (_, free, _) = self.arena.free_figures();
-        assert_eq!(free + self.figures.active.current, self.figures.reserved.current, "free + active = reserved");
+        assert_eq!(free + self.figures.active.current, self.figures.reserved, "free + active = reserved");
         let pending: usize = self.pending.iter().map(|p| self.arena.block(p.block).size).sum();
         assert_eq!(pending, self.figures.pending_bytes);
         assert!(self.pending.iter().all(|p| self.arena.block(p.block).state == BlockState::Pending));

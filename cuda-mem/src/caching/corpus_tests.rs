@@ -180,9 +180,10 @@ fn the_mixed_workload_on_threads_keeps_its_reserve() {
     let workload = cuda_mem_workloads::mixed::Mixed::default().workload();
     let live = workload.shape().peak_live_round_robin as usize;
     let (reserved, misses, releases) = replay_threads(&workload, Config::default());
-    eprintln!("mixed on threads: reserved/live {:.3}, misses {misses}, releases {releases}", reserved as f64 / live as f64);
+    eprintln!(
+        "mixed on threads: reserved/live {:.3}, misses {misses}, releases {releases}",
+        reserved as f64 / live as f64
+    );
     assert!(reserved as f64 <= 2.4 * live as f64, "reserved {reserved}, live {live}");
     assert!(misses >= 1 && releases <= misses, "{misses} misses, {releases} releases");
 }
-
-

@@ -17,6 +17,8 @@ use std::ptr::NonNull;
 pub(super) struct Parked {
     pub ptr: NonNull<u8>,
     pub id: BlockId,
+    /// The block's stream, which names the core's shard that holds its segment.
+    pub stream: StreamKey,
 }
 
 // SAFETY: the address of device memory the cache owns, never dereferenced by the cache; the thread

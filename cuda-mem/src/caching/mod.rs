@@ -45,21 +45,29 @@
 //! **Front caches.** Each thread keeps, per allocator, up to `front_depth` freed blocks per
 //! (stream, class) and `front_max_bytes` in all, behind a lock that only that thread takes on
 //! the hot path: an allocation after a free of its class on its stream locks no shared state,
-//! allocates nothing and touches only that thread's counters. The shared core has one mutex,
-//! taken on misses and overflows. The allocator keeps every thread's cache in a registry, so
+//! allocates nothing and touches only that thread's counters. The shared core is sharded by
+//! stream: a stream's segments, blocks and pending frees live in one of sixteen shards, each
+//! under its own mutex, taken on misses and overflows, so threads with streams of their own do
+//! not contend there either. Only the reserve's totals are shared (atomics, written when a
+//! segment is allocated or released). A miss in its shard first returns the calling thread's
+//! parked blocks, then everyone's; adoption looks for idle segments in every shard (completed
+//! fences first), and releases on a miss take the largest idle segments of all shards. The allocator keeps every thread's cache in a registry, so
 //! `empty_cache`, growth and out-of-memory retries return all parked blocks to the core first;
 //! a thread's exit returns its blocks through its thread-local destructor. A block may be freed
 //! on any thread: it parks in the freeing thread's cache under its own stream and class.
 //!
 //! **Soundness.** A block is in one place at a time: the core (free, or pending a fence), a
 //! user's [`CachedBlock`] (neither `Clone` nor `Copy`, given back by value), or one front cache's
-//! bin. The core changes under its mutex and a bin under its thread's lock; a block on its way
+//! bin. A shard changes under its mutex and a bin under its thread's lock; a block on its way
 //! between a bin and the core is held by the moving thread alone, so no block is handed out
 //! twice. Only idle segments (all of it one free block in the core) are released, under the
-//! core's mutex, so no released memory is out. `empty_cache` racing with other threads' calls at
-//! worst misses a block on its way to the core, which then stays cached. Locks nest in one order
-//! only: the registry of front caches, then one front cache or the core; a front cache and the
-//! core are never held together, and the hot path takes its front cache's lock alone.
+//! shard's mutex, so no released memory is out. A segment moves between shards only while idle
+//! (taken out of one shard under its lock, added to the other under its lock), so a block out
+//! always lies in the shard of its own stream, where its return is routed. `empty_cache` racing
+//! with other threads' calls at worst misses a block on its way to the core, which then stays
+//! cached. Locks nest in one order only: the registry of front caches, then one front cache or
+//! one shard; a front cache and a shard, or two shards, are never held together, and the hot
+//! path takes its front cache's lock alone.
 //!
 //! **Private pools.** [`PrivatePool`] is an allocator of its own whose blocks only one owner's
 //! work uses (graphs of one private pool, which take turns); its segments are never released

@@ -67,6 +67,8 @@ fn a_block_freed_on_its_stream_is_reused_there_at_once() {
 
 #[test]
 fn another_stream_gets_an_idle_segment_only_after_its_fence_completes() {
+    // The segment moves between the core's shards.
+    assert_ne!(super::allocator::shard_of(S), super::allocator::shard_of(T));
     // A request of 16 KiB fills a small segment's worth in the large pool: one block per segment.
     let (cache, backend) = allocator(Config { front_depth: 0, ..small_config() });
     let a = cache.alloc(64 * KIB, &S).unwrap();
