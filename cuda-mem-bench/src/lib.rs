@@ -42,3 +42,4 @@ pub mod plots;
 pub mod render;
 pub mod rows;
 pub mod stats;
+pub mod workload_table;

@@ -273,3 +273,82 @@ fn gpu_blocks_on_borrowed_raw_streams_are_reused_and_ordered() {
     let stats = cache.stats();
     assert_eq!((stats.allocated.current, stats.reserved.current, stats.pending_bytes), (0, 0, 0), "{stats:?}");
 }
+
+/// Eight threads, each with a stream of its own (so their blocks live in different shards of the
+/// core), allocate mixed sizes, write and check them, and hand half of them to the next thread,
+/// which checks and frees them on its own stream. No two live blocks overlap, no block shows
+/// another's data, segments move between streams (and shards), and `empty_cache` returns every
+/// segment once all is freed.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_threads_with_streams_of_their_own_share_the_cache_without_overlap() {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::sync::mpsc;
+    const THREADS: usize = 8;
+    const ROUNDS: usize = 150;
+    let cache = DeviceCache::new(device()).unwrap();
+    let streams: Vec<Stream> = (0..THREADS).map(|_| Stream::non_blocking().unwrap()).collect();
+    let live: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+    let claim = |ptr: u64, bytes: u64| {
+        let mut live = live.lock().unwrap();
+        let before = live.range(..=ptr).next_back().map(|(&p, &b)| p + b);
+        let after = live.range(ptr..).next().map(|(&p, _)| p);
+        assert!(before.is_none_or(|end| end <= ptr) && after.is_none_or(|next| ptr + bytes <= next), "overlap");
+        live.insert(ptr, bytes);
+    };
+    let release = |ptr: u64| assert!(live.lock().unwrap().remove(&ptr).is_some());
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| mpsc::channel()).unzip();
+    std::thread::scope(|scope| {
+        for (t, receiver) in receivers.into_iter().enumerate() {
+            let (cache, streams, claim, release) = (&cache, &streams, &claim, &release);
+            let next = senders[(t + 1) % THREADS].clone();
+            scope.spawn(move || {
+                let stream = &streams[t];
+                let mut seed = t as u32 * 7919 + 1;
+                for round in 0..ROUNDS {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    // 1 KiB .. 4 MiB of u32, log-spread.
+                    let len = 256usize << (seed % 13);
+                    let data = pattern(len, seed);
+                    let mut buffer = cache.zeroed::<u32>(stream, len).unwrap();
+                    let ptr = buffer.as_slice().as_device_ptr() as u64;
+                    claim(ptr, (len * 4) as u64);
+                    buffer.as_mut_slice().copy_from_host(&data).unwrap();
+                    assert_same(&buffer.as_slice().to_vec().unwrap(), &data);
+                    if round % 2 == 0 {
+                        next.send((buffer, data, ptr)).unwrap();
+                    } else {
+                        release(ptr);
+                        drop(buffer);
+                    }
+                    while let Ok((mut handed, data, ptr)) = receiver.try_recv() {
+                        handed.use_on(stream).unwrap();
+                        assert_same(&handed.as_slice().to_vec().unwrap(), &data);
+                        release(ptr);
+                        handed.free_on(stream).unwrap();
+                    }
+                }
+                drop(next);
+                // What the previous thread still sends.
+                for (mut handed, data, ptr) in receiver {
+                    handed.use_on(stream).unwrap();
+                    assert_same(&handed.as_slice().to_vec().unwrap(), &data);
+                    release(ptr);
+                    handed.free_on(stream).unwrap();
+                }
+            });
+        }
+        drop(senders);
+    });
+    assert!(live.lock().unwrap().is_empty());
+    for stream in &streams {
+        stream.synchronize().unwrap();
+    }
+    let stats = cache.stats();
+    assert_eq!(stats.allocated.current, 0, "{stats:?}");
+    assert!(stats.segment_allocations >= THREADS as u64, "{stats:?}");
+    cache.empty_cache();
+    let after = cache.stats();
+    assert_eq!((after.reserved.current, after.segments), (0, 0), "{after:?}");
+}

@@ -1,0 +1,179 @@
+//! The workload corpus's table for `docs/workloads.md`: the JSON lines of the `workloads` example
+//! (cuda-mem), `workloads/rmm_replay` and `workloads/torch_replay.py` (the peers), measured in one
+//! device call, joined into one Markdown table per workload; and the training loop's rows
+//! (`workloads/run_training.sh`). Regenerated from the committed raw files by
+//! `cargo run -p cuda-mem-bench --bin workload_table -- DIR`; a test keeps the doc in step.
+
+use serde_json::Value;
+use std::fmt::Write;
+
+/// One replay of one workload by one allocator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replay {
+    pub workload: String,
+    pub allocator: String,
+    pub ns_per_op: f64,
+    pub reserved_over_live: f64,
+    pub misses: Option<u64>,
+    pub allocations: Option<u64>,
+}
+
+/// One process of the training loop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainingRun {
+    pub allocator: String,
+    pub step_ms_median: f64,
+    pub peak_reserved: u64,
+    pub peak_allocated: u64,
+}
+
+/// The replays in `text` (JSON lines; other lines and error rows are left out).
+pub fn replays(text: &str) -> Vec<Replay> {
+    rows(text)
+        .filter_map(|row| {
+            Some(Replay {
+                workload: row.get("workload")?.as_str()?.to_string(),
+                allocator: row.get("allocator")?.as_str()?.to_string(),
+                ns_per_op: row.get("ns_per_op")?.as_f64()?,
+                reserved_over_live: row.get("reserved_over_live")?.as_f64()?,
+                misses: row.get("misses_pass2").and_then(Value::as_u64),
+                allocations: row.get("allocations_pass2").and_then(Value::as_u64),
+            })
+        })
+        .collect()
+}
+
+/// The training runs in `text` (JSON lines of `torch_training.py`).
+pub fn training_runs(text: &str) -> Vec<TrainingRun> {
+    rows(text)
+        .filter_map(|row| {
+            Some(TrainingRun {
+                allocator: row.get("allocator")?.as_str()?.to_string(),
+                step_ms_median: row.get("step_ms_median")?.as_f64()?,
+                peak_reserved: row.get("peak_reserved_bytes")?.as_u64()?,
+                peak_allocated: row.get("peak_allocated_bytes")?.as_u64()?,
+            })
+        })
+        .collect()
+}
+
+fn rows(text: &str) -> impl Iterator<Item = Value> + '_ {
+    text.lines().filter(|l| l.trim_start().starts_with('{')).filter_map(|l| serde_json::from_str(l).ok())
+}
+
+/// Whether an allocator row is cuda-mem's (the rest are peers).
+fn is_ours(allocator: &str) -> bool {
+    allocator.starts_with("cuda_mem")
+}
+
+/// The Markdown tables: one per workload (in the order met), rows as met, with each row's time
+/// over the fastest peer's.
+pub fn replay_table(replays: &[Replay]) -> String {
+    let mut out = String::new();
+    let mut workloads: Vec<&str> = Vec::new();
+    for r in replays {
+        if !workloads.contains(&r.workload.as_str()) {
+            workloads.push(&r.workload);
+        }
+    }
+    for workload in workloads {
+        let rows: Vec<&Replay> = replays.iter().filter(|r| r.workload == workload).collect();
+        let fastest_peer =
+            rows.iter().filter(|r| !is_ours(&r.allocator)).map(|r| r.ns_per_op).fold(f64::INFINITY, f64::min);
+        let _ = writeln!(out, "**{workload}**\n");
+        let _ = writeln!(
+            out,
+            "| allocator | ns per op | ÷ fastest peer | peak reserved / peak live | misses after warm-up |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|");
+        for r in rows {
+            let ratio =
+                if fastest_peer.is_finite() { format!("{:.2}", r.ns_per_op / fastest_peer) } else { "–".into() };
+            let misses = match (r.misses, r.allocations) {
+                (Some(m), Some(a)) if a > 0 => format!("{m} ({:.2}%)", 100.0 * m as f64 / a as f64),
+                _ => "not counted".into(),
+            };
+            let name = if is_ours(&r.allocator) { format!("**{}**", r.allocator) } else { r.allocator.clone() };
+            let _ = writeln!(out, "| {name} | {:.0} | {ratio} | {:.3} | {misses} |", r.ns_per_op, r.reserved_over_live);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The training loop's table: step time against the native allocator's, peak reserved over
+/// peak allocated.
+pub fn training_table(runs: &[TrainingRun]) -> String {
+    let native = runs.iter().find(|r| r.allocator == "torch_native").map(|r| r.step_ms_median);
+    let mut out = String::from(
+        "| allocator | step (ms, median) | ÷ native | peak reserved (MiB) | peak allocated (MiB) | reserved / allocated |\n|---|---|---|---|---|---|\n",
+    );
+    for r in runs {
+        let ratio = native.map_or("–".into(), |n| format!("{:.3}", r.step_ms_median / n));
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {ratio} | {} | {} | {:.3} |",
+            r.allocator,
+            r.step_ms_median,
+            r.peak_reserved >> 20,
+            r.peak_allocated >> 20,
+            r.peak_reserved as f64 / r.peak_allocated as f64
+        );
+    }
+    out
+}
+
+/// Both tables from the raw files of one results folder: `cuda_mem.jsonl`, `rmm.jsonl`,
+/// `torch.jsonl`, `torch_exp.jsonl` (replays) and `training.jsonl` (the loop); missing files
+/// are left out.
+pub fn tables_of(dir: &std::path::Path) -> String {
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let mut all = Vec::new();
+    for name in ["cuda_mem.jsonl", "rmm.jsonl", "torch.jsonl", "torch_exp.jsonl"] {
+        all.extend(replays(&read(name)));
+    }
+    let mut out = replay_table(&all);
+    let runs = training_runs(&read("training.jsonl"));
+    if !runs.is_empty() {
+        out.push_str("**training loop in PyTorch** (`run_training.sh`)\n\n");
+        out.push_str(&training_table(&runs));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROWS: &str = r#"{"workload":"churn","allocator":"cuda_mem_cache_default","ns_per_op":91.2,"reserved_over_live":1.2617,"misses_pass2":23,"allocations_pass2":100013}
+not json
+{"workload":"churn","allocator":"rmm_binning","ns_per_op":252.6,"reserved_over_live":2.838,"misses_pass2":0,"allocations_pass2":100013}
+{"workload":"churn","allocator":"cuda_async","ns_per_op":1200.7,"reserved_over_live":1.74,"misses_pass2":null,"allocations_pass2":100013}
+{"workload":"churn","allocator":"rmm_arena","error":"out of memory"}"#;
+
+    #[test]
+    fn rows_are_read_and_errors_left_out() {
+        let r = replays(ROWS);
+        assert_eq!(r.len(), 3);
+        assert_eq!((r[0].misses, r[2].misses), (Some(23), None));
+    }
+
+    #[test]
+    fn the_table_divides_by_the_fastest_peer() {
+        let table = replay_table(&replays(ROWS));
+        assert!(table.contains("| **cuda_mem_cache_default** | 91 | 0.36 | 1.262 | 23 (0.02%) |"), "{table}");
+        assert!(table.contains("| rmm_binning | 253 | 1.00 | 2.838 | 0 (0.00%) |"), "{table}");
+        assert!(table.contains("| cuda_async | 1201 | 4.75 | 1.740 | not counted |"), "{table}");
+    }
+
+    #[test]
+    fn the_training_table_compares_with_native() {
+        let runs = training_runs(
+            r#"{"allocator":"torch_native","step_ms_median":100.0,"peak_reserved_bytes":2097152,"peak_allocated_bytes":1048576}
+{"allocator":"cuda_mem","step_ms_median":101.0,"peak_reserved_bytes":1048576,"peak_allocated_bytes":1048576}"#,
+        );
+        let table = training_table(&runs);
+        assert!(table.contains("| cuda_mem | 101.0 | 1.010 | 1 | 1 | 1.000 |"), "{table}");
+        assert!(table.contains("| torch_native | 100.0 | 1.000 | 2 | 1 | 2.000 |"), "{table}");
+    }
+}
