@@ -317,10 +317,13 @@ impl Stream {
     /// earlier capture is refused in a later one too.
     pub(crate) fn capture_handle(&self, capturing: &Stream) -> &Stream {
         let inner = StreamInner::new(capturing.inner.raw, self.inner.device, StreamKind::Capture);
-        let handle = Box::new(Stream { inner: Arc::new(inner) });
-        let at: *const Stream = &*handle;
         // A poisoned list is still a list of boxes: pushing onto it is fine.
-        self.inner.capture_handles.lock().unwrap_or_else(|e| e.into_inner()).push(handle);
+        let mut handles = self.inner.capture_handles.lock().unwrap_or_else(|e| e.into_inner());
+        handles.push(Box::new(Stream { inner: Arc::new(inner) }));
+        // Taken from the box once it is in the list: moving a `Box` asserts that it is unique, so
+        // a pointer taken before the push would not survive it (Miri's Stacked Borrows says so).
+        let at: *const Stream = &**handles.last().expect("just pushed");
+        drop(handles);
         // SAFETY: the box is owned by `self.inner`, which never removes or moves it (only the box
         // pointer moves when the Vec grows) and drops it only with `self.inner`, which outlives
         // the borrow of `self` this reference is tied to.
