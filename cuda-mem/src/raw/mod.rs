@@ -147,6 +147,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "calls the CUDA runtime (cudaGetLastError), a foreign function Miri cannot run")]
     fn check_keeps_code_and_operation() {
         let err = check(sys::cudaError::cudaErrorInvalidValue, || "cudaFoo of 3 bytes".into()).unwrap_err();
         assert_eq!(err.code(), Some(ErrorCode::INVALID_VALUE));

@@ -210,12 +210,14 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "generates whole traces, minutes each under Miri; the generator has no unsafe code")]
     fn the_same_seed_gives_the_same_trace_and_another_seed_another() {
         assert_eq!(small().events(), small().events());
         assert_ne!(small().events(), ServingTrace { seed: 2, ..small() }.events());
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "generates whole traces, minutes each under Miri; the generator has no unsafe code")]
     fn every_allocation_is_freed_once_with_its_size_and_sizes_stay_in_range() {
         let model = small();
         let events = model.events();
@@ -237,6 +239,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "generates whole traces, minutes each under Miri; the generator has no unsafe code")]
     fn kv_blocks_outlive_steps_and_temporaries_do_not() {
         // Count how many steps' worth of temporaries each allocation outlived: KV blocks span
         // many steps, the rest of the trace stays within one.

@@ -65,6 +65,7 @@ fn python_check(pickle: &[u8], check: &str) {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "starts python3 to load the pickle, and Miri cannot start a process")]
 fn python_reads_the_snapshot_with_pytorchs_keys() {
     python_check(
         &sample().to_pickle(),
@@ -92,6 +93,7 @@ assert trace[4]["device_free"] == 1 << 30 and trace[4]["size"] == 1 << 40
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "starts python3 to load the pickle, and Miri cannot start a process")]
 fn a_large_trace_is_batched_and_memoized() {
     let frames: Frames = Arc::from([]);
     let trace: Vec<TraceEntry> = (0..5000)
