@@ -3,6 +3,8 @@
 mod bench;
 mod bundle;
 mod codegen;
+mod fuzz;
+mod miri;
 mod package;
 mod provision;
 mod test;
@@ -29,7 +31,8 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// fmt check, clippy -D warnings, the whole test suite (GPU tests too where a GPU exists).
+    /// fmt check, clippy -D warnings, the whole test suite (GPU tests too where a GPU exists),
+    /// the allocator core under Miri and a fuzz smoke of every target.
     Test {
         /// On a GPU host: run the GPU test executables under compute-sanitizer memcheck,
         /// racecheck and synccheck instead.
@@ -38,13 +41,14 @@ enum Command {
     },
     /// The textual rules (layering, unsafe discipline, no hardware figures in comments).
     Tidy,
-    /// Run each fuzz target (cargo +nightly fuzz) for a number of executions.
+    /// Run each fuzz target (cargo-fuzz, provisioned; AddressSanitizer where a nightly toolchain
+    /// can be had) for a number of executions.
     Fuzz {
         /// Executions per target.
         #[arg(long, default_value_t = 1_000_000)]
         runs: u64,
     },
-    /// Run the pure-Rust unit tests under miri (cargo +nightly miri).
+    /// Run cuda-mem's unit tests under Miri (nightly; its components provisioned through rustup).
     Miri,
     /// Benchmarks on a GPU host.
     Bench,
@@ -75,8 +79,8 @@ fn main() -> ExitCode {
         Command::Test { sanitize: false } => test::run(),
         Command::Test { sanitize: true } => test::sanitize(),
         Command::Tidy => tidy::run(),
-        Command::Fuzz { runs } => test::fuzz(runs),
-        Command::Miri => test::miri(),
+        Command::Fuzz { runs } => fuzz::run(runs),
+        Command::Miri => miri::run(),
         Command::Bench => bench::run(),
         Command::Bundle => bundle::run().map(|dir| println!("bundle written to {}", dir.display())),
         Command::Package { allow_dirty } => package::run(allow_dirty),

@@ -1,6 +1,7 @@
 //! Provisioning without root: the pinned CUDA wheels go under `target/cuda/<version>` through pip;
 //! libclang (for bindgen) comes from Debian's libclang-dev when running as root, else from the
-//! `libclang` wheel plus gcc's builtin headers; rustfmt and clippy come through rustup.
+//! `libclang` wheel plus gcc's builtin headers; rustfmt and clippy, and the nightly toolchain's
+//! components Miri needs, come through rustup; cargo-fuzz from crates.io under `target/tools`.
 
 #[path = "../../cuda-mem-sys/build/find.rs"]
 #[allow(dead_code)] // shared with the build script, which uses all of it
@@ -77,6 +78,79 @@ pub fn rust_components() -> Result {
         }
     }
     Ok(())
+}
+
+/// The toolchain Miri needs (and the fuzz targets' AddressSanitizer): rustup's nightly.
+pub const NIGHTLY: &str = "nightly";
+
+/// The nightly toolchain with `components`, added through rustup where missing (the toolchain
+/// too, in rustup's minimal profile). An error is one line saying what could not be had and why:
+/// some machines cannot fetch a toolchain, and CI then skips the step that needs it.
+pub fn nightly(components: &[&str]) -> Result {
+    let installed = || rustup(&["component", "list", "--installed", "--toolchain", NIGHTLY]);
+    let Ok(listed) = installed() else {
+        let joined = components.join(",");
+        let mut install = vec!["toolchain", "install", NIGHTLY, "--profile", "minimal"];
+        if !components.is_empty() {
+            install.extend(["--component", &joined]);
+        }
+        eprintln!("$ rustup {}", install.join(" "));
+        return rustup(&install)
+            .map(drop)
+            .map_err(|e| format!("no {NIGHTLY} toolchain, and rustup could not install it: {e}"));
+    };
+    let missing = lacking(&listed, components);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let add = [&["component", "add", "--toolchain", NIGHTLY][..], &missing].concat();
+    eprintln!("$ rustup {}", add.join(" "));
+    rustup(&add).map_err(|e| {
+        format!("the {NIGHTLY} toolchain lacks {}, and rustup could not add it: {e}", missing.join(", "))
+    })?;
+    match lacking(&installed()?, components)[..] {
+        [] => Ok(()),
+        ref still => {
+            Err(format!("rustup added {} to {NIGHTLY} but does not list {}", missing.join(", "), still.join(", ")))
+        }
+    }
+}
+
+/// The components of `wanted` missing from rustup's `component list --installed`, which names
+/// target-specific ones with their target (`miri-x86_64-unknown-linux-gnu`).
+fn lacking<'a>(listed: &str, wanted: &[&'a str]) -> Vec<&'a str> {
+    let has = |c: &str| listed.lines().any(|l| l.trim() == c || l.trim().starts_with(&format!("{c}-")));
+    wanted.iter().copied().filter(|c| !has(c)).collect()
+}
+
+/// rustup's stdout; an error is one line: rustup's first line of complaint, or why it did not start.
+fn rustup(args: &[&str]) -> Result<String> {
+    util::output(Command::new("rustup").args(args)).map_err(|e| {
+        let line = e.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
+        line.trim().to_string()
+    })
+}
+
+/// cargo-fuzz, pinned as the fuzz runs in docs/reliability.md used it.
+const CARGO_FUZZ: &str = "0.13.2";
+
+/// The pinned cargo-fuzz under `target/tools/bin`, built from crates.io (`cargo install`) if
+/// missing; returns the executable.
+pub fn cargo_fuzz() -> Result<PathBuf> {
+    let root = util::target_dir().join("tools");
+    let exe = root.join("bin").join("cargo-fuzz");
+    let version = || Command::new(&exe).args(["fuzz", "--version"]).output().ok().filter(|o| o.status.success());
+    if version().is_some_and(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_FUZZ)) {
+        return Ok(exe);
+    }
+    eprintln!("provisioning cargo-fuzz {CARGO_FUZZ} into {}", root.display());
+    util::run(
+        util::cargo()
+            .args(["install", "cargo-fuzz", "--locked", "--force", "--version", &format!("={CARGO_FUZZ}"), "--root"])
+            .arg(&root),
+    )
+    .map_err(|e| format!("{e}\nprovisioning cargo-fuzz needs access to crates.io"))?;
+    Ok(exe)
 }
 
 /// What bindgen needs to run: the folder to put in `LIBCLANG_PATH` (if the default search would
@@ -276,6 +350,17 @@ fn is_root() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `rustup component list --installed` prints: target-specific components carry their
+    /// target, the others (rust-src) do not.
+    #[test]
+    fn components_are_found_with_or_without_their_target() {
+        let listed =
+            "cargo-x86_64-unknown-linux-gnu\nmiri-x86_64-unknown-linux-gnu\nrust-std-x86_64-unknown-linux-gnu\n";
+        assert_eq!(lacking(listed, &["miri", "rust-src"]), ["rust-src"]);
+        assert_eq!(lacking(&format!("{listed}rust-src\n"), &["miri", "rust-src"]), [] as [&str; 0]);
+        assert_eq!(lacking("rust-std-x86_64-unknown-linux-gnu\n", &["rust-src"]), ["rust-src"]);
+    }
 
     /// A temporary folder standing for `/`, removed on drop.
     struct FakeRoot(PathBuf);

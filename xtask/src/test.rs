@@ -1,6 +1,7 @@
 //! `cargo xtask test`: provision CUDA if missing, the tidy rules, fmt check, clippy `-D warnings`, and the whole
-//! test suite (unit, integration, doc tests, the codegen check), the package dry-run and the GPU
-//! bundle's release builds. On a host with a GPU the GPU tests (ignored elsewhere) run too.
+//! test suite (unit, integration, doc tests, the codegen check), the package dry-run, the GPU
+//! bundle's release builds, the allocator core under Miri and a fuzz smoke of every target. On a
+//! host with a GPU the GPU tests (ignored elsewhere) run too.
 
 use crate::provision;
 use crate::util::{self, Result};
@@ -41,6 +42,10 @@ pub fn run() -> Result {
     // report) must link too, which the debug builds above do not prove.
     let bundle = crate::bundle::run()?;
     eprintln!("bundle built: {}", bundle.display());
+    // The allocator core under Miri and a short fuzz of every target, each bounded in time; last,
+    // as the slowest and the only steps that need tools a machine may lack (said in one line).
+    crate::miri::ci()?;
+    crate::fuzz::smoke()?;
 
     let gpu_note = if gpu { "GPU tests included" } else { "no GPU: GPU tests reported as ignored" };
     eprintln!("cargo xtask test: all passed in {:.0} s ({gpu_note})", started.elapsed().as_secs_f64());
@@ -108,46 +113,6 @@ pub fn sanitize() -> Result {
     provision::toolkit()?;
     let dir = crate::bundle::run()?;
     util::run(std::process::Command::new(dir.join("run")).arg("--sanitize"))
-}
-
-/// Each target with its input size cap (the resource and log targets run many operations per byte).
-const FUZZ_TARGETS: [(&str, u32); 6] = [
-    ("size_classes", 2048),
-    ("staged_plan", 2048),
-    ("pinned_cache", 2048),
-    ("device_cache", 2048),
-    ("resource_adaptors", 512),
-    ("replay_log", 512),
-];
-
-/// Each fuzz target for `runs` executions (needs the nightly toolchain and cargo-fuzz).
-pub fn fuzz(runs: u64) -> Result {
-    let toolkit = provision::toolkit()?;
-    for (target, max_len) in FUZZ_TARGETS {
-        util::run(
-            std::process::Command::new("cargo")
-                .current_dir(util::workspace_root().join("fuzz"))
-                .env("CUDA_PATH", &toolkit.root)
-                .args(["+nightly", "fuzz", "run", "-O", target, "--"])
-                .arg(format!("-runs={runs}"))
-                .arg(format!("-max_len={max_len}")),
-        )?;
-    }
-    Ok(())
-}
-
-/// The unit tests of cuda-mem under miri, minus the few that call the CUDA runtime (FFI).
-pub fn miri() -> Result {
-    let toolkit = provision::toolkit()?;
-    // The rustup proxy `cargo` (not $CARGO) understands `+nightly`.
-    util::run(
-        std::process::Command::new("cargo")
-            .current_dir(util::workspace_root())
-            .env("CUDA_PATH", &toolkit.root)
-            // Backtrace capture (the tracking adaptor's test) reads the working directory.
-            .env("MIRIFLAGS", "-Zmiri-disable-isolation")
-            .args(["+nightly", "miri", "test", "-p", "cuda-mem", "--lib", "--", "--skip", "raw::tests"]),
-    )
 }
 
 #[cfg(test)]
