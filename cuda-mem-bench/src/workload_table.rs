@@ -141,6 +141,20 @@ pub fn tables_of(dir: &std::path::Path) -> String {
     out
 }
 
+/// The markers around the generated part of `docs/workloads.md`.
+pub const BEGIN: &str = "<!-- workload-table: begin -->";
+pub const END: &str = "<!-- workload-table: end -->";
+
+/// `doc` with the text between the markers replaced by `dated` tables; `None` without markers.
+pub fn with_tables(doc: &str, tables: &str) -> Option<String> {
+    let start = doc.find(BEGIN)? + BEGIN.len();
+    let end = doc[start..].find(END)? + start;
+    Some(format!("{}\n{}{}", &doc[..start], tables, &doc[end..]))
+}
+
+/// The committed results the doc quotes, relative to the workspace root.
+pub const RESULTS: &str = "docs/bench/2026-12-03-h200/workloads";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +189,18 @@ not json
         let table = training_table(&runs);
         assert!(table.contains("| cuda_mem | 101.0 | 1.010 | 1 | 1 | 1.000 |"), "{table}");
         assert!(table.contains("| torch_native | 100.0 | 1.000 | 2 | 1 | 2.000 |"), "{table}");
+    }
+
+    #[test]
+    fn the_doc_quotes_the_committed_results() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
+        let doc = std::fs::read_to_string(root.join("docs/workloads.md")).expect("docs/workloads.md");
+        let tables = tables_of(&root.join(RESULTS));
+        assert!(tables.contains("**churn**") && tables.contains("rmm_"), "{RESULTS} holds the raw results");
+        assert_eq!(
+            with_tables(&doc, &tables).as_deref(),
+            Some(doc.as_str()),
+            "docs/workloads.md is stale: run `cargo run -p cuda-mem-bench --bin workload_table -- {RESULTS} --doc docs/workloads.md`"
+        );
     }
 }

@@ -327,9 +327,11 @@ def set_determinism(mode):
         return
     torch.use_deterministic_algorithms(True, warn_only=(mode == "warn"))
     try:
-        import torch.utils.deterministic
+        # `from ... import`, not `import torch.utils.deterministic`: the latter would bind `torch`
+        # as a local name of this function, unbound at the line above.
+        from torch.utils import deterministic
 
-        torch.utils.deterministic.fill_uninitialized_memory = False
+        deterministic.fill_uninitialized_memory = False
     except (ImportError, AttributeError):
         pass
 

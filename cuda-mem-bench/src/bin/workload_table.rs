@@ -1,10 +1,31 @@
 //! Prints the workload corpus's tables from a folder of raw results (see
-//! `cuda_mem_bench::workload_table`): `workload_table DIR`.
+//! `cuda_mem_bench::workload_table`), or writes them into a document between its markers:
+//! `workload_table DIR [--doc FILE]`.
+
+use cuda_mem_bench::workload_table::{tables_of, with_tables};
 
 fn main() {
-    let Some(dir) = std::env::args().nth(1) else {
-        eprintln!("usage: workload_table DIR (cuda_mem.jsonl, rmm.jsonl, torch*.jsonl, training.jsonl)");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(dir) = args.first() else {
+        eprintln!(
+            "usage: workload_table DIR [--doc FILE] (DIR: cuda_mem.jsonl, rmm.jsonl, torch*.jsonl, training.jsonl)"
+        );
         std::process::exit(2);
     };
-    print!("{}", cuda_mem_bench::workload_table::tables_of(std::path::Path::new(&dir)));
+    let tables = tables_of(std::path::Path::new(dir));
+    match args.get(1).map(String::as_str) {
+        None => print!("{tables}"),
+        Some("--doc") if args.len() == 3 => {
+            let doc = std::fs::read_to_string(&args[2]).unwrap_or_else(|e| fail(&format!("read {}: {e}", args[2])));
+            let doc =
+                with_tables(&doc, &tables).unwrap_or_else(|| fail(&format!("{}: no workload-table markers", args[2])));
+            std::fs::write(&args[2], doc).unwrap_or_else(|e| fail(&format!("write {}: {e}", args[2])));
+        }
+        Some(other) => fail(&format!("unknown argument {other}")),
+    }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("workload_table: {message}");
+    std::process::exit(2);
 }
