@@ -212,8 +212,8 @@ fn quotes(figure: &Figure, token: &Token) -> bool {
 }
 
 /// The results files a document cites: every file of a linked dated report folder (its report,
-/// results.json and JSON lines; not its README, which is prose checked like the others), and each
-/// linked log or yardstick file.
+/// results.json and JSON lines; not its README, which is prose checked like the others) and of a
+/// linked folder inside it, and each linked log or yardstick file.
 fn cited_sources(root: &Path, doc: &Path, text: &str) -> BTreeSet<PathBuf> {
     let results = |dir: &Path| -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = fs::read_dir(dir)
@@ -236,6 +236,10 @@ fn cited_sources(root: &Path, doc: &Path, text: &str) -> BTreeSet<PathBuf> {
         if let Ok(rest) = path.strip_prefix(&bench) {
             if let Some(report) = rest.components().next() {
                 sources.extend(results(&bench.join(report)));
+            }
+            // A linked folder inside a report (one call's raw rows) cites its files too.
+            if path.is_dir() && path != bench {
+                sources.extend(results(&path));
             }
         } else if (path.starts_with(&measurements) || path.starts_with(&reference)) && path.is_file() {
             sources.insert(path);
