@@ -123,12 +123,16 @@ fn lacking<'a>(listed: &str, wanted: &[&'a str]) -> Vec<&'a str> {
     wanted.iter().copied().filter(|c| !has(c)).collect()
 }
 
-/// rustup's stdout; an error is one line: rustup's first line of complaint, or why it did not start.
+/// rustup's stdout; an error is one line: rustup's own (`error: …`), or why it did not start.
 fn rustup(args: &[&str]) -> Result<String> {
-    util::output(Command::new("rustup").args(args)).map_err(|e| {
-        let line = e.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
-        line.trim().to_string()
-    })
+    let out = Command::new("rustup").args(args).output().map_err(|e| format!("rustup did not start: {e}"))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut lines = stderr.lines().map(str::trim).filter(|l| !l.is_empty());
+    let reason = lines.clone().find(|l| l.starts_with("error")).or_else(|| lines.next());
+    Err(reason.unwrap_or("rustup failed without a message").to_string())
 }
 
 /// cargo-fuzz, pinned as the fuzz runs in docs/reliability.md used it.
