@@ -141,19 +141,26 @@ pub fn tables_of(dir: &std::path::Path) -> String {
     out
 }
 
-/// The markers around the generated part of `docs/workloads.md`.
-pub const BEGIN: &str = "<!-- workload-table: begin -->";
-pub const END: &str = "<!-- workload-table: end -->";
-
-/// `doc` with the text between the markers replaced by `dated` tables; `None` without markers.
-pub fn with_tables(doc: &str, tables: &str) -> Option<String> {
-    let start = doc.find(BEGIN)? + BEGIN.len();
-    let end = doc[start..].find(END)? + start;
-    Some(format!("{}\n{}{}", &doc[..start], tables, &doc[end..]))
+/// The markers around a generated part of `docs/workloads.md`, named `tag` (`""` for the main
+/// tables).
+pub fn markers(tag: &str) -> (String, String) {
+    let tag = if tag.is_empty() { String::new() } else { format!(" {tag}") };
+    (format!("<!-- workload-table{tag}: begin -->"), format!("<!-- workload-table{tag}: end -->"))
 }
 
-/// The committed results the doc quotes, relative to the workspace root.
-pub const RESULTS: &str = "docs/bench/2026-12-03-h200/workloads";
+/// `doc` with the text between the markers named `tag` replaced by `tables`; `None` without
+/// those markers.
+pub fn with_tables(doc: &str, tag: &str, tables: &str) -> Option<String> {
+    let (begin, end) = markers(tag);
+    let start = doc.find(&begin)? + begin.len();
+    let stop = doc[start..].find(&end)? + start;
+    Some(format!("{}\n{}{}", &doc[..start], tables, &doc[stop..]))
+}
+
+/// The committed results the doc quotes, relative to the workspace root, with their markers' tags:
+/// the corpus in one device call, and the PyTorch training loop with its recorded trace in another.
+pub const RESULTS: [(&str, &str); 2] =
+    [("docs/bench/2026-12-03-h200/workloads", ""), ("docs/bench/2026-12-03-h200/workloads-training", "training")];
 
 #[cfg(test)]
 mod tests {
@@ -195,12 +202,14 @@ not json
     fn the_doc_quotes_the_committed_results() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
         let doc = std::fs::read_to_string(root.join("docs/workloads.md")).expect("docs/workloads.md");
-        let tables = tables_of(&root.join(RESULTS));
-        assert!(tables.contains("**churn**") && tables.contains("rmm_"), "{RESULTS} holds the raw results");
-        assert_eq!(
-            with_tables(&doc, &tables).as_deref(),
-            Some(doc.as_str()),
-            "docs/workloads.md is stale: run `cargo run -p cuda-mem-bench --bin workload_table -- {RESULTS} --doc docs/workloads.md`"
-        );
+        for (dir, tag) in RESULTS {
+            let tables = tables_of(&root.join(dir));
+            assert!(tables.contains("rmm_"), "{dir} holds the raw results");
+            assert_eq!(
+                with_tables(&doc, tag, &tables).as_deref(),
+                Some(doc.as_str()),
+                "docs/workloads.md is stale: run `cargo run -p cuda-mem-bench --bin workload_table -- {dir} --doc docs/workloads.md {tag}`"
+            );
+        }
     }
 }
