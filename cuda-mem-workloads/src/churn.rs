@@ -5,7 +5,7 @@
 //! `llround(exp(u))`), so every allocator runs the identical sequence.
 
 use crate::rng::Mt64;
-use crate::{Ids, Lane, Op, Workload};
+use crate::{Script, Workload};
 
 pub const SEED: u64 = 12345;
 pub const OPS: usize = 200_000;
@@ -18,33 +18,27 @@ pub fn churn(seed: u64, ops: usize, max_live: usize) -> Workload {
     let (low, high) = (256f64.ln(), (16.0 * MIB).ln());
     // Live allocations in the order the C++ keeps them: a free swaps the last into the hole.
     let mut live: Vec<u32> = Vec::with_capacity(max_live);
-    let mut ids = Ids::default();
-    let mut lane = Lane::default();
+    let mut s = Script::default();
     for _ in 0..ops {
         // C++ evaluates `live == 0 || (live < max && coin < 0.5)` left to right: the coin is
         // drawn only when neither bound forces the choice.
         let alloc = live.is_empty() || (live.len() < max_live && rng.uniform(0.0, 1.0) < 0.5);
         if alloc {
-            let bytes = rng.uniform(low, high).exp().round() as u64;
-            let id = ids.take();
-            live.push(id);
-            lane.ops.push(Op::Alloc { id, bytes });
+            live.push(s.alloc(rng.uniform(low, high).exp().round() as usize));
         } else {
             let victim = (rng.next_u64() % live.len() as u64) as usize;
             let id = live.swap_remove(victim);
-            ids.give(id);
-            lane.ops.push(Op::Free { id });
+            s.free(id);
         }
     }
-    for id in live {
-        lane.ops.push(Op::Free { id });
-    }
-    Workload { name: "churn".into(), lanes: vec![lane] }
+    live.into_iter().for_each(|id| s.free(id));
+    Workload { name: "churn".into(), lanes: vec![s.finish()] }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Op;
 
     #[test]
     fn the_script_is_rmms() {

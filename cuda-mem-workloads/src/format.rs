@@ -8,11 +8,17 @@
 //!         kind 0 alloc (id, bytes), 1 free (id), 2 free after lane `lane`'s stream used it
 //!         (id, lane), 3 empty cache; unused fields are 0
 //! ```
+//!
+//! A lane allocates an id only while it is not live and frees only live ids, which are below
+//! [`MAX_ID`]; [`read`] refuses any other file, so a replayer can trust what it reads.
 
 use crate::{Lane, Op, Workload};
 use std::io::{self, Read, Write};
 
 const MAGIC: &[u8; 4] = b"CMWL";
+
+/// Ids are below this: a replayer may keep its live blocks in a table indexed by id.
+pub const MAX_ID: u32 = 1 << 24;
 const VERSION: u32 = 1;
 
 /// Writes `workload` in the file format.
@@ -67,19 +73,27 @@ pub fn read(input: &mut impl Read) -> io::Result<Workload> {
         input.read_exact(&mut count)?;
         let count = u64::from_le_bytes(count);
         let mut lane = Lane::default();
+        let mut live = std::collections::HashSet::new();
         for _ in 0..count {
             let mut r = [0u8; 16];
             input.read_exact(&mut r)?;
             let other = u16::from_le_bytes([r[2], r[3]]);
             let id = u32::from_le_bytes(r[4..8].try_into().expect("4 bytes"));
             let bytes = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
-            lane.ops.push(match r[0] {
-                0 if bytes > 0 => Op::Alloc { id, bytes },
-                1 => Op::Free { id },
-                2 if usize::from(other) < lanes => Op::FreeOn { id, lane: other },
+            let op = match r[0] {
+                0 if bytes > 0 && id < MAX_ID && live.insert(id) => Op::Alloc { id, bytes },
+                1 if live.remove(&id) => Op::Free { id },
+                2 if usize::from(other) < lanes && live.remove(&id) => Op::FreeOn { id, lane: other },
                 3 => Op::EmptyCache,
-                kind => return Err(invalid(format!("bad op (kind {kind}, lane {other}, bytes {bytes})"))),
-            });
+                kind => {
+                    let lane_index = workload.lanes.len();
+                    return Err(invalid(format!(
+                        "lane {lane_index}, op {}: bad op (kind {kind}, id {id}, lane {other}, bytes {bytes})",
+                        lane.ops.len()
+                    )));
+                }
+            };
+            lane.ops.push(op);
         }
         workload.lanes.push(lane);
     }
@@ -129,6 +143,18 @@ mod tests {
         let mut bad_kind = bytes.clone();
         bad_kind[16 + 1 + 8] = 7;
         assert!(read(&mut bad_kind.as_slice()).is_err());
+        // Forged scripts: a free of an id never allocated (the file above), a second allocation
+        // of a live id, an id past the bound.
+        for ops in [
+            vec![Op::Alloc { id: 1, bytes: 8 }, Op::Alloc { id: 1, bytes: 8 }],
+            vec![Op::Alloc { id: 1, bytes: 8 }, Op::Free { id: 1 }, Op::Free { id: 1 }],
+            vec![Op::Alloc { id: MAX_ID, bytes: 8 }],
+        ] {
+            let mut forged = Vec::new();
+            write(&Workload { name: "f".into(), lanes: vec![Lane { ops }] }, &mut forged).unwrap();
+            let err = read(&mut forged.as_slice()).unwrap_err();
+            assert!(err.to_string().contains("bad op"), "{err}");
+        }
         assert!(read(&mut &b"NOPE"[..]).is_err());
     }
 }

@@ -112,23 +112,45 @@ impl Workload {
     }
 }
 
-/// Keeps a lane's live ids: allocates the smallest free id, so ids stay dense.
+/// A lane as a generator writes it: each allocation takes the smallest id not live, so ids stay
+/// dense.
 #[derive(Debug, Default)]
-pub(crate) struct Ids {
-    free: std::collections::BTreeSet<u32>,
-    next: u32,
+pub(crate) struct Script {
+    lane: Lane,
+    free_ids: std::collections::BTreeSet<u32>,
+    next_id: u32,
 }
 
-impl Ids {
-    pub fn take(&mut self) -> u32 {
-        self.free.pop_first().unwrap_or_else(|| {
-            self.next += 1;
-            self.next - 1
-        })
+impl Script {
+    /// Allocates `bytes` (at least 1); returns the id.
+    pub fn alloc(&mut self, bytes: usize) -> u32 {
+        let id = self.free_ids.pop_first().unwrap_or_else(|| {
+            self.next_id += 1;
+            self.next_id - 1
+        });
+        self.lane.ops.push(Op::Alloc { id, bytes: bytes.max(1) as u64 });
+        id
     }
 
-    pub fn give(&mut self, id: u32) {
-        self.free.insert(id);
+    /// Frees `id` on the lane's stream, or after lane `on`'s stream used it.
+    pub fn free_on(&mut self, id: u32, on: Option<u16>) {
+        self.lane.ops.push(match on {
+            Some(lane) => Op::FreeOn { id, lane },
+            None => Op::Free { id },
+        });
+        self.free_ids.insert(id);
+    }
+
+    pub fn free(&mut self, id: u32) {
+        self.free_on(id, None);
+    }
+
+    pub fn empty_cache(&mut self) {
+        self.lane.ops.push(Op::EmptyCache);
+    }
+
+    pub fn finish(self) -> Lane {
+        self.lane
     }
 }
 

@@ -4,7 +4,7 @@
 //! multi-threaded inference server's per-request temporaries, where no two requests look alike.
 
 use crate::rng::Mt64;
-use crate::{Ids, Lane, Op, Workload};
+use crate::{Script, Workload};
 use std::collections::VecDeque;
 
 /// The parameters; the same seed gives the same workload.
@@ -30,19 +30,15 @@ impl Mixed {
         let lanes = (0..self.threads)
             .map(|t| {
                 let mut rng = Mt64::new(self.seed.wrapping_mul(1000).wrapping_add(t as u64));
-                let (mut ids, mut live, mut lane) = (Ids::default(), VecDeque::new(), Lane::default());
+                let (mut s, mut live) = (Script::default(), VecDeque::new());
                 for _ in 0..self.rounds {
-                    let id = ids.take();
-                    lane.ops.push(Op::Alloc { id, bytes: rng.log_uniform(self.sizes.0, self.sizes.1, 256) as u64 });
-                    live.push_back(id);
+                    live.push_back(s.alloc(rng.log_uniform(self.sizes.0, self.sizes.1, 256)));
                     if live.len() > self.window {
-                        let old = live.pop_front().expect("a live block");
-                        lane.ops.push(Op::Free { id: old });
-                        ids.give(old);
+                        s.free(live.pop_front().expect("a live block"));
                     }
                 }
-                lane.ops.extend(live.into_iter().map(|id| Op::Free { id }));
-                lane
+                live.into_iter().for_each(|id| s.free(id));
+                s.finish()
             })
             .collect();
         Workload { name: "mixed".into(), lanes }

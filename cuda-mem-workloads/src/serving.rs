@@ -15,7 +15,7 @@
 //!   batches.
 
 use crate::rng::Mt64;
-use crate::{Ids, Lane, Op, Workload};
+use crate::{Lane, Script, Workload};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -52,19 +52,7 @@ impl Serving {
 
     fn lane(&self, thread: usize) -> Lane {
         let mut rng = Mt64::new(self.seed.wrapping_mul(1000).wrapping_add(thread as u64));
-        let (mut ids, mut lane, mut running) = (Ids::default(), Lane::default(), Vec::<Request>::new());
-        let alloc = |ids: &mut Ids, lane: &mut Lane, bytes: usize| {
-            let id = ids.take();
-            lane.ops.push(Op::Alloc { id, bytes: bytes as u64 });
-            id
-        };
-        let free = |ids: &mut Ids, lane: &mut Lane, id: u32, on: Option<u16>| {
-            lane.ops.push(match on {
-                Some(other) => Op::FreeOn { id, lane: other },
-                None => Op::Free { id },
-            });
-            ids.give(id);
-        };
+        let (mut s, mut running) = (Script::default(), Vec::<Request>::new());
         for step in 0..self.steps {
             let mut step_blocks = Vec::new();
             // Requests that finished free their pages.
@@ -76,7 +64,7 @@ impl Serving {
                 let handed = self.threads > 1 && rng.chance(0.25);
                 let other = ((thread + 1 + rng.below(self.threads - 1)) % self.threads) as u16;
                 for &page in &r.pages {
-                    free(&mut ids, &mut lane, page, handed.then_some(other));
+                    s.free_on(page, handed.then_some(other));
                 }
                 false
             });
@@ -85,41 +73,41 @@ impl Serving {
             if rng.chance(self.prefill_chance) {
                 let prompt = rng.log_uniform(64, 4096, 16);
                 tokens += prompt;
-                step_blocks.push(alloc(&mut ids, &mut lane, rng.log_uniform(24 * MIB, 96 * MIB, 256)));
+                step_blocks.push(s.alloc(rng.log_uniform(24 * MIB, 96 * MIB, 256)));
                 let pages = prompt.div_ceil(self.tokens_per_page * 8);
-                let pages = (0..pages).map(|_| alloc(&mut ids, &mut lane, 2 * MIB)).collect();
+                let pages = (0..pages).map(|_| s.alloc(2 * MIB)).collect();
                 let lifetime = rng.log_uniform(50, 800, 1);
                 running.push(Request { pages, age: 0, lifetime });
             }
             // Decode pages.
             for r in &mut running {
                 if r.age % self.tokens_per_page == self.tokens_per_page - 1 {
-                    r.pages.push(alloc(&mut ids, &mut lane, 2 * MIB));
+                    r.pages.push(s.alloc(2 * MIB));
                 }
             }
             // Per-step tensors.
             let tokens = tokens.max(1);
             for _ in 0..3 {
-                step_blocks.push(alloc(&mut ids, &mut lane, tokens * 8192 * 2));
+                step_blocks.push(s.alloc(tokens * 8192 * 2));
             }
-            step_blocks.push(alloc(&mut ids, &mut lane, tokens.min(256) * 32000 * 2));
+            step_blocks.push(s.alloc(tokens.min(256) * 32000 * 2));
             for bytes in [16 * KIB, 256 * KIB, MIB, 4 * MIB] {
-                step_blocks.push(alloc(&mut ids, &mut lane, bytes));
+                step_blocks.push(s.alloc(bytes));
             }
             for id in step_blocks.into_iter().rev() {
-                free(&mut ids, &mut lane, id, None);
+                s.free(id);
             }
             if thread == 0 && self.empty_cache_every > 0 && step % self.empty_cache_every == self.empty_cache_every - 1
             {
-                lane.ops.push(Op::EmptyCache);
+                s.empty_cache();
             }
         }
         for r in running {
             for page in r.pages {
-                free(&mut ids, &mut lane, page, None);
+                s.free(page);
             }
         }
-        lane
+        s.finish()
     }
 }
 

@@ -13,7 +13,7 @@
 //! (`cuda-mem-bench/workloads/torch_training.py`) is the ground truth beside it.
 
 use crate::rng::Mt64;
-use crate::{Ids, Lane, Op, Workload};
+use crate::{Script, Workload};
 
 /// The model and loop.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,28 +45,10 @@ impl Default for Training {
     }
 }
 
-struct Lanes {
-    ids: Ids,
-    lane: Lane,
-}
-
-impl Lanes {
-    fn alloc(&mut self, bytes: usize) -> u32 {
-        let id = self.ids.take();
-        self.lane.ops.push(Op::Alloc { id, bytes: bytes.max(1) as u64 });
-        id
-    }
-
-    fn free(&mut self, id: u32) {
-        self.lane.ops.push(Op::Free { id });
-        self.ids.give(id);
-    }
-}
-
 impl Training {
     pub fn workload(&self) -> Workload {
         let mut rng = Mt64::new(self.seed);
-        let mut l = Lanes { ids: Ids::default(), lane: Lane::default() };
+        let mut l = Script::default();
         let d = self.hidden;
         // Per layer: qkv (3d²), out (d²), mlp (8d²), two norms (2d); fp32.
         let layer_params = [3 * d * d, d * d, 4 * d * d, 4 * d * d, d, d];
@@ -151,7 +133,7 @@ impl Training {
         for id in persistent {
             l.free(id);
         }
-        Workload { name: "training".into(), lanes: vec![l.lane] }
+        Workload { name: "training".into(), lanes: vec![l.finish()] }
     }
 }
 
