@@ -71,6 +71,11 @@ pub enum ErrorKind {
     },
     /// A device pointer was asked of host memory that was not allocated or registered MAPPED.
     NotMapped,
+    /// The runtime reported no usable driver (`code`: `cudaErrorInsufficientDriver` or
+    /// `cudaErrorNoDevice`) and the NVIDIA driver's library, `libcuda.so.1`, cannot be loaded:
+    /// the machine has no NVIDIA driver. A driver that loads but is older than the runtime stays
+    /// [`ErrorKind::Runtime`] with `cudaErrorInsufficientDriver`.
+    NoDriver(ErrorCode),
     /// A device ordinal outside `0..count`.
     InvalidDevice {
         /// The ordinal given.
@@ -166,6 +171,9 @@ pub struct CudaError {
     later: Option<Box<CudaError>>,
 }
 
+/// The words of [`ErrorKind::NoDriver`]'s message, for callers that look for them.
+pub const NO_DRIVER_MESSAGE: &str = "no NVIDIA driver found (libcuda.so.1 could not be loaded)";
+
 /// `Result` with [`CudaError`].
 pub type Result<T, E = CudaError> = std::result::Result<T, E>;
 
@@ -237,7 +245,7 @@ impl CudaError {
     /// The runtime's code, when the runtime reported the error.
     pub fn code(&self) -> Option<ErrorCode> {
         match self.kind {
-            ErrorKind::Runtime(code) => Some(code),
+            ErrorKind::Runtime(code) | ErrorKind::NoDriver(code) => Some(code),
             ErrorKind::OutOfMemory { code, .. } => code,
             _ => None,
         }
@@ -246,6 +254,11 @@ impl CudaError {
     /// True when the context is unusable after this error (see [`ErrorCode::is_sticky`]).
     pub fn is_sticky(&self) -> bool {
         self.code().is_some_and(ErrorCode::is_sticky)
+    }
+
+    /// True when the machine has no NVIDIA driver ([`ErrorKind::NoDriver`]).
+    pub fn is_no_driver(&self) -> bool {
+        matches!(self.kind, ErrorKind::NoDriver(_))
     }
 
     /// True for allocation failures.
@@ -259,6 +272,12 @@ impl fmt::Display for CudaError {
         write!(f, "{} failed: ", self.operation)?;
         match &self.kind {
             ErrorKind::Runtime(code) => write!(f, "{code}")?,
+            ErrorKind::NoDriver(code) => write!(
+                f,
+                "{NO_DRIVER_MESSAGE} (the runtime reported {}); install the NVIDIA driver (for CUDA 13: 580 or newer) \
+                 or run on a machine with an NVIDIA GPU",
+                code.name()
+            )?,
             ErrorKind::OutOfMemory { code, report } => write_oom(f, *code, report)?,
             ErrorKind::SizeOverflow { len, elem_size } => {
                 write!(f, "{len} elements of {elem_size} bytes overflow usize")?

@@ -99,7 +99,7 @@ pub use cuda_mem_sys as sys;
 pub use device::{Device, DeviceAttribute, driver_version, runtime_version};
 pub use device_buffer::DeviceBuffer;
 pub use device_cache::{CachedBuffer, CudaSegments, DeviceCache};
-pub use error::{CudaError, ErrorCode, ErrorKind, OomReport, Result};
+pub use error::{CudaError, ErrorCode, ErrorKind, NO_DRIVER_MESSAGE, OomReport, Result};
 pub use event::Event;
 pub use graph::{
     CaptureMode, CaptureScope, Graph, GraphExec, GraphFlags, GraphMemStats, GraphOutput, GraphPool, HostSlot, Launches,

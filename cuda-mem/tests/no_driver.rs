@@ -13,6 +13,10 @@ fn assert_no_driver<T: std::fmt::Debug>(result: Result<T>, operation: &str) {
     assert!(err.operation().starts_with(operation), "{:?} should name {operation}", err.operation());
     assert!(!err.is_sticky());
     assert!(err.to_string().contains(&*code.name()), "{err}");
+    // This machine has no driver at all, which the error says in words (not "too old").
+    assert!(err.is_no_driver(), "{operation}: {err:?}");
+    assert!(err.to_string().contains(NO_DRIVER_MESSAGE), "{err}");
+    assert!(!err.to_string().contains("insufficient"), "{err}");
 }
 
 #[test]

@@ -9,6 +9,7 @@
 mod address_range;
 mod codes;
 pub(crate) mod device;
+mod driver_library;
 pub(crate) mod events;
 pub(crate) mod graphs;
 pub(crate) mod host;
@@ -39,7 +40,25 @@ pub fn check(code: sys::cudaError_t, operation: impl FnOnce() -> String) -> Resu
     if code == sys::cudaError::cudaSuccess {
         return Ok(());
     }
-    Err(CudaError::new(ErrorKind::Runtime(take_error(code)), operation()))
+    Err(runtime_error(take_error(code), operation()))
+}
+
+/// The error for a runtime code: a missing driver is told apart from a driver too old, which the
+/// runtime reports with the same codes.
+#[cold]
+#[inline(never)]
+fn runtime_error(code: ErrorCode, operation: String) -> CudaError {
+    CudaError::new(runtime_kind(code, driver_library::driver_loadable), operation)
+}
+
+/// [`ErrorKind::NoDriver`] when `code` says no usable driver or device and the driver's library
+/// cannot be loaded (`driver_loadable` is asked only then), else [`ErrorKind::Runtime`].
+fn runtime_kind(code: ErrorCode, driver_loadable: impl FnOnce() -> bool) -> ErrorKind {
+    if code.is_no_driver_or_device() && !driver_loadable() {
+        ErrorKind::NoDriver(code)
+    } else {
+        ErrorKind::Runtime(code)
+    }
 }
 
 /// Like [`check`], but an allocation failure becomes [`ErrorKind::OutOfMemory`] with the device's
@@ -61,7 +80,7 @@ fn alloc_error(code: sys::cudaError_t, requested: usize, operation: String) -> C
         let report = OomReport { requested, free, total, ..OomReport::default() };
         ErrorKind::OutOfMemory { code: Some(code), report: Box::new(report) }
     } else {
-        ErrorKind::Runtime(code)
+        runtime_kind(code, driver_library::driver_loadable)
     };
     CudaError::new(kind, operation)
 }
@@ -137,6 +156,21 @@ pub fn same_len(src: usize, dst: usize, operation: &'static str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_driver_is_told_apart_from_an_old_one() {
+        for code in [ErrorCode::INSUFFICIENT_DRIVER, ErrorCode::NO_DEVICE] {
+            assert_eq!(runtime_kind(code, || false), ErrorKind::NoDriver(code));
+            assert_eq!(runtime_kind(code, || true), ErrorKind::Runtime(code));
+        }
+        let probed = std::cell::Cell::new(false);
+        let other = runtime_kind(ErrorCode::MEMORY_ALLOCATION, || {
+            probed.set(true);
+            false
+        });
+        assert_eq!(other, ErrorKind::Runtime(ErrorCode::MEMORY_ALLOCATION));
+        assert!(!probed.get(), "the driver's library is probed only for the no-driver codes");
+    }
 
     #[test]
     fn byte_len_detects_overflow() {
