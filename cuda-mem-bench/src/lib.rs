@@ -9,6 +9,7 @@
 //! | `benches/families.rs` | criterion benchmark of the same rows through cuda-mem, the runtime called directly (FFI) and, with the `cudarc` feature, cudarc |
 //! | `benches/paired.rs` | cuda-mem and the reference's own C++ batches ([`in_process`]) interleaved in one process ([`paired`]): the ratios the target is judged by |
 //! | `src/bin/report.rs` | joins them by key ([`join`]) into `report.md`, `results.json`, `latency.svg`, `bandwidth.svg` |
+//! | `src/bin/bench_report.rs` | the main job's report ([`suite`]): every section of `./run --bench OUT` beside its peers (PyTorch, RMM, raw C++, cudarc), one row per figure under a stable key, with `speed.svg`, `threads.svg`, `memory.svg` |
 //!
 //! ## Method (both sides)
 //!
@@ -42,4 +43,5 @@ pub mod plots;
 pub mod render;
 pub mod rows;
 pub mod stats;
+pub mod suite;
 pub mod workload_table;
