@@ -1,12 +1,13 @@
 //! `DeviceCache` and `CachedBuffer`: the caching allocator of [`crate::caching`] over the CUDA
-//! runtime. Segments come from `cudaMalloc` on the cache's device; fences are events.
+//! runtime. Memory comes from the driver's virtual memory management where the device has it
+//! (growable segments: an address range per stream and pool, mapped page by page, see
+//! [`VmmPages`]), else from `cudaMalloc` segments; fences are events.
 //!
-//! Segments from `cudaMalloc` rather than from a `MemPool`: a hit never reaches the runtime, so
-//! the segment source only matters on a miss, where `cudaMalloc` gives memory usable on every
-//! stream at once (a pool allocation is ordered on the stream that made it), and releasing a
-//! segment needs no stream. `cudaFree` waits for the device, which `empty_cache` may do anyway.
+//! Not from a `MemPool`: a hit never reaches the runtime, so the source only matters on a miss,
+//! where mapped pages and `cudaMalloc` give memory usable on every stream at once (a pool
+//! allocation is ordered on the stream that made it), and returning memory needs no stream.
 
-use crate::caching::{Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, StreamKey};
+use crate::caching::{Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, Pages, StreamKey};
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
@@ -24,10 +25,94 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-/// The runtime behind a [`DeviceCache`]: `cudaMalloc` segments on one device, events as fences.
+/// The runtime behind a [`DeviceCache`]: pages or `cudaMalloc` segments on one device, events as
+/// fences.
 #[derive(Debug)]
 pub struct CudaSegments {
     device: Device,
+    /// Whether the device's driver manages virtual memory, asked on the first miss (so that a
+    /// cache is made without a CUDA call).
+    pages: OnceLock<Option<VmmPages>>,
+}
+
+impl CudaSegments {
+    fn new(device: Device) -> Self {
+        Self { device, pages: OnceLock::new() }
+    }
+}
+
+/// Pages of device memory through the driver (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`,
+/// `cuMemSetAccess`, `cuMemUnmap`): each page its own allocation, so any page can go back.
+///
+/// What this means for what users do with a [`DeviceCache`]'s memory:
+/// - **Other devices** get access only through the driver's access list, which names the cache's
+///   device alone: `cudaDeviceEnablePeerAccess` does not reach mapped pages, so a kernel of
+///   another device reading a block faults. For memory other devices use, build the cache with
+///   `Config { expandable_segments: false, .. }` (segments from `cudaMalloc`, which peer access
+///   covers) or use [`DeviceBuffer`](crate::DeviceBuffer).
+/// - **IPC** (`cudaIpcGetMemHandle`) refuses mapped pages with a runtime error; export
+///   `DeviceBuffer`s or a pool made for IPC instead ([`crate::ipc`]).
+/// - **CUDA graphs** capture kernels on blocks like any memory; graphs' private pools
+///   ([`GraphPool`]) take their segments from `cudaMalloc` and are unaffected.
+/// - **NCCL** registers and uses mapped memory as it does PyTorch's expandable segments.
+#[derive(Debug)]
+pub struct VmmPages {
+    device: Device,
+    page: usize,
+    range: usize,
+}
+
+impl VmmPages {
+    /// The device's pages, if its driver manages virtual memory.
+    fn probe(device: Device) -> Result<Option<Self>> {
+        let _device = CurrentDevice::set(device)?;
+        let Some(page) = raw::vmm::page_bytes(device.as_raw())? else { return Ok(None) };
+        let (_, total) = raw::device::mem_info()?;
+        Ok(Some(Self { device, page, range: total.next_multiple_of(page) }))
+    }
+}
+
+// SAFETY: `reserve` returns a fresh range of the driver's, aligned to a page, that overlaps no
+// live range; `map` backs whole pages with new allocations of the cache's device, with
+// read-write access from it, which no other owner has (each page's handle is released once
+// mapped, so nothing else can map it), and leaves nothing mapped when it fails; `unmap` and
+// `free` follow the callers' contracts. Every call runs with the cache's device current.
+unsafe impl Pages for VmmPages {
+    fn page_bytes(&self) -> usize {
+        self.page
+    }
+
+    fn range_bytes(&self) -> usize {
+        self.range
+    }
+
+    fn reserve(&self, bytes: usize) -> Result<NonNull<u8>> {
+        let _device = CurrentDevice::set(self.device)?;
+        let base = raw::vmm::reserve(bytes, self.page)?;
+        NonNull::new(base as *mut u8)
+            .ok_or_else(|| CudaError::new(ErrorKind::InvalidArgument("a null range"), "cuMemAddressReserve"))
+    }
+
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<()> {
+        let _device = CurrentDevice::set(self.device)?;
+        // SAFETY: whole unmapped pages of a reserved range (the caller's contract).
+        unsafe { raw::vmm::map(at.as_ptr() as u64, bytes, self.page, self.device.as_raw()) }
+    }
+
+    unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize) {
+        let device = CurrentDevice::set(self.device);
+        // SAFETY: pages mapped by `map`, each its own mapping, no longer used (the caller's
+        // contract).
+        raw::quiet(unsafe { raw::vmm::unmap(at.as_ptr() as u64, bytes, self.page) });
+        drop(device);
+    }
+
+    unsafe fn free(&self, base: NonNull<u8>, bytes: usize) {
+        let device = CurrentDevice::set(self.device);
+        // SAFETY: a range from `reserve`, nothing mapped, freed once (the caller's contract).
+        raw::quiet(unsafe { raw::vmm::free(base.as_ptr() as u64, bytes) });
+        drop(device);
+    }
 }
 
 // SAFETY: the promises of `Backend` hold:
@@ -80,6 +165,13 @@ unsafe impl Backend for CudaSegments {
     fn stream_wait(&self, stream: &Stream, fence: &Event) -> Result<()> {
         stream.wait_event(fence)
     }
+
+    fn pages(&self) -> Option<&dyn Pages> {
+        // A failed probe (a broken context) leaves the cache on `cudaMalloc` segments, whose
+        // own calls then report the failure.
+        let pages = self.pages.get_or_init(|| VmmPages::probe(self.device).ok().flatten());
+        pages.as_ref().map(|p| p as &dyn Pages)
+    }
 }
 
 /// A caching allocator of device memory for one device, faster than stream-ordered allocation
@@ -124,7 +216,7 @@ impl DeviceCache {
 
     /// A new cache for `device` with `config`.
     pub fn with_config(device: Device, config: Config) -> Result<Self> {
-        let allocator = CachingAllocator::new(CudaSegments { device }, config)?;
+        let allocator = CachingAllocator::new(CudaSegments::new(device), config)?;
         Ok(Self { allocator, device, resource_stream: OnceLock::new(), resource_blocks: Mutex::default() })
     }
 

@@ -1,7 +1,7 @@
 //! `CachingAllocator`: the front caches, the core, and the paths between them.
 
 use super::arena::BlockId;
-use super::backend::{Backend, StreamKey};
+use super::backend::{Backend, Pages, StreamKey};
 use super::block::CachedBlock;
 use super::config::{Config, Pool};
 use super::core::{Core, CoreFigures, On, Totals};
@@ -366,6 +366,9 @@ impl<B: Backend> Shared<B> {
     fn take_or_grow(&self, on: &On<'_, B::Stream>, class: SizeClass) -> Result<(BlockId, NonNull<u8>)> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
+        if let Some(pages) = self.backend.pages().filter(|_| config.expandable_segments) {
+            return self.take_or_map(pages, on, class);
+        }
         let others = || self.shards.iter().enumerate().filter(move |&(i, _)| i != home).map(|(_, shard)| shard);
         // Memory whose last use is known to be complete first, anywhere; then memory `on` waits
         // for on the device.
@@ -401,6 +404,47 @@ impl<B: Backend> Shared<B> {
             return Ok((id, core.arena().ptr(id)));
         }
         core.grow(backend, config, totals, on, class, bytes).map(|id| (id, core.arena().ptr(id)))
+    }
+
+    /// A block for `on` from its growable segment: new pages, after free pages anywhere were
+    /// unmapped if mapping would raise the reserve's peak. Memory moves between streams this way,
+    /// a page at a time; a stream's own free blocks are reused in its order without any call.
+    fn take_or_map(
+        &self,
+        pages: &dyn Pages,
+        on: &On<'_, B::Stream>,
+        class: SizeClass,
+    ) -> Result<(BlockId, NonNull<u8>)> {
+        let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
+        let home = shard_of(on.key);
+        let (needed, keep) = lock(&self.shards[home]).pages_to_map(config, pages, on.key, class);
+        let over = totals.over_peak(needed);
+        if config.release_idle_on_miss && over > 0 {
+            self.trim_largest(pages, over, (home, keep));
+        }
+        let mut core = lock(&self.shards[home]);
+        if let Some(id) = core.take_cached(backend, config, totals, on.key, class) {
+            return Ok((id, core.arena().ptr(id)));
+        }
+        core.grow_pages(pages, config, totals, on, class).map(|id| (id, core.arena().ptr(id)))
+    }
+
+    /// Unmaps free pages, from the shards with the largest runs first, until `enough` bytes are
+    /// unmapped (or none is left that can be), keeping the free block `keep.1` of shard `keep.0`.
+    /// One shard's lock at a time.
+    fn trim_largest(&self, pages: &dyn Pages, enough: usize, keep: (usize, Option<BlockId>)) -> usize {
+        let mut order: Vec<(usize, usize)> =
+            self.shards.iter().enumerate().map(|(i, shard)| (lock(shard).largest_trimmable(), i)).collect();
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        let mut unmapped = 0;
+        for (largest, index) in order {
+            if unmapped >= enough || largest == 0 {
+                break;
+            }
+            let kept = if index == keep.0 { keep.1 } else { None };
+            unmapped += lock(&self.shards[index]).trim(&self.backend, pages, &self.totals, enough - unmapped, kept);
+        }
+        unmapped
     }
 
     /// Releases idle segments, the largest of every shard first, until `enough` bytes are

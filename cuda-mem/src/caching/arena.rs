@@ -25,6 +25,9 @@ pub(super) enum BlockState {
     Out,
     /// Freed on another stream; reusable once that stream's fence completes.
     Pending,
+    /// Addresses of a growable segment with no memory behind them: whole pages, never next to
+    /// another unmapped block.
+    Unmapped,
 }
 
 pub(super) struct Block {
@@ -33,8 +36,8 @@ pub(super) struct Block {
     pub segment: SegmentId,
     pub state: BlockState,
     /// Neighbours in address order within the segment.
-    prev: Option<BlockId>,
-    next: Option<BlockId>,
+    pub(super) prev: Option<BlockId>,
+    pub(super) next: Option<BlockId>,
 }
 
 pub(super) struct Segment<F> {
@@ -45,9 +48,21 @@ pub(super) struct Segment<F> {
     /// A fence recorded on `owner` while the segment was idle: it covers every use of the
     /// segment's memory. Cleared when a block is taken from it.
     pub idle_fence: Option<Arc<F>>,
+    /// Page bytes of a growable segment (a reserved address range mapped page by page, see
+    /// `pages`); `None` for a segment allocated whole.
+    pub pages: Option<usize>,
     /// Bytes in free blocks; `bytes` when idle.
-    free: usize,
-    first: BlockId,
+    pub(super) free: usize,
+    /// Bytes of unmapped blocks (growable segments only).
+    pub(super) unmapped: usize,
+    pub(super) first: BlockId,
+}
+
+impl<F> Segment<F> {
+    /// All of it one free block: a segment allocated whole that may move or be released.
+    fn is_idle(&self) -> bool {
+        self.pages.is_none() && self.free == self.bytes
+    }
 }
 
 // SAFETY: `base` is the address of device memory the cache owns; the bookkeeping never
@@ -57,15 +72,17 @@ unsafe impl<F: Send + Sync> Send for Segment<F> {}
 
 /// A stream's free blocks, per pool, by (size, id): the first at or above a size is the best fit.
 #[derive(Default)]
-struct StreamLists {
-    free: [BTreeSet<(usize, BlockId)>; 2],
-    segments: usize,
+pub(super) struct StreamLists {
+    pub(super) free: [BTreeSet<(usize, BlockId)>; 2],
+    /// Unmapped blocks of the stream's growable segments, per pool, by (size, id).
+    pub(super) unmapped: [BTreeSet<(usize, BlockId)>; 2],
+    pub(super) segments: usize,
     /// Blocks freed on this stream whose fences are pending.
     pending: usize,
 }
 
 /// Slots reused after removal, so ids stay small and stable while an entry lives.
-struct Slab<T> {
+pub(super) struct Slab<T> {
     slots: Vec<Option<T>>,
     vacant: Vec<u32>,
 }
@@ -75,7 +92,7 @@ impl<T> Slab<T> {
         Self { slots: Vec::new(), vacant: Vec::new() }
     }
 
-    fn insert(&mut self, value: T) -> u32 {
+    pub(super) fn insert(&mut self, value: T) -> u32 {
         if let Some(id) = self.vacant.pop() {
             self.slots[id as usize] = Some(value);
             id
@@ -85,7 +102,7 @@ impl<T> Slab<T> {
         }
     }
 
-    fn remove(&mut self, id: u32) -> T {
+    pub(super) fn remove(&mut self, id: u32) -> T {
         let value = self.slots[id as usize].take().expect("a live slot");
         self.vacant.push(id);
         value
@@ -95,23 +112,23 @@ impl<T> Slab<T> {
         self.slots.get(id as usize)?.as_ref()
     }
 
-    fn at(&self, id: u32) -> &T {
+    pub(super) fn at(&self, id: u32) -> &T {
         self.get(id).expect("a live slot")
     }
 
-    fn at_mut(&mut self, id: u32) -> &mut T {
+    pub(super) fn at_mut(&mut self, id: u32) -> &mut T {
         self.slots[id as usize].as_mut().expect("a live slot")
     }
 
-    fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
         self.slots.iter().enumerate().filter_map(|(id, slot)| Some((id as u32, slot.as_ref()?)))
     }
 }
 
 pub(super) struct Arena<F> {
-    blocks: Slab<Block>,
-    segments: Slab<Segment<F>>,
-    streams: FxHashMap<StreamKey, StreamLists>,
+    pub(super) blocks: Slab<Block>,
+    pub(super) segments: Slab<Segment<F>>,
+    pub(super) streams: FxHashMap<StreamKey, StreamLists>,
     /// Idle segments by pool and size, for adoption by other streams and for release.
     idle: BTreeSet<(Pool, usize, SegmentId)>,
 }
@@ -139,6 +156,13 @@ impl<F> Arena<F> {
         self.segments.at_mut(id)
     }
 
+    /// The address `offset` bytes into segment `id`.
+    pub fn at(&self, id: SegmentId, offset: usize) -> NonNull<u8> {
+        let base = self.segments.at(id).base;
+        // Wrapping: as in `ptr`.
+        NonNull::new(base.as_ptr().wrapping_add(offset)).expect("a segment does not wrap around")
+    }
+
     /// The address of block `id`.
     pub fn ptr(&self, id: BlockId) -> NonNull<u8> {
         let block = self.blocks.at(id);
@@ -156,7 +180,9 @@ impl<F> Arena<F> {
             owner,
             pool,
             idle_fence: None,
+            pages: None,
             free: bytes,
+            unmapped: 0,
             first: BlockId::MAX,
         });
         let block = self.blocks.insert(Block {
@@ -178,24 +204,28 @@ impl<F> Arena<F> {
     /// The best-fitting free block of `stream` in `pool`, cut to `bytes` (a multiple of 512) and
     /// marked out.
     pub fn take(&mut self, stream: StreamKey, pool: Pool, bytes: usize) -> Option<BlockId> {
-        self.take_fitting(stream, pool, bytes, |_| true)
+        self.take_fitting(stream, pool, bytes, |_, _| true)
     }
 
-    /// The same, if `fits(size of the best fit)`: every other free block is larger still.
+    /// The same, if `fits(size of the best fit, whether its segment is growable)`: every other
+    /// free block is larger still.
     pub fn take_fitting(
         &mut self,
         stream: StreamKey,
         pool: Pool,
         bytes: usize,
-        fits: impl Fn(usize) -> bool,
+        fits: impl Fn(usize, bool) -> bool,
     ) -> Option<BlockId> {
         let lists = self.streams.get_mut(&stream)?;
         let list = &mut lists.free[pool as usize];
-        let &(size, id) = list.range((bytes, 0)..).next().filter(|&&(size, _)| fits(size))?;
+        let &(size, id) = list.range((bytes, 0)..).next()?;
+        if !fits(size, self.segments.at(self.blocks.at(id).segment).pages.is_some()) {
+            return None;
+        }
         list.remove(&(size, id));
         let segment_id = self.blocks.at(id).segment;
         let segment = self.segments.at_mut(segment_id);
-        if segment.free == segment.bytes {
+        if segment.is_idle() {
             self.idle.remove(&(segment.pool, segment.bytes, segment_id));
             segment.idle_fence = None;
         }
@@ -265,7 +295,7 @@ impl<F> Arena<F> {
         }
         list.insert((self.blocks.at(merged).size, merged));
         let segment = self.segments.at(segment_id);
-        if segment.free == segment.bytes {
+        if segment.is_idle() {
             self.idle.insert((pool, segment.bytes, segment_id));
         }
         size
@@ -358,7 +388,7 @@ impl<F> Arena<F> {
     /// neighbours, free lists hold exactly the free blocks of their owner, idle means all free.
     #[cfg(any(test, fuzzing))]
     pub fn check(&self) {
-        let mut listed = 0;
+        let (mut listed, mut unmapped_listed, mut unmapped_blocks) = (0, 0, 0);
         for (stream, lists) in &self.streams {
             for (pool, list) in lists.free.iter().enumerate() {
                 for &(size, id) in list {
@@ -369,12 +399,21 @@ impl<F> Arena<F> {
                     listed += 1;
                 }
             }
+            for (pool, list) in lists.unmapped.iter().enumerate() {
+                for &(size, id) in list {
+                    let block = self.blocks.at(id);
+                    let segment = self.segments.at(block.segment);
+                    assert_eq!((block.size, block.state), (size, BlockState::Unmapped));
+                    assert_eq!((segment.owner, segment.pool as usize), (*stream, pool));
+                    unmapped_listed += 1;
+                }
+            }
             let owned = self.segments.iter().filter(|(_, s)| s.owner == *stream).count();
             assert_eq!(lists.segments, owned, "segment count of {stream:?}");
         }
         let mut free_blocks = 0;
         for (id, segment) in self.segments.iter() {
-            let (mut offset, mut free) = (0, 0);
+            let (mut offset, mut free, mut unmapped) = (0, 0, 0);
             let mut cursor = Some(segment.first);
             let mut prev: Option<(BlockId, BlockState)> = None;
             while let Some(b) = cursor {
@@ -386,17 +425,25 @@ impl<F> Arena<F> {
                     free += block.size;
                     free_blocks += 1;
                 }
+                if block.state == BlockState::Unmapped {
+                    let page = segment.pages.expect("unmapped blocks only in growable segments");
+                    assert!(block.offset.is_multiple_of(page) && block.size.is_multiple_of(page), "whole pages");
+                    assert_ne!(prev.map(|p| p.1), Some(BlockState::Unmapped), "two unmapped neighbours");
+                    unmapped += block.size;
+                    unmapped_blocks += 1;
+                }
                 offset += block.size;
                 prev = Some((b, block.state));
                 cursor = block.next;
             }
-            assert_eq!((offset, free), (segment.bytes, segment.free));
+            assert_eq!((offset, free, unmapped), (segment.bytes, segment.free, segment.unmapped));
             let idle = self.idle.contains(&(segment.pool, segment.bytes, id));
-            assert_eq!(idle, free == segment.bytes);
+            assert_eq!(idle, segment.is_idle());
             assert!(segment.idle_fence.is_none() || idle, "a fence on a segment in use");
         }
         assert_eq!(listed, free_blocks, "free blocks missing from the lists");
-        assert_eq!(self.idle.len(), self.segments.iter().filter(|(_, s)| s.free == s.bytes).count());
+        assert_eq!(unmapped_listed, unmapped_blocks, "unmapped blocks missing from the lists");
+        assert_eq!(self.idle.len(), self.segments.iter().filter(|(_, s)| s.is_idle()).count());
         let blocks = self.blocks.iter().count();
         let tiled: usize = self
             .segments
@@ -408,7 +455,7 @@ impl<F> Arena<F> {
 }
 
 /// Merges block `id`'s next neighbour into it.
-fn absorb_next(blocks: &mut Slab<Block>, id: BlockId) {
+pub(super) fn absorb_next(blocks: &mut Slab<Block>, id: BlockId) {
     let next_id = blocks.at(id).next.expect("a next block");
     let next = blocks.remove(next_id);
     let block = blocks.at_mut(id);

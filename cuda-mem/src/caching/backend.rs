@@ -55,4 +55,52 @@ pub unsafe trait Backend: Send + Sync + 'static {
     /// Makes work queued on `stream` from now on wait for the fenced work, without blocking the
     /// host (`cudaStreamWaitEvent`).
     fn stream_wait(&self, stream: &Self::Stream, fence: &Self::Fence) -> Result<()>;
+
+    /// Page-granular virtual memory, when the system has it: then the cache grows one address
+    /// range per stream and pool by mapping pages, and returns free pages without releasing the
+    /// range ([`Pages`]). `None` (the default): segments only.
+    fn pages(&self) -> Option<&dyn Pages> {
+        None
+    }
+}
+
+/// Address ranges reserved up front, backed page by page (`cuMemAddressReserve`, `cuMemCreate`,
+/// `cuMemMap`, `cuMemUnmap`): growth never fragments, and returning pages needs no device-wide
+/// synchronization.
+///
+/// # Safety
+/// As [`Backend`]'s promises: `reserve` returns `bytes` of addresses aligned to `page_bytes`,
+/// overlapping no range it returned before that was not freed; after `map(at, bytes)` returns `Ok`
+/// those bytes are memory of the cache's device that nothing else uses, readable and writable
+/// there, until `unmap` of them.
+pub unsafe trait Pages: Send + Sync {
+    /// Bytes of a page: every mapped and unmapped run is a multiple of it, at a multiple of it.
+    fn page_bytes(&self) -> usize;
+
+    /// Bytes of a range the cache reserves for a stream's pool: all the memory the device has
+    /// (rounded to pages), so one range is all a stream's pool needs.
+    fn range_bytes(&self) -> usize;
+
+    /// Reserves `bytes` (a multiple of `page_bytes`) of addresses with no memory behind them.
+    fn reserve(&self, bytes: usize) -> Result<NonNull<u8>>;
+
+    /// Backs `bytes` from `at` with new memory. Out of memory is `ErrorKind::OutOfMemory`, with
+    /// nothing of the run left mapped.
+    ///
+    /// # Safety
+    /// The run lies in one range from `reserve` and none of it is mapped.
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<()>;
+
+    /// Returns the memory behind `bytes` from `at` to the system.
+    ///
+    /// # Safety
+    /// The run was mapped, page by page, by `map`, and every piece of work that used it has
+    /// completed.
+    unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize);
+
+    /// Gives back a range from `reserve`.
+    ///
+    /// # Safety
+    /// `base` and `bytes` are a range from `reserve`, none of it mapped, freed once.
+    unsafe fn free(&self, base: NonNull<u8>, bytes: usize);
 }

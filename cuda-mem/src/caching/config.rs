@@ -63,6 +63,13 @@ pub struct Config {
     /// the waits, on such misses for a reserve that follows what is in use rather than the sum
     /// of every size ever cached; below the high-water mark misses release nothing.
     pub release_idle_on_miss: bool,
+    /// Over a backend with [`Pages`](super::Pages) (the CUDA one, where the driver has virtual
+    /// memory management), each stream's pool grows one reserved address range page by page, as
+    /// PyTorch's `expandable_segments`: freed blocks coalesce across the whole range, and memory
+    /// moves between streams and sizes by unmapping free pages (with `release_idle_on_miss`,
+    /// when mapping would raise the reserve's peak) rather than by releasing whole segments.
+    /// The segment sizes above then do not apply. Off, or without pages: segments allocated whole.
+    pub expandable_segments: bool,
 }
 
 impl Default for Config {
@@ -80,6 +87,7 @@ impl Default for Config {
             front_max_bytes: 256 << 20,
             cross_stream_waits: true,
             release_idle_on_miss: true,
+            expandable_segments: true,
         }
     }
 }

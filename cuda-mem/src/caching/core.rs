@@ -6,7 +6,7 @@
 //! read without a lock.
 
 use super::arena::{Arena, BlockId, BlockState, SegmentId};
-use super::backend::{Backend, StreamKey};
+use super::backend::{Backend, Pages, StreamKey};
 use super::config::{Config, Pool};
 use super::size_class::SizeClass;
 use super::stats::CurrentPeak;
@@ -168,8 +168,11 @@ impl<B: Backend> Core<B> {
         self.poll_pending(backend);
         let bytes = class.bytes();
         let pool = config.pool_of(class);
+        // A growable segment's free blocks serve any request: what a cut leaves is trimmed to
+        // whole pages when memory is short, so it strands at most a page on each side.
         let target = config.segment_target(pool, totals.pool_reserved(pool));
-        let id = self.arena.take_fitting(key, pool, bytes, |size| config.may_cut(pool, target, size, bytes))?;
+        let fits = |size, growable| growable || config.may_cut(pool, target, size, bytes);
+        let id = self.arena.take_fitting(key, pool, bytes, fits)?;
         self.figures.active.add(class.bytes());
         self.figures.core_hits += 1;
         Some(id)
@@ -321,6 +324,117 @@ impl<B: Backend> Core<B> {
         Some(segment)
     }
 
+    /// Bytes of pages a miss of `class` on `key` would map now, and the free block the mapping
+    /// would extend (trimming it would only make the miss map more).
+    pub fn pages_to_map(
+        &self,
+        config: &Config,
+        pages: &dyn Pages,
+        key: StreamKey,
+        class: SizeClass,
+    ) -> (usize, Option<BlockId>) {
+        match self.arena.run_to_map(key, config.pool_of(class), class.bytes()) {
+            Some(run) => (run.bytes, self.arena.free_before(run.block)),
+            None => (class.bytes().next_multiple_of(pages.page_bytes()), None),
+        }
+    }
+
+    /// A block of `class` for `on` from newly mapped pages of its growable segment of the pool
+    /// (reserved on the stream's first miss there).
+    pub fn grow_pages(
+        &mut self,
+        pages: &dyn Pages,
+        config: &Config,
+        totals: &Totals,
+        on: &On<'_, B::Stream>,
+        class: SizeClass,
+    ) -> Result<BlockId> {
+        let pool = config.pool_of(class);
+        let run = match self.arena.run_to_map(on.key, pool, class.bytes()) {
+            Some(run) => run,
+            None => {
+                let page = pages.page_bytes();
+                let range = pages.range_bytes().max(class.bytes()).next_multiple_of(page);
+                let base = pages.reserve(range)?;
+                self.hold(on);
+                self.arena.add_growable(base, range, page, on.key, pool);
+                self.arena.run_to_map(on.key, pool, class.bytes()).expect("a new range fits its request")
+            }
+        };
+        let at = self.arena.at(run.segment, run.offset);
+        // SAFETY: the run is whole pages of an unmapped block of a range from `reserve`.
+        unsafe { pages.map(at, run.bytes)? };
+        self.arena.mark_mapped(run);
+        self.figures.reserved += run.bytes;
+        totals.add(pool, run.bytes);
+        self.figures.segment_allocations += 1;
+        self.figures.misses += 1;
+        let id = self.arena.take(on.key, pool, class.bytes()).expect("mapped pages fit their request");
+        self.figures.active.add(class.bytes());
+        Ok(id)
+    }
+
+    /// Bytes of the largest run of whole pages inside a free block of this shard.
+    pub fn largest_trimmable(&self) -> usize {
+        self.arena.trimmable().first().map_or(0, |run| run.bytes)
+    }
+
+    /// Unmaps the whole pages inside free blocks (but `keep`), largest runs first, until at least
+    /// `enough` bytes are unmapped, each after its owner's work on it (waited for); a run whose
+    /// fence cannot be recorded or waited for stays mapped. Returns the bytes unmapped.
+    pub fn trim(
+        &mut self,
+        backend: &B,
+        pages: &dyn Pages,
+        totals: &Totals,
+        enough: usize,
+        keep: Option<BlockId>,
+    ) -> usize {
+        let runs: Vec<_> = self.arena.trimmable().into_iter().filter(|run| Some(run.block) != keep).collect();
+        if runs.is_empty() {
+            return 0;
+        }
+        // One fence per owner covers every free block it has: each was freed, so every use of it
+        // was queued on the owner before now (blocks freed on other streams are pending, not free).
+        let mut fences: FxHashMap<StreamKey, Option<Arc<B::Fence>>> = FxHashMap::default();
+        let mut unmapped = 0;
+        for run in runs {
+            if unmapped >= enough {
+                break;
+            }
+            let owner = self.arena.segment(run.segment).owner;
+            let handle = self.handle(owner);
+            let fence = fences.entry(owner).or_insert_with(|| backend.record(handle).ok().map(Arc::new)).clone();
+            let Some(fence) = fence else { continue };
+            if !backend.is_done(&fence) && backend.wait(&fence).is_err() {
+                continue;
+            }
+            let at = self.arena.at(run.segment, run.offset);
+            let pool = self.arena.segment(run.segment).pool;
+            self.arena.mark_unmapped(run);
+            // SAFETY: whole pages inside a free block of a growable segment, so mapped by `map`
+            // (a block is free only once its pages are mapped) and unmapped once (marked
+            // unmapped just now); the block's every use was queued on its owner before the fence
+            // that has completed.
+            unsafe { pages.unmap(at, run.bytes) };
+            self.figures.reserved -= run.bytes;
+            totals.sub(pool, run.bytes);
+            self.figures.segment_releases += 1;
+            unmapped += run.bytes;
+        }
+        unmapped
+    }
+
+    /// Gives back the address ranges of growable segments with nothing mapped.
+    fn free_unmapped_ranges(&mut self, pages: &dyn Pages) {
+        for id in self.arena.unmapped_segments() {
+            let segment = self.arena.remove_unmapped(id);
+            // SAFETY: a range from `reserve` with nothing mapped, out of the arena now (freed once).
+            unsafe { pages.free(segment.base, segment.bytes) };
+            self.forget_if_unused(segment.owner);
+        }
+    }
+
     /// Returns a block that was out to its owner's free list.
     pub fn give_back(&mut self, id: BlockId) {
         let size = self.arena.give_back(id);
@@ -372,7 +486,12 @@ impl<B: Backend> Core<B> {
     /// Blocks the calling thread while that work runs. Returns the bytes released.
     pub fn release_cached(&mut self, backend: &B, totals: &Totals) -> usize {
         self.settle_pending(backend, true);
-        self.release_idle(backend, totals, usize::MAX, (Pool::Small, 0))
+        let mut released = self.release_idle(backend, totals, usize::MAX, (Pool::Small, 0));
+        if let Some(pages) = backend.pages() {
+            released += self.trim(backend, pages, totals, usize::MAX, None);
+            self.free_unmapped_ranges(pages);
+        }
+        released
     }
 
     /// (pool, bytes) of every idle segment, in no particular order.

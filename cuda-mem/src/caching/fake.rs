@@ -7,11 +7,11 @@
 //! [`FakeBackend::is_ordered`] answers whether work queued on a stream now comes after a given
 //! piece of another stream's work, which is what a test checks when a block changes hands.
 
-use super::backend::{Backend, StreamKey};
+use super::backend::{Backend, Pages, StreamKey};
 use crate::error::{CudaError, ErrorKind, OomReport, Result};
 use rustc_hash::FxHashMap;
 use std::alloc::Layout;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -23,6 +23,8 @@ const ALIGN: usize = 512;
 #[derive(Debug, Clone, Default)]
 pub struct FakeBackend {
     state: Arc<Mutex<FakeState>>,
+    /// Page bytes when the backend offers [`Pages`] (address ranges, mapped page by page).
+    page: Option<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -42,6 +44,40 @@ struct FakeState {
     /// them: for replays whose reserve would not fit the host.
     address_only: bool,
     next_address: usize,
+    /// Reserved address ranges: start -> bytes.
+    ranges: BTreeMap<usize, usize>,
+    /// Addresses of the mapped pages.
+    mapped: BTreeSet<usize>,
+    maps: u64,
+    unmaps: u64,
+    range_bytes: usize,
+}
+
+impl FakeState {
+    fn mapped_bytes(&self, page: usize) -> usize {
+        self.mapped.len() * page
+    }
+
+    fn segment_bytes(&self) -> usize {
+        self.segments.values().map(|&(_, bytes)| bytes).sum()
+    }
+
+    /// The out-of-memory error for a request of `bytes`, if it must fail now.
+    fn refuse(&mut self, bytes: usize, reserved: usize) -> Option<CudaError> {
+        let over = self.capacity.is_some_and(|cap| reserved + bytes > cap);
+        if self.fail_next == 0 && !over {
+            return None;
+        }
+        self.fail_next = self.fail_next.saturating_sub(1);
+        let report = OomReport {
+            requested: bytes,
+            free: self.capacity.map(|cap| cap.saturating_sub(reserved)),
+            total: self.capacity,
+            ..OomReport::default()
+        };
+        let kind = ErrorKind::OutOfMemory { code: None, report: Box::new(report) };
+        Some(CudaError::new(kind, "fake allocation"))
+    }
 }
 
 // SAFETY: the segment pointers are system-allocator memory this state alone frees (or bare
@@ -95,6 +131,27 @@ impl FakeBackend {
         state.next_address = 1 << 40;
         drop(state);
         backend
+    }
+
+    /// An address-only backend with [`Pages`] of `page` bytes, whose ranges are `range` bytes.
+    pub fn with_pages(page: usize, range: usize) -> Self {
+        let backend = Self { page: Some(page), ..Self::address_only() };
+        let mut state = backend.state();
+        state.next_address = (1usize << 40).next_multiple_of(page);
+        state.range_bytes = range;
+        drop(state);
+        backend
+    }
+
+    /// Pages mapped so far, and unmapped.
+    pub fn page_calls(&self) -> (u64, u64) {
+        let state = self.state();
+        (state.maps, state.unmaps)
+    }
+
+    /// Bytes of mapped pages.
+    pub fn mapped_bytes(&self) -> usize {
+        self.page.map_or(0, |page| self.state().mapped_bytes(page))
     }
 
     fn state(&self) -> MutexGuard<'_, FakeState> {
@@ -176,9 +233,9 @@ impl FakeBackend {
         self.state().completed(stream) >= seq
     }
 
-    /// Bytes in live segments.
+    /// Bytes in live segments and mapped pages.
     pub fn reserved(&self) -> usize {
-        self.state().segments.values().map(|&(_, bytes)| bytes).sum()
+        self.state().segment_bytes() + self.mapped_bytes()
     }
 
     /// Live segments as (address, bytes).
@@ -233,18 +290,9 @@ unsafe impl Backend for FakeBackend {
 
     fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
         let mut state = self.state();
-        let reserved: usize = state.segments.values().map(|&(_, bytes)| bytes).sum();
-        let over = state.capacity.is_some_and(|cap| reserved + bytes > cap);
-        if state.fail_next > 0 || over {
-            state.fail_next = state.fail_next.saturating_sub(1);
-            let report = OomReport {
-                requested: bytes,
-                free: state.capacity.map(|cap| cap.saturating_sub(reserved)),
-                total: state.capacity,
-                ..OomReport::default()
-            };
-            let kind = ErrorKind::OutOfMemory { code: None, report: Box::new(report) };
-            return Err(CudaError::new(kind, "fake segment allocation"));
+        let reserved = state.segment_bytes() + self.page.map_or(0, |page| state.mapped_bytes(page));
+        if let Some(err) = state.refuse(bytes, reserved) {
+            return Err(err);
         }
         let ptr = if state.address_only {
             let address = state.next_address;
@@ -300,5 +348,67 @@ unsafe impl Backend for FakeBackend {
         s.queued += 1;
         s.waits.push((s.queued, fence.stream, fence.seq));
         Ok(())
+    }
+
+    fn pages(&self) -> Option<&dyn Pages> {
+        self.page.map(|_| self as &dyn Pages)
+    }
+}
+
+// SAFETY: ranges are distinct runs of a counter that only grows, page-aligned, with nothing
+// behind them (address only: nothing dereferences them); the bookkeeping asserts that a map
+// covers only unmapped pages of one live range, an unmap only mapped pages, and a free a live
+// range with nothing mapped, so a broken caller fails the test instead of passing.
+unsafe impl Pages for FakeBackend {
+    fn page_bytes(&self) -> usize {
+        self.page.expect("a backend with pages")
+    }
+
+    fn range_bytes(&self) -> usize {
+        self.state().range_bytes
+    }
+
+    fn reserve(&self, bytes: usize) -> Result<NonNull<u8>> {
+        let page = self.page_bytes();
+        assert!(bytes.is_multiple_of(page), "ranges are whole pages");
+        let mut state = self.state();
+        let address = state.next_address;
+        state.next_address += bytes + page; // a page of gap: neighbours never touch
+        state.ranges.insert(address, bytes);
+        Ok(NonNull::new(std::ptr::without_provenance_mut(address)).expect("addresses start above 0"))
+    }
+
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<()> {
+        let page = self.page_bytes();
+        let start = at.as_ptr().addr();
+        assert!(start.is_multiple_of(page) && bytes.is_multiple_of(page) && bytes > 0, "whole pages");
+        let mut state = self.state();
+        let (&base, &len) = state.ranges.range(..=start).next_back().expect("a map inside a range");
+        assert!(start + bytes <= base + len, "a map inside one range");
+        assert!(state.mapped.range(start..start + bytes).next().is_none(), "a page mapped twice");
+        let reserved = state.segment_bytes() + state.mapped_bytes(page);
+        if let Some(err) = state.refuse(bytes, reserved) {
+            return Err(err);
+        }
+        state.mapped.extend((start..start + bytes).step_by(page));
+        state.maps += 1;
+        Ok(())
+    }
+
+    unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize) {
+        let page = self.page_bytes();
+        let start = at.as_ptr().addr();
+        let mut state = self.state();
+        for address in (start..start + bytes).step_by(page) {
+            assert!(state.mapped.remove(&address), "unmapped a page that is not mapped");
+        }
+        state.unmaps += 1;
+    }
+
+    unsafe fn free(&self, base: NonNull<u8>, bytes: usize) {
+        let start = base.as_ptr().addr();
+        let mut state = self.state();
+        assert_eq!(state.ranges.remove(&start), Some(bytes), "freed a range that is not live");
+        assert!(state.mapped.range(start..start + bytes).next().is_none(), "freed a range with pages mapped");
     }
 }

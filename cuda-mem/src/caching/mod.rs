@@ -89,6 +89,7 @@ mod corpus_tests;
 #[cfg(any(test, fuzzing))]
 pub mod fake;
 mod front;
+mod growable;
 mod private_pool;
 #[cfg(test)]
 mod private_pool_tests;
@@ -100,7 +101,7 @@ mod stats;
 mod tests;
 
 pub use allocator::CachingAllocator;
-pub use backend::{Backend, StreamKey};
+pub use backend::{Backend, Pages, StreamKey};
 pub use block::CachedBlock;
 pub use config::Config;
 pub use private_pool::{PoolOrder, PrivatePool, SegmentSource};

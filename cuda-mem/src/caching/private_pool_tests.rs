@@ -37,6 +37,7 @@ fn config() -> Config {
         small_fit_divisor: 0,
         large_fit_slack: usize::MAX,
         release_idle_on_miss: true,
+        expandable_segments: true,
     }
 }
 

@@ -28,6 +28,7 @@ fn small_config() -> Config {
         small_fit_divisor: 0,
         large_fit_slack: usize::MAX,
         release_idle_on_miss: false,
+        expandable_segments: true,
     }
 }
 

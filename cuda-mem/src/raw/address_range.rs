@@ -2,43 +2,19 @@
 //! reached through the runtime's driver entry points, so memory mapped from bytes another process
 //! sent is never viewed beyond what the driver mapped.
 
+use super::driver_entry::entry_point;
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::raw::check;
-use cuda_mem_sys as sys;
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 
 /// `CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)`.
 type GetAddressRange = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> c_int;
 
-/// The CUDA version whose ABI of the entry point we call (the `_v2` form, current since 3.2).
-const ENTRY_POINT_VERSION: u32 = 12000;
-
 fn get_address_range() -> Result<GetAddressRange> {
     static ENTRY: OnceLock<std::result::Result<usize, CudaError>> = OnceLock::new();
-    let entry = ENTRY.get_or_init(|| {
-        let mut function: *mut c_void = std::ptr::null_mut();
-        let mut status = sys::cudaDriverEntryPointQueryResult::cudaDriverEntryPointSymbolNotFound;
-        // SAFETY: the symbol is a NUL-terminated string; both out-pointers are valid for writes.
-        let code = unsafe {
-            sys::cudaGetDriverEntryPointByVersion(
-                c"cuMemGetAddressRange".as_ptr(),
-                &mut function,
-                ENTRY_POINT_VERSION,
-                sys::cudaGetDriverEntryPointFlags::cudaEnableDefault.0.into(),
-                &mut status,
-            )
-        };
-        check(code, || "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)".into())?;
-        if status != sys::cudaDriverEntryPointQueryResult::cudaDriverEntryPointSuccess || function.is_null() {
-            let kind = ErrorKind::Unsupported("the driver has no cuMemGetAddressRange");
-            return Err(CudaError::new(kind, "looking up cuMemGetAddressRange"));
-        }
-        Ok(function as usize)
-    });
-    match entry {
-        // SAFETY: the driver returned this entry point for the signature of ENTRY_POINT_VERSION,
-        // which `GetAddressRange` spells out.
+    match ENTRY.get_or_init(|| entry_point(c"cuMemGetAddressRange")) {
+        // SAFETY: the driver returned this entry point for the signature of CUDA 12.0's ABI
+        // (the `_v2` form, current since 3.2), which `GetAddressRange` spells out.
         Ok(function) => Ok(unsafe { std::mem::transmute::<usize, GetAddressRange>(*function) }),
         Err(err) => Err(err.clone()),
     }

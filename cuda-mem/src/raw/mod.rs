@@ -9,6 +9,7 @@
 mod address_range;
 mod codes;
 pub(crate) mod device;
+mod driver_entry;
 mod driver_library;
 pub(crate) mod events;
 pub(crate) mod graphs;
@@ -19,6 +20,7 @@ pub(crate) mod memory;
 pub(crate) mod peers;
 pub(crate) mod pools;
 pub(crate) mod streams;
+pub(crate) mod vmm;
 
 pub(crate) use address_range::require_mapped;
 

@@ -1,0 +1,221 @@
+//! Growable segments in the arena: a range of addresses reserved whole and backed page by page
+//! (see [`Pages`](super::backend::Pages)). Its blocks tile it like any segment's; the runs with no
+//! memory behind them are `Unmapped` blocks, whole pages, in their stream's unmapped lists. A
+//! miss maps pages at the start of an unmapped run (extending the free block before it, so the
+//! stream's blocks stay contiguous and coalesce), and trimming unmaps the whole pages inside a
+//! free block. Pure bookkeeping, like the rest of the arena: the core makes the backend calls.
+
+use super::arena::{Arena, Block, BlockId, BlockState, Segment, SegmentId, StreamLists, absorb_next};
+use super::backend::StreamKey;
+use super::config::Pool;
+use std::ptr::NonNull;
+
+/// A run of whole pages of a growable segment to map or unmap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Run {
+    pub segment: SegmentId,
+    /// The unmapped block the run starts (mapping) or the free block it lies in (unmapping).
+    pub block: BlockId,
+    pub offset: usize,
+    pub bytes: usize,
+}
+
+impl<F> Arena<F> {
+    /// Adds a growable segment of `bytes` reserved addresses at `base` (both multiples of `page`)
+    /// for `owner`'s `pool`, nothing mapped.
+    pub fn add_growable(
+        &mut self,
+        base: NonNull<u8>,
+        bytes: usize,
+        page: usize,
+        owner: StreamKey,
+        pool: Pool,
+    ) -> SegmentId {
+        debug_assert!(bytes.is_multiple_of(page) && base.as_ptr().addr().is_multiple_of(page));
+        let segment = self.segments.insert(Segment {
+            base,
+            bytes,
+            owner,
+            pool,
+            idle_fence: None,
+            pages: Some(page),
+            free: 0,
+            unmapped: bytes,
+            first: BlockId::MAX,
+        });
+        let block = self.blocks.insert(Block {
+            offset: 0,
+            size: bytes,
+            segment,
+            state: BlockState::Unmapped,
+            prev: None,
+            next: None,
+        });
+        self.segments.at_mut(segment).first = block;
+        let lists = self.streams.entry(owner).or_default();
+        lists.segments += 1;
+        lists.unmapped[pool as usize].insert((bytes, block));
+        segment
+    }
+
+    /// The fewest pages whose mapping lets `stream`'s `pool` serve `bytes` from its growable
+    /// segments: at the start of an unmapped run, counting the free block before it (ties: the
+    /// lowest address, so the stream's memory stays packed). `None` when no run is large enough.
+    pub fn run_to_map(&self, stream: StreamKey, pool: Pool, bytes: usize) -> Option<Run> {
+        let lists = self.streams.get(&stream)?;
+        lists.unmapped[pool as usize]
+            .iter()
+            .filter_map(|&(size, id)| {
+                let block = self.blocks.at(id);
+                let page = self.segments.at(block.segment).pages.expect("unmapped blocks are in growable segments");
+                let before = block.prev.map(|p| self.blocks.at(p)).filter(|p| p.state == BlockState::Free);
+                let needed = bytes.saturating_sub(before.map_or(0, |p| p.size)).next_multiple_of(page);
+                let start = self.segments.at(block.segment).base.as_ptr().addr() + block.offset;
+                (needed <= size).then_some((
+                    needed,
+                    start,
+                    Run { segment: block.segment, block: id, offset: block.offset, bytes: needed },
+                ))
+            })
+            .min_by_key(|&(needed, start, _)| (needed, start))
+            .map(|(_, _, run)| run)
+    }
+
+    /// The free block just before block `id`, if there is one.
+    pub fn free_before(&self, id: BlockId) -> Option<BlockId> {
+        self.blocks.at(id).prev.filter(|&p| self.blocks.at(p).state == BlockState::Free)
+    }
+
+    /// Marks `run` (from [`Arena::run_to_map`], now mapped) free, merged with its free neighbours.
+    pub fn mark_mapped(&mut self, run: Run) {
+        let block = self.blocks.at(run.block);
+        debug_assert_eq!((block.state, block.offset), (BlockState::Unmapped, run.offset));
+        let (size, pool) = (block.size, self.segments.at(run.segment).pool);
+        let lists = self.lists_of(run.segment);
+        lists.unmapped[pool as usize].remove(&(size, run.block));
+        if run.bytes < size {
+            let rest = self.split(run.block, run.bytes);
+            let lists = self.lists_of(run.segment);
+            lists.unmapped[pool as usize].insert((size - run.bytes, rest));
+        }
+        let segment = self.segments.at_mut(run.segment);
+        segment.unmapped -= run.bytes;
+        self.blocks.at_mut(run.block).state = BlockState::Out;
+        self.give_back(run.block);
+    }
+
+    /// The whole pages inside free block `id` of a growable segment, if it holds any.
+    pub fn interior(&self, id: BlockId) -> Option<Run> {
+        let block = self.blocks.at(id);
+        let page = self.segments.at(block.segment).pages?;
+        let start = block.offset.next_multiple_of(page);
+        let end = (block.offset + block.size) / page * page;
+        (block.state == BlockState::Free && end > start).then(|| Run {
+            segment: block.segment,
+            block: id,
+            offset: start,
+            bytes: end - start,
+        })
+    }
+
+    /// Marks `run` (an [`Arena::interior`], being unmapped) unmapped: the free block keeps what
+    /// lies before and after it, and the run merges with unmapped neighbours.
+    pub fn mark_unmapped(&mut self, run: Run) {
+        let block = self.blocks.at(run.block);
+        debug_assert_eq!(block.state, BlockState::Free);
+        let (offset, size, pool) = (block.offset, block.size, self.segments.at(run.segment).pool);
+        let lists = self.lists_of(run.segment);
+        lists.free[pool as usize].remove(&(size, run.block));
+        let mut hole = run.block;
+        if run.offset > offset {
+            hole = self.split(run.block, run.offset - offset);
+            let lists = self.lists_of(run.segment);
+            lists.free[pool as usize].insert((run.offset - offset, run.block));
+        }
+        if run.offset + run.bytes < offset + size {
+            let after = self.split(hole, run.bytes);
+            let lists = self.lists_of(run.segment);
+            lists.free[pool as usize].insert((offset + size - run.offset - run.bytes, after));
+        }
+        self.blocks.at_mut(hole).state = BlockState::Unmapped;
+        let segment = self.segments.at_mut(run.segment);
+        segment.free -= run.bytes;
+        segment.unmapped += run.bytes;
+        let mut merged = hole;
+        let unmapped =
+            |arena: &Self, id: Option<BlockId>| id.filter(|&b| arena.blocks.at(b).state == BlockState::Unmapped);
+        if let Some(prev) = unmapped(self, self.blocks.at(hole).prev) {
+            let prev_size = self.blocks.at(prev).size;
+            self.lists_of(run.segment).unmapped[pool as usize].remove(&(prev_size, prev));
+            absorb_next(&mut self.blocks, prev);
+            merged = prev;
+        }
+        if let Some(next) = unmapped(self, self.blocks.at(merged).next) {
+            let next_size = self.blocks.at(next).size;
+            self.lists_of(run.segment).unmapped[pool as usize].remove(&(next_size, next));
+            absorb_next(&mut self.blocks, merged);
+        }
+        let merged_size = self.blocks.at(merged).size;
+        self.lists_of(run.segment).unmapped[pool as usize].insert((merged_size, merged));
+    }
+
+    /// The whole pages inside free blocks of growable segments, every stream's, largest first.
+    pub fn trimmable(&self) -> Vec<Run> {
+        let mut runs: Vec<Run> = self
+            .streams
+            .values()
+            .flat_map(|lists| lists.free.iter())
+            .flat_map(|list| list.iter().map(|&(_, id)| id))
+            .filter_map(|id| self.interior(id))
+            .collect();
+        runs.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes));
+        runs
+    }
+
+    /// Growable segments with nothing mapped: they can be given back whole.
+    pub fn unmapped_segments(&self) -> Vec<SegmentId> {
+        self.segments.iter().filter(|(_, s)| s.pages.is_some() && s.unmapped == s.bytes).map(|(id, _)| id).collect()
+    }
+
+    /// Removes growable segment `id`, which has nothing mapped; returns it for the range's release.
+    pub fn remove_unmapped(&mut self, id: SegmentId) -> Segment<F> {
+        let segment = self.segments.remove(id);
+        debug_assert_eq!(segment.unmapped, segment.bytes, "only unmapped ranges are freed");
+        self.blocks.remove(segment.first);
+        let lists = self.streams.get_mut(&segment.owner).expect("a segment's owner has lists");
+        lists.unmapped[segment.pool as usize].remove(&(segment.bytes, segment.first));
+        lists.segments -= 1;
+        segment
+    }
+
+    /// Cuts block `id` after its first `at` bytes; the second part, in the same state and not in
+    /// any list, is returned.
+    fn split(&mut self, id: BlockId, at: usize) -> BlockId {
+        let block = self.blocks.at(id);
+        debug_assert!(at > 0 && at < block.size);
+        let (next, rest) = (
+            block.next,
+            Block {
+                offset: block.offset + at,
+                size: block.size - at,
+                segment: block.segment,
+                state: block.state,
+                prev: Some(id),
+                next: block.next,
+            },
+        );
+        let rest = self.blocks.insert(rest);
+        if let Some(next) = next {
+            self.blocks.at_mut(next).prev = Some(rest);
+        }
+        let block = self.blocks.at_mut(id);
+        block.size = at;
+        block.next = Some(rest);
+        rest
+    }
+
+    fn lists_of(&mut self, segment: SegmentId) -> &mut StreamLists {
+        let owner = self.segments.at(segment).owner;
+        self.streams.get_mut(&owner).expect("a segment's owner has lists")
+    }
+}
