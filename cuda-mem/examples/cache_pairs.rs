@@ -9,7 +9,8 @@
 //! `DeviceCache`, `torch_caching_host_pair_*`, `CachingHostAllocator` allocate + free, for
 //! `PinnedPool`).
 //!
-//! `cargo run --release -p cuda-mem --example cache_pairs [-- --pairs K --threads 1,2,4,8]`
+//! `cargo run --release -p cuda-mem --example cache_pairs [-- --pairs K --threads 1,2,4,8 --only pairs|threads]`
+//! (`--only` runs one part: the bench's `cache` and `threads` sections each run one).
 
 use cuda_mem::{Device, DeviceCache, HostAllocFlags, MemPool, PinnedPool, Result, Stream, StreamBuffer};
 use std::sync::Barrier;
@@ -108,13 +109,19 @@ fn main() -> Result<()> {
     let thread_counts: Vec<usize> = value("--threads")
         .map(|v| v.split(',').filter_map(|t| t.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 2, 4, 8]);
+    let only = value("--only");
+    if only.as_deref().is_some_and(|o| o != "pairs" && o != "threads") {
+        eprintln!("cache_pairs: --only takes pairs or threads");
+        std::process::exit(2);
+    }
+    let (run_pairs, run_threads) = (only.as_deref() != Some("threads"), only.as_deref() != Some("pairs"));
 
     let device = Device::current()?;
     let cache = DeviceCache::for_device(device)?;
     let pool = MemPool::retaining(device)?;
     let pinned = PinnedPool::new(HostAllocFlags::empty());
     let stream = Stream::non_blocking()?;
-    for (name, bytes) in SIZES {
+    for (name, bytes) in SIZES.into_iter().filter(|_| run_pairs) {
         let ours = per_pair(k, |k| cache_pairs(cache, &stream, bytes, k))?;
         let pool_us = per_pair(k, |k| pool_pairs(&pool, &stream, bytes, k))?;
         let pinned_us = per_pair(k, |k| {
@@ -128,9 +135,9 @@ fn main() -> Result<()> {
         println!(r#"{{"row": "stream_buffer_retaining_nosync_pair_{name}", "us": {pool_us:.4}}}"#);
         println!(r#"{{"row": "pinned_pool_hit_pair_{name}", "us": {pinned_us:.4}, {}}}"#, peer("host"));
     }
-    let counts = thread_counts.len();
+    let counts = if run_threads { thread_counts.len() } else { 0 };
     let (mut ours, mut pools) = (vec![Vec::new(); counts], vec![Vec::new(); counts]);
-    for round in 0..THREAD_ROUNDS {
+    for round in (0..THREAD_ROUNDS).filter(|_| counts > 0) {
         let order: Vec<usize> = if round % 2 == 0 { (0..counts).collect() } else { (0..counts).rev().collect() };
         for i in order {
             ours[i].push(threaded(thread_counts[i], 1 << 20, Some(cache), &pool)?);

@@ -1,7 +1,8 @@
-//! `cargo xtask bench`: on a GPU host, the raw CUDA C++ reference, the criterion benchmarks, the
-//! same-process comparison and the report in `target/cuda-mem-report/`, with a progress bar per
-//! step. The steps and files are those of the bundle's `run --bench`, which GPU hosts without
-//! Rust use.
+//! `cargo xtask bench [--only SECTION,..]`: on a GPU host, the main job's benchmarks, the
+//! sections of the bundle's `run --bench` (which GPU hosts without Rust use), into
+//! `target/cuda-mem-report/SECTION/`, then the report in `target/cuda-mem-report/report/`. The
+//! `paired` section (raw C++ reference, criterion, the same-process comparison and its report)
+//! runs here with a progress bar per step; the others through the bundle's script.
 
 use crate::util::{self, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -9,18 +10,91 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub fn run() -> Result {
+/// The sections, in order, as the bundle's sections script names them.
+pub fn sections() -> Vec<&'static str> {
+    let line = crate::bench_kit::SECTIONS_SCRIPT
+        .lines()
+        .find_map(|l| l.strip_prefix("BENCH_SECTIONS="))
+        .expect("bench_sections.sh sets BENCH_SECTIONS");
+    line.trim_matches('"').split_whitespace().collect()
+}
+
+/// The sections `--only` names (all when `None`), in the script's order; an unknown name is an
+/// error that lists the known ones.
+pub fn selected(only: Option<&str>) -> Result<Vec<&'static str>> {
+    let all = sections();
+    let Some(only) = only else { return Ok(all) };
+    let named: Vec<&str> = only.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    if let Some(unknown) = named.iter().find(|n| !all.contains(n)) {
+        return Err(format!("no section '{unknown}' (sections: {})", all.join(", ")));
+    }
+    Ok(all.into_iter().filter(|s| named.contains(s)).collect())
+}
+
+pub fn run(only: Option<&str>) -> Result {
+    let sections = selected(only)?;
     if !util::gpu_present() {
         return Err("no NVIDIA GPU is visible on this host (`nvidia-smi -L` lists none), so there is nothing to \
                     benchmark: run `cargo xtask bench` on a GPU host, or `cargo xtask bundle` here and \
-                    `target/bundle/run --bench OUT` there"
+                    `target/bundle/run --bench OUT [--only SECTION,..]` there"
             .into());
     }
-    let bench = crate::bundle::run()?.join("bench");
+    let bundle = crate::bundle::run()?;
     let out = util::target_dir().join("cuda-mem-report");
     std::fs::create_dir_all(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
-    let families = find(&bench, "families-")?;
-    let paired = find(&bench, "paired-")?;
+    let today = util::output(Command::new("date").args(["-u", "+%F"]))?.trim().to_string();
+    let mut failed = Vec::new();
+    if sections.contains(&"paired") {
+        let started = util::output(Command::new("date").args(["-u", "+%FT%TZ"]))?.trim().to_string();
+        let clock = std::time::Instant::now();
+        let result = paired(&bundle.join("bench"), &out.join("paired"), &today);
+        let meta = serde_json::json!({
+            "section": "paired",
+            "started": started,
+            "seconds": clock.elapsed().as_secs(),
+            "rc": i32::from(result.is_err()),
+            "gpu": util::output(Command::new("nvidia-smi").args(["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])).unwrap_or_default().lines().next().unwrap_or_default(),
+            "commit": std::fs::read_to_string(bundle.join("commit.txt")).unwrap_or_default().trim(),
+        });
+        let _ = std::fs::write(out.join("paired/section.json"), format!("{meta}\n"));
+        if let Err(e) = result {
+            eprintln!("paired: {e}");
+            failed.push("paired");
+        }
+    }
+    let rest: Vec<&str> = sections.iter().copied().filter(|s| *s != "paired").collect();
+    if !rest.is_empty() {
+        let status = Command::new(bundle.join("run"))
+            .arg("--bench")
+            .arg(&out)
+            .args(["--only", &rest.join(",")])
+            .env("BENCH_REPORT", "0")
+            .status()
+            .map_err(|e| format!("run --bench: {e}"))?;
+        if !status.success() {
+            failed.push("a section of run --bench (see its output)");
+        }
+    }
+    let report = out.join("report");
+    util::run(
+        Command::new(bundle.join("bench").join("bench_report"))
+            .arg("--raw")
+            .arg(&out)
+            .arg("--out")
+            .arg(&report)
+            .args(["--date", &today]),
+    )?;
+    println!("report written to {}", report.join("report.md").display());
+    if failed.is_empty() { Ok(()) } else { Err(format!("failed: {}", failed.join(", "))) }
+}
+
+/// The `paired` section into `out`: the raw C++ reference, criterion (cuda-mem, FFI, cudarc),
+/// the same-process comparison, its rows over target profiled through CUPTI, a second reference
+/// run, and the wrapper report in `out/report`.
+fn paired(bench: &Path, out: &Path, today: &str) -> Result {
+    std::fs::create_dir_all(out).map_err(|e| format!("create {}: {e}", out.display()))?;
+    let families = find(bench, "families-")?;
+    let paired = find(bench, "paired-")?;
     let raw = bench.join("raw_reference");
 
     step("1/6 raw C++ reference", None, Command::new(&raw), Progress::JsonLines, &out.join("raw.jsonl"))?;
@@ -66,10 +140,8 @@ pub fn run() -> Result {
     let mut rerun = Command::new(&raw);
     rerun.args(["alloc", "managed"]);
     step("5/6 raw C++ again (noise floor)", None, rerun, Progress::JsonLines, &out.join("raw-rerun.jsonl"))?;
-    let report = out.join("report");
     let mut report_command = Command::new(bench.join("report"));
-    // The report's date: today, from the system clock (UTC).
-    report_command.arg("--date").arg(util::output(Command::new("date").args(["-u", "+%F"]))?.trim());
+    report_command.arg("--date").arg(today);
     if with_profile {
         report_command.arg("--paired-api").arg(&profile);
     }
@@ -82,14 +154,12 @@ pub fn run() -> Result {
                     out.join("raw-rerun.jsonl"),
                     out.join("paired.jsonl"),
                     out.join("criterion"),
-                    report.clone(),
+                    out.join("report"),
                 ])
                 .flat_map(|(flag, path)| [PathBuf::from(flag), path]),
         ),
     )
-    .map_err(|e| format!("6/6 report: {e}"))?;
-    println!("report written to {}", report.join("report.md").display());
-    Ok(())
+    .map_err(|e| format!("6/6 wrapper report: {e}"))
 }
 
 /// How a step's progress shows in its output.
@@ -185,6 +255,24 @@ fn find(dir: &Path, prefix: &str) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sections_are_the_scripts_and_the_reports() {
+        assert_eq!(selected(None).unwrap(), sections());
+        assert_eq!(selected(Some("nccl,cache")).unwrap(), ["cache", "nccl"], "the script's order");
+        let err = selected(Some("cache,gpaphs")).unwrap_err();
+        assert!(err.contains("no section 'gpaphs'") && err.contains("paired, cache, threads"), "{err}");
+        // The report generator reads the same sections (cuda-mem-bench/src/suite/mod.rs).
+        let suite = std::fs::read_to_string(util::workspace_root().join("cuda-mem-bench/src/suite/mod.rs")).unwrap();
+        let listed = suite
+            .split("pub const SECTIONS")
+            .nth(1)
+            .and_then(|r| r.split_once('='))
+            .and_then(|(_, r)| r.split(';').next())
+            .unwrap();
+        let quoted: Vec<&str> = listed.split('"').skip(1).step_by(2).collect();
+        assert_eq!(quoted, sections());
+    }
 
     #[test]
     fn json_keys_are_read_from_row_lines_only() {

@@ -21,7 +21,10 @@ pub fn run() -> Result<PathBuf> {
         build(&["build", "--workspace", "--exclude", "xtask", "--examples", "--release"], |kind| kind == "example")?;
     let mut bench =
         build(&["bench", "-p", "cuda-mem-bench", "--features", "cudarc", "--no-run"], |kind| kind == "bench")?;
-    bench.extend(build(&["build", "--release", "-p", "cuda-mem-bench", "--bin", "report"], |kind| kind == "bin")?);
+    bench.extend(build(
+        &["build", "--release", "-p", "cuda-mem-bench", "--bin", "report", "--bin", "bench_report"],
+        |kind| kind == "bin",
+    )?);
     bench.push(util::target_dir().join("release").join("raw_reference"));
     for (sub, exes) in [("tests", tests), ("examples", examples), ("bench", bench)] {
         for exe in exes {
@@ -33,6 +36,7 @@ pub fn run() -> Result<PathBuf> {
         }
     }
     python(&dir)?;
+    crate::bench_kit::add(&dir)?;
     let script = dir.join("run");
     std::fs::write(&script, RUN_SCRIPT).map_err(|e| format!("write {}: {e}", script.display()))?;
     make_executable(&script)?;
@@ -120,19 +124,17 @@ fn make_executable(path: &Path) -> Result {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())
 }
 
-const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
+pub(crate) const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # Runs the GPU suite on a host that has only the NVIDIA driver.
 #   ./run                     every test executable (GPU tests included), then the examples
 #   ./run --sanitize [TOOL]   the tests under compute-sanitizer TOOL (memcheck, racecheck,
 #                             synccheck) or all three
 #   ./run --python [ARGS]     the Python tests in python/ (pytest, else python/run_tests.py),
 #                             ARGS passed on (e.g. -k torch)
-#   ./run --bench OUT         raw C++ reference, criterion benchmarks, the same-process
-#                             interleaved comparison (paired), its rows over target profiled
-#                             through CUPTI (time inside CUDA calls; skipped without CUPTI), a second
-#                             reference run of the allocation and managed rows (noise floor),
-#                             and the report in OUT/report; then the replays of --replay,
-#                             into OUT/replay
+#   ./run --bench OUT [--only SECTION,..]
+#                             the main job's benchmarks, each section into OUT/SECTION with the
+#                             peers measured beside cuda-mem (PyTorch, RMM, raw C++, cudarc),
+#                             then the report in OUT/report (bench/sections.sh lists the sections)
 #   ./run --replay OUT        memory efficiency: a synthetic serving trace and the stress
 #                             example's log, written to OUT, replayed against the caching
 #                             allocator (cache) and the retaining pool (pool); prints peak
@@ -260,25 +262,11 @@ case "${1:-}" in
     done
     ;;
   --bench)
-    out=${2:?usage: ./run --bench OUT}
-    mkdir -p "$out"
-    bench/raw_reference > "$out/raw.jsonl" || fail=1
-    CRITERION_HOME="$out/criterion" bench/families-* --bench || fail=1
-    bench/paired-* --bench > "$out/paired.jsonl" || fail=1
-    # The rows that missed their target, profiled through CUPTI (time inside CUDA calls);
-    # skipped where CUPTI is missing.
-    profile=()
-    if bench/paired-* --bench --api-time --missed "$out/paired.jsonl" > "$out/paired-api.jsonl"; then
-      profile=(--paired-api "$out/paired-api.jsonl")
-    fi
-    rerun=()
-    if [ "${BENCH_RERUN:-1}" = 1 ]; then
-      bench/raw_reference alloc managed > "$out/raw-rerun.jsonl" || fail=1
-      rerun=(--raw-rerun "$out/raw-rerun.jsonl")
-    fi
-    bench/report --date "$(date -u +%F)" --raw "$out/raw.jsonl" "${rerun[@]}" "${profile[@]}" \
-      --paired "$out/paired.jsonl" --criterion "$out/criterion" --out "$out/report" || fail=1
-    replays "$out/replay"
+    out=${2:?usage: ./run --bench OUT [--only SECTION,..]}
+    only=all
+    if [ "${3:-}" = --only ]; then only=${4:?usage: ./run --bench OUT --only SECTION,..}; fi
+    source bench/sections.sh
+    bench_suite "$out" "$only" || fail=1
     ;;
   --replay)
     replays "${2:?usage: ./run --replay OUT}"

@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's automation. One module per subcommand; flags parsed here.
 
 mod bench;
+mod bench_kit;
 mod bundle;
 mod codegen;
 mod fuzz;
@@ -51,7 +52,12 @@ enum Command {
     /// Run cuda-mem's unit tests under Miri (nightly; its components provisioned through rustup).
     Miri,
     /// Benchmarks on a GPU host.
-    Bench,
+    Bench {
+        /// Only these sections, comma-separated (paired, cache, threads, workloads, training,
+        /// graphs, async, staged, snapshot, nccl); all by default.
+        #[arg(long)]
+        only: Option<String>,
+    },
     /// Build GPU test executables into target/bundle for a GPU host without Rust.
     Bundle,
     /// `cargo publish --dry-run` of cuda-mem-sys, cuda-mem and cuda-mem-kernels (each package
@@ -81,7 +87,7 @@ fn main() -> ExitCode {
         Command::Tidy => tidy::run(),
         Command::Fuzz { runs } => fuzz::run(runs),
         Command::Miri => miri::run(),
-        Command::Bench => bench::run(),
+        Command::Bench { only } => bench::run(only.as_deref()),
         Command::Bundle => bundle::run().map(|dir| println!("bundle written to {}", dir.display())),
         Command::Package { allow_dirty } => package::run(allow_dirty),
         Command::Replay { log, resource } => provision::toolkit().and_then(|_| {

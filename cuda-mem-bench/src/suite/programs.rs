@@ -8,13 +8,13 @@
 use super::{Better, Peer, Row, SectionInput, json_lines};
 use serde_json::Value;
 
-/// The number printed right before `marker` on `line` (`… 3.25 us queueing per step`).
+/// The number printed right before `marker` on `line` (`… N us queueing per step`).
 pub fn number_before(line: &str, marker: &str) -> Option<f64> {
     let at = line.find(marker)?;
     line[..at].split_whitespace().next_back()?.trim_end_matches(',').parse().ok()
 }
 
-/// The number printed right after `marker` on `line` (`wall    202.0 ms`).
+/// The number printed right after `marker` on `line` (`wall    N ms`).
 pub fn number_after(line: &str, marker: &str) -> Option<f64> {
     let at = line.find(marker)? + marker.len();
     let word = line[at..].split_whitespace().next()?;

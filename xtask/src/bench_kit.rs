@@ -1,0 +1,205 @@
+//! What `./run --bench` needs in the bundle beside the executables: `bench/sections.sh` (the
+//! sections, sourced by the run script), the peers in `peers/` (PyTorch scripts, the workload
+//! replayers, and RMM's programs where `cuda-mem-bench/peers/build_rmm.sh` built them into
+//! `target/peers/rmm`), and `commit.txt`, the commit the bundle was built from.
+
+use crate::util::{self, Result};
+use std::path::Path;
+use std::process::Command;
+
+/// The sections script (`bench/sections.sh` in the bundle).
+pub const SECTIONS_SCRIPT: &str = include_str!("bench_sections.sh");
+
+/// The peers' files: where they live in the repository, where they go under `peers/`.
+const PEER_FILES: [(&str, &str); 6] = [
+    ("docs/reference/torch_alloc.py", "torch_alloc.py"),
+    ("cuda-mem-bench/peers/torch_alloc_mt.py", "torch_alloc_mt.py"),
+    ("docs/reference/torch_allreduce.py", "torch_allreduce.py"),
+    ("cuda-mem-bench/workloads/torch_replay.py", "workloads/torch_replay.py"),
+    ("cuda-mem-bench/workloads/run_training.sh", "workloads/run_training.sh"),
+    ("cuda-mem-bench/workloads/torch_training.py", "workloads/torch_training.py"),
+];
+
+/// Adds the sections script, the peers and `commit.txt` to the bundle in `dir`.
+pub fn add(dir: &Path) -> Result {
+    let write =
+        |path: &Path, text: &str| std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()));
+    write(&dir.join("bench").join("sections.sh"), SECTIONS_SCRIPT)?;
+    let root = util::workspace_root();
+    for (from, to) in PEER_FILES {
+        let to = dir.join("peers").join(to);
+        std::fs::create_dir_all(to.parent().expect("a file has a folder")).map_err(|e| e.to_string())?;
+        std::fs::copy(root.join(from), &to).map_err(|e| format!("copy {from}: {e}"))?;
+    }
+    let rmm = util::target_dir().join("peers").join("rmm");
+    if rmm.is_dir() {
+        std::fs::create_dir_all(dir.join("peers/rmm")).map_err(|e| e.to_string())?;
+        for entry in std::fs::read_dir(&rmm).map_err(|e| format!("{}: {e}", rmm.display()))?.flatten() {
+            std::fs::copy(entry.path(), dir.join("peers/rmm").join(entry.file_name()))
+                .map_err(|e| format!("copy {}: {e}", entry.path().display()))?;
+        }
+    } else {
+        eprintln!(
+            "note: no RMM peer in the bundle ({} is missing: run cuda-mem-bench/peers/build_rmm.sh); its rows will say so",
+            rmm.display()
+        );
+    }
+    let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"]).current_dir(&root))
+        .unwrap_or_else(|_| "unknown".into());
+    write(&dir.join("commit.txt"), commit.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// A bundle of stand-ins for `./run --bench`: examples printing a line each, a report that
+    /// lists its arguments, peers that exist or not, and `python3` without PyTorch.
+    struct FakeBench {
+        dir: PathBuf,
+    }
+
+    fn write(path: &Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    const EXAMPLES: [&str; 9] = [
+        "cache_pairs",
+        "workloads",
+        "decode_graph",
+        "async_server",
+        "loader",
+        "staged_tuning",
+        "snapshot_dump",
+        "allreduce",
+        "write_corpus",
+    ];
+
+    impl FakeBench {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("xtask-bench-kit-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            for example in EXAMPLES {
+                // Prints its name and arguments; `workloads OUT` also writes a corpus file.
+                write(
+                    &dir.join("examples").join(example),
+                    &format!(
+                        "#!/bin/sh\necho \"{example} $*\"\n[ {example} = workloads ] && touch \"$1/churn.cmwl\"\nexit 0\n"
+                    ),
+                );
+            }
+            for bench in ["raw_reference", "families-1", "paired-2", "report"] {
+                write(&dir.join("bench").join(bench), "#!/bin/sh\necho '{\"key\":\"x\"}'\n");
+            }
+            write(&dir.join("bench/bench_report"), "#!/bin/sh\necho \"bench_report $*\" > \"$BENCH_LOG\"\n");
+            write(&dir.join("bench/sections.sh"), SECTIONS_SCRIPT);
+            write(&dir.join("commit.txt"), "abc1234");
+            write(&dir.join("peers/torch_alloc.py"), "");
+            write(&dir.join("bin/python3"), "#!/bin/sh\nexit 1\n");
+            write(&dir.join("bin/nvidia-smi"), "#!/bin/sh\necho 'NVIDIA H200, 580.159.04, 143771 MiB'\n");
+            write(&dir.join("bin/ldconfig"), "#!/bin/sh\nexit 0\n");
+            write(&dir.join("run"), crate::bundle::RUN_SCRIPT);
+            FakeBench { dir }
+        }
+
+        /// Runs `./run ARGS`: whether it succeeded, and its output.
+        fn run(&self, args: &[&str]) -> (bool, String) {
+            let path = std::env::join_paths(
+                std::iter::once(self.dir.join("bin")).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+            )
+            .unwrap();
+            let output = Command::new(self.dir.join("run"))
+                .args(args)
+                .env("PATH", path)
+                .env("BENCH_LOG", self.dir.join("report.log"))
+                .env_remove("CUDA_MEM_NCCL_LIB")
+                .output()
+                .unwrap();
+            let text =
+                format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+            (output.status.success(), text)
+        }
+
+        fn read(&self, path: &str) -> String {
+            std::fs::read_to_string(self.dir.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+        }
+    }
+
+    impl Drop for FakeBench {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[test]
+    fn only_the_named_sections_run_each_into_its_folder_then_the_report() {
+        let bench = FakeBench::new("only");
+        let out = bench.dir.join("out");
+        let (ok, text) = bench.run(&["--bench", out.to_str().unwrap(), "--only", "snapshot,graphs"]);
+        assert!(ok, "{text}");
+        let mut folders: Vec<String> =
+            std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        folders.sort();
+        assert_eq!(folders, ["graphs", "snapshot"]);
+        assert_eq!(bench.read("out/snapshot/snapshot_dump.txt"), "snapshot_dump \n");
+        assert_eq!(bench.read("out/graphs/decode_graph.txt"), "decode_graph \n");
+        let meta: serde_json::Value = serde_json::from_str(&bench.read("out/graphs/section.json")).unwrap();
+        assert_eq!(meta["section"], "graphs");
+        assert_eq!(meta["rc"], 0);
+        assert_eq!(meta["commit"], "abc1234");
+        assert_eq!(meta["gpu"], "NVIDIA H200, 580.159.04, 143771 MiB");
+        let report = bench.read("report.log");
+        assert!(report.starts_with(&format!(
+            "bench_report --raw {} --out {}/report --date ",
+            out.display(),
+            out.display()
+        )));
+    }
+
+    #[test]
+    fn peers_that_cannot_run_leave_a_reason_and_the_section_still_succeeds() {
+        let bench = FakeBench::new("peers");
+        let out = bench.dir.join("out");
+        let (ok, text) = bench.run(&["--bench", out.to_str().unwrap(), "--only", "cache,threads,workloads,nccl"]);
+        assert!(ok, "{text}");
+        assert_eq!(bench.read("out/cache/cache_pairs.jsonl"), "cache_pairs --only pairs\n");
+        assert_eq!(bench.read("out/threads/cache_pairs.jsonl"), "cache_pairs --only threads --threads 1,2,4,8,16\n");
+        assert!(bench.read("out/cache/torch.missing").starts_with("PyTorch with CUDA is not installed"));
+        assert!(bench.read("out/cache/rmm.missing").starts_with("no peers/rmm/rmmbench"));
+        assert!(bench.read("out/threads/torch_mt.missing").contains("no peers/torch_alloc_mt.py in this bundle"));
+        assert!(bench.read("out/workloads/rmm.missing").starts_with("no peers/rmm/rmm_replay"));
+        assert!(bench.read("out/workloads/torch_exp.missing").starts_with("no peers/workloads/torch_replay.py"));
+        assert!(bench.read("out/workloads/cuda_mem.jsonl").starts_with("workloads /"));
+        assert!(bench.read("out/nccl/allreduce.missing").starts_with("no libnccl.so.2"));
+        assert!(text.contains("== peer not measured: rmm: no peers/rmm/rmmbench"), "{text}");
+    }
+
+    #[test]
+    fn a_failing_program_fails_the_run_and_its_section_records_it() {
+        let bench = FakeBench::new("fail");
+        write(&bench.dir.join("examples/loader"), "#!/bin/sh\necho 'loader: no GPU' >&2\nexit 3\n");
+        let out = bench.dir.join("out");
+        let (ok, text) = bench.run(&["--bench", out.to_str().unwrap(), "--only", "async,staged"]);
+        assert!(!ok, "{text}");
+        assert!(text.contains("examples/loader failed (3)"), "{text}");
+        assert!(bench.read("out/async/loader.log").contains("loader: no GPU"));
+        let meta = |s: &str| -> serde_json::Value {
+            serde_json::from_str(&bench.read(&format!("out/{s}/section.json"))).unwrap()
+        };
+        assert_eq!((meta("async")["rc"].as_i64(), meta("staged")["rc"].as_i64()), (Some(1), Some(0)));
+    }
+
+    #[test]
+    fn an_unknown_section_is_refused_before_anything_runs() {
+        let bench = FakeBench::new("unknown");
+        let out = bench.dir.join("out");
+        let (ok, text) = bench.run(&["--bench", out.to_str().unwrap(), "--only", "cache,gpaphs"]);
+        assert!(!ok);
+        assert!(text.contains("no section 'gpaphs'"), "{text}");
+        assert!(!out.join("cache").exists(), "nothing ran");
+    }
+}
