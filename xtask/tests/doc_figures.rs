@@ -10,6 +10,13 @@
 //!
 //! The check is on numbers, not meaning: a figure that happens to equal another row of a cited
 //! source passes.
+//!
+//! The main job's report (`docs/bench/DATE-h200/`, whose `results.json` names its format
+//! `cuda-mem-bench-suite/…`) is the one source of the headline documents ([`HEADLINE_DOCS`]):
+//! once such a report is committed, those documents may cite only the latest one, so a figure the
+//! latest report does not hold fails. Any document quotes a row by linking its key with the
+//! report's date (`[device_cache_pair_1m, 2026-12-04](bench/2026-12-04-h200/report.md#device_cache_pair_1m)`):
+//! the key must be a row of that report, and the figures of that line must be that row's.
 
 use regex::Regex;
 use std::collections::BTreeSet;
@@ -314,13 +321,100 @@ fn document_figures(text: &str) -> Vec<(usize, Figure)> {
     found
 }
 
+/// The documents whose figures must come from the latest main report once there is one.
+const HEADLINE_DOCS: [&str; 8] = [
+    "README.md",
+    "README.zh-CN.md",
+    "docs/choosing-an-allocator.md",
+    "docs/choosing-an-allocator.zh-CN.md",
+    "docs/staged-copies.md",
+    "docs/async-work.md",
+    "docs/multi-gpu.md",
+    "docs/python.md",
+];
+
+/// The rows of a main report's `results.json`, or `None` for a folder that is not one (an
+/// older wrapper report, raw rows of one call).
+fn suite_rows(report: &Path) -> Option<Vec<serde_json::Value>> {
+    let text = fs::read_to_string(report.join("results.json")).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    json.get("format")?.as_str()?.starts_with("cuda-mem-bench-suite/").then_some(())?;
+    Some(json.get("rows")?.as_array()?.clone())
+}
+
+/// The newest main report under `docs/bench` (folders are named by date first).
+fn latest_suite(root: &Path) -> Option<PathBuf> {
+    let mut reports: Vec<PathBuf> = fs::read_dir(root.join("docs/bench"))
+        .ok()?
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir() && suite_rows(p).is_some())
+        .collect();
+    reports.sort();
+    reports.pop()
+}
+
+static KEY_LINK: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\]\(([^)\s#]*)#([a-z0-9_]+)\)").unwrap());
+
+/// Quotes by key: each line's links to a main report's row (`report.md#KEY`) must name a row it
+/// holds, and every figure of the line must be one of those rows' values.
+fn key_quotes(root: &Path, doc: &Path, text: &str) -> Vec<String> {
+    let name = doc.strip_prefix(root).unwrap_or(doc).display().to_string();
+    let bench = root.join("docs/bench");
+    let mut wrong = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut row_tokens = Vec::new();
+        let mut keyed = false;
+        for caps in KEY_LINK.captures_iter(line) {
+            let Ok(path) = doc.parent().unwrap().join(&caps[1]).canonicalize() else { continue };
+            let Some(report) = path.strip_prefix(&bench).ok().and_then(|r| r.components().next()) else { continue };
+            let Some(rows) = suite_rows(&bench.join(report)) else { continue };
+            keyed = true;
+            match rows.iter().find(|r| r.get("key").and_then(|k| k.as_str()) == Some(&caps[2])) {
+                Some(row) => json_tokens(row, "", &mut row_tokens),
+                None => wrong.push(format!(
+                    "{name}:{}: key {} is not a row of {}",
+                    i + 1,
+                    &caps[2],
+                    report.as_os_str().to_string_lossy()
+                )),
+            }
+        }
+        if keyed {
+            for figure in figures(line) {
+                if !row_tokens.iter().any(|t| quotes(&figure, t)) {
+                    wrong.push(format!(
+                        "{name}:{}: {} {} is not a value of the rows its keys name",
+                        i + 1,
+                        figure.text,
+                        figure.unit_text
+                    ));
+                }
+            }
+        }
+    }
+    wrong
+}
+
 /// Every figure of `doc` that none of its cited results files holds, as "doc:line: figure".
 fn unsourced(root: &Path, doc: &Path) -> Vec<String> {
     let text = fs::read_to_string(doc).unwrap();
-    let sources = cited_sources(root, doc, &text);
-    let tokens: Vec<Token> = sources.iter().flat_map(|s| file_tokens(s)).collect();
+    let mut sources = cited_sources(root, doc, &text);
     let name = doc.strip_prefix(root).unwrap_or(doc).display().to_string();
-    let mut missing = Vec::new();
+    let mut missing = key_quotes(root, doc, &text);
+    // Once a main report exists, the headline documents cite the latest one only.
+    if let Some(latest) = latest_suite(root).filter(|_| HEADLINE_DOCS.contains(&name.as_str())) {
+        let (kept, older): (BTreeSet<PathBuf>, BTreeSet<PathBuf>) =
+            sources.into_iter().partition(|s| s.starts_with(&latest));
+        for source in older {
+            missing.push(format!(
+                "{name}: cites {}; the headline documents quote only the latest report, {}",
+                source.strip_prefix(root).unwrap_or(&source).display(),
+                latest.strip_prefix(root).unwrap_or(&latest).display()
+            ));
+        }
+        sources = kept;
+    }
+    let tokens: Vec<Token> = sources.iter().flat_map(|s| file_tokens(s)).collect();
     for (n, figure) in document_figures(&text) {
         if !tokens.iter().any(|t| quotes(&figure, t)) {
             missing.push(format!("{name}:{n}: {} {}", figure.text, figure.unit_text));
@@ -587,6 +681,69 @@ mod checker {
 
         fs::write(&doc, "no link: 752 µs\n").unwrap();
         assert_eq!(unsourced(&root, &doc).len(), 2, "{:?}", unsourced(&root, &doc));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn headline_documents_quote_the_latest_main_report_by_key_once_there_is_one() {
+        let dir = std::env::temp_dir().join(format!("doc-figures-suite-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let old = dir.join("docs/bench/2026-01-01-h200");
+        fs::create_dir_all(&old).unwrap();
+        fs::create_dir_all(dir.join("docs/measurements")).unwrap();
+        fs::write(old.join("report.md"), "| malloc_4k | 752 |\n").unwrap();
+        fs::write(old.join("results.json"), r#"{"rows":[{"key":"malloc_4k","raw":752.0}]}"#).unwrap();
+        fs::write(dir.join("docs/measurements/log.txt"), "pairs 0.0440 µs\n").unwrap();
+        let root = dir.canonicalize().unwrap();
+        let readme = root.join("README.md");
+        let other = root.join("docs/reliability.md");
+        let legacy =
+            "[report](docs/bench/2026-01-01-h200/report.md): 752 µs; [log](docs/measurements/log.txt): 0.0440 µs\n";
+        fs::write(&readme, legacy).unwrap();
+        assert!(
+            unsourced(&root, &readme).is_empty(),
+            "before a main report, older sources hold: {:?}",
+            unsourced(&root, &readme)
+        );
+
+        let suite = root.join("docs/bench/2026-02-01-h200");
+        fs::create_dir_all(&suite).unwrap();
+        fs::write(suite.join("report.md"), "# report\n").unwrap();
+        fs::write(
+            suite.join("results.json"),
+            r#"{"format":"cuda-mem-bench-suite/1","date":"2026-02-01","rows":[
+                {"key":"device_cache_pair_1m","unit":"us","cuda_mem":0.0494,"peer_value":0.36,"ratio":0.137222},
+                {"key":"pinned_pool_pair_1m","unit":"us","cuda_mem":0.0445,"peer_value":null,"ratio":null}]}"#,
+        )
+        .unwrap();
+        let errors = unsourced(&root, &readme);
+        assert_eq!(errors.len(), 6, "three older sources, two figures they held, no source left: {errors:?}");
+        assert!(errors[0].contains("cites docs/bench/2026-01-01-h200/report.md; the headline documents quote only the latest report, docs/bench/2026-02-01-h200"), "{errors:?}");
+        assert!(errors.iter().any(|e| e == "README.md:1: 752 µs"), "{errors:?}");
+        fs::create_dir_all(other.parent().unwrap()).unwrap();
+        fs::write(&other, "[log](measurements/log.txt): 0.0440 µs\n").unwrap();
+        assert!(unsourced(&root, &other).is_empty(), "only the headline documents switch");
+
+        let key = |k: &str| format!("[{k}, 2026-02-01](docs/bench/2026-02-01-h200/report.md#{k})");
+        fs::write(
+            &readme,
+            format!("DeviceCache 0.0494 µs against 0.360 µs ({}): 0.137×\n", key("device_cache_pair_1m")),
+        )
+        .unwrap();
+        assert!(unsourced(&root, &readme).is_empty(), "{:?}", unsourced(&root, &readme));
+        fs::write(&readme, format!("PinnedPool 0.0494 µs ({})\n", key("pinned_pool_pair_1m"))).unwrap();
+        assert_eq!(
+            unsourced(&root, &readme),
+            ["README.md:1: 0.0494 is not a value of the rows its keys name".replace("0.0494", "0.0494 µs")]
+        );
+        fs::write(&readme, format!("0.0494 µs ({})\n", key("device_cache_pair_2m"))).unwrap();
+        let errors = unsourced(&root, &readme);
+        assert!(
+            errors.contains(&"README.md:1: key device_cache_pair_2m is not a row of 2026-02-01-h200".to_string()),
+            "{errors:?}"
+        );
+        fs::write(&readme, "[report](docs/bench/2026-02-01-h200/report.md): 0.0445 µs, 0.0450 µs\n").unwrap();
+        assert_eq!(unsourced(&root, &readme), ["README.md:1: 0.0450 µs"], "a figure the latest report does not hold");
         fs::remove_dir_all(&dir).unwrap();
     }
 }
