@@ -16,7 +16,7 @@
 //!
 //! Prints one JSON line per source and placement (time per all-reduce: the mean over ranks, as
 //! nccl-tests reports it), for comparison with `docs/reference/torch_allreduce.py` run in the
-//! same session. Sets `NCCL_NVLS_ENABLE=0` unless the environment sets it. Needs libnccl
+//! same device call. Sets `NCCL_NVLS_ENABLE=0` unless the environment sets it. Needs libnccl
 //! (`CUDA_MEM_NCCL_LIB` names another copy).
 
 use cuda_mem::{

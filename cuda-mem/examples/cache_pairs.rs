@@ -4,7 +4,7 @@
 //! JSON lines. Threads: for each count, the median of 5 rounds (counts alternating in order) of
 //! each thread's warmed-up pairs over a window all threads start together. One thread: medians
 //! of 15 samples of K pairs, after a tenth of a second of warm-up, as
-//! `docs/reference/torch_alloc.py` times PyTorch's allocators (run it in the same session): a
+//! `docs/reference/torch_alloc.py` times PyTorch's allocators (run it in the same device call): a
 //! row's `peer` names that script's row of the same pair (`torch_caching_device_pair_*` for
 //! `DeviceCache`, `torch_caching_host_pair_*`, `CachingHostAllocator` allocate + free, for
 //! `PinnedPool`).
