@@ -7,10 +7,12 @@ use super::stream::{ConsumerStream, order_consumer_after};
 use super::{checked_elements, invalid};
 use crate::error::Result;
 use crate::stream::Stream;
+use std::collections::BTreeSet;
 use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// A DLPack tensor made by cuda-mem: an owned export (`DlpackTensor<'static>`, which owns the
 /// buffer moved into it) or a borrowed one (which lives no longer than the borrow of its
@@ -90,13 +92,71 @@ struct Context<K> {
     keep: K,
 }
 
+/// The addresses of every live export's header: an import recognises cuda-mem's own exports by
+/// them and takes their producer stream (the raw structs have no field for it). An address is
+/// added when its header is made and removed, under the lock, before the header is freed.
+static LIVE_HEADERS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
+
+fn live_headers() -> MutexGuard<'static, BTreeSet<usize>> {
+    // The set stays consistent whatever panicked while it was held (inserts and removes only).
+    LIVE_HEADERS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Frees the `Context<K>` starting at `header`.
 ///
 /// # Safety
 /// `header` is the start of a `Box<Context<K>>` leaked by [`DlpackTensor::build`], freed once.
 unsafe fn drop_context<K>(header: NonNull<Header>) {
+    live_headers().remove(&(header.as_ptr() as usize));
     // SAFETY: the header is the first field of a repr(C) `Context<K>` allocated as a Box.
     drop(unsafe { Box::from_raw(header.as_ptr().cast::<Context<K>>()) });
+}
+
+/// The producer stream of `tensor` when it is one of this module's exports (as
+/// [`DlpackTensor::into_raw`] hands them out), else `None`.
+///
+/// # Safety
+/// `tensor` is live, and owned by the caller (nothing frees it during the call).
+pub(crate) unsafe fn producer_of_versioned(tensor: NonNull<DLManagedTensorVersioned>) -> Option<Stream> {
+    // SAFETY: live, per the caller.
+    let context = unsafe { tensor.as_ref().manager_ctx };
+    // SAFETY: forwarded; the versioned struct sits at `versioned` in our headers.
+    unsafe { producer_of(context, tensor.as_ptr().cast(), |header| &raw const (*header).versioned as *const c_void) }
+}
+
+/// As [`producer_of_versioned`], for a legacy struct.
+///
+/// # Safety
+/// As for [`producer_of_versioned`].
+pub(crate) unsafe fn producer_of_legacy(tensor: NonNull<DLManagedTensor>) -> Option<Stream> {
+    // SAFETY: live, per the caller.
+    let context = unsafe { tensor.as_ref().manager_ctx };
+    // SAFETY: forwarded; the legacy struct sits at `legacy` in our headers.
+    unsafe { producer_of(context, tensor.as_ptr().cast(), |header| &raw const (*header).legacy as *const c_void) }
+}
+
+/// # Safety
+/// `tensor` is a live struct the caller owns, whose `manager_ctx` is `context`; `field` gives
+/// the address of that struct's kind inside a header without reading it.
+unsafe fn producer_of(
+    context: *mut c_void,
+    tensor: *const c_void,
+    field: impl FnOnce(*const Header) -> *const c_void,
+) -> Option<Stream> {
+    let live = live_headers();
+    if !live.contains(&(context as usize)) {
+        return None;
+    }
+    let header = context.cast::<Header>().cast_const();
+    // A live header of ours: a foreign struct, itself live, cannot sit inside it, so only our
+    // own export's struct has its address.
+    if field(header) != tensor {
+        return None;
+    }
+    // SAFETY: a live header (registered, and only removed under the lock we hold before being
+    // freed); its export was handed out by `into_raw`, so nothing mutates it (the caller owns
+    // the struct). `producer` is only read, and cloned.
+    unsafe { (*header).producer.clone() }
 }
 
 /// The deleter of the versioned struct: frees the context (and an owned buffer with it).
@@ -195,6 +255,7 @@ impl<'a> DlpackTensor<'a> {
             drop_context: drop_context::<K>,
         };
         let context = NonNull::from(Box::leak(Box::new(Context { header, keep })));
+        live_headers().insert(context.as_ptr() as usize);
         let mut tensor = Self { header: context.cast(), _borrow: PhantomData };
         let ctx = tensor.header.as_ptr().cast::<c_void>();
         let header = tensor.header_mut();
@@ -391,13 +452,20 @@ impl DlpackTensor<'static> {
 
     /// Hands the export to foreign code as a `DLManagedTensorVersioned`, which must call its
     /// deleter exactly once.
+    ///
+    /// **Ordering.** Memory with pending work on [`producer`](DlpackTensor::producer) is still
+    /// ordered on that stream: [`DlpackImport::from_raw`](super::DlpackImport::from_raw)
+    /// recognises cuda-mem's exports and takes the stream with them (their views wait for it).
+    /// For any other consumer, order its stream first with
+    /// [`order_consumer`](DlpackTensor::order_consumer) (what `__dlpack__(stream=...)` does),
+    /// as the raw struct carries no stream.
     pub fn into_raw(self) -> *mut DLManagedTensorVersioned {
         let mut this = std::mem::ManuallyDrop::new(self);
         &raw mut this.header_mut().versioned
     }
 
     /// Hands the export to foreign code as a legacy (pre-1.0) `DLManagedTensor`, for consumers
-    /// that ask for no versioned struct. That struct has no read-only flag, so read-only exports
+    /// that ask for no versioned struct; ordered as [`into_raw`](DlpackTensor::into_raw) says. That struct has no read-only flag, so read-only exports
     /// are refused with [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
     pub fn into_raw_legacy(self) -> Result<*mut DLManagedTensor> {
         if !self.is_writable() {

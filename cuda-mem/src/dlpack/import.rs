@@ -3,11 +3,16 @@
 //! guard.
 
 use super::dtype::{DataType, DlpackElement};
+use super::export;
 use super::ffi::{self, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLTensor};
+use super::layout::Layout;
+use super::stream::{ConsumerStream, order_consumer_after};
+use super::strided::{self, Way};
 use super::{checked_elements, invalid};
-use crate::device::Device;
+use crate::device::{CurrentDevice, Device};
 use crate::error::Result;
 use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::stream::Stream;
 use std::ffi::c_void;
 use std::fmt;
 use std::ptr::NonNull;
@@ -18,9 +23,14 @@ pub const MAX_NDIM: usize = 64;
 /// A DLPack tensor taken over from a producer. Dropping it calls the producer's deleter, once;
 /// the device views it hands out borrow it, so they cannot outlive the producer's memory.
 ///
-/// Only compact row-major tensors are accepted; every malformed input is
-/// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) with a message naming the
-/// problem, and the tensor is released (its deleter called) before the error returns.
+/// Any strided layout is accepted: a compact row-major tensor gives zero-copy device views
+/// ([`device_slice`](DlpackImport::device_slice)); any other (transposed, stepped, broadcast,
+/// reversed) is read and written element by element through
+/// [`read_bytes`](DlpackImport::read_bytes) / [`write_bytes`](DlpackImport::write_bytes)
+/// (strided copies), and has no contiguous view: no view ever reaches past the elements the
+/// tensor names. Every malformed input (strides that overflow or leave the address space
+/// included) is [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) with a message
+/// naming the problem, and the tensor is released (its deleter called) before the error returns.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {
@@ -37,10 +47,17 @@ pub struct DlpackImport {
     managed: Managed,
     data: *mut c_void,
     shape: Vec<usize>,
+    /// Element strides (the row-major ones when the producer gave none).
+    strides: Vec<i64>,
+    /// The checked span of a non-compact tensor; `None` for compact (or empty) ones.
+    strided: Option<Layout>,
     len: usize,
     dtype: DataType,
     device: DLDevice,
     read_only: bool,
+    /// The stream the producer's pending work is on, for cuda-mem's own exports of
+    /// stream-ordered memory (see [`DlpackImport::from_raw`]).
+    producer: Option<Stream>,
 }
 
 /// The producer's struct, for its deleter.
@@ -85,11 +102,22 @@ impl DlpackImport {
     /// Takes over a versioned tensor. Null is an error. A major version other than 1 is refused
     /// (its deleter, at a position every major version keeps, is still called).
     ///
+    /// **Ordering.** The raw struct has no field for a stream, so the producer promises that its
+    /// writes are ordered before the consumer's use in one of two ways: a tensor cuda-mem
+    /// exported ([`DlpackTensor::into_raw`](super::DlpackTensor::into_raw)) is recognised and
+    /// its producer stream comes with it ([`DlpackImport::producer`]): the import's views carry
+    /// that stream, so blocking copies wait for it and scopes on other streams are ordered
+    /// after it, and [`DlpackImport::order_consumer`] orders any other stream. Any other
+    /// producer must have completed its writes, or ordered them before the consumer's stream,
+    /// before handing the tensor over, as `__dlpack__(stream=...)` asks of it; blocking
+    /// copies of the import run on the legacy default stream.
+    ///
     /// # Safety
     /// `tensor` is null or a live `DLManagedTensorVersioned` whose ownership passes to this call
     /// (its deleter is called exactly once: here on error, or when the import drops); its
-    /// `shape` and `strides` hold `ndim` values; `data + byte_offset` addresses the described
-    /// elements on the described device and stays valid until the deleter runs.
+    /// `shape` and `strides` hold `ndim` values; `data + byte_offset` plus every offset the
+    /// shape and strides reach addresses the described elements on the described device, which
+    /// stay valid until the deleter runs; its writes are ordered as said above.
     pub unsafe fn from_raw(tensor: *mut DLManagedTensorVersioned) -> Result<Self> {
         let Some(ptr) = NonNull::new(tensor) else {
             return Err(invalid("a null DLManagedTensorVersioned", "importing a DLPack tensor"));
@@ -107,8 +135,10 @@ impl DlpackImport {
         }
         // SAFETY: live, version 1.x: the layout of `ffi`.
         let (tensor, flags) = unsafe { (ptr.as_ref().dl_tensor, ptr.as_ref().flags) };
+        // SAFETY: live, per the caller.
+        let producer = unsafe { export::producer_of_versioned(ptr) };
         // SAFETY: forwarded from the caller.
-        unsafe { Self::checked(managed, &tensor, flags & ffi::DLPACK_FLAG_BITMASK_READ_ONLY != 0) }
+        unsafe { Self::checked(managed, &tensor, flags & ffi::DLPACK_FLAG_BITMASK_READ_ONLY != 0, producer) }
     }
 
     /// Takes over a legacy (pre-1.0) tensor, writable as that struct has no flags.
@@ -121,18 +151,29 @@ impl DlpackImport {
         };
         // SAFETY: live, per the caller.
         let dl_tensor = unsafe { ptr.as_ref().dl_tensor };
+        // SAFETY: live, per the caller.
+        let producer = unsafe { export::producer_of_legacy(ptr) };
         // SAFETY: forwarded from the caller.
-        unsafe { Self::checked(Managed::Legacy(ptr), &dl_tensor, false) }
+        unsafe { Self::checked(Managed::Legacy(ptr), &dl_tensor, false, producer) }
     }
 
     /// # Safety
     /// `managed` is owned by this call; `tensor` is its description, as `from_raw` requires.
-    unsafe fn checked(managed: Managed, tensor: &DLTensor, read_only: bool) -> Result<Self> {
+    unsafe fn checked(managed: Managed, tensor: &DLTensor, read_only: bool, producer: Option<Stream>) -> Result<Self> {
         // SAFETY: forwarded from the caller.
         match unsafe { describe(tensor) } {
-            Ok((data, shape, len, dtype)) => {
-                Ok(Self { managed, data, shape, len, dtype, device: tensor.device, read_only })
-            }
+            Ok(Described { data, shape, strides, strided, len, dtype }) => Ok(Self {
+                managed,
+                data,
+                shape,
+                strides,
+                strided,
+                len,
+                dtype,
+                device: tensor.device,
+                read_only,
+                producer,
+            }),
             Err(err) => {
                 // SAFETY: owned by this call, released once.
                 unsafe { managed.release() };
@@ -144,6 +185,31 @@ impl DlpackImport {
     /// The extents, outermost first.
     pub fn shape(&self) -> &[usize] {
         &self.shape
+    }
+
+    /// The strides, in elements (the row-major ones when the producer gave none).
+    pub fn strides(&self) -> &[i64] {
+        &self.strides
+    }
+
+    /// True when the tensor is compact row-major (or empty): its elements have device views.
+    pub fn is_compact(&self) -> bool {
+        self.strided.is_none()
+    }
+
+    /// The stream the producer's pending work is on, for cuda-mem's own exports of
+    /// stream-ordered memory; `None` for other producers (see [`DlpackImport::from_raw`]).
+    pub fn producer(&self) -> Option<&Stream> {
+        self.producer.as_ref()
+    }
+
+    /// Makes `consumer` wait, on the device, for the producer's pending work (nothing to do
+    /// when no producer stream is known: the producer ordered its writes before the hand-over).
+    pub fn order_consumer(&self, consumer: &ConsumerStream) -> Result<()> {
+        match &self.producer {
+            Some(producer) => order_consumer_after(producer, consumer),
+            None => Ok(()),
+        }
     }
 
     /// Number of elements.
@@ -184,6 +250,7 @@ impl DlpackImport {
     /// Checks that the tensor lives on `device` (device or managed memory of that ordinal) and
     /// holds `T`, and that `T`'s alignment is met.
     fn view_parts<T: DlpackElement>(&self, device: Device) -> Result<(*mut T, usize)> {
+        self.require_compact()?;
         if self.dtype != T::DTYPE {
             return Err(invalid(
                 "the tensor's element type differs from the view's",
@@ -200,7 +267,8 @@ impl DlpackImport {
         Ok((self.data.cast(), self.len))
     }
 
-    fn check_device(&self, device: Device) -> Result<()> {
+    /// Checks that the tensor lives on `device`: CUDA device or managed memory of its ordinal.
+    pub fn check_device(&self, device: Device) -> Result<()> {
         let DLDevice { device_type, device_id } = self.device;
         if device_type != ffi::kDLCUDA && device_type != ffi::kDLCUDAManaged {
             return Err(invalid(
@@ -220,11 +288,12 @@ impl DlpackImport {
     /// A shared device view of the elements, for the tensor on `device`.
     pub fn device_slice<T: DlpackElement>(&self, device: Device) -> Result<DeviceSlice<'_, T>> {
         let (ptr, len) = self.view_parts::<T>(device)?;
-        // SAFETY: the producer keeps `len` elements at `ptr` on `device` allocated until its
-        // deleter runs, which is after the view's borrow of `self` ends. Others may write the
-        // memory meanwhile (DLPack shares it); the host only copies through it, and with Pod
-        // elements a concurrent write leaves unspecified values, never host UB.
-        Ok(unsafe { DeviceSlice::from_raw_parts(ptr, len) })
+        // SAFETY: the tensor is compact, so the producer keeps `len` elements at `ptr` on
+        // `device` allocated until its deleter runs, which is after the view's borrow of `self`
+        // ends. Others may write the memory meanwhile (DLPack shares it); the host only copies
+        // through it, and with Pod elements a concurrent write leaves unspecified values, never
+        // host UB. The producer's stream, when known, orders the view.
+        Ok(unsafe { self.shared_view(ptr, len) })
     }
 
     /// An exclusive device view; refused for read-only tensors.
@@ -233,22 +302,98 @@ impl DlpackImport {
         let (ptr, len) = self.view_parts::<T>(device)?;
         // SAFETY: as in `device_slice`; the producer allowed writes (no read-only flag) and
         // `&mut self` makes this the only view cuda-mem hands out meanwhile.
-        Ok(unsafe { DeviceSliceMut::from_raw_parts(ptr, len) })
+        Ok(unsafe { self.exclusive_view(ptr, len) })
     }
 
     /// The elements' bytes, whatever their type, as a shared device view.
     pub fn device_bytes(&self, device: Device) -> Result<DeviceSlice<'_, u8>> {
+        self.require_compact()?;
         self.check_device(device)?;
         // SAFETY: as in `device_slice`, over the same bytes.
-        Ok(unsafe { DeviceSlice::from_raw_parts(self.data.cast(), self.size_bytes()) })
+        Ok(unsafe { self.shared_view(self.data.cast(), self.size_bytes()) })
     }
 
     /// The elements' bytes as an exclusive device view; refused for read-only tensors.
     pub fn device_bytes_mut(&mut self, device: Device) -> Result<DeviceSliceMut<'_, u8>> {
         self.require_writable()?;
+        self.require_compact()?;
         self.check_device(device)?;
         // SAFETY: as in `device_slice_mut`, over the same bytes.
-        Ok(unsafe { DeviceSliceMut::from_raw_parts(self.data.cast(), self.size_bytes()) })
+        Ok(unsafe { self.exclusive_view(self.data.cast(), self.size_bytes()) })
+    }
+
+    /// The elements' bytes, row-major, copied to the host (blocking; after the producer's
+    /// pending work when its stream is known): one copy for a compact tensor, strided copies
+    /// for any other layout.
+    pub fn read_bytes(&self, device: Device) -> Result<Vec<u8>> {
+        self.check_device(device)?;
+        let Some(layout) = &self.strided else { return self.device_bytes(device)?.to_vec() };
+        let _current = CurrentDevice::set(device)?;
+        self.wait_for_producer()?;
+        let mut host = vec![0u8; self.size_bytes()];
+        // SAFETY: the layout was checked against the tensor's address; the producer keeps every
+        // element it reaches allocated until its deleter runs (after this call); `host` holds
+        // the elements row-major.
+        unsafe { strided::copy(self.data, layout, self.dtype.size(), host.as_mut_ptr(), Way::Gather)? };
+        Ok(host)
+    }
+
+    /// Overwrites the elements with `data`, their bytes row-major (blocking; after the
+    /// producer's pending work when its stream is known). Refused for read-only tensors and for
+    /// a length other than [`size_bytes`](DlpackImport::size_bytes). Where strides name one
+    /// element more than once (a stride of 0), one of the values given for it stays.
+    pub fn write_bytes(&mut self, device: Device, data: &[u8]) -> Result<()> {
+        self.require_writable()?;
+        self.check_device(device)?;
+        crate::raw::same_len(data.len(), self.size_bytes(), "writing an imported DLPack tensor")?;
+        let Some(layout) = &self.strided else { return self.device_bytes_mut(device)?.copy_from_host(data) };
+        let _current = CurrentDevice::set(device)?;
+        self.wait_for_producer()?;
+        // SAFETY: as in `read_bytes`, for writes the producer allowed (no read-only flag);
+        // `data` is only read.
+        unsafe { strided::copy(self.data, layout, self.dtype.size(), data.as_ptr().cast_mut(), Way::Scatter) }
+    }
+
+    fn wait_for_producer(&self) -> Result<()> {
+        match &self.producer {
+            Some(producer) => producer.synchronize(),
+            None => Ok(()),
+        }
+    }
+
+    fn require_compact(&self) -> Result<()> {
+        if let Some(layout) = &self.strided {
+            return Err(invalid(
+                "a strided tensor has no contiguous view (read_bytes and write_bytes copy its elements)",
+                format!("viewing a DLPack tensor of shape {:?} with strides {:?}", layout.shape, layout.strides),
+            ));
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// As for [`DeviceSlice::from_raw_parts`], for `len` elements at `ptr` that `self` keeps.
+    unsafe fn shared_view<T: bytemuck::Pod>(&self, ptr: *const T, len: usize) -> DeviceSlice<'_, T> {
+        // SAFETY: forwarded from the caller; the producer stream, when known, is the one the
+        // memory is ordered on (cuda-mem's own export said so), and lives as long as `self`.
+        unsafe {
+            match &self.producer {
+                Some(stream) => DeviceSlice::ordered_on(ptr, len, stream),
+                None => DeviceSlice::from_raw_parts(ptr, len),
+            }
+        }
+    }
+
+    /// # Safety
+    /// As for [`DeviceSliceMut::from_raw_parts`], for `len` elements at `ptr` that `self` keeps.
+    unsafe fn exclusive_view<T: bytemuck::Pod>(&self, ptr: *mut T, len: usize) -> DeviceSliceMut<'_, T> {
+        // SAFETY: as in `shared_view`.
+        unsafe {
+            match &self.producer {
+                Some(stream) => DeviceSliceMut::ordered_on(ptr, len, stream),
+                None => DeviceSliceMut::from_raw_parts(ptr, len),
+            }
+        }
     }
 
     fn require_writable(&self) -> Result<()> {
@@ -278,11 +423,21 @@ impl fmt::Debug for DlpackImport {
     }
 }
 
-/// The checked address, shape, element count and type of a tensor.
+/// What [`describe`] finds in a tensor.
+struct Described {
+    data: *mut c_void,
+    shape: Vec<usize>,
+    strides: Vec<i64>,
+    strided: Option<Layout>,
+    len: usize,
+    dtype: DataType,
+}
+
+/// The checked address, shape, strides, element count and type of a tensor.
 ///
 /// # Safety
 /// `shape` and `strides` (when not null) hold `ndim` values.
-unsafe fn describe(tensor: &DLTensor) -> Result<(*mut c_void, Vec<usize>, usize, DataType)> {
+unsafe fn describe(tensor: &DLTensor) -> Result<Described> {
     let op = || format!("importing a DLPack tensor of {} dimensions", tensor.ndim);
     let dtype = DataType::from_dl(tensor.dtype)?;
     let ndim = usize::try_from(tensor.ndim).map_err(|_| invalid("a negative ndim", op()))?;
@@ -303,18 +458,16 @@ unsafe fn describe(tensor: &DLTensor) -> Result<(*mut c_void, Vec<usize>, usize,
     let len = checked_elements(shape.iter().copied())
         .filter(|len| len.checked_mul(dtype.size()).is_some())
         .ok_or_else(|| invalid("the shape's size overflows", format!("shape {extents:?} of {}", dtype.name())))?;
-    if !tensor.strides.is_null() && len > 0 {
+    let compact = compact_strides(&shape);
+    let strides = if tensor.strides.is_null() || ndim == 0 {
+        compact
+    } else {
         // SAFETY: `ndim` values, per the caller.
-        let strides = unsafe { std::slice::from_raw_parts(tensor.strides, ndim) };
-        if !is_compact(&shape, strides) {
-            return Err(invalid(
-                "strides that are not compact row-major (a non-contiguous tensor)",
-                format!("shape {extents:?} with strides {strides:?}"),
-            ));
-        }
-    }
+        unsafe { std::slice::from_raw_parts(tensor.strides, ndim) }.to_vec()
+    };
     if len == 0 {
-        return Ok((NonNull::<u8>::dangling().as_ptr().cast(), shape, 0, dtype));
+        let data = NonNull::<u8>::dangling().as_ptr().cast();
+        return Ok(Described { data, shape, strides, strided: None, len: 0, dtype });
     }
     if tensor.data.is_null() {
         return Err(invalid("a null data pointer for a non-empty tensor", format!("shape {extents:?}")));
@@ -326,17 +479,17 @@ unsafe fn describe(tensor: &DLTensor) -> Result<(*mut c_void, Vec<usize>, usize,
             format!("offset {}", tensor.byte_offset),
         ));
     };
-    Ok((tensor.data.cast::<u8>().wrapping_add(offset).cast(), shape, len, dtype))
+    let data: *mut c_void = tensor.data.cast::<u8>().wrapping_add(offset).cast();
+    let layout = Layout::checked(&shape, &strides, dtype.size(), data as usize)?;
+    let strided = (!layout.is_compact()).then_some(layout);
+    Ok(Described { data, shape, strides, strided, len, dtype })
 }
 
-/// True when `strides` are the row-major ones of `shape` (extents of 1 may have any stride).
-fn is_compact(shape: &[usize], strides: &[i64]) -> bool {
-    let mut expected: i64 = 1;
-    for (&extent, &stride) in shape.iter().zip(strides).rev() {
-        if extent != 1 && stride != expected {
-            return false;
-        }
-        expected = expected.saturating_mul(extent as i64);
+/// Row-major strides (in elements) of `shape`, saturating (only compared, for sizes that fit).
+fn compact_strides(shape: &[usize]) -> Vec<i64> {
+    let mut strides = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1].saturating_mul(shape[i + 1].max(1) as i64);
     }
-    true
+    strides
 }

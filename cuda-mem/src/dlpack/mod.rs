@@ -38,8 +38,10 @@ mod dtype;
 mod export;
 pub mod ffi;
 mod import;
+mod layout;
 mod sources;
 mod stream;
+mod strided;
 #[cfg(test)]
 mod tests;
 

@@ -304,11 +304,45 @@ fn a_well_formed_tensor_imports_and_releases_once() {
 }
 
 #[test]
-fn non_contiguous_strides_are_refused() {
-    let expected = "strides that are not compact row-major (a non-contiguous tensor)";
-    for strides in [[1i64, 4], [8, 2], [-4, 1], [0, 1]] {
-        assert_eq!(Fake::f32s(host_floats(), &[4, 4], Some(&strides)).refused(), expected, "{strides:?}");
+fn strided_tensors_import_without_a_contiguous_view() {
+    // Transposed, stepped, reversed (from the last element), broadcast: accepted as strided.
+    let last = host_floats().cast::<f32>().wrapping_add(15).cast();
+    for (data, strides) in
+        [(host_floats(), [1i64, 4]), (host_floats(), [8, 2]), (last, [-4, -1]), (host_floats(), [0, 1])]
+    {
+        let mut fake = Fake::f32s(data, &[4, 4], Some(&strides));
+        let mut import = fake.import();
+        assert!(!import.is_compact(), "{strides:?}");
+        assert_eq!((import.shape(), import.strides(), import.len()), (&[4usize, 4][..], &strides[..], 16));
+        let expected = "a strided tensor has no contiguous view (read_bytes and write_bytes copy its elements)";
+        assert_eq!(kind(&import.device_slice::<f32>(device0()).unwrap_err()), expected);
+        assert_eq!(kind(&import.device_bytes(device0()).unwrap_err()), expected);
+        assert_eq!(kind(&import.device_bytes_mut(device0()).unwrap_err()), expected);
+        // The length is checked before any copy (no CUDA call here).
+        let err = import.write_bytes(device0(), &[0; 8]).unwrap_err();
+        assert_eq!(err.kind(), &crate::ErrorKind::LengthMismatch { src: 8, dst: 64 });
+        drop(import);
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
     }
+    // Compact strides stay compact, with the producer's strides reported.
+    let mut fake = Fake::f32s(host_floats(), &[4, 4], Some(&[4, 1]));
+    let import = fake.import();
+    assert!(import.is_compact());
+    assert_eq!(import.device_slice::<f32>(device0()).unwrap().len(), 16);
+}
+
+#[test]
+fn forged_strides_are_refused_and_released() {
+    let outside = "strides and shape reach offsets beyond what int64 holds";
+    for strides in [[i64::MAX, 1], [1, i64::MAX / 2], [i64::MIN, 1]] {
+        assert_eq!(Fake::f32s(host_floats(), &[4, 4], Some(&strides)).refused(), outside, "{strides:?}");
+    }
+    // A negative stride from the first element reaches below address 0... of a low address.
+    let low = std::ptr::without_provenance_mut::<c_void>(8);
+    assert_eq!(Fake::f32s(low, &[4], Some(&[-1])).refused(), "strides and shape reach outside the address space");
+    // A foreign tensor has no producer stream.
+    let mut fake = Fake::f32s(host_floats(), &[4], None);
+    assert!(fake.import().producer().is_none());
 }
 
 #[test]
@@ -405,9 +439,14 @@ fn legacy_tensors_import_and_release_once() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     legacy.dl_tensor.strides = [1i64, 2].as_mut_ptr();
     // SAFETY: as above.
+    let import = unsafe { DlpackImport::from_raw_legacy(&raw mut legacy) }.unwrap();
+    assert_eq!((import.strides(), import.is_compact()), (&[1i64, 2][..], false));
+    drop(import);
+    legacy.dl_tensor.strides = [i64::MAX, 2].as_mut_ptr();
+    // SAFETY: as above.
     let err = unsafe { DlpackImport::from_raw_legacy(&raw mut legacy) }.unwrap_err();
-    assert_eq!(kind(&err), "strides that are not compact row-major (a non-contiguous tensor)");
-    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(kind(&err), "strides and shape reach offsets beyond what int64 holds");
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
 #[test]

@@ -67,6 +67,29 @@ pub(crate) unsafe fn copy(dst: *mut c_void, src: *const c_void, bytes: usize, di
     check(code, || format!("cudaMemcpy of {bytes} bytes {direction}"))
 }
 
+/// Blocking `cudaMemcpy2D`: `height` rows of `width` bytes, rows `spitch` bytes apart at `src` and
+/// `dpitch` bytes apart at `dst` (strided gathers and scatters: `width` one element).
+///
+/// # Safety
+/// Each of the `height` rows is readable at `src + row * spitch` and writable at
+/// `dst + row * dpitch` for `width` bytes, on the sides `direction` names, and nothing else
+/// writes the destination rows during the call.
+pub(crate) unsafe fn copy_2d(
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    direction: Direction,
+) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    let code = unsafe { sys::cudaMemcpy2D(dst, dpitch, src, spitch, width, height, direction.kind()) };
+    check(code, || {
+        format!("cudaMemcpy2D of {height} rows of {width} bytes {direction} (pitches {spitch} and {dpitch})")
+    })
+}
+
 /// Blocking `cudaMemset` of `bytes` device bytes.
 ///
 /// # Safety
