@@ -2,13 +2,13 @@
 //! keep it alive through an `Arc` until their deleter runs).
 
 use crate::stream::Stream;
-use crate::{capsule, device_or_current, dtype, to_py};
+use crate::{args, capsule, device_or_current, dtype, to_py};
 use cuda_mem::dlpack::ffi::{kDLCUDA, kDLCUDAHost, kDLCUDAManaged};
 use cuda_mem::dlpack::{ConsumerStream, DLDevice, DataType, DlpackTensor};
 use cuda_mem::{Device, DeviceBuffer, HostAllocFlags, ManagedBuffer, PinnedBuffer, StreamBuffer};
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString, PyTuple};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -67,34 +67,76 @@ pub(crate) struct Buffer {
     presented: DLDevice,
 }
 
-/// A shape given as an int or a sequence of ints.
-fn shape_of(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    match shape.extract::<usize>() {
-        Ok(n) => Ok(vec![n]),
-        Err(_) => shape.extract::<Vec<usize>>(),
-    }
-}
-
 /// Allocates a zeroed buffer.
 #[pyfunction]
-#[pyo3(signature = (shape, dtype="float32", kind="device", device=None, stream=None))]
+#[pyo3(signature = (shape, dtype=None, kind="device", device=None, stream=None))]
 pub(crate) fn zeros(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
-    dtype: &str,
+    dtype: Option<&Bound<'_, PyAny>>,
     kind: &str,
-    device: Option<usize>,
+    device: Option<&Bound<'_, PyAny>>,
     stream: Option<&Stream>,
 ) -> PyResult<Buffer> {
-    let shape = shape_of(shape)?;
-    let dtype = dtype::parse(dtype)?;
+    new_buffer(py, shape, dtype, kind, device, stream, Contents::Zeroed)
+}
+
+/// Allocates a buffer without initialising it (device, managed and pooled memory hold whatever
+/// they held before; pinned memory is zeroed, as host memory must be initialised to be read).
+#[pyfunction]
+#[pyo3(signature = (shape, dtype=None, kind="device", device=None, stream=None))]
+pub(crate) fn empty(
+    py: Python<'_>,
+    shape: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    kind: &str,
+    device: Option<&Bound<'_, PyAny>>,
+    stream: Option<&Stream>,
+) -> PyResult<Buffer> {
+    new_buffer(py, shape, dtype, kind, device, stream, Contents::Unspecified)
+}
+
+/// What a new buffer holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Contents {
+    Zeroed,
+    Unspecified,
+}
+
+/// Checks every argument (no CUDA call before), then allocates.
+fn new_buffer(
+    py: Python<'_>,
+    shape: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    kind: &str,
+    device: Option<&Bound<'_, PyAny>>,
+    stream: Option<&Stream>,
+    contents: Contents,
+) -> PyResult<Buffer> {
+    let shape = args::shape(shape)?;
+    let dtype = dtype.map(args::dtype).transpose()?.unwrap_or(DataType::F32);
     let nbytes = dtype::bytes(&shape, dtype)?;
-    let device = match stream {
-        Some(stream) if device.is_none() => stream.inner.device(),
-        _ => device_or_current(device)?,
+    // DLPack counts elements in int64.
+    if i64::try_from(nbytes).is_err() {
+        return Err(PyValueError::new_err(format!("shape {shape:?}: {nbytes} bytes are more than int64 can count")));
+    }
+    let kind = args::kind(kind)?;
+    let device = args::device(device)?;
+    if stream.is_some() && kind != "pooled" {
+        return Err(PyValueError::new_err(format!("stream= is for pooled buffers, not {kind} ones")));
+    }
+    let device = match (stream, device) {
+        (Some(stream), None) => stream.inner.device(),
+        (Some(stream), Some(ordinal)) if stream.inner.device().ordinal() != ordinal => {
+            return Err(PyValueError::new_err(format!(
+                "device {ordinal} differs from the stream's device {}",
+                stream.inner.device().ordinal()
+            )));
+        }
+        (_, device) => device_or_current(device)?,
     };
     let stream = stream.map(|s| s.inner.clone());
-    let alloc = py.detach(|| allocate(kind, nbytes, device, stream))?;
+    let alloc = py.detach(|| allocate(kind, nbytes, device, stream, contents))?;
     let presented = alloc.natural;
     Ok(Buffer { alloc: Arc::new(alloc), shape, dtype, presented })
 }
@@ -102,25 +144,33 @@ pub(crate) fn zeros(
 /// Allocates a buffer holding a copy of `data` (`bytes` or `bytearray`), 1-D unless `shape` is
 /// given.
 #[pyfunction]
-#[pyo3(signature = (data, dtype="uint8", shape=None, kind="device", device=None, stream=None))]
+#[pyo3(signature = (data, dtype=None, shape=None, kind="device", device=None, stream=None))]
 pub(crate) fn from_bytes(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
-    dtype: &str,
+    dtype: Option<&Bound<'_, PyAny>>,
     shape: Option<&Bound<'_, PyAny>>,
     kind: &str,
-    device: Option<usize>,
+    device: Option<&Bound<'_, PyAny>>,
     stream: Option<&Stream>,
 ) -> PyResult<Buffer> {
     let bytes = host_bytes(data)?;
-    let element_type = dtype::parse(dtype)?;
+    let element_type = dtype.map(args::dtype).transpose()?.unwrap_or(DataType::U8);
     let shape = match shape {
-        Some(shape) => shape_of(shape)?,
-        None if bytes.len() % element_type.size() == 0 => vec![bytes.len() / element_type.size()],
-        None => return Err(PyValueError::new_err(format!("{} bytes are not whole {dtype} elements", bytes.len()))),
+        Some(shape) => args::shape(shape)?,
+        None if bytes.len().is_multiple_of(element_type.size()) => vec![bytes.len() / element_type.size()],
+        None => {
+            return Err(PyValueError::new_err(format!(
+                "{} bytes are not whole {} elements",
+                bytes.len(),
+                element_type.name()
+            )));
+        }
     };
     let shape_obj = PyTuple::new(py, &shape)?;
-    let buffer = zeros(py, shape_obj.as_any(), dtype, kind, device, stream)?;
+    let dtype_obj = PyString::new(py, element_type.name());
+    let buffer =
+        new_buffer(py, shape_obj.as_any(), Some(dtype_obj.as_any()), kind, device, stream, Contents::Unspecified)?;
     buffer.write(py, data)?;
     Ok(buffer)
 }
@@ -132,21 +182,36 @@ fn host_bytes(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     if let Ok(array) = data.cast::<PyByteArray>() {
         return Ok(array.to_vec());
     }
-    Err(PyValueError::new_err("expected bytes or bytearray"))
+    Err(PyTypeError::new_err(format!("expected bytes or bytearray, not {}", data.get_type().name()?)))
 }
 
-fn allocate(kind: &str, nbytes: usize, device: Device, stream: Option<cuda_mem::Stream>) -> PyResult<Allocation> {
+fn allocate(
+    kind: &'static str,
+    nbytes: usize,
+    device: Device,
+    stream: Option<cuda_mem::Stream>,
+    contents: Contents,
+) -> PyResult<Allocation> {
     let cuda = DLDevice { device_type: kDLCUDA, device_id: device.ordinal() as i32 };
     let (storage, data, kind, natural, producer) = device
         .run_on(|| -> cuda_mem::Result<_> {
             Ok(match kind {
                 "device" => {
-                    let b = DeviceBuffer::<u8>::zeroed(nbytes)?;
+                    let b = match contents {
+                        Contents::Zeroed => DeviceBuffer::<u8>::zeroed(nbytes)?,
+                        // SAFETY: bytes, any value valid; this module reads device memory only
+                        // through runtime copies, which initialise what they write on the host.
+                        Contents::Unspecified => unsafe { DeviceBuffer::<u8>::uninit(nbytes)? },
+                    };
                     let data = b.as_slice().as_device_ptr() as usize;
                     (Storage::Device(b), data, "device", cuda, None)
                 }
                 "managed" => {
-                    let b = ManagedBuffer::<u8>::zeroed(nbytes)?;
+                    let b = match contents {
+                        Contents::Zeroed => ManagedBuffer::<u8>::zeroed(nbytes)?,
+                        // SAFETY: as for device memory: read only through runtime copies here.
+                        Contents::Unspecified => unsafe { ManagedBuffer::<u8>::uninit(nbytes)? },
+                    };
                     let data = b.as_device_slice().as_device_ptr() as usize;
                     let natural = DLDevice { device_type: kDLCUDAManaged, device_id: cuda.device_id };
                     (Storage::Managed(b), data, "managed", natural, None)
@@ -161,13 +226,18 @@ fn allocate(kind: &str, nbytes: usize, device: Device, stream: Option<cuda_mem::
                         Some(stream) => stream,
                         None => cuda_mem::Stream::on_device(device)?,
                     };
-                    let b = StreamBuffer::<u8>::zeroed(stream.clone(), nbytes)?;
+                    let b = match contents {
+                        Contents::Zeroed => StreamBuffer::<u8>::zeroed(stream.clone(), nbytes)?,
+                        // SAFETY: as for device memory; reads here are copies ordered after the
+                        // stream's work.
+                        Contents::Unspecified => unsafe { StreamBuffer::<u8>::uninit(stream.clone(), nbytes)? },
+                    };
                     let data = b.as_slice().as_device_ptr() as usize;
                     (Storage::Pooled(b), data, "pooled", cuda, Some(stream))
                 }
                 _ => {
                     let kind = cuda_mem::ErrorKind::InvalidArgument("kind is device, managed, pinned or pooled");
-                    return Err(cuda_mem::CudaError::new(kind, "cuda_mem.zeros"));
+                    return Err(cuda_mem::CudaError::new(kind, "allocating a cuda_mem.Buffer"));
                 }
             })
         })
@@ -288,7 +358,7 @@ impl Buffer {
 
     /// The same memory with another shape (same element count).
     fn reshape(&self, shape: &Bound<'_, PyAny>) -> PyResult<Buffer> {
-        let shape = shape_of(shape)?;
+        let shape = args::shape(shape)?;
         if dtype::elements(&shape)? != dtype::elements(&self.shape)? {
             return Err(PyValueError::new_err(format!("cannot reshape {:?} to {shape:?}", self.shape)));
         }
@@ -296,8 +366,8 @@ impl Buffer {
     }
 
     /// The same bytes as a 1-D buffer of `dtype`.
-    fn view(&self, dtype: &str) -> PyResult<Buffer> {
-        let dtype = dtype::parse(dtype)?;
+    fn view(&self, dtype: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        let dtype = args::dtype(dtype)?;
         if !self.alloc.nbytes.is_multiple_of(dtype.size()) {
             return Err(PyValueError::new_err(format!(
                 "{} bytes are not whole {} elements",
@@ -316,6 +386,32 @@ impl Buffer {
         let presented = DLDevice { device_type: dl_device.0, device_id: dl_device.1 };
         self.export()?.with_device(presented).map_err(to_py)?;
         Ok(Buffer { alloc: self.alloc.clone(), shape: self.shape.clone(), dtype: self.dtype, presented })
+    }
+
+    /// The CUDA Array Interface, version 3 (Numba, CuPy): device, managed and pooled memory;
+    /// `stream` is a pooled buffer's stream (the consumer waits for it), else None (no pending
+    /// work). Pinned memory, and bfloat16 (no typestr), have none: `AttributeError`, so
+    /// `hasattr` says so.
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if self.alloc.kind == "pinned" {
+            return Err(PyAttributeError::new_err("pinned memory is host memory: use __dlpack__"));
+        }
+        let Some(typestr) = dtype::typestr(self.dtype) else {
+            return Err(PyAttributeError::new_err(format!(
+                "{} has no CUDA Array Interface typestr: use __dlpack__",
+                self.dtype.name()
+            )));
+        };
+        let interface = PyDict::new(py);
+        interface.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        interface.set_item("typestr", typestr)?;
+        interface.set_item("data", (self.alloc.data, false))?;
+        interface.set_item("version", 3)?;
+        interface.set_item("strides", py.None())?;
+        let stream = self.alloc.producer.as_ref().map(|s| s.as_raw() as usize);
+        interface.set_item("stream", stream)?;
+        Ok(interface)
     }
 
     fn __dlpack_device__(&self) -> (i32, i32) {

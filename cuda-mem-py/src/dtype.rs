@@ -28,3 +28,25 @@ pub(crate) fn bytes(shape: &[usize], dtype: DataType) -> PyResult<usize> {
         .checked_mul(dtype.size())
         .ok_or_else(|| PyValueError::new_err(format!("{shape:?} elements of {} overflow", dtype.name())))
 }
+
+/// The CUDA Array Interface's (NumPy's) typestr of `dtype`, little-endian; None for bfloat16,
+/// which has none.
+pub(crate) fn typestr(dtype: DataType) -> Option<&'static str> {
+    Some(match dtype {
+        DataType::I8 => "|i1",
+        DataType::I16 => "<i2",
+        DataType::I32 => "<i4",
+        DataType::I64 => "<i8",
+        DataType::U8 => "|u1",
+        DataType::U16 => "<u2",
+        DataType::U32 => "<u4",
+        DataType::U64 => "<u8",
+        DataType::F16 => "<f2",
+        DataType::F32 => "<f4",
+        DataType::F64 => "<f8",
+        DataType::Bool => "|b1",
+        DataType::Complex64 => "<c8",
+        DataType::Complex128 => "<c16",
+        _ => return None,
+    })
+}

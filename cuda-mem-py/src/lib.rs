@@ -2,9 +2,10 @@
 //! from the retaining pool) that PyTorch, CuPy, JAX and NumPy take without a copy through
 //! DLPack (`__dlpack__`, `__dlpack_device__`), and `from_dlpack` for their tensors.
 //!
-//! Built as a cdylib by `cargo xtask bundle` into `target/bundle/python/cuda_mem.abi3.so`
-//! (docs/python.md).
+//! Built by maturin into the `cuda_mem` package as `cuda_mem._cuda_mem` (`cargo xtask wheel`;
+//! docs/python.md); `cuda_mem/__init__.py` re-exports it.
 
+mod args;
 mod buffer;
 mod capsule;
 mod dtype;
@@ -23,9 +24,19 @@ pyo3::create_exception!(
     "A CUDA call failed (the message says which, and why)."
 );
 
-/// The Python exception for a cuda-mem error: `ValueError` for bad arguments, else
-/// `cuda_mem.CudaRuntimeError`.
+pyo3::create_exception!(
+    cuda_mem,
+    NoDriverError,
+    CudaRuntimeError,
+    "The machine has no NVIDIA driver (libcuda.so.1 could not be loaded): no GPU can be used."
+);
+
+/// The Python exception for a cuda-mem error: `ValueError` for bad arguments,
+/// `cuda_mem.NoDriverError` where no driver exists, else `cuda_mem.CudaRuntimeError`.
 pub(crate) fn to_py(err: CudaError) -> PyErr {
+    if err.is_no_driver() {
+        return NoDriverError::new_err(err.to_string());
+    }
     match err.kind() {
         ErrorKind::InvalidArgument(_)
         | ErrorKind::InvalidDevice { .. }
@@ -52,8 +63,8 @@ fn device_count() -> PyResult<usize> {
 /// Blocks until all work queued on the device has completed (`cudaDeviceSynchronize`).
 #[pyfunction]
 #[pyo3(signature = (device=None))]
-fn synchronize(py: Python<'_>, device: Option<usize>) -> PyResult<()> {
-    let device = device_or_current(device)?;
+fn synchronize(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    let device = device_or_current(args::device(device)?)?;
     py.detach(|| device.synchronize()).map_err(to_py)
 }
 
@@ -61,8 +72,9 @@ fn synchronize(py: Python<'_>, device: Option<usize>) -> PyResult<()> {
 /// the pool `kind="pooled"` buffers come from.
 #[pyfunction]
 #[pyo3(signature = (device=None))]
-fn pool_stats(py: Python<'_>, device: Option<usize>) -> PyResult<Bound<'_, PyDict>> {
-    let stats = MemPool::retaining(device_or_current(device)?).and_then(|pool| pool.stats()).map_err(to_py)?;
+fn pool_stats<'py>(py: Python<'py>, device: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
+    let stats =
+        MemPool::retaining(device_or_current(args::device(device)?)?).and_then(|pool| pool.stats()).map_err(to_py)?;
     let dict = PyDict::new(py);
     dict.set_item("reserved_current", stats.reserved_current)?;
     dict.set_item("reserved_high", stats.reserved_high)?;
@@ -72,13 +84,15 @@ fn pool_stats(py: Python<'_>, device: Option<usize>) -> PyResult<Bound<'_, PyDic
 }
 
 #[pymodule]
-#[pyo3(name = "cuda_mem")]
+#[pyo3(name = "_cuda_mem")]
 fn cuda_mem_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CudaRuntimeError", m.py().get_type::<CudaRuntimeError>())?;
+    m.add("NoDriverError", m.py().get_type::<NoDriverError>())?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(pool_stats, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::zeros, m)?)?;
+    m.add_function(wrap_pyfunction!(buffer::empty, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(view::from_dlpack, m)?)?;
     m.add_class::<buffer::Buffer>()?;

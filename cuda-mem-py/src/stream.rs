@@ -14,8 +14,8 @@ pub(crate) struct Stream {
 impl Stream {
     #[new]
     #[pyo3(signature = (device=None))]
-    fn new(device: Option<usize>) -> PyResult<Self> {
-        let device = device_or_current(device)?;
+    fn new(device: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let device = device_or_current(crate::args::device(device)?)?;
         cuda_mem::Stream::on_device(device).map(|inner| Self { inner }).map_err(to_py)
     }
 

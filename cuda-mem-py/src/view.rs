@@ -1,6 +1,6 @@
 //! `cuda_mem.from_dlpack` and `cuda_mem.View`: another library's tensor held by cuda-mem.
 
-use crate::{capsule, dtype, to_py};
+use crate::{capsule, to_py};
 use cuda_mem::Device;
 use cuda_mem::dlpack::DlpackImport;
 use cuda_mem::dlpack::ffi::{kDLCUDA, kDLCUDAManaged};
@@ -23,7 +23,8 @@ impl View {
     }
 }
 
-/// Takes `obj` (any object with `__dlpack__`, or a DLPack capsule) as a `View`. For CUDA memory
+/// Takes `obj` (any object with `__dlpack__`, or a DLPack capsule) as a `View`, whatever its
+/// strides (compact tensors are viewed in place; others are read and written element by element). For CUDA memory
 /// the producer orders `stream` (default 1: the legacy default stream, which the view's blocking
 /// copies use) after its pending work. With `dtype` or `device`, a tensor of another element
 /// type or device is refused with `ValueError`.
@@ -33,12 +34,14 @@ pub(crate) fn from_dlpack(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
     stream: Option<i64>,
-    dtype: Option<&str>,
-    device: Option<usize>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<View> {
+    let wanted_dtype = dtype.map(crate::args::dtype).transpose()?;
+    let device = crate::args::device(device)?;
     let capsule = if obj.hasattr("__dlpack__")? { call_dlpack(py, obj, stream)? } else { obj.clone() };
     let import = capsule::take(&capsule)?;
-    if let Some(wanted) = dtype.map(dtype::parse).transpose()?
+    if let Some(wanted) = wanted_dtype
         && wanted != import.dtype()
     {
         return Err(PyValueError::new_err(format!(
@@ -61,7 +64,7 @@ pub(crate) fn from_dlpack(
     };
     let device = Device::new(ordinal).map_err(to_py)?;
     // Checks the ordinal against `device` now, before any use.
-    import.device_bytes(device).map_err(to_py)?;
+    import.check_device(device).map_err(to_py)?;
     Ok(View { import: Some(import), device })
 }
 
@@ -91,6 +94,19 @@ impl View {
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, self.import()?.shape())
+    }
+
+    /// The strides, in elements (the row-major ones when the producer gave none).
+    #[getter]
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.import()?.strides())
+    }
+
+    /// True for a compact row-major tensor; a strided one (a transpose, a slice with a step) is
+    /// read and written element by element.
+    #[getter]
+    fn is_contiguous(&self) -> PyResult<bool> {
+        Ok(self.import()?.is_compact())
     }
 
     /// The element type's name.
@@ -124,21 +140,21 @@ impl View {
         Ok(self.import()?.is_read_only())
     }
 
-    /// A copy of the bytes (blocking `cudaMemcpy` on the legacy default stream).
+    /// A copy of the elements' bytes, row-major whatever the strides (blocking copies on the
+    /// legacy default stream, after the producer's stream when it is a cuda-mem buffer's).
     fn read<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let view = self.import()?.device_bytes(self.device).map_err(to_py)?;
-        let bytes = py.detach(|| view.to_vec()).map_err(to_py)?;
+        let (import, device) = (self.import()?, self.device);
+        let bytes = py.detach(|| import.read_bytes(device)).map_err(to_py)?;
         Ok(PyBytes::new(py, &bytes))
     }
 
-    /// Overwrites the bytes with `data` (`bytes` of `nbytes`; blocking). Refused for read-only
-    /// tensors.
+    /// Overwrites the elements with `data` (`bytes` of `nbytes`, row-major whatever the
+    /// strides; blocking). Refused for read-only tensors.
     fn write(&mut self, py: Python<'_>, data: &Bound<'_, PyBytes>) -> PyResult<()> {
         let device = self.device;
         let import = self.import.as_mut().ok_or_else(|| PyValueError::new_err("the view was released"))?;
-        let mut view = import.device_bytes_mut(device).map_err(to_py)?;
         let bytes = data.as_bytes();
-        py.detach(|| view.copy_from_host(bytes)).map_err(to_py)
+        py.detach(|| import.write_bytes(device, bytes)).map_err(to_py)
     }
 
     /// Calls the producer's deleter now; the view is unusable afterwards.

@@ -52,7 +52,7 @@ fn build(args: &[&str], keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>> {
 }
 
 /// The shared libraries (`cdylib` targets) a build produces, with their library names.
-fn libraries(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
+pub(crate) fn libraries(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
     artifacts(args, |msg| {
         if msg["target"]["kind"][0].as_str()? != "cdylib" {
             return None;
@@ -63,18 +63,21 @@ fn libraries(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
     })
 }
 
-/// The Python module (`cuda_mem.abi3.so`, importable as `cuda_mem` from the folder) and the
-/// PyTorch allocator (`libcuda_mem_torch_alloc.so`), release builds with static cudart, beside
-/// their Python tests (`cuda-mem-py/python`).
+/// The `cuda_mem` package as the wheel holds it (`cuda-mem-py/package`, with the extension
+/// `cuda_mem/_cuda_mem.abi3.so` and the PyTorch allocator `cuda_mem/libcuda_mem_torch_alloc.so`,
+/// release builds with static cudart), importable from the folder, beside the Python tests
+/// (`cuda-mem-py/python`).
 fn python(dir: &Path) -> Result {
     let python = dir.join("python");
-    copy_tree(&util::workspace_root().join("cuda-mem-py").join("python"), &python)?;
+    let crate_dir = util::workspace_root().join("cuda-mem-py");
+    copy_tree(&crate_dir.join("python"), &python)?;
+    copy_tree(&crate_dir.join("package"), &python)?;
     for (name, file) in libraries(&["build", "--release", "-p", "cuda-mem-py", "-p", "cuda-mem-torch-alloc"])? {
         let installed = match name.as_str() {
-            "cuda_mem_py" => "cuda_mem.abi3.so".to_string(),
+            "cuda_mem_py" => "_cuda_mem.abi3.so".to_string(),
             other => format!("lib{other}.so"),
         };
-        let copy = python.join(installed);
+        let copy = python.join("cuda_mem").join(installed);
         std::fs::copy(&file, &copy).map_err(|e| format!("copy {}: {e}", file.display()))?;
         let _ = std::process::Command::new("strip").arg("--strip-debug").arg(&copy).status();
     }
@@ -86,7 +89,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result {
     std::fs::create_dir_all(to).map_err(|e| format!("create {}: {e}", to.display()))?;
     for entry in std::fs::read_dir(from).map_err(|e| format!("read {}: {e}", from.display()))?.flatten() {
         let (path, name) = (entry.path(), entry.file_name());
-        if name == "__pycache__" || name == ".pytest_cache" {
+        if name == "__pycache__" || name == ".pytest_cache" || name.to_string_lossy().ends_with(".so") {
             continue;
         }
         if path.is_dir() {

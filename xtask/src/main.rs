@@ -11,6 +11,7 @@ mod provision;
 mod test;
 mod tidy;
 mod util;
+mod wheel;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -60,6 +61,13 @@ enum Command {
     },
     /// Build GPU test executables into target/bundle for a GPU host without Rust.
     Bundle,
+    /// Build the Python wheel (the cuda_mem package with the PyTorch allocator) into
+    /// target/wheels; with --check, install it into a fresh virtual environment and test it.
+    Wheel {
+        /// Install the wheel into a fresh virtual environment, import it, run the Python tests.
+        #[arg(long)]
+        check: bool,
+    },
     /// `cargo publish --dry-run` of cuda-mem-sys, cuda-mem and cuda-mem-kernels (each package
     /// built from its packaged files), and a check that the sys package carries its bindings.
     Package {
@@ -89,6 +97,10 @@ fn main() -> ExitCode {
         Command::Miri => miri::run(),
         Command::Bench { only } => bench::run(only.as_deref()),
         Command::Bundle => bundle::run().map(|dir| println!("bundle written to {}", dir.display())),
+        Command::Wheel { check } => wheel::run().and_then(|wheel| {
+            println!("wheel written to {}", wheel.display());
+            if check { wheel::check_installed(&wheel) } else { Ok(()) }
+        }),
         Command::Package { allow_dirty } => package::run(allow_dirty),
         Command::Replay { log, resource } => provision::toolkit().and_then(|_| {
             util::run(

@@ -66,6 +66,21 @@ fn pip_install(dir: &Path, packages: &[&str]) -> Result {
     .map_err(|e| format!("{e}\nprovisioning needs python3 with pip and access to PyPI"))
 }
 
+/// The pinned `maturin` (from PyPI, through pip) under `target/tools/maturin`: its executable.
+pub fn maturin(pin: &str) -> Result<PathBuf> {
+    let dir = util::target_dir().join("tools").join("maturin");
+    let exe = dir.join("bin").join("maturin");
+    let version = pin.rsplit("==").next().unwrap_or(pin);
+    let installed = util::output(Command::new(&exe).arg("--version")).ok();
+    if installed.as_deref().is_some_and(|v| v.split_whitespace().nth(1) == Some(version)) {
+        return Ok(exe);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("provisioning {pin} into {}", dir.display());
+    pip_install(&dir, &[pin])?;
+    if exe.exists() { Ok(exe) } else { Err(format!("pip installed {pin} but {} is missing", exe.display())) }
+}
+
 /// rustfmt and clippy, which the test run's first steps use: rustup's minimal profile (the one
 /// the official Rust Docker images install) leaves both out.
 pub fn rust_components() -> Result {

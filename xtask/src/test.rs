@@ -1,6 +1,7 @@
 //! `cargo xtask test`: provision CUDA if missing, the tidy rules, fmt check, clippy `-D warnings`, and the whole
 //! test suite (unit, integration, doc tests, the codegen check), the package dry-run, the GPU
-//! bundle's release builds, the allocator core under Miri and a fuzz smoke of every target. On a
+//! bundle's release builds, the Python wheel installed into a fresh virtual environment and
+//! tested, the allocator core under Miri and a fuzz smoke of every target. On a
 //! host with a GPU the GPU tests (ignored elsewhere) run too.
 
 use crate::provision;
@@ -42,6 +43,11 @@ pub fn run() -> Result {
     // report) must link too, which the debug builds above do not prove.
     let bundle = crate::bundle::run()?;
     eprintln!("bundle built: {}", bundle.display());
+    // The wheel as a new user gets it: built, installed into a fresh virtual environment,
+    // imported, and the Python tests run from it (here without a GPU: the argument checks and
+    // the no-driver errors).
+    let wheel = crate::wheel::run()?;
+    crate::wheel::check_installed(&wheel)?;
     // The allocator core under Miri and a short fuzz of every target, each bounded in time; last,
     // as the slowest and the only steps that need tools a machine may lack (said in one line).
     crate::miri::ci()?;

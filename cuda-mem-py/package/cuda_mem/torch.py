@@ -1,8 +1,9 @@
-"""cuda-mem's PyTorch allocator: load `libcuda_mem_torch_alloc.so` (beside this file), install it
-before PyTorch's first CUDA allocation, and read its statistics or set its limit.
+"""cuda-mem's PyTorch allocator: load `libcuda_mem_torch_alloc.so` (in this package), install it
+before PyTorch's first CUDA allocation, and read its statistics or set its limit. The top-level
+module `cuda_mem_torch` is this module under its former name.
 
-    import cuda_mem_torch
-    alloc = cuda_mem_torch.install()          # torch.cuda.memory.change_current_allocator(...)
+    import cuda_mem.torch
+    alloc = cuda_mem.torch.install()          # torch.cuda.memory.change_current_allocator(...)
     x = torch.randn(1 << 20, device="cuda")
     alloc.stats(0)["allocated_current"]       # bytes PyTorch holds
     alloc.set_limit(0, 8 << 30)               # beyond it PyTorch raises RuntimeError (out of memory)
@@ -215,5 +216,5 @@ def install(path=DEFAULT_PATH, backend=None):
 def memory_stats(device=0):
     """torch.cuda.memory_stats() for the installed allocator (see Allocator.memory_stats)."""
     if _installed is None:
-        raise RuntimeError("cuda_mem_torch.install() has not run")
+        raise RuntimeError("cuda_mem.torch.install() has not run")
     return _installed.memory_stats(device)

@@ -83,21 +83,25 @@ def unpack_floats(data):
 SLEEP_CYCLES = 100_000_000
 
 
+# The folder of the tests' helper scripts (torch_alloc_compare.py).
 BUNDLE_PYTHON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ALLOCATOR = os.path.join(BUNDLE_PYTHON, "libcuda_mem_torch_alloc.so")
+# The folder holding the `cuda_mem` package the tests import (site-packages for an installed
+# wheel, python/ in the bundle): the scripts run in new processes import from it too.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(cuda_mem.__file__)))
+ALLOCATOR = os.path.join(os.path.dirname(os.path.abspath(cuda_mem.__file__)), "libcuda_mem_torch_alloc.so")
 
 
 def need_allocator():
     """PyTorch with CUDA and the built allocator library."""
     need_torch_cuda()
     if not os.path.exists(ALLOCATOR):
-        raise unittest.SkipTest(f"{ALLOCATOR} is not built (cargo xtask bundle)")
+        raise unittest.SkipTest(f"{ALLOCATOR} is not built (cargo xtask wheel or bundle)")
 
 
 def run_script(body, install=True):
     """Runs `body` in a new Python (with cuda-mem's allocator installed as `alloc` unless
     `install` is false); returns its last output line, parsed as JSON."""
-    script = "import sys, json, torch\nsys.path.insert(0, %r)\nimport cuda_mem_torch\n" % BUNDLE_PYTHON
+    script = "import sys, json, torch\nsys.path.insert(0, %r)\nimport cuda_mem_torch\n" % PACKAGE_ROOT
     if install:
         script += "alloc = cuda_mem_torch.install()\n"
     script += textwrap.dedent(body)

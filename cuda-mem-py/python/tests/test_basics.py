@@ -129,3 +129,34 @@ def test_pinned_memory_reaches_numpy_without_a_copy():
     assert array.tolist() == [[1.5, 2.5, 3.5], [4.5, 5.5, 6.5]]
     array[0, 0] = 9.0
     assert unpack_floats(buf.read())[0] == 9.0, "NumPy wrote the pinned memory itself"
+
+
+def test_empty_allocates_every_kind_with_its_shape():
+    need_gpu()
+    for kind in ("device", "managed", "pinned", "pooled"):
+        buf = cuda_mem.empty((3, 4), "float64", kind=kind)
+        assert (buf.shape, buf.nbytes, buf.kind) == ((3, 4), 96, kind)
+        buf.write(bytes(range(96)))
+        assert buf.read() == bytes(range(96))
+    assert cuda_mem.empty(0).nbytes == 0
+
+
+def test_a_view_of_a_pooled_buffer_waits_for_its_stream():
+    """The capsule carries the buffer's stream to cuda-mem's own import: a blocking read of the
+    view waits for a fill still queued on the buffer's stream."""
+    need_gpu()
+    stream = cuda_mem.Stream()
+    for round_ in range(4):
+        buf = cuda_mem.zeros(1 << 26, "uint8", kind="pooled", stream=stream)
+        buf.fill_byte_async(0x40 + round_)
+        view = cuda_mem.from_dlpack(buf, stream=-1)       # no ordering asked of the producer
+        data = view.read()
+        assert data[0] == data[-1] == 0x40 + round_ and data.count(0x40 + round_) == len(data), round_
+
+
+def test_buffers_describe_themselves_through_the_cuda_array_interface():
+    need_gpu()
+    buf = cuda_mem.zeros((2, 3), "int16")
+    assert buf.__cuda_array_interface__ == {
+        "shape": (2, 3), "typestr": "<i2", "data": (buf.ptr, False), "version": 3, "strides": None, "stream": None,
+    }

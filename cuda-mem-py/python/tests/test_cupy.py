@@ -34,7 +34,10 @@ def test_a_cupy_array_becomes_a_cuda_mem_view():
     view.write(bytes(80))
     cupy.cuda.runtime.deviceSynchronize()
     assert a.get().tolist() == [0] * 10
-    raises(ValueError, cuda_mem.from_dlpack, cupy.zeros((4, 4))[:, ::2], match="non-contiguous")
+    stepped = cupy.arange(16, dtype=cupy.float32).reshape(4, 4)[:, ::2]
+    view = cuda_mem.from_dlpack(stepped)
+    assert (view.shape, view.strides, view.is_contiguous) == ((4, 2), (4, 2), False)
+    assert unpack_floats(view.read()) == stepped.get().flatten().tolist()
     raises(ValueError, cuda_mem.from_dlpack, a, dtype="float64", match="holds int64")
 
 
@@ -58,3 +61,53 @@ def test_cupy_reads_after_the_producers_pending_work():
         with consumer:
             ok = bool((cupy.from_dlpack(buf) == value).all())
         assert ok, f"round {round_}: cupy read before the producer's fill"
+
+
+def test_cupy_takes_buffers_through_the_cuda_array_interface():
+    cupy = need_cupy()
+    buf = cuda_mem.from_bytes(floats([1.0, 2.0, 3.0, 4.0]), "float32", shape=(2, 2))
+    interface = buf.__cuda_array_interface__
+    assert interface["version"] == 3 and interface["typestr"] == "<f4" and interface["stream"] is None
+    a = cupy.asarray(buf)                               # through __cuda_array_interface__, no copy
+    assert a.data.ptr == buf.ptr and a.get().tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    stream = cuda_mem.Stream()
+    pooled = cuda_mem.zeros(1 << 20, "uint8", kind="pooled", stream=stream)
+    pooled.fill_byte_async(9)
+    assert pooled.__cuda_array_interface__["stream"] == stream.handle
+    assert int(cupy.asarray(pooled).sum()) == 9 << 20  # CuPy waits for the stream it names
+    assert not hasattr(cuda_mem.zeros(4, kind="pinned"), "__cuda_array_interface__")
+    assert not hasattr(cuda_mem.zeros(4, "bfloat16"), "__cuda_array_interface__")
+    assert cuda_mem.empty((3, 5), "int16").shape == (3, 5)
+
+
+def test_cupy_allocates_from_cuda_mems_cache():
+    need_cupy()
+    import subprocess
+    import sys
+
+    from helpers import PACKAGE_ROOT
+
+    # A process of its own: the allocator stays CuPy's for the rest of the process otherwise.
+    script = f"""
+import sys, json
+sys.path.insert(0, {PACKAGE_ROOT!r})
+import cupy, cuda_mem.cupy
+alloc = cuda_mem.cupy.install()
+x = cupy.arange(1 << 20, dtype=cupy.float32)
+with cupy.cuda.Stream(non_blocking=True):
+    y = (x * 2).sum()
+    value = float(y)
+stats = alloc.stats(0)
+del x
+cuda_mem.cupy.uninstall()
+print(json.dumps({{"value": value, "allocated": stats["allocated_current"], "count": stats["alloc_count"],
+                  "after": alloc.stats(0)["allocated_current"]}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["value"] == float(sum(range(1 << 20)) * 2), result
+    assert result["count"] >= 2 and result["allocated"] >= 4 << 20, result
+    assert result["after"] < result["allocated"], result

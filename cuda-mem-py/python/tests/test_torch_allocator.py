@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from helpers import BUNDLE_PYTHON, SLEEP_CYCLES, need_allocator, run_script
+from helpers import BUNDLE_PYTHON, PACKAGE_ROOT, SLEEP_CYCLES, need_allocator, run_script
 
 STATS_KEYS = {
     "allocated_current", "allocated_peak", "reserved_current", "reserved_peak", "alloc_count", "free_count",
@@ -74,7 +74,7 @@ def test_memory_stats_use_pytorchs_key_names():
 def test_alloc_conf_sets_the_backend_and_bad_settings_raise_value_error():
     need_allocator()
     env = dict(os.environ, CUDA_MEM_TORCH_ALLOC_CONF="backend:pool,front_depth:2")
-    script = (f"import sys, json, torch\nsys.path.insert(0, {BUNDLE_PYTHON!r})\nimport cuda_mem_torch\n"
+    script = (f"import sys, json, torch\nsys.path.insert(0, {PACKAGE_ROOT!r})\nimport cuda_mem_torch\n"
               "alloc = cuda_mem_torch.install()\nx = torch.ones(4, device='cuda')\n"
               "print(json.dumps({'backend': alloc.backend, 'segments': alloc.stats(0)['segments']}))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
@@ -82,7 +82,7 @@ def test_alloc_conf_sets_the_backend_and_bad_settings_raise_value_error():
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"backend": "pool", "segments": 0}
     for bad, named in [("front_depth:lots", "front_depth:lots"), ("max_split_size_mb:64", "max_split_size_mb")]:
         env = dict(os.environ, CUDA_MEM_TORCH_ALLOC_CONF=bad)
-        check = (f"import sys, torch\nsys.path.insert(0, {BUNDLE_PYTHON!r})\nimport cuda_mem_torch\n"
+        check = (f"import sys, torch\nsys.path.insert(0, {PACKAGE_ROOT!r})\nimport cuda_mem_torch\n"
                  "try:\n    cuda_mem_torch.install()\nexcept ValueError as e:\n    print('ValueError', e)\n")
         done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=600, env=env)
         assert done.returncode == 0 and "ValueError" in done.stdout and named in done.stdout, (bad, done.stdout, done.stderr)

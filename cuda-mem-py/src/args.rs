@@ -1,0 +1,115 @@
+//! Arguments as Python users write them, checked before any CUDA call: a wrong type is
+//! `TypeError`, a wrong value `ValueError`, each with a message that names the argument.
+
+use crate::dtype;
+use cuda_mem::dlpack::DataType;
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyFloat, PyString};
+
+/// One extent: a non-negative int (or an object with `__index__`, such as a NumPy integer).
+fn extent(item: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if item.is_instance_of::<PyBool>() || item.is_instance_of::<PyFloat>() {
+        return Err(PyTypeError::new_err(format!(
+            "shape {}: extents are ints, not {}",
+            shape.repr()?,
+            item.get_type().name()?
+        )));
+    }
+    match item.extract::<i64>() {
+        Ok(n) if n < 0 => {
+            Err(PyValueError::new_err(format!("shape {}: extents are non-negative (got {n})", shape.repr()?)))
+        }
+        // Non-negative, and usize is 64 bits on the platforms CUDA supports.
+        Ok(n) => Ok(n as usize),
+        Err(err) if err.is_instance_of::<PyOverflowError>(item.py()) => Err(PyValueError::new_err(format!(
+            "shape {}: extent {} is larger than any memory",
+            shape.repr()?,
+            item.repr()?
+        ))),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "shape {}: extents are ints, not {}",
+            shape.repr()?,
+            item.get_type().name()?
+        ))),
+    }
+}
+
+/// A shape given as an int or a sequence of ints (a tuple, a list, `torch.Size`, ...).
+pub(crate) fn shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    let scalar = !shape.is_instance_of::<PyString>()
+        && !shape.is_instance_of::<PyBytes>()
+        && (shape.hasattr("__index__")? || shape.is_instance_of::<PyFloat>());
+    if scalar {
+        return Ok(vec![extent(shape, shape)?]);
+    }
+    let items = match shape.try_iter() {
+        Ok(items) if !shape.is_instance_of::<PyString>() && !shape.is_instance_of::<PyBytes>() => items,
+        _ => {
+            return Err(PyTypeError::new_err(format!(
+                "shape is an int or a sequence of ints, not {}",
+                shape.get_type().name()?
+            )));
+        }
+    };
+    let extents = items.map(|item| extent(&item?, shape)).collect::<PyResult<Vec<usize>>>()?;
+    if extents.len() > cuda_mem::dlpack::MAX_NDIM {
+        return Err(PyValueError::new_err(format!(
+            "shape of {} dimensions: at most {} are supported",
+            extents.len(),
+            cuda_mem::dlpack::MAX_NDIM
+        )));
+    }
+    Ok(extents)
+}
+
+/// An element type: a name (`"float32"`), a NumPy dtype or scalar type, or a PyTorch dtype
+/// (`torch.float32`).
+pub(crate) fn dtype(dtype: &Bound<'_, PyAny>) -> PyResult<DataType> {
+    if let Ok(name) = dtype.cast::<PyString>() {
+        return dtype::parse(&name.to_cow()?);
+    }
+    // A NumPy dtype has `.name`; a NumPy scalar type (`numpy.float32`) `__name__`; a PyTorch
+    // dtype prints as "torch.float32".
+    for attr in ["name", "__name__"] {
+        if let Ok(name) = dtype.getattr(attr)
+            && let Ok(name) = name.extract::<String>()
+            && let Some(parsed) = DataType::from_name(&name)
+        {
+            return Ok(parsed);
+        }
+    }
+    let printed = dtype.str()?.to_string();
+    match printed.strip_prefix("torch.").and_then(DataType::from_name) {
+        Some(parsed) => Ok(parsed),
+        None => dtype::parse(&printed),
+    }
+}
+
+/// A device ordinal: a non-negative int.
+pub(crate) fn device(device: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> {
+    let Some(device) = device else { return Ok(None) };
+    if device.is_none() {
+        return Ok(None);
+    }
+    if device.is_instance_of::<PyBool>() || !device.hasattr("__index__")? {
+        return Err(PyTypeError::new_err(format!(
+            "device is an int (a CUDA device ordinal), not {}",
+            device.get_type().name()?
+        )));
+    }
+    match device.extract::<i64>() {
+        Ok(n) if n >= 0 => Ok(Some(n as usize)),
+        _ => Err(PyValueError::new_err(format!("device {}: ordinals are non-negative", device.repr()?))),
+    }
+}
+
+/// The allocation kinds `zeros` and `empty` know.
+pub(crate) const KINDS: [&str; 4] = ["device", "managed", "pinned", "pooled"];
+
+/// Checks `kind` against [`KINDS`].
+pub(crate) fn kind(kind: &str) -> PyResult<&'static str> {
+    KINDS.into_iter().find(|k| *k == kind).ok_or_else(|| {
+        PyValueError::new_err(format!("unknown kind {kind:?}: use \"device\", \"managed\", \"pinned\" or \"pooled\""))
+    })
+}
