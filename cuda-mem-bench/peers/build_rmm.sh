@@ -2,7 +2,7 @@
 # Builds the RAPIDS RMM peers of `./run --bench` on the build machine: rmmbench (rmm/rmmbench.cu:
 # pairs, threads and churn of RMM's resources) and rmm_replay (../workloads/rmm_replay.cu: the
 # workload corpus), against RMM from the PyPI wheels (librmm-cu13, rapids-logger), CUDA 13 nvcc,
-# static cudart, sm_90. Output: $OUT_DIR (default <checkout>/target/peers/rmm), holding both
+# static cudart, sm_90. Output: $OUT_DIR (default $CARGO_TARGET_DIR/peers/rmm, else <checkout>/target/peers/rmm), holding both
 # programs with librmm.so and librapids_logger.so (rpath $ORIGIN), which `cargo xtask bundle`
 # copies into the bundle's peers/rmm/. A GPU host needs only the driver to run them.
 #
@@ -13,7 +13,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 export CUDA_ROOT="${CUDA_ROOT:-$ROOT/target/cuda/13.0/nvidia/cu13}"
-export OUT_DIR="${OUT_DIR:-$ROOT/target/peers/rmm}"
+export OUT_DIR="${OUT_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/peers/rmm}"
 export DEPS="${DEPS:-$ROOT/cuda-mem-bench/workloads/deps}"
 # rmm_replay, and the wheels unpacked under $DEPS.
 bash "$ROOT/cuda-mem-bench/workloads/build_rmm_replay.sh"
