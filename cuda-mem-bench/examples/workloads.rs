@@ -207,7 +207,10 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     for workload in &workloads {
         let path = out.join(format!("{}.cmwl", workload.name));
         format::write(workload, &mut std::io::BufWriter::new(std::fs::File::create(&path)?))?;
-        for (name, config) in [("default", Config::default()), ("throughput", Config::throughput())] {
+        let segments = Config { expandable_segments: false, ..Config::default() };
+        for (name, config) in
+            [("default", Config::default()), ("throughput", Config::throughput()), ("segments", segments)]
+        {
             let cache = Cache(DeviceCache::with_config(device, config)?);
             report(workload, &format!("cuda_mem_cache_{name}"), name, replay(&cache, workload));
         }

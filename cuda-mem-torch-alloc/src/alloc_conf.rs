@@ -8,7 +8,8 @@
 //! | `front_depth` | integer ≤ 65535 | blocks each thread keeps per stream and size class (0: none) |
 //! | `front_max_mb` | integer | MiB each thread's front cache may hold |
 //! | `large_fit_slack_mb` | integer | MiB a free block larger than a shared segment may leave when it serves a smaller request |
-//! | `release_idle_on_miss` | `True`/`False` | release idle segments before growing past the reserve's peak |
+//! | `expandable_segments` | `True`/`False` | grow by mapping pages of one address range per stream (default `True`; as PyTorch's key) |
+//! | `release_idle_on_miss` | `True`/`False` | unmap free pages (or release idle segments) before growing past the reserve's peak |
 //! | `cross_stream_waits` | `True`/`False` | a stream may wait on the device for another stream's idle segment |
 //!
 //! A bad key or value is refused with a message naming it; nothing is half-applied.
@@ -56,6 +57,7 @@ impl AllocConf {
                 "front_depth" => c.front_depth = integer(key, value)?,
                 "front_max_mb" => c.front_max_bytes = mib(key, value)?,
                 "large_fit_slack_mb" => c.large_fit_slack = mib(key, value)?,
+                "expandable_segments" => c.expandable_segments = boolean(key, value)?,
                 "release_idle_on_miss" => c.release_idle_on_miss = boolean(key, value)?,
                 "cross_stream_waits" => c.cross_stream_waits = boolean(key, value)?,
                 _ => return Err(refused(format!("unknown key {key:?}"))),
@@ -93,13 +95,13 @@ mod tests {
     #[test]
     fn keys_set_their_fields() {
         let conf = AllocConf::parse(
-            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0",
+            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0,expandable_segments:False",
         )
         .unwrap();
         assert_eq!(conf.backend, Some(BackendChoice::Pool));
         let c = conf.config;
         assert_eq!((c.front_depth, c.front_max_bytes, c.large_fit_slack), (2, 64 << 20, 8 << 20));
-        assert!(!c.release_idle_on_miss && !c.cross_stream_waits);
+        assert!(!c.release_idle_on_miss && !c.cross_stream_waits && !c.expandable_segments);
         assert_eq!(AllocConf::parse("").unwrap(), AllocConf { backend: None, config: Config::default() });
     }
 

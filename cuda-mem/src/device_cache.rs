@@ -343,10 +343,17 @@ impl DeviceCache {
         self.allocator.reset_peaks();
     }
 
-    /// Releases every cached segment no block of which is in use (all threads' caches included);
-    /// returns the bytes released.
+    /// Releases every cached segment no block of which is in use, and unmaps every free page
+    /// (all threads' caches included); returns the bytes released.
     pub fn empty_cache(&self) -> usize {
         self.allocator.empty_cache()
+    }
+
+    /// The bytes of a page when the cache grows by mapping pages (the driver manages virtual
+    /// memory and the config's `expandable_segments` is on); `None` when it allocates whole
+    /// segments with `cudaMalloc`. Asks the driver on the first call.
+    pub fn page_bytes(&self) -> Option<usize> {
+        self.allocator.page_bytes()
     }
 
     /// Allocated, requested, active and reserved bytes (current and peak), fragmentation (the

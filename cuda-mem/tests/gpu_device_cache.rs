@@ -189,15 +189,16 @@ fn gpu_alone_out_of_memory_releases_the_cache_and_retries_once() {
     // Misses release nothing themselves here, so that the big request finds the device full.
     let config = Config { release_idle_on_miss: false, ..Config::default() };
     let cache = DeviceCache::with_config(device(), config).unwrap();
-    let stream = Stream::non_blocking().unwrap();
+    let (stream, other) = (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
     let (free, total) = device().mem_get_info().unwrap();
     let piece = free / 8;
     let held: Vec<_> = (0..6).map(|_| cache.zeroed::<u8>(&stream, piece).unwrap()).collect();
     drop(held); // cached, not released
     stream.synchronize().unwrap();
     assert!(cache.stats().reserved.current >= 6 * piece);
-    // Needs most of what the cache holds: only a release makes room.
-    let big = cache.zeroed::<u8>(&stream, free / 2).unwrap();
+    // Needs most of what the cache holds, on another stream (on `stream` the freed pieces, which
+    // pages coalesce, would serve it): only a release makes room.
+    let big = cache.zeroed::<u8>(&other, free / 2).unwrap();
     assert!(cache.stats().oom_retries >= 1, "{:?}", cache.stats());
     drop(big);
     let err = cache.zeroed::<u8>(&stream, total * 2).unwrap_err();
@@ -351,4 +352,68 @@ fn gpu_threads_with_streams_of_their_own_share_the_cache_without_overlap() {
     cache.empty_cache();
     let after = cache.stats();
     assert_eq!((after.reserved.current, after.segments), (0, 0), "{after:?}");
+}
+
+/// Where the driver manages virtual memory, the cache grows by pages: a miss maps only what the
+/// stream's range lacks, freed blocks coalesce across the range, and `empty_cache` unmaps every
+/// free page (and a later miss maps anew).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_pages_grow_by_what_is_missing_and_go_back_on_empty_cache() {
+    let cache = DeviceCache::new(device()).unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    let Some(page) = cache.page_bytes() else {
+        eprintln!("this device's driver does not manage virtual memory: segments only");
+        return;
+    };
+    let first = cache.zeroed::<u8>(&stream, 3 * MIB).unwrap();
+    let reserved = cache.stats().reserved.current;
+    assert_eq!(reserved, (3 * MIB).next_multiple_of(page), "whole pages, no more");
+    // The free rest of the last page and new pages after it make the next block, contiguous.
+    let data = pattern(5 * MIB / 4, 11);
+    let mut second = cache.zeroed::<u32>(&stream, data.len()).unwrap();
+    second.as_mut_slice().copy_from_host(&data).unwrap();
+    assert_same(&second.as_slice().to_vec().unwrap(), &data);
+    let stats = cache.stats();
+    assert_eq!(stats.reserved.current, (8 * MIB).next_multiple_of(page), "{stats:?}");
+    assert_eq!(second.as_slice().as_device_ptr() as usize, first.as_slice().as_device_ptr() as usize + 3 * MIB);
+    drop((first, second));
+    // Coalesced: one block serves what both held, with no new page.
+    let both = cache.zeroed::<u8>(&stream, 8 * MIB).unwrap();
+    assert_eq!(cache.stats().segment_allocations, stats.segment_allocations, "no map for a coalesced fit");
+    drop(both);
+    assert!(cache.empty_cache() >= 8 * MIB);
+    assert_eq!(cache.stats().reserved.current, 0, "{:?}", cache.stats());
+    let again = cache.zeroed::<u32>(&stream, data.len()).unwrap();
+    assert!(again.as_slice().to_vec().unwrap().iter().all(|&x| x == 0));
+}
+
+/// A stream whose miss would raise the reserve's peak takes free pages of another stream, but
+/// only once the work queued there on them has completed: a memset held behind a sleeping host
+/// function, whose block was freed before it ran, completes without a fault, and the other
+/// stream's data are what it wrote.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_free_pages_move_to_another_stream_only_after_their_work() {
+    let cache = DeviceCache::new(device()).unwrap();
+    if cache.page_bytes().is_none() {
+        eprintln!("this device's driver does not manage virtual memory: segments only");
+        return;
+    }
+    let (a, b) = (Stream::non_blocking().unwrap(), Stream::non_blocking().unwrap());
+    let len = 64 * MIB / 4;
+    drop(cache.zeroed::<u32>(&a, len).unwrap());
+    a.synchronize().unwrap();
+    let peak = cache.stats().reserved.peak;
+    hold_stream(&a, 300);
+    // The memset runs after the sleep, long after the free that follows at once.
+    drop(cache.zeroed::<u32>(&a, len).unwrap());
+    let data = pattern(len, 9);
+    let mut other = cache.zeroed::<u32>(&b, len).unwrap();
+    other.as_mut_slice().copy_from_host(&data).unwrap();
+    let stats = cache.stats();
+    assert!(stats.reserved.peak <= peak, "the peak held: {stats:?}");
+    assert!(stats.segment_releases >= 1, "pages of `a` unmapped for `b`: {stats:?}");
+    a.synchronize().expect("the held memset ran on mapped memory");
+    assert_same(&other.as_slice().to_vec().unwrap(), &data);
 }

@@ -96,6 +96,12 @@ impl<B: Backend> CachingAllocator<B> {
         &self.shared.config
     }
 
+    /// The bytes of a page when the allocator grows growable segments ([`Config::expandable_segments`]
+    /// over a backend with [`Pages`]), else `None`.
+    pub fn page_bytes(&self) -> Option<usize> {
+        self.shared.pages().map(|pages| pages.page_bytes())
+    }
+
     /// A block of at least `bytes` for use on `stream`: from this thread's front cache, else from
     /// the core (growing it by a segment if needed). Out of memory is
     /// [`ErrorKind::OutOfMemory`] after the cache has released everything it held and tried again;
@@ -304,6 +310,11 @@ impl<B: Backend> CachingAllocator<B> {
 }
 
 impl<B: Backend> Shared<B> {
+    /// The backend's pages, when the allocator grows growable segments.
+    fn pages(&self) -> Option<&dyn Pages> {
+        self.backend.pages().filter(|_| self.config.expandable_segments)
+    }
+
     fn shard(&self, stream: StreamKey) -> MutexGuard<'_, Core<B>> {
         lock(&self.shards[shard_of(stream)])
     }
@@ -366,7 +377,7 @@ impl<B: Backend> Shared<B> {
     fn take_or_grow(&self, on: &On<'_, B::Stream>, class: SizeClass) -> Result<(BlockId, NonNull<u8>)> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
-        if let Some(pages) = self.backend.pages().filter(|_| config.expandable_segments) {
+        if let Some(pages) = self.pages() {
             return self.take_or_map(pages, on, class);
         }
         let others = || self.shards.iter().enumerate().filter(move |&(i, _)| i != home).map(|(_, shard)| shard);

@@ -161,13 +161,19 @@ pub(super) fn replay_threads_over(workload: &Workload, config: Config, backend: 
     (stats.reserved.peak, stats.misses, stats.segment_releases)
 }
 
-/// Regression bounds of the default parameters, at the figures the replays gave on 2026-12-03
-/// (with a little room). The targets are 1.05 reserved over live and 0.1% misses after warm-up:
-/// training misses one allocation in ten (its shapes change every step, and the reserve is held
-/// at its high-water mark by releasing idle segments), serving's misses come mostly from its
-/// `EmptyCache` ops, mixed's reserve from segments that belong to one stream each (its threaded
-/// replay below shows the misses).
+/// Regression bounds of the default parameters over a backend with pages (as the CUDA one where
+/// the driver manages virtual memory), at the figures the replays gave on 2026-12-03 (with a
+/// little room): (workload, reserved over live, miss rate after warm-up). The targets are 1.05
+/// and 0.1%: serving's misses come from its `EmptyCache` ops (every free page goes, and comes
+/// back on the next misses); mixed's from pages moving between its eight streams, whose partly
+/// used pages (a stream's memory is its own, in pages) keep its reserve above the target.
 const BOUNDS: [(&str, f64, f64); 4] =
+    [("training", 1.03, 0.0002), ("serving", 1.10, 0.032), ("churn", 1.12, 0.0004), ("mixed", 1.30, 0.07)];
+
+/// The same over whole segments (`expandable_segments` off, or a driver without virtual memory
+/// management): training misses one allocation in ten (its shapes change every step, and the
+/// reserve is held at its high-water mark by releasing idle segments).
+const SEGMENT_BOUNDS: [(&str, f64, f64); 4] =
     [("training", 1.04, 0.11), ("serving", 1.27, 0.021), ("churn", 1.27, 0.0001), ("mixed", 2.27, 0.0003)];
 
 #[test]
@@ -175,15 +181,16 @@ const BOUNDS: [(&str, f64, f64); 4] =
 fn the_corpus_stays_within_its_bounds() {
     let mut failures = Vec::new();
     for workload in cuda_mem_workloads::corpus() {
-        let replayed = replay(&workload, Config::default());
-        let speed_first = replay(&workload, Config::throughput());
         let growable = replay_over(&workload, Config::default(), paged());
-        eprintln!("default: {replayed}\nthroughput: {speed_first}\ngrowable: {growable}");
-        let &(_, reserve, misses) = BOUNDS.iter().find(|b| b.0 == workload.name).expect("a bound per workload");
-        if replayed.reserved_over_live() > reserve || replayed.miss_rate_pass2() > misses {
-            failures.push(replayed.to_string());
+        let segments = replay(&workload, Config::default());
+        eprintln!("default (pages): {growable}\nsegments: {segments}");
+        for (replayed, bounds) in [(&growable, &BOUNDS), (&segments, &SEGMENT_BOUNDS)] {
+            let &(_, reserve, misses) = bounds.iter().find(|b| b.0 == workload.name).expect("a bound per workload");
+            if replayed.reserved_over_live() > reserve || replayed.miss_rate_pass2() > misses {
+                failures.push(replayed.to_string());
+            }
+            assert!(replayed.reserved_over_live() >= 1.0, "{replayed}");
         }
-        assert!(replayed.reserved_over_live() >= 1.0, "{replayed}");
     }
     assert!(failures.is_empty(), "out of bounds:\n{}", failures.join("\n"));
 }

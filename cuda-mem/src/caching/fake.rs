@@ -149,6 +149,19 @@ impl FakeBackend {
         (state.maps, state.unmaps)
     }
 
+    /// True when every page that `bytes` from `address` touch is mapped.
+    pub fn is_mapped(&self, address: usize, bytes: usize) -> bool {
+        let page = self.page.expect("a backend with pages");
+        let state = self.state();
+        let first = address / page * page;
+        (first..address + bytes).step_by(page).all(|p| state.mapped.contains(&p))
+    }
+
+    /// Reserved ranges not freed yet.
+    pub fn live_ranges(&self) -> usize {
+        self.state().ranges.len()
+    }
+
     /// Bytes of mapped pages.
     pub fn mapped_bytes(&self) -> usize {
         self.page.map_or(0, |page| self.state().mapped_bytes(page))

@@ -90,6 +90,8 @@ mod corpus_tests;
 pub mod fake;
 mod front;
 mod growable;
+#[cfg(test)]
+mod growable_tests;
 mod private_pool;
 #[cfg(test)]
 mod private_pool_tests;

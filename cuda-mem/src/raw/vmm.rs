@@ -214,6 +214,13 @@ pub(crate) unsafe fn map(at: u64, bytes: usize, page: usize, device: c_int) -> R
 /// Whole pages mapped by [`map`] (each its own mapping), no work using them any more.
 pub(crate) unsafe fn unmap(at: u64, bytes: usize, page: usize) -> Result<()> {
     let driver = driver()?;
+    if bytes > page {
+        // SAFETY: the run is whole mappings (the caller's contract); a driver that takes only
+        // one mapping per call refuses it, and the loop below does it a page at a time.
+        if unsafe { (driver.unmap)(at, bytes) } == 0 {
+            return Ok(());
+        }
+    }
     let mut first_error = Ok(());
     for offset in (0..bytes).step_by(page) {
         // SAFETY: one whole mapping (a page), per the caller's contract.
