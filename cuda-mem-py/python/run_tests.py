@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs the test functions of tests/test_*.py without pytest:
-`python3 run_tests.py [-k TEXT] [--skip TEXT]` (those whose `file::name` holds TEXT, or does not).
+`python3 run_tests.py [-k TEXT] [--skip TEXT[,TEXT...]]` (those whose `file::name` holds TEXT, or
+holds none of the skipped ones).
 
 Each `test_*` function runs once; `unittest.SkipTest` counts as skipped (as under pytest). The
 last line is the summary, e.g. `42 passed, 0 failed, 3 skipped`; the exit status is 1 when a
@@ -19,7 +20,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 def main(argv):
     pattern = argv[argv.index("-k") + 1] if "-k" in argv else ""
-    skip = argv[argv.index("--skip") + 1] if "--skip" in argv else None
+    skips = argv[argv.index("--skip") + 1].split(",") if "--skip" in argv else []
     passed = failed = skipped = 0
     for name in sorted(os.listdir(os.path.join(HERE, "tests"))):
         if not (name.startswith("test_") and name.endswith(".py")):
@@ -29,7 +30,7 @@ def main(argv):
             test = getattr(module, attr)
             if not (attr.startswith("test_") and callable(test)) or pattern not in f"{name}::{attr}":
                 continue
-            if skip is not None and skip in f"{name}::{attr}":
+            if any(skip in f"{name}::{attr}" for skip in skips):
                 continue
             label = f"{name}::{attr}"
             try:

@@ -37,7 +37,7 @@ def test_from_bytes_reshape_and_view_share_the_memory():
     raises(ValueError, odd.view, "float64", match="20 bytes are not whole float64 elements")
     raises(ValueError, buf.write, b"short", match="5 bytes given for a buffer of 24")
     raises(ValueError, cuda_mem.zeros, 4, "float128", match="unknown dtype")
-    raises(ValueError, cuda_mem.zeros, 4, kind="texture", match="kind is device, managed, pinned or pooled")
+    raises(ValueError, cuda_mem.zeros, 4, kind="texture", match='unknown kind "texture": use "device", "managed"')
 
 
 def test_pooled_buffers_use_the_given_stream_and_the_retaining_pool():
