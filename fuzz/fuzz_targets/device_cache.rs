@@ -5,7 +5,8 @@
 //! - live blocks never overlap;
 //! - a block handed out on a stream comes after every earlier use of its memory (same stream,
 //!   completed, or waited for on the device);
-//! - a released segment had no incomplete work on it and no live block in it;
+//! - a released segment or unmapped run of pages had no incomplete work on it and no live block
+//!   in it, and every live block lies on mapped pages (over a backend with pages);
 //! - the figures match a model (exact: one thread) and the core's bookkeeping is consistent;
 //! - at the end, with every block freed, `empty_cache` releases everything but the segments of
 //!   blocks whose fence could not be recorded.
@@ -37,8 +38,10 @@ struct Input {
     depth: u8,
     cross_stream_waits: bool,
     /// Bits: grow small segments with the pool, close fits only (small and large), release idle
-    /// segments on a miss.
+    /// segments (or unmap free pages) on a miss.
     thrift: u8,
+    /// A backend with pages of 16 KiB (growable segments) rather than whole segments.
+    pages: bool,
     ops: Vec<Op>,
 }
 
@@ -83,8 +86,10 @@ struct Model {
     history: History,
     /// Bytes (rounded, requested) of blocks whose foreign free failed: held by nobody, for good.
     lost: (usize, usize),
-    lost_addrs: Vec<usize>,
+    lost_addrs: Vec<(usize, usize)>,
     peak: usize,
+    /// The backend has pages (growable segments).
+    pages: bool,
 }
 
 impl Model {
@@ -141,9 +146,16 @@ impl Model {
         assert_eq!(stats.reserved.current, self.backend.reserved());
         assert_eq!(stats.free_bytes + stats.active.current, stats.reserved.current);
         assert!(stats.largest_free_block <= stats.free_bytes);
-        assert_eq!(stats.segments, self.backend.live_segments().len());
         assert!(stats.reserved.peak >= stats.reserved.current && stats.active.peak >= stats.active.current);
-        assert_eq!(stats.segment_allocations - stats.segment_releases, stats.segments as u64);
+        if self.pages {
+            assert_eq!(stats.segments, self.backend.live_ranges());
+            for (&start, &end) in &self.live {
+                assert!(self.backend.is_mapped(start, end - start), "a live block off the map at {start:#x}");
+            }
+        } else {
+            assert_eq!(stats.segments, self.backend.live_segments().len());
+            assert_eq!(stats.segment_allocations - stats.segment_releases, stats.segments as u64);
+        }
     }
 }
 
@@ -161,8 +173,10 @@ fuzz_target!(|input: Input| {
         small_fit_divisor: if input.thrift & 2 != 0 { 8 } else { 0 },
         large_fit_slack: if input.thrift & 2 != 0 { 16 * KIB } else { usize::MAX },
         release_idle_on_miss: input.thrift & 4 != 0,
+        expandable_segments: true,
     };
-    let backend = FakeDeviceBackend::default();
+    let backend =
+        if input.pages { FakeDeviceBackend::with_pages(16 * KIB, 1 << 20) } else { FakeDeviceBackend::default() };
     let cache = CachingAllocator::new(backend.clone(), config).unwrap();
     let mut m = Model {
         cache,
@@ -173,6 +187,7 @@ fuzz_target!(|input: Input| {
         lost: (0, 0),
         lost_addrs: Vec::new(),
         peak: 0,
+        pages: input.pages,
     };
     // DEVICE_CACHE_TRACE=1 prints each step, to follow a crash input.
     let trace = std::env::var_os("DEVICE_CACHE_TRACE").is_some();
@@ -210,7 +225,7 @@ fuzz_target!(|input: Input| {
                 if unsafe { m.cache.free_on(block, &stream(s)) }.is_err() {
                     m.lost.0 += bytes;
                     m.lost.1 += requested;
-                    m.lost_addrs.push(addr);
+                    m.lost_addrs.push((addr, bytes));
                 }
             }
             Op::Submit { stream: s } => {
@@ -240,9 +255,13 @@ fuzz_target!(|input: Input| {
     m.check();
     let stats = m.cache.stats();
     assert_eq!((stats.parked_bytes, stats.pending_bytes, stats.allocated.current), (0, 0, m.lost.0));
-    // Only segments holding a lost block stay.
+    // Only segments and pages holding a lost block stay.
+    let holds_lost = |start: usize, bytes: usize| m.lost_addrs.iter().any(|&(a, n)| a < start + bytes && start < a + n);
     for (start, bytes) in m.backend.live_segments() {
-        assert!(m.lost_addrs.iter().any(|&a| (start..start + bytes).contains(&a)), "segment {start:#x} kept");
+        assert!(holds_lost(start, bytes), "segment {start:#x} kept");
+    }
+    for page in m.backend.mapped_pages() {
+        assert!(holds_lost(page, 16 * KIB), "page {page:#x} kept");
     }
     if m.lost_addrs.is_empty() {
         assert_eq!(m.backend.reserved(), 0);

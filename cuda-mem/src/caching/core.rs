@@ -8,6 +8,7 @@
 use super::arena::{Arena, BlockId, BlockState, SegmentId};
 use super::backend::{Backend, Pages, StreamKey};
 use super::config::{Config, Pool};
+use super::growable::Run;
 use super::size_class::SizeClass;
 use super::stats::CurrentPeak;
 use crate::error::Result;
@@ -380,8 +381,9 @@ impl<B: Backend> Core<B> {
     }
 
     /// Unmaps the whole pages inside free blocks (but `keep`), largest runs first, until at least
-    /// `enough` bytes are unmapped, each after its owner's work on it (waited for); a run whose
-    /// fence cannot be recorded or waited for stays mapped. Returns the bytes unmapped.
+    /// `enough` bytes are unmapped (the last run only in part, from its end), each after its
+    /// owner's work on it (waited for); a run whose fence cannot be recorded or waited for stays
+    /// mapped. Returns the bytes unmapped.
     pub fn trim(
         &mut self,
         backend: &B,
@@ -409,6 +411,11 @@ impl<B: Backend> Core<B> {
             if !backend.is_done(&fence) && backend.wait(&fence).is_err() {
                 continue;
             }
+            // Only what is still needed, from the run's end: unmapping and mapping cost a driver
+            // call per page, and the rest of the free block stays usable at once.
+            let page = self.arena.segment(run.segment).pages.expect("trimmable runs are in growable segments");
+            let bytes = run.bytes.min((enough - unmapped).checked_next_multiple_of(page).unwrap_or(usize::MAX));
+            let run = Run { offset: run.offset + run.bytes - bytes, bytes, ..run };
             let at = self.arena.at(run.segment, run.offset);
             let pool = self.arena.segment(run.segment).pool;
             self.arena.mark_unmapped(run);

@@ -261,7 +261,12 @@ impl FakeBackend {
         self.state().allocations
     }
 
-    /// Segments released since the last call, as (address, bytes).
+    /// Addresses of the mapped pages, in order.
+    pub fn mapped_pages(&self) -> Vec<usize> {
+        self.state().mapped.iter().copied().collect()
+    }
+
+    /// Segments released and runs of pages unmapped since the last call, as (address, bytes).
     pub fn take_released(&self) -> Vec<(usize, usize)> {
         std::mem::take(&mut self.state().released)
     }
@@ -416,6 +421,7 @@ unsafe impl Pages for FakeBackend {
             assert!(state.mapped.remove(&address), "unmapped a page that is not mapped");
         }
         state.unmaps += 1;
+        state.released.push((start, bytes));
     }
 
     unsafe fn free(&self, base: NonNull<u8>, bytes: usize) {

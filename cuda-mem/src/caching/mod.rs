@@ -6,6 +6,18 @@
 //! [`size_class`]). Every block of a class has exactly the class's bytes, so a cached block
 //! serves any request of its class.
 //!
+//! **Growable segments** (the default where the backend has [`Pages`]: the CUDA backend when the
+//! driver manages virtual memory, as PyTorch's `expandable_segments`). Each stream reserves one
+//! address range per pool, as large as the device's memory, and backs it page by page (2 MiB on
+//! current GPUs). A miss maps pages at the start of an unmapped run, extending the free block
+//! before it, so a stream's blocks stay contiguous: a freed block merges with its neighbours
+//! whatever their sizes, and a request of a new size is cut from the merged space without a
+//! call. Memory moves between sizes and streams a page at a time: when mapping would take the
+//! reserve above its peak, the whole pages inside free blocks (largest first, any stream's, after
+//! a fence on their owner has completed) are unmapped first; a free block keeps the partial pages
+//! at its ends. `empty_cache` unmaps every free page and gives back ranges with nothing mapped.
+//! Without pages (or with [`Config::expandable_segments`] off) the cache works as below.
+//!
 //! **Segments.** Classes up to `small_max` (1 MiB) are carved from small segments, larger ones
 //! from large segments (20 MiB), and classes from `own_segment_from` (10 MiB) up get a segment
 //! of their own rounded to `granularity`; all of it is a [`Config`]. Small segments are a
@@ -73,8 +85,9 @@
 //! work uses (graphs of one private pool, which take turns); its segments are never released
 //! while it lives, nor seen by any other allocator (see its module).
 //!
-//! **Out of memory.** When the backend refuses a segment, every front cache is returned, pending
-//! blocks are waited for, every idle segment is released and the allocation is tried once more;
+//! **Out of memory.** When the backend refuses a segment or pages, every front cache is returned,
+//! pending blocks are waited for, every idle segment is released, every free page unmapped, and
+//! the allocation is tried once more;
 //! if that fails too the error is [`ErrorKind::OutOfMemory`] with the cache's
 //! [`CachingStats`] in its report.
 
