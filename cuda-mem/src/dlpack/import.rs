@@ -68,8 +68,10 @@ enum Managed {
 }
 
 // SAFETY: the guard owns the producer's tensor: another thread may read its checked metadata,
-// copy through its views (like any `DeviceSlice`), and drop it, calling the deleter there; the
-// DLPack protocol lets the consumer release a tensor from any thread.
+// copy through its views (like any `DeviceSlice`) or with `read_bytes`/`write_bytes` (blocking
+// runtime copies), wait on or order after its producer stream (a `Stream`, usable from any
+// thread), and drop it, calling the deleter there; the DLPack protocol lets the consumer release
+// a tensor from any thread.
 unsafe impl Send for DlpackImport {}
 // SAFETY: `&DlpackImport` gives shared views only (reads through runtime copies) and metadata.
 unsafe impl Sync for DlpackImport {}

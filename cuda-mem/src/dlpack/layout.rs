@@ -51,10 +51,13 @@ impl Layout {
         is_compact(&self.shape, &self.strides)
     }
 
-    /// The dimension strided copies walk in one call: the longest one whose stride is positive,
-    /// or `None` when no stride is (each element is then copied on its own).
+    /// The dimension strided copies walk in one call: the longest one whose stride is positive
+    /// and whose extent is above 1 (so its stride times its extent was checked), or `None` when
+    /// there is none (each element is then copied on its own).
     pub(crate) fn copy_dimension(&self) -> Option<usize> {
-        (0..self.shape.len()).filter(|&d| self.strides[d] > 0).max_by_key(|&d| (self.shape[d], usize::MAX - d))
+        (0..self.shape.len())
+            .filter(|&d| self.strides[d] > 0 && self.shape[d] > 1)
+            .max_by_key(|&d| (self.shape[d], usize::MAX - d))
     }
 
     /// Each run a strided copy makes, in row-major order of the other dimensions' indices:
@@ -173,6 +176,8 @@ mod tests {
         // No positive stride: no run dimension.
         assert_eq!(Layout::checked(&[4], &[0], 4, 64).unwrap().copy_dimension(), None);
         assert_eq!(Layout::checked(&[4, 2], &[-2, 0], 4, 64).unwrap().copy_dimension(), None);
+        // A huge stride on an extent of 1 is never walked (its pitch was never checked).
+        assert_eq!(Layout::checked(&[1, 4], &[i64::MAX, 0], 4, 64).unwrap().copy_dimension(), None);
         // Empty tensors have no runs.
         assert_eq!(Layout::checked(&[0, 3], &[3, 1], 4, 64).unwrap().runs(None).count(), 0);
         // Scalars have one.

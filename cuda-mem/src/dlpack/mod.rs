@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | export an owned buffer | [`DlpackTensor::owned`] → `DlpackTensor<'static>` → [`into_raw`](DlpackTensor::into_raw) | the deleter frees the buffer |
 //! | export a borrowed buffer or view | [`DlpackTensor::shared`] / [`exclusive`](DlpackTensor::exclusive) → `DlpackTensor<'a>` | lives no longer than the borrow; never a raw pointer that outlives it |
-//! | import | [`DlpackImport::from_raw`] → [`device_slice`](DlpackImport::device_slice) | the guard calls the producer's deleter on drop |
+//! | import | [`DlpackImport::from_raw`] → [`device_slice`](DlpackImport::device_slice) (compact tensors) or [`read_bytes`](DlpackImport::read_bytes) / [`write_bytes`](DlpackImport::write_bytes) (any strides) | the guard calls the producer's deleter on drop |
 //!
 //! The structs ([`ffi`]) are DLPack 1.x's, written from the specification (with the legacy
 //! unversioned `DLManagedTensor`). Exports describe device memory as `kDLCUDA` with its ordinal,
@@ -17,7 +17,9 @@
 //! its pending work; [`order_consumer_after`] does it with an event (record on the producer's
 //! stream, `cudaStreamWaitEvent` on `s`). Memory with pending work on a stream
 //! ([`StreamBuffer`](crate::StreamBuffer) and its views) names that stream in its export
-//! ([`DlpackTensor::producer`], [`DlpackTensor::order_consumer`]).
+//! ([`DlpackTensor::producer`], [`DlpackTensor::order_consumer`]), and keeps it through
+//! [`into_raw`](DlpackTensor::into_raw): cuda-mem's own import recognises its exports and takes
+//! the stream with them ([`DlpackImport::producer`]), so its views wait for the pending work.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), cuda_mem::CudaError> {
