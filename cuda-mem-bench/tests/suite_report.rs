@@ -123,8 +123,13 @@ fn sections_and_peers_that_did_not_run_leave_rows_that_say_so() {
     std::fs::create_dir_all(dir.join("nccl")).unwrap();
     std::fs::create_dir_all(dir.join("cache")).unwrap();
     std::fs::write(dir.join("nccl/allreduce.missing"), "no libnccl.so.2 on this host\n").unwrap();
+    std::fs::create_dir_all(dir.join("graphs")).unwrap();
+    std::fs::write(dir.join("graphs/decode_graph.txt"), "").unwrap();
+    std::fs::write(dir.join("graphs/decode_graph.log"), "== examples/decode_graph\nno GPU\n== exit code 1\n").unwrap();
     let suite = suite::collect(&dir, "2026-12-04");
-    assert_eq!(suite.ran.iter().map(|r| r.section).collect::<Vec<_>>(), ["cache", "nccl"]);
+    assert_eq!(suite.ran.iter().map(|r| r.section).collect::<Vec<_>>(), ["cache", "graphs", "nccl"]);
+    let graph = row(&suite.rows, "graph_queue_us_per_step");
+    assert_eq!(graph.status, "not measured: decode_graph exited 1 (see decode_graph.log)");
     let nccl = row(&suite.rows, "nccl_allreduce");
     assert!(nccl.cuda_mem.is_none() && nccl.status == "not measured: no libnccl.so.2 on this host", "{nccl:?}");
     let pair = row(&suite.rows, "device_cache_pair_1m");
@@ -132,9 +137,7 @@ fn sections_and_peers_that_did_not_run_leave_rows_that_say_so() {
     let out = dir.join("report");
     suite.write(&out).unwrap();
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(
-        report.contains("Not in this report: paired, threads, workloads, training, graphs, async, staged, snapshot.")
-    );
+    assert!(report.contains("Not in this report: paired, threads, workloads, training, async, staged, snapshot."));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -42,10 +42,9 @@ fn table(rows: &[&Row]) -> String {
         let ratio = r.ratio().map_or("–".into(), |x| format!("{x:.3}"));
         let _ = writeln!(
             out,
-            "| <a id=\"{k}\"></a>`{k}` | {} | {} {} | {} | {} | {ratio} | {} | {} |",
+            "| <a id=\"{k}\"></a>`{k}` | {} | {} | {} | {} | {ratio} | {} | {} |",
             r.what,
-            cell(r.cuda_mem),
-            r.unit,
+            r.cuda_mem.map_or("–".into(), |v| format!("{} {}", figure(v), r.unit)),
             r.peer,
             cell(r.peer_value),
             r.peer_version,

@@ -121,8 +121,14 @@ impl SectionInput<'_> {
     /// Why a peer did not run (`<peer>.missing`), or that it left no rows.
     pub fn missing(&self, peer_file: &str) -> String {
         let stem = peer_file.split('.').next().unwrap_or(peer_file);
+        // The run script logs each program's exit code last in `<stem>.log`.
+        let log = std::fs::read_to_string(self.dir.join(format!("{stem}.log"))).unwrap_or_default();
+        let exit = log.lines().filter_map(|l| l.strip_prefix("== exit code ")).next_back().filter(|c| *c != "0");
         match std::fs::read_to_string(self.dir.join(format!("{stem}.missing"))) {
             Ok(why) => format!("not measured: {}", why.trim()),
+            Err(_) if exit.is_some() => {
+                format!("not measured: {stem} exited {} (see {stem}.log)", exit.unwrap_or_default())
+            }
             Err(_) if self.dir.join(peer_file).is_file() => format!("not measured: no such row in {peer_file}"),
             Err(_) => format!("not measured: no {peer_file} in this run"),
         }
