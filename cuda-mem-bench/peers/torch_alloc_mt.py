@@ -1,7 +1,7 @@
 # Peer of the `threads` section: PyTorch's CUDACachingAllocator on N C++ threads, each with its
 # own stream from PyTorch's pool, alloc + free pairs of 1 MiB (raw_alloc_with_stream +
 # raw_delete), timed in C++ as cuda-mem's `cache_pairs` times DeviceCache: every thread warms up
-# for a tenth of a second, all start one common window together (a barrier), the rate is the
+# for a tenth of a second, all start one common window together (a spin barrier), the rate is the
 # sum of each thread's pairs over its own window; the median of 5 rounds, thread counts
 # alternating in order. Run it in the same device call as `cache_pairs --only threads`:
 #     python3 torch_alloc_mt.py [--threads 1,2,4,8,16] > torch_mt.jsonl
@@ -14,12 +14,11 @@ src = r"""
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <atomic>
-#include <barrier>
 #include <chrono>
 #include <thread>
 #include <vector>
 double threads_pairs_per_s(int64_t threads, int64_t bytes, double warm_up_s, double window_s) {
-  std::barrier start(threads);
+  std::atomic<int64_t> ready{0};
   std::vector<double> rates(threads, 0.0);
   std::vector<std::thread> workers;
   for (int64_t t = 0; t < threads; ++t) {
@@ -36,7 +35,8 @@ double threads_pairs_per_s(int64_t threads, int64_t bytes, double warm_up_s, dou
       auto seconds = [](clock::time_point since) { return std::chrono::duration<double>(clock::now() - since).count(); };
       auto warm = clock::now();
       while (seconds(warm) < warm_up_s) pairs(1000);
-      start.arrive_and_wait();
+      ready.fetch_add(1);
+      while (ready.load() < threads) std::this_thread::yield();
       auto began = clock::now();
       int64_t done = 0;
       while (seconds(began) < window_s) { pairs(1000); done += 1000; }
@@ -56,7 +56,7 @@ parser.add_argument("--rounds", type=int, default=5)
 args = parser.parse_args()
 counts = [int(t) for t in args.threads.split(",") if t]
 m = load_inline(name="torchallocmt", cpp_sources=src, functions=["threads_pairs_per_s"], with_cuda=True,
-                extra_cflags=["-O2", "-std=c++20"], verbose=False)
+                extra_cflags=["-O2"], verbose=False)
 torch.cuda.init()
 print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda}), flush=True)
 rates = {n: [] for n in counts}
