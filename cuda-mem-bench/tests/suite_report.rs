@@ -83,6 +83,9 @@ fn programs_printing_lines_for_people_are_read_from_their_lines() {
     assert!(row(&rows, "staged_h2d_256m").what.contains("lanes 12 chunk  4 MiB"), "the best cell names its setting");
     expect(&rows, "staged_d2h_256m", 42.0, 16.0, 16.0 / 42.0);
     expect(&rows, "staged_h2d_1024m", 45.0, 7.0, 7.0 / 45.0);
+    expect(&rows, "staged_d2h_256m_vs_torch", 42.0, 11.0, 11.0 / 42.0);
+    assert_eq!(row(&rows, "staged_d2h_256m_vs_torch").peer_version, "torch 2.11.0+cu130");
+    expect_missing(&rows, "staged_d2h_1024m_vs_torch", "no such row in torch_copies.jsonl");
     expect(&rows, "pinned_pool_hit_vs_malloc_host_64m", 0.25, 40000.0, 0.25 / 40000.0);
     let snapshot = row(&rows, "snapshot_pickle_ms");
     assert!(close(snapshot.cuda_mem, 8.0) && snapshot.status.starts_with("measured; no peer"), "{snapshot:?}");

@@ -5,7 +5,7 @@
 # folder under OUT into OUT/report/ (report.md, results.json, SVG plots); BENCH_REPORT=0 skips it.
 #
 # Peers come from $BENCH_PEERS (default: peers/ of the bundle): torch_alloc.py,
-# torch_alloc_mt.py, torch_allreduce.py, workloads/ (torch_replay.py, run_training.sh,
+# torch_alloc_mt.py, torch_copies.py, torch_allreduce.py, workloads/ (torch_replay.py, run_training.sh,
 # torch_training.py) and rmm/ (rmmbench, rmm_replay and their libraries, built on the build
 # machine by peers/build_rmm.sh). Each program gets at most $BENCH_STEP_TIMEOUT seconds (300).
 
@@ -131,6 +131,7 @@ section_async() {
 
 section_staged() {
   step "$1/staged_tuning.txt" examples/staged_tuning
+  torch_peer "$1/torch_copies.jsonl" "$peers/torch_copies.py"
 }
 
 section_snapshot() {

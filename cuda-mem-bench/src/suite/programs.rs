@@ -3,7 +3,7 @@
 //! `nccl` (`allreduce`'s JSON lines beside `docs/reference/torch_allreduce.py`'s). Each figure is
 //! read from the line that prints it; the baselines these programs measure in the same process
 //! (eager launches, OS threads, blocking copies, the driver's pageable path, `cudaMallocHost`) are
-//! the rows' peers.
+//! the rows' peers, with PyTorch's pageable copies (`torch_copies.py`) beside the staged ones.
 
 use super::{Better, Peer, Row, SectionInput, json_lines};
 use serde_json::Value;
@@ -114,8 +114,24 @@ fn copy_blocks(text: &str) -> Vec<(u64, Vec<&str>)> {
     blocks
 }
 
+/// PyTorch's pageable copy (`torch_copies.py`) of `dir` and `mib`, as a peer.
+fn torch_copy(input: &SectionInput, text: &str, dir: &str, mib: u64) -> Peer {
+    let row = format!("torch_pageable_{dir}_{mib}m");
+    let value = json_lines(text)
+        .find(|v| v.get("row").and_then(Value::as_str) == Some(row.as_str()))
+        .and_then(|v| v.get("gbs")?.as_f64());
+    match value {
+        Some(value) => Peer::Measured {
+            value,
+            version: super::pairs::torch_version(text).unwrap_or_else(|| "version not printed".into()),
+        },
+        None => Peer::Missing(input.missing("torch_copies.jsonl")),
+    }
+}
+
 pub fn staged_rows(input: &SectionInput) -> Vec<Row> {
     let text = input.read("staged_tuning.txt");
+    let torch = input.read("torch_copies.jsonl");
     let mut rows = Vec::new();
     for (mib, lines) in copy_blocks(&text) {
         let driver = lines.iter().find(|l| l.starts_with("driver pageable"));
@@ -126,19 +142,29 @@ pub fn staged_rows(input: &SectionInput) -> Vec<Row> {
                 .filter(|l| l.starts_with("staged lanes"))
                 .filter_map(|l| Some((number_after(l, marker)?, l.split(marker).next()?.trim().to_string())))
                 .max_by(|a, b| a.0.total_cmp(&b.0));
+            let what = format!(
+                "StagedCopier pageable {marker} {mib} MiB, best of the lanes × chunk sweep{}, GB/s",
+                best.as_ref().map_or(String::new(), |(_, setting)| format!(" ({setting})"))
+            );
             rows.push(input.row(
                 format!("staged_{dir}_{mib}m"),
-                format!(
-                    "StagedCopier pageable {} {mib} MiB, best of the lanes × chunk sweep{}, GB/s",
-                    marker,
-                    best.as_ref().map_or(String::new(), |(_, setting)| format!(" ({setting})"))
-                ),
+                what.clone(),
                 "GB/s",
                 Better::Higher,
-                best.map(|(v, _)| v),
+                best.as_ref().map(|(v, _)| *v),
                 "cudaMemcpy from/to pageable memory (the driver's staging)",
                 same_process(driver.and_then(|l| number_after(l, marker)), input, "staged_tuning.txt"),
                 "staged_tuning.txt",
+            ));
+            rows.push(input.row(
+                format!("staged_{dir}_{mib}m_vs_torch"),
+                what,
+                "GB/s",
+                Better::Higher,
+                best.map(|(v, _)| v),
+                "PyTorch copy_ between a pageable and a device tensor",
+                torch_copy(input, &torch, dir, mib),
+                "staged_tuning.txt, torch_copies.jsonl",
             ));
         }
     }
