@@ -5,7 +5,7 @@
 # folder under OUT into OUT/report/ (report.md, results.json, SVG plots); BENCH_REPORT=0 skips it.
 #
 # Peers come from $BENCH_PEERS (default: peers/ of the bundle): torch_alloc.py,
-# torch_alloc_mt.py, torch_copies.py, torch_allreduce.py, workloads/ (torch_replay.py, run_training.sh,
+# torch_alloc_mt.py, torch_copies.py, torch_snapshot.py, torch_allreduce.py, workloads/ (torch_replay.py, run_training.sh,
 # torch_training.py) and rmm/ (rmmbench, rmm_replay and their libraries, built on the build
 # machine by peers/build_rmm.sh). Each program gets at most $BENCH_STEP_TIMEOUT seconds (300).
 
@@ -136,6 +136,7 @@ section_staged() {
 
 section_snapshot() {
   step "$1/snapshot_dump.txt" examples/snapshot_dump
+  torch_peer "$1/torch_snapshot.jsonl" "$peers/torch_snapshot.py"
 }
 
 section_nccl() {

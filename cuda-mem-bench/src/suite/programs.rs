@@ -186,16 +186,29 @@ pub fn staged_rows(input: &SectionInput) -> Vec<Row> {
 
 pub fn snapshot_rows(input: &SectionInput) -> Vec<Row> {
     let text = input.read("snapshot_dump.txt");
+    let torch = input.read("torch_snapshot.jsonl");
     let line = line_starting(&text, "pickled ");
+    let theirs = json_lines(&torch).find(|v| v.get("row").and_then(Value::as_str) == Some("torch_snapshot_pickle"));
+    let peer = match theirs.as_ref().and_then(|v| v.get("ms")?.as_f64()) {
+        Some(value) => Peer::Measured {
+            value,
+            version: super::pairs::torch_version(&torch).unwrap_or_else(|| "version not printed".into()),
+        },
+        None => Peer::Missing(input.missing("torch_snapshot.jsonl")),
+    };
+    let entries = theirs.as_ref().and_then(|v| v.get("trace_entries")?.as_u64());
     vec![input.row(
         "snapshot_pickle_ms".into(),
         "pickling a PyTorch-format memory snapshot of 100k trace entries and 1000 segments, ms (best of 10)".into(),
         "ms",
         Better::Lower,
         line.and_then(|l| number_before(l, " ms")),
-        "none",
-        Peer::NotApplicable("no peer pickles a snapshot outside Python".into()),
-        "snapshot_dump.txt",
+        &match entries {
+            Some(n) => format!("PyTorch: torch.cuda.memory._snapshot() + pickle.dumps, its own trace of {n} entries"),
+            None => "PyTorch: torch.cuda.memory._snapshot() + pickle.dumps".to_string(),
+        },
+        peer,
+        "snapshot_dump.txt, torch_snapshot.jsonl",
     )]
 }
 
