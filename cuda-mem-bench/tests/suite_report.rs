@@ -76,6 +76,8 @@ fn programs_printing_lines_for_people_are_read_from_their_lines() {
     let rows = rows();
     expect(&rows, "graph_queue_us_per_step", 4.0, 40.0, 0.1);
     expect(&rows, "graph_wall_us_per_step", 30.0, 60.0, 0.5);
+    expect(&rows, "graph_queue_us_per_step_vs_torch", 4.0, 16.0, 0.25);
+    expect(&rows, "eager_wall_us_per_step_vs_torch", 60.0, 300.0, 0.2);
     expect(&rows, "async_server_requests_per_s", 2700.0, 3000.0, 3000.0 / 2700.0);
     expect(&rows, "loader_wall_ms", 210.0, 400.0, 0.525);
     expect(&rows, "loader_wall_over_max_copy_cpu", 1.05, 2.0, 0.525);

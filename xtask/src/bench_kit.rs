@@ -11,11 +11,12 @@ use std::process::Command;
 pub const SECTIONS_SCRIPT: &str = include_str!("bench_sections.sh");
 
 /// The peers' files: where they live in the repository, where they go under `peers/`.
-const PEER_FILES: [(&str, &str); 8] = [
+const PEER_FILES: [(&str, &str); 9] = [
     ("docs/reference/torch_alloc.py", "torch_alloc.py"),
     ("cuda-mem-bench/peers/torch_alloc_mt.py", "torch_alloc_mt.py"),
     ("cuda-mem-bench/peers/torch_copies.py", "torch_copies.py"),
     ("cuda-mem-bench/peers/torch_snapshot.py", "torch_snapshot.py"),
+    ("cuda-mem-bench/peers/torch_graph.py", "torch_graph.py"),
     ("docs/reference/torch_allreduce.py", "torch_allreduce.py"),
     ("cuda-mem-bench/workloads/torch_replay.py", "workloads/torch_replay.py"),
     ("cuda-mem-bench/workloads/run_training.sh", "workloads/run_training.sh"),

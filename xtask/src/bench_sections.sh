@@ -5,7 +5,8 @@
 # folder under OUT into OUT/report/ (report.md, results.json, SVG plots); BENCH_REPORT=0 skips it.
 #
 # Peers come from $BENCH_PEERS (default: peers/ of the bundle): torch_alloc.py,
-# torch_alloc_mt.py, torch_copies.py, torch_snapshot.py, torch_allreduce.py, workloads/ (torch_replay.py, run_training.sh,
+# torch_alloc_mt.py, torch_copies.py, torch_snapshot.py, torch_graph.py,
+# torch_allreduce.py, workloads/ (torch_replay.py, run_training.sh,
 # torch_training.py) and rmm/ (rmmbench, rmm_replay and their libraries, built on the build
 # machine by peers/build_rmm.sh). Each program gets at most $BENCH_STEP_TIMEOUT seconds (300).
 
@@ -122,6 +123,7 @@ section_training() {
 
 section_graphs() {
   step "$1/decode_graph.txt" examples/decode_graph
+  torch_peer "$1/torch_graph.jsonl" "$peers/torch_graph.py"
 }
 
 section_async() {

@@ -34,21 +34,56 @@ fn same_process(value: Option<f64>, input: &SectionInput, file: &str) -> Peer {
 
 pub fn graph_rows(input: &SectionInput) -> Vec<Row> {
     let text = input.read("decode_graph.txt");
+    let torch = input.read("torch_graph.jsonl");
     let (eager, graph) = (line_starting(&text, "eager:"), line_starting(&text, "graph:"));
+    let torch_row = |name: &str, field: &str| -> Peer {
+        let value = json_lines(&torch)
+            .find(|v| v.get("row").and_then(Value::as_str) == Some(name))
+            .and_then(|v| v.get(field)?.as_f64());
+        match value {
+            Some(value) => Peer::Measured {
+                value,
+                version: super::pairs::torch_version(&torch).unwrap_or_else(|| "version not printed".into()),
+            },
+            None => Peer::Missing(input.missing("torch_graph.jsonl")),
+        }
+    };
     let mut rows = Vec::new();
     for (suffix, marker, words) in [
         ("queue_us_per_step", " us queueing per step", "CPU time to queue one decode step"),
         ("wall_us_per_step", " us wall per step", "wall time per decode step"),
     ] {
+        let (ours_graph, ours_eager) =
+            (graph.and_then(|l| number_before(l, marker)), eager.and_then(|l| number_before(l, marker)));
         rows.push(input.row(
             format!("graph_{suffix}"),
             format!("{words}, µs: a replayed CUDA graph (decode_graph)"),
             "us",
             Better::Lower,
-            graph.and_then(|l| number_before(l, marker)),
+            ours_graph,
             "the same step launched eagerly",
-            same_process(eager.and_then(|l| number_before(l, marker)), input, "decode_graph.txt"),
+            same_process(ours_eager, input, "decode_graph.txt"),
             "decode_graph.txt",
+        ));
+        rows.push(input.row(
+            format!("graph_{suffix}_vs_torch"),
+            format!("{words}, µs: a replayed CUDA graph (decode_graph)"),
+            "us",
+            Better::Lower,
+            ours_graph,
+            "the same step in PyTorch, replayed as torch.cuda.CUDAGraph",
+            torch_row("torch_graph", suffix),
+            "decode_graph.txt, torch_graph.jsonl",
+        ));
+        rows.push(input.row(
+            format!("eager_{suffix}_vs_torch"),
+            format!("{words}, µs: launched eagerly (decode_graph)"),
+            "us",
+            Better::Lower,
+            ours_eager,
+            "the same step in PyTorch, launched eagerly",
+            torch_row("torch_eager", suffix),
+            "decode_graph.txt, torch_graph.jsonl",
         ));
     }
     rows
