@@ -39,12 +39,16 @@ fn table(rows: &[&Row]) -> String {
         "| key | what | cuda-mem | peer | peer's value | ratio | peer version | status |\n|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
-        let ratio = r.ratio().map_or("–".into(), |x| format!("{x:.3}"));
+        let ratio = r.ratio().map_or("–".into(), figure);
         let _ = writeln!(
             out,
             "| <a id=\"{k}\"></a>`{k}` | {} | {} | {} | {} | {ratio} | {} | {} |",
             r.what,
-            r.cuda_mem.map_or("–".into(), |v| format!("{} {}", figure(v), r.unit)),
+            r.cuda_mem.map_or("–".into(), |v| format!(
+                "{} {}",
+                figure(v),
+                if r.unit == "us" { "µs" } else { r.unit }
+            )),
             r.peer,
             cell(r.peer_value),
             r.peer_version,

@@ -102,7 +102,7 @@ pub fn cache_rows(input: &SectionInput) -> Vec<Row> {
             "us",
             Better::Lower,
             cache,
-            "cudaMallocFromPoolAsync + cudaFreeAsync (StreamBuffer, retaining pool)",
+            "StreamBuffer (cudaMallocFromPoolAsync, retaining pool)",
             same_process(named(&ours, &format!("stream_buffer_retaining_nosync_pair_{size}"), "us"), input),
             "cache_pairs.jsonl",
         ));
@@ -186,7 +186,7 @@ pub fn thread_rows(input: &SectionInput) -> Vec<Row> {
             "M/s",
             Better::Higher,
             cache,
-            "cudaMallocFromPoolAsync + cudaFreeAsync (StreamBuffer, retaining pool)",
+            "StreamBuffer (cudaMallocFromPoolAsync, retaining pool)",
             same_process(million(named(&ours, &format!("stream_buffer_threads_{n}_1m"), "pairs_per_s")), input),
             "cache_pairs.jsonl",
         ));

@@ -6,7 +6,7 @@
 use super::Row;
 use std::fmt::Write;
 
-const WIDTH: f64 = 900.0;
+const WIDTH: f64 = 1000.0;
 const LEFT: f64 = 330.0;
 const BAR: f64 = 18.0;
 
@@ -99,7 +99,7 @@ fn threads(rows: &[Row]) -> Option<String> {
     let (lo, hi) =
         points.map(|(_, v)| v.log10()).fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
     let (lo, hi) = (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
-    let (x0, x1, y0, y1) = (80.0, WIDTH - 320.0, 440.0, 50.0);
+    let (x0, x1, y0, y1) = (80.0, WIDTH - 400.0, 440.0, 50.0);
     let x = |n: f64| x0 + (n.log2() / max_n.log2().max(1.0)) * (x1 - x0);
     let y = |v: f64| y0 - (v.log10() - lo) / (hi - lo) * (y0 - y1);
     let colours = ["#2b7bb9", "#d9822b", "#3a9e4a", "#b93b3b", "#7a52a8", "#8c6d31", "#555555"];
