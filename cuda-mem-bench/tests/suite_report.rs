@@ -165,6 +165,7 @@ fn the_report_is_written_with_results_plots_and_anchors() {
     let pair = rows.iter().find(|r| r["key"] == "device_cache_pair_1m").unwrap();
     assert_eq!((pair["cuda_mem"].as_f64(), pair["peer_value"].as_f64()), (Some(0.06), Some(0.6)));
     assert!((pair["ratio"].as_f64().unwrap() - 0.1).abs() < 1e-12);
+    assert!((pair["speedup"].as_f64().unwrap() - 10.0).abs() < 1e-9);
     assert_eq!(pair["peer_version"], "torch 2.11.0+cu130");
     let missing = rows.iter().find(|r| r["key"] == "device_cache_pair_1m_vs_rmm_arena").unwrap();
     assert!(missing["peer_value"].is_null() && missing["ratio"].is_null());

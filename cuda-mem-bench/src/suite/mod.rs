@@ -14,7 +14,8 @@
 //! say so and the report still builds.
 //!
 //! Ratios follow the wrapper report's convention: cuda-mem's cost over the peer's (time over
-//! time, or the peer's rate over cuda-mem's), so below 1 is cuda-mem ahead.
+//! time, or the peer's rate over cuda-mem's), so below 1 is cuda-mem ahead; `speedup` in
+//! `results.json` is its inverse.
 
 pub mod corpus;
 pub mod markdown;
@@ -84,6 +85,9 @@ impl Row {
             "peer": self.peer,
             "peer_value": self.peer_value,
             "ratio": self.ratio(),
+            // The same comparison the other way round (how many times cuda-mem is ahead), for
+            // docs that say "N× faster".
+            "speedup": self.ratio().map(|r| 1.0 / r),
             "peer_version": self.peer_version,
             "status": self.status,
             "source": self.source,
