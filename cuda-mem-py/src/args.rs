@@ -2,7 +2,7 @@
 //! `TypeError`, a wrong value `ValueError`, each with a message that names the argument.
 
 use crate::dtype;
-use cuda_mem::dlpack::DataType;
+use cuda_mem::dlpack::{DLDevice, DataType};
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyString};
@@ -101,6 +101,25 @@ pub(crate) fn device(device: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize
     match device.extract::<i64>() {
         Ok(n) if n >= 0 => Ok(Some(n as usize)),
         _ => Err(PyValueError::new_err(format!("device {}: ordinals are non-negative", device.repr()?))),
+    }
+}
+
+/// A DLPack `(device_type, device_id)` pair, each an int32.
+pub(crate) fn dl_device((device_type, device_id): (i64, i64)) -> PyResult<DLDevice> {
+    match (i32::try_from(device_type), i32::try_from(device_id)) {
+        (Ok(device_type), Ok(device_id)) => Ok(DLDevice { device_type, device_id }),
+        _ => Err(PyValueError::new_err(format!("dl_device ({device_type}, {device_id}): both are int32 values"))),
+    }
+}
+
+/// A byte value: an int in 0..=255.
+pub(crate) fn byte(value: &Bound<'_, PyAny>) -> PyResult<u8> {
+    if value.is_instance_of::<PyBool>() || !value.hasattr("__index__")? {
+        return Err(PyTypeError::new_err(format!("a byte value is an int, not {}", value.get_type().name()?)));
+    }
+    match value.extract::<i64>() {
+        Ok(n) if (0..=255).contains(&n) => Ok(n as u8),
+        _ => Err(PyValueError::new_err(format!("byte value {} is outside 0..=255", value.repr()?))),
     }
 }
 

@@ -332,7 +332,8 @@ impl Buffer {
     }
 
     /// Sets every byte to `value` (blocking).
-    fn fill_byte(&self, py: Python<'_>, value: u8) -> PyResult<()> {
+    fn fill_byte(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let value = args::byte(value)?;
         let alloc = &*self.alloc;
         py.detach(|| match &mut *alloc.lock() {
             Storage::Device(b) => b.as_mut_slice().set_bytes(value),
@@ -349,7 +350,8 @@ impl Buffer {
 
     /// Queues a fill of every byte with `value` on the stream of a pooled buffer and returns
     /// at once: pending work, which `__dlpack__(stream=...)` orders consumers after.
-    fn fill_byte_async(&self, value: u8) -> PyResult<()> {
+    fn fill_byte_async(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let value = args::byte(value)?;
         match &mut *self.alloc.lock() {
             Storage::Pooled(b) => b.set_bytes_async(value).map_err(to_py),
             _ => Err(PyValueError::new_err("only pooled buffers have a stream to queue work on")),
@@ -382,8 +384,8 @@ impl Buffer {
     /// The same buffer, reported to DLPack consumers as `(device_type, device_id)`: managed memory
     /// as `(2, ordinal)` (kDLCUDA) for consumers that do not know managed memory, pinned memory as
     /// `(1, 0)` (kDLCPU) for NumPy.
-    fn with_dl_device(&self, dl_device: (i32, i32)) -> PyResult<Buffer> {
-        let presented = DLDevice { device_type: dl_device.0, device_id: dl_device.1 };
+    fn with_dl_device(&self, dl_device: (i64, i64)) -> PyResult<Buffer> {
+        let presented = args::dl_device(dl_device)?;
         self.export()?.with_device(presented).map_err(to_py)?;
         Ok(Buffer { alloc: self.alloc.clone(), shape: self.shape.clone(), dtype: self.dtype, presented })
     }
@@ -428,16 +430,16 @@ impl Buffer {
         py: Python<'py>,
         stream: Option<i64>,
         max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
+        dl_device: Option<(i64, i64)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         if copy == Some(true) {
             return Err(PyBufferError::new_err("cuda_mem shares its memory; copy=True is not supported"));
         }
         let mut tensor = self.export()?;
-        if let Some((device_type, device_id)) = dl_device {
+        if let Some(dl_device) = dl_device {
             tensor = tensor
-                .with_device(DLDevice { device_type, device_id })
+                .with_device(args::dl_device(dl_device)?)
                 .map_err(|err| PyBufferError::new_err(err.to_string()))?;
         }
         let device_type = tensor.device().device_type;

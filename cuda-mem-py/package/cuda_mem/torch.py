@@ -85,7 +85,11 @@ class Allocator:
 
     def select_backend(self, backend):
         """Chooses the memory behind the allocator ("cache", "cache-compact" or "pool"); only before the first
-        allocation."""
+        allocation. Another name raises ValueError."""
+        if not isinstance(backend, str):
+            raise TypeError(f"backend is a str ({', '.join(BACKENDS)}), not {type(backend).__name__}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}: use {', '.join(map(repr, BACKENDS))}")
         self._check(self.lib.cuda_mem_torch_select_backend(backend.encode()), "cuda_mem_torch_select_backend")
         self.backend = backend
 
@@ -143,7 +147,7 @@ class Allocator:
         counts, the limit (None when unlimited), and requests served from cached memory, requests
         that took new memory, and segments held (the last three 0 for the pool backend)."""
         values = (ctypes.c_uint64 * len(FIELDS))()
-        self._check(self.lib.cuda_mem_torch_stats(device, values, len(FIELDS)), "cuda_mem_torch_stats")
+        self._check(self.lib.cuda_mem_torch_stats(_ordinal(device), values, len(FIELDS)), "cuda_mem_torch_stats")
         stats = dict(zip(FIELDS, values))
         stats["limit"] = None if stats["limit"] == NO_LIMIT else stats["limit"]
         return stats
@@ -156,7 +160,7 @@ class Allocator:
         size = 4096
         while True:
             buffer = ctypes.create_string_buffer(size)
-            n = self.lib.cuda_mem_torch_memory_stats(device, buffer, size)
+            n = self.lib.cuda_mem_torch_memory_stats(_ordinal(device), buffer, size)
             if n < 0:
                 raise RuntimeError(f"cuda_mem_torch_memory_stats: {self.last_error()}")
             if n < size:
@@ -167,20 +171,20 @@ class Allocator:
     def set_limit(self, device, nbytes):
         """Refuses allocations that would take the device's allocated bytes above `nbytes`
         (None: no limit)."""
-        limit = NO_LIMIT if nbytes is None else int(nbytes)
-        self._check(self.lib.cuda_mem_torch_set_limit(device, limit), "cuda_mem_torch_set_limit")
+        limit = NO_LIMIT if nbytes is None else _non_negative(nbytes, "the limit")
+        self._check(self.lib.cuda_mem_torch_set_limit(_ordinal(device), limit), "cuda_mem_torch_set_limit")
 
     def reset_peaks(self, device=0):
-        self._check(self.lib.cuda_mem_torch_reset_peaks(device), "cuda_mem_torch_reset_peaks")
+        self._check(self.lib.cuda_mem_torch_reset_peaks(_ordinal(device)), "cuda_mem_torch_reset_peaks")
 
     def empty_cache(self, device=0):
         """Returns the device's cached memory that no tensor uses to the driver (waits for the
         work that last used it)."""
-        self._check(self.lib.cuda_mem_torch_empty_cache(device), "cuda_mem_torch_empty_cache")
+        self._check(self.lib.cuda_mem_torch_empty_cache(_ordinal(device)), "cuda_mem_torch_empty_cache")
 
     def record_history(self, device=0, max_entries=100_000):
         """Records the device's last `max_entries` allocations and frees (0 stops)."""
-        self._check(self.lib.cuda_mem_torch_record_history(device, max_entries), "cuda_mem_torch_record_history")
+        self._check(self.lib.cuda_mem_torch_record_history(_ordinal(device), _non_negative(max_entries, "max_entries")), "cuda_mem_torch_record_history")
 
     def snapshot(self, path):
         """Writes a snapshot (live allocations since recording began, and the trace) in the
@@ -195,6 +199,24 @@ class Allocator:
 
 
 _installed = None
+
+
+def _non_negative(value, what):
+    """`value` as a non-negative int (ctypes would wrap a negative one), else TypeError/ValueError."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{what} is an int, not {type(value).__name__}")
+    value = value.__index__()
+    if value < 0 or value >= 1 << 64:
+        raise ValueError(f"{what} must be a non-negative 64-bit integer (got {value})")
+    return value
+
+
+def _ordinal(device):
+    """A device ordinal, checked as cuda_mem's functions check theirs."""
+    value = _non_negative(device, "device")
+    if value > 0x7FFFFFFF:
+        raise ValueError(f"device {value}: no such ordinal")
+    return value
 
 
 def _conf_backend():

@@ -139,6 +139,8 @@ def test_empty_allocates_every_kind_with_its_shape():
         buf.write(bytes(range(96)))
         assert buf.read() == bytes(range(96))
     assert cuda_mem.empty(0).nbytes == 0
+    raises(ValueError, buf.fill_byte, 256, match="byte value 256 is outside 0..=255")
+    raises(TypeError, buf.fill_byte, "7", match="a byte value is an int, not str")
 
 
 def test_a_view_of_a_pooled_buffer_waits_for_its_stream():

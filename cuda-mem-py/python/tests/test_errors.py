@@ -100,3 +100,17 @@ def test_the_type_stubs_name_what_the_module_has():
         body = text.split(f"class {cls}")[1].split("\nclass ")[0].split("\ndef ")[0]
         for member in re.findall(r"def (\w+)", body):
             assert hasattr(getattr(cuda_mem, cls), member), f"{cls}.{member}"
+
+
+def test_the_allocators_controls_refuse_bad_arguments_before_the_library_sees_them():
+    import cuda_mem.torch
+
+    allocator = cuda_mem.torch.Allocator()             # loads the library; needs no GPU
+    raises(ValueError, allocator.select_backend, "fast", match="unknown backend 'fast': use 'cache', 'cache-compact', 'pool'")
+    raises(TypeError, allocator.select_backend, 3, match="backend is a str")
+    raises(ValueError, allocator.set_limit, 0, -1, match="the limit must be a non-negative 64-bit integer (got -1)")
+    raises(ValueError, allocator.set_limit, 0, 1 << 64, match="non-negative 64-bit")
+    raises(TypeError, allocator.set_limit, 0, 1.5, match="the limit is an int, not float")
+    raises(ValueError, allocator.stats, -1, match="device must be a non-negative")
+    raises(TypeError, allocator.empty_cache, "0", match="device is an int, not str")
+    raises(ValueError, allocator.record_history, 0, -5, match="max_entries must be a non-negative")
