@@ -102,6 +102,12 @@ fn live_headers() -> MutexGuard<'static, BTreeSet<usize>> {
     LIVE_HEADERS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// True while the export whose header is at `context` is live (for tests of the set).
+#[cfg(test)]
+pub(crate) fn is_live_export(context: usize) -> bool {
+    live_headers().contains(&context)
+}
+
 /// Frees the `Context<K>` starting at `header`.
 ///
 /// # Safety

@@ -59,6 +59,33 @@ fn dropping_an_export_runs_its_deleter_once() {
 }
 
 #[test]
+fn raw_exports_are_recognised_by_the_import_and_released_once() {
+    let mut bytes = [0u8; 16];
+    let (tensor, drops) = export_over(&mut bytes, CUDA0);
+    let raw = tensor.into_raw();
+    // SAFETY: a live export, read only.
+    let context = unsafe { (*raw).manager_ctx } as usize;
+    assert!(super::export::is_live_export(context));
+    // Its own import finds it (no producer stream: the memory has none) and releases it once.
+    // SAFETY: our export, handed over once.
+    let import = unsafe { DlpackImport::from_raw(raw) }.unwrap();
+    assert!(import.producer().is_none());
+    drop(import);
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+    // (Whether the address left the set is not asserted: another test's export may take the
+    // freed address at once.)
+    // The legacy struct too.
+    let (tensor, drops) = export_over(&mut bytes, CUDA0);
+    let raw = tensor.into_raw_legacy().unwrap();
+    // SAFETY: a live export, read only.
+    let context = unsafe { (*raw).manager_ctx } as usize;
+    assert!(super::export::is_live_export(context));
+    // SAFETY: our export, handed over once.
+    drop(unsafe { DlpackImport::from_raw_legacy(raw) }.unwrap());
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+}
+
+#[test]
 fn a_raw_export_is_freed_by_the_consumers_deleter_call() {
     let mut bytes = [0u8; 16];
     let (tensor, drops) = export_over(&mut bytes, CUDA0);
