@@ -208,9 +208,14 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let path = out.join(format!("{}.cmwl", workload.name));
         format::write(workload, &mut std::io::BufWriter::new(std::fs::File::create(&path)?))?;
         let segments = Config { expandable_segments: false, ..Config::default() };
-        for (name, config) in
-            [("default", Config::default()), ("throughput", Config::throughput()), ("segments", segments)]
-        {
+        let front_unbounded = Config { front_max_block: usize::MAX, ..Config::default() };
+        let configs = [
+            ("default", Config::default()),
+            ("throughput", Config::throughput()),
+            ("segments", segments),
+            ("front_unbounded", front_unbounded),
+        ];
+        for (name, config) in configs {
             let cache = Cache(DeviceCache::with_config(device, config)?);
             report(workload, &format!("cuda_mem_cache_{name}"), name, replay(&cache, workload));
         }

@@ -9,7 +9,7 @@
 //! `DeviceCache`, `torch_caching_host_pair_*`, `CachingHostAllocator` allocate + free, for
 //! `PinnedPool`).
 //!
-//! `cargo run --release -p cuda-mem --example cache_pairs [-- --pairs K --threads 1,2,4,8 --only pairs|threads]`
+//! `cargo run --release -p cuda-mem --example cache_pairs [-- --pairs K --threads 1,2,4,8 --only pairs|threads --front-max-block BYTES]`
 //! (`--only` runs one part: the bench's `cache` and `threads` sections each run one).
 
 use cuda_mem::{Device, DeviceCache, HostAllocFlags, MemPool, PinnedPool, Result, Stream, StreamBuffer};
@@ -117,7 +117,18 @@ fn main() -> Result<()> {
     let (run_pairs, run_threads) = (only.as_deref() != Some("threads"), only.as_deref() != Some("pairs"));
 
     let device = Device::current()?;
-    let cache = DeviceCache::for_device(device)?;
+    // `--front-max-block BYTES`: the cache with another `Config::front_max_block` than the default.
+    let cache = match value("--front-max-block").map(|v| v.parse::<usize>()) {
+        None => DeviceCache::for_device(device)?,
+        Some(Ok(front_max_block)) => {
+            let config = cuda_mem::caching::Config { front_max_block, ..Default::default() };
+            &*Box::leak(Box::new(DeviceCache::with_config(device, config)?))
+        }
+        Some(Err(_)) => {
+            eprintln!("cache_pairs: --front-max-block takes a number of bytes");
+            std::process::exit(2);
+        }
+    };
     let pool = MemPool::retaining(device)?;
     let pinned = PinnedPool::new(HostAllocFlags::empty());
     let stream = Stream::non_blocking()?;

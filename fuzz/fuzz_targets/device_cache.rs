@@ -168,6 +168,7 @@ fuzz_target!(|input: Input| {
         granularity: 16 * KIB,
         front_depth: usize::from(input.depth % 5),
         front_max_bytes: 256 * KIB,
+        front_max_block: usize::MAX,
         cross_stream_waits: input.cross_stream_waits,
         small_segment_divisor: if input.thrift & 1 != 0 { 4 } else { 0 },
         small_fit_divisor: if input.thrift & 2 != 0 { 8 } else { 0 },

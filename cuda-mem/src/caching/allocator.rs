@@ -73,7 +73,11 @@ impl<B: Backend> CachingAllocator<B> {
     /// An empty cache over `backend`. Makes no backend call.
     pub fn new(backend: B, config: Config) -> Result<Self> {
         config.check().map_err(|why| CudaError::new(ErrorKind::InvalidArgument(why), "CachingAllocator::new"))?;
-        let limits = FrontLimits { depth: config.front_depth, max_bytes: config.front_max_bytes };
+        let limits = FrontLimits {
+            depth: config.front_depth,
+            max_bytes: config.front_max_bytes,
+            max_block: config.front_max_block,
+        };
         let shared = Shared {
             id: thread_cache::next_owner_id(),
             backend,

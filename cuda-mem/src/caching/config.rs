@@ -53,6 +53,14 @@ pub struct Config {
     pub front_depth: usize,
     /// Bytes each thread may keep in its front cache (per allocator).
     pub front_max_bytes: usize,
+    /// Blocks larger than this skip the front caches and return to the core at once, where they
+    /// merge with their free neighbours: a parked block stays whole, and parked large blocks of
+    /// sizes that do not come back keep the space around them from serving other sizes. The
+    /// default, the small pool's largest class, keeps the front caches for the small blocks that
+    /// come and go most; on the corpus over the fake backend, parking large blocks too raised the
+    /// serving replay's reserve from 1.042 to 1.083 times live and tripled the recorded training
+    /// trace's misses.
+    pub front_max_block: usize,
     /// When a stream finds no free memory of its own but another stream has a free segment whose
     /// last use has not been seen completing, the stream waits for it on the device
     /// (`cudaStreamWaitEvent`) rather than growing the cache.
@@ -85,6 +93,7 @@ impl Default for Config {
             large_fit_slack: 2 << 20,
             front_depth: 8,
             front_max_bytes: 256 << 20,
+            front_max_block: 1 << 20,
             cross_stream_waits: true,
             release_idle_on_miss: true,
             expandable_segments: true,

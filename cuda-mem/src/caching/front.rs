@@ -42,6 +42,8 @@ struct Bin {
 pub(super) struct FrontLimits {
     pub depth: usize,
     pub max_bytes: usize,
+    /// Larger blocks go straight back to the core.
+    pub max_block: usize,
 }
 
 #[derive(Default)]
@@ -126,7 +128,7 @@ impl ThreadCache {
         let mut front = self.front.lock();
         let front = &mut *front;
         front.counters.free(bytes, requested);
-        let fits = front.parked_bytes + bytes <= limits.max_bytes;
+        let fits = bytes <= limits.max_block && front.parked_bytes + bytes <= limits.max_bytes;
         let bin = front.bin(key, limits.depth);
         bin.counts.frees += 1;
         if fits && bin.parked.len() < limits.depth {

@@ -32,6 +32,7 @@ fn config() -> Config {
         granularity: 16 * KIB,
         front_depth: 4,
         front_max_bytes: 1 << 20,
+        front_max_block: usize::MAX,
         cross_stream_waits: true,
         small_segment_divisor: 0,
         small_fit_divisor: 0,

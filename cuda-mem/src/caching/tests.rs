@@ -23,6 +23,7 @@ fn small_config() -> Config {
         granularity: 16 * KIB,
         front_depth: 4,
         front_max_bytes: 1 << 20,
+        front_max_block: usize::MAX,
         cross_stream_waits: false,
         small_segment_divisor: 0,
         small_fit_divisor: 0,
@@ -621,4 +622,20 @@ fn the_fake_backend_models_streams_and_fences() {
     unsafe { backend.release(segment, 4096) };
     assert_eq!(backend.take_released(), [(segment.as_ptr().addr(), 4096)]);
     assert_eq!(backend.reserved(), 0);
+}
+
+#[test]
+fn blocks_above_the_front_limit_return_to_the_core_at_once() {
+    let (cache, _backend) = allocator(Config { front_max_block: 8 * KIB, ..small_config() });
+    let small = cache.alloc(8 * KIB, &S).unwrap();
+    let large = cache.alloc(16 * KIB, &S).unwrap();
+    free(&cache, small);
+    free(&cache, large);
+    let before = cache.stats();
+    assert_eq!(before.parked_bytes, 8 * KIB, "only the small block parks: {before:?}");
+    let again = cache.alloc(16 * KIB, &S).unwrap();
+    let stats = cache.stats();
+    assert_eq!((stats.front_hits, stats.core_hits), (0, before.core_hits + 1), "from the core: {stats:?}");
+    free(&cache, again);
+    cache.check_invariants();
 }
