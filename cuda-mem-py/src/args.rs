@@ -86,22 +86,64 @@ pub(crate) fn dtype(dtype: &Bound<'_, PyAny>) -> PyResult<DataType> {
     }
 }
 
-/// A device ordinal: a non-negative int.
+/// A CUDA device: an ordinal (a non-negative int), `"cuda"` (the current device) or
+/// `"cuda:N"`, a `torch.device` of type `"cuda"`, or a CuPy or JAX GPU device (their `id`).
+/// `None` means the current device.
 pub(crate) fn device(device: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> {
     let Some(device) = device else { return Ok(None) };
     if device.is_none() {
         return Ok(None);
     }
-    if device.is_instance_of::<PyBool>() || !device.hasattr("__index__")? {
-        return Err(PyTypeError::new_err(format!(
-            "device is an int (a CUDA device ordinal), not {}",
-            device.get_type().name()?
-        )));
+    if device.is_instance_of::<PyBool>() {
+        return Err(not_a_device(device));
     }
-    match device.extract::<i64>() {
+    if device.hasattr("__index__")? {
+        return ordinal(device);
+    }
+    if let Ok(name) = device.cast::<PyString>() {
+        return match name.to_cow()?.as_ref() {
+            "cuda" => Ok(None),
+            text => match text.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(n)) => Ok(Some(n)),
+                _ => Err(PyValueError::new_err(format!("device {text:?}: use \"cuda\", \"cuda:N\" or an ordinal"))),
+            },
+        };
+    }
+    // torch.device: `type` and `index` (None: the current device).
+    if let (Ok(kind), Ok(index)) = (device.getattr("type"), device.getattr("index"))
+        && let Ok(kind) = kind.extract::<String>()
+    {
+        if kind != "cuda" {
+            return Err(PyValueError::new_err(format!("device {}: not a CUDA device", device.repr()?)));
+        }
+        return if index.is_none() { Ok(None) } else { ordinal(&index) };
+    }
+    // CuPy's `cupy.cuda.Device` and JAX's devices: `id` (JAX's also say their `platform`).
+    if let Ok(id) = device.getattr("id") {
+        if let Ok(platform) = device.getattr("platform")
+            && platform.extract::<String>().is_ok_and(|p| p != "gpu" && p != "cuda")
+        {
+            return Err(PyValueError::new_err(format!("device {}: not a CUDA device", device.repr()?)));
+        }
+        if id.hasattr("__index__")? && !id.is_instance_of::<PyBool>() {
+            return ordinal(&id);
+        }
+    }
+    Err(not_a_device(device))
+}
+
+fn ordinal(value: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    match value.extract::<i64>() {
         Ok(n) if n >= 0 => Ok(Some(n as usize)),
-        _ => Err(PyValueError::new_err(format!("device {}: ordinals are non-negative", device.repr()?))),
+        _ => Err(PyValueError::new_err(format!("device {}: ordinals are non-negative", value.repr()?))),
     }
+}
+
+fn not_a_device(device: &Bound<'_, PyAny>) -> PyErr {
+    let type_name = device.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+    PyTypeError::new_err(format!(
+        "device is an ordinal (int), \"cuda\" or \"cuda:N\", a torch.device or a CuPy/JAX device, not {type_name}"
+    ))
 }
 
 /// A DLPack `(device_type, device_id)` pair, each an int32.

@@ -113,6 +113,7 @@ fn new_buffer(
     stream: Option<&Stream>,
     contents: Contents,
 ) -> PyResult<Buffer> {
+    let device = args::device(device)?;
     let shape = args::shape(shape)?;
     let dtype = dtype.map(args::dtype).transpose()?.unwrap_or(DataType::F32);
     let nbytes = dtype::bytes(&shape, dtype)?;
@@ -121,7 +122,6 @@ fn new_buffer(
         return Err(PyValueError::new_err(format!("shape {shape:?}: {nbytes} bytes are more than int64 can count")));
     }
     let kind = args::kind(kind)?;
-    let device = args::device(device)?;
     if stream.is_some() && kind != "pooled" {
         return Err(PyValueError::new_err(format!("stream= is for pooled buffers, not {kind} ones")));
     }

@@ -7,6 +7,8 @@ _Shape = Union[SupportsIndex, Sequence[SupportsIndex]]
 _DType = Any
 _Kind = Literal["device", "managed", "pinned", "pooled"]
 _Data = Union[bytes, bytearray]
+# An ordinal, "cuda" or "cuda:N", a torch.device, or a CuPy or JAX GPU device.
+_Device = Any
 
 __version__: str
 
@@ -14,7 +16,7 @@ class CudaRuntimeError(RuntimeError): ...
 class NoDriverError(CudaRuntimeError): ...
 
 class Stream:
-    def __init__(self, device: Optional[SupportsIndex] = None) -> None: ...
+    def __init__(self, device: Optional[_Device] = None) -> None: ...
     @property
     def handle(self) -> int: ...
     @property
@@ -80,14 +82,14 @@ def zeros(
     shape: _Shape,
     dtype: _DType = "float32",
     kind: _Kind = "device",
-    device: Optional[SupportsIndex] = None,
+    device: Optional[_Device] = None,
     stream: Optional[Stream] = None,
 ) -> Buffer: ...
 def empty(
     shape: _Shape,
     dtype: _DType = "float32",
     kind: _Kind = "device",
-    device: Optional[SupportsIndex] = None,
+    device: Optional[_Device] = None,
     stream: Optional[Stream] = None,
 ) -> Buffer: ...
 def from_bytes(
@@ -95,7 +97,7 @@ def from_bytes(
     dtype: _DType = "uint8",
     shape: Optional[_Shape] = None,
     kind: _Kind = "device",
-    device: Optional[SupportsIndex] = None,
+    device: Optional[_Device] = None,
     stream: Optional[Stream] = None,
 ) -> Buffer: ...
 def from_dlpack(
@@ -103,8 +105,8 @@ def from_dlpack(
     *,
     stream: Optional[int] = None,
     dtype: Optional[_DType] = None,
-    device: Optional[SupportsIndex] = None,
+    device: Optional[_Device] = None,
 ) -> View: ...
 def device_count() -> int: ...
-def synchronize(device: Optional[SupportsIndex] = None) -> None: ...
-def pool_stats(device: Optional[SupportsIndex] = None) -> dict[str, int]: ...
+def synchronize(device: Optional[_Device] = None) -> None: ...
+def pool_stats(device: Optional[_Device] = None) -> dict[str, int]: ...

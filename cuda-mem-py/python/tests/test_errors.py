@@ -40,12 +40,35 @@ def test_bad_dtypes_kinds_devices_and_streams_are_refused_before_any_cuda_call()
     raises(ValueError, cuda_mem.zeros, 4, dtype=5, match="unknown dtype")
     raises(ValueError, cuda_mem.zeros, 4, kind="texture", match='unknown kind "texture"')
     raises(ValueError, cuda_mem.zeros, 4, device=-1, match="ordinals are non-negative")
-    raises(TypeError, cuda_mem.zeros, 4, device="cuda:0", match="device is an int")
+    raises(TypeError, cuda_mem.zeros, 4, device=1.0, match="device is an ordinal (int)")
+    raises(TypeError, cuda_mem.zeros, 4, device=True, match="not bool")
+    raises(ValueError, cuda_mem.zeros, 4, device="cuda:x", match='use "cuda", "cuda:N" or an ordinal')
+    raises(ValueError, cuda_mem.zeros, 4, device="cpu", match='use "cuda"')
     raises(ValueError, cuda_mem.empty, -5, "float99", match="non-negative")
     raises(TypeError, cuda_mem.from_bytes, "text", match="expected bytes or bytearray, not str")
     raises(ValueError, cuda_mem.from_bytes, b"abc", "float32", match="3 bytes are not whole float32 elements")
     raises(TypeError, cuda_mem.from_dlpack, object(), match="DLPack capsule")
     raises(ValueError, cuda_mem.synchronize, -2, match="ordinals are non-negative")
+
+
+def test_devices_may_be_named_as_pytorch_cupy_and_jax_do():
+    class TorchDevice:
+        def __init__(self, type_, index):
+            self.type, self.index = type_, index
+
+    class JaxDevice:
+        def __init__(self, id_, platform):
+            self.id, self.platform = id_, platform
+
+    class CupyDevice:
+        id = 0
+
+    # Each is accepted as a device: the shape (checked after the device) is what fails.
+    for device in ("cuda", "cuda:0", TorchDevice("cuda", 0), TorchDevice("cuda", None), JaxDevice(0, "gpu"), CupyDevice()):
+        raises(ValueError, cuda_mem.zeros, -1, device=device, match="non-negative (got -1)")
+    raises(ValueError, cuda_mem.zeros, 1, device=TorchDevice("cpu", None), match="not a CUDA device")
+    raises(ValueError, cuda_mem.zeros, 1, device=JaxDevice(0, "cpu"), match="not a CUDA device")
+    raises(ValueError, cuda_mem.zeros, 1, device=TorchDevice("cuda", -1), match="ordinals are non-negative")
 
 
 def test_dtypes_may_be_named_by_numpy_and_torch_objects():
