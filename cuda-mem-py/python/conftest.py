@@ -1,4 +1,5 @@
-"""pytest setup: the module (cuda_mem.abi3.so) and the tests' helpers sit beside this file."""
+"""pytest setup: the tests' helpers (tests/) and, in the bundle, the built `cuda_mem` package sit
+beside this file; in a source checkout the installed wheel's package is tested."""
 import os
 import sys
 

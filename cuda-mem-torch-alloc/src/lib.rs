@@ -1,7 +1,8 @@
 //! A PyTorch CUDA allocator backed by cuda-mem: the functions
 //! `torch.cuda.memory.CUDAPluggableAllocator(path, "cuda_mem_torch_alloc", "cuda_mem_torch_free")`
 //! loads, with statistics and a limit read and set through more exported functions (ctypes;
-//! `python/cuda_mem_torch.py` in the bundle wraps them).
+//! `cuda_mem.torch` in the `cuda-mem` wheel wraps them for PyTorch, `cuda_mem.cupy` for CuPy:
+//! `cuda-mem-py/package/cuda_mem/`).
 //!
 //! Each device gets a device caching allocator of its own (cuda-mem's `DeviceCache`, behind the
 //! [`Backend`] trait as [`CacheBackend`]): blocks cached per stream, reused on PyTorch's stream
