@@ -158,9 +158,11 @@ pub fn with_tables(doc: &str, tag: &str, tables: &str) -> Option<String> {
 }
 
 /// The committed results the doc quotes, relative to the workspace root, with their markers' tags:
-/// the corpus in one device call, and the PyTorch training loop with its recorded trace in another.
-pub const RESULTS: [(&str, &str); 2] =
-    [("docs/bench/2026-12-03-h200/workloads", ""), ("docs/bench/2026-12-03-h200/workloads-training", "training")];
+/// the corpus, and the PyTorch training loop with its recorded trace (one device call, two folders).
+pub const RESULTS: [(&str, &str); 2] = [
+    ("docs/bench/2026-12-03-h200/workloads-pages", ""),
+    ("docs/bench/2026-12-03-h200/workloads-pages-training", "training"),
+];
 
 #[cfg(test)]
 mod tests {

@@ -168,7 +168,7 @@ impl<F> Arena<F> {
             .flat_map(|list| list.iter().map(|&(_, id)| id))
             .filter_map(|id| self.interior(id))
             .collect();
-        runs.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes));
+        runs.sort_unstable_by_key(|run| std::cmp::Reverse(run.bytes));
         runs
     }
 
