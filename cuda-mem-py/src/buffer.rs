@@ -69,7 +69,10 @@ pub(crate) struct Buffer {
 
 /// Allocates a zeroed buffer.
 #[pyfunction]
-#[pyo3(signature = (shape, dtype=None, kind="device", device=None, stream=None))]
+#[pyo3(
+    signature = (shape, dtype=None, kind="device", device=None, stream=None),
+    text_signature = "(shape, dtype='float32', kind='device', device=None, stream=None)"
+)]
 pub(crate) fn zeros(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
@@ -84,7 +87,10 @@ pub(crate) fn zeros(
 /// Allocates a buffer without initialising it (device, managed and pooled memory hold whatever
 /// they held before; pinned memory is zeroed, as host memory must be initialised to be read).
 #[pyfunction]
-#[pyo3(signature = (shape, dtype=None, kind="device", device=None, stream=None))]
+#[pyo3(
+    signature = (shape, dtype=None, kind="device", device=None, stream=None),
+    text_signature = "(shape, dtype='float32', kind='device', device=None, stream=None)"
+)]
 pub(crate) fn empty(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
@@ -144,7 +150,10 @@ fn new_buffer(
 /// Allocates a buffer holding a copy of `data` (`bytes` or `bytearray`), 1-D unless `shape` is
 /// given.
 #[pyfunction]
-#[pyo3(signature = (data, dtype=None, shape=None, kind="device", device=None, stream=None))]
+#[pyo3(
+    signature = (data, dtype=None, shape=None, kind="device", device=None, stream=None),
+    text_signature = "(data, dtype='uint8', shape=None, kind='device', device=None, stream=None)"
+)]
 pub(crate) fn from_bytes(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,

@@ -1,6 +1,6 @@
 # Type stubs of the extension module `cuda_mem._cuda_mem` (written by hand from cuda-mem-py/src;
 # the Python tests check that every name here exists).
-from typing import Any, Literal, Optional, Sequence, SupportsIndex, Union
+from typing import Any, Literal, Optional, Sequence, SupportsIndex, Union, final
 
 _Shape = Union[SupportsIndex, Sequence[SupportsIndex]]
 # A name ("float32", "bfloat16", ...), a NumPy dtype or scalar type, or a PyTorch dtype.
@@ -10,19 +10,36 @@ _Data = Union[bytes, bytearray]
 # An ordinal, "cuda" or "cuda:N", a torch.device, or a CuPy or JAX GPU device.
 _Device = Any
 
+__all__ = [
+    "Buffer",
+    "CudaRuntimeError",
+    "NoDriverError",
+    "Stream",
+    "View",
+    "__version__",
+    "device_count",
+    "empty",
+    "from_bytes",
+    "from_dlpack",
+    "pool_stats",
+    "synchronize",
+    "zeros",
+]
 __version__: str
 
 class CudaRuntimeError(RuntimeError): ...
 class NoDriverError(CudaRuntimeError): ...
 
+@final
 class Stream:
-    def __init__(self, device: Optional[_Device] = None) -> None: ...
+    def __new__(cls, device: Optional[_Device] = None) -> Stream: ...
     @property
     def handle(self) -> int: ...
     @property
     def device(self) -> int: ...
     def synchronize(self) -> None: ...
 
+@final
 class Buffer:
     @property
     def shape(self) -> tuple[int, ...]: ...
@@ -57,6 +74,7 @@ class Buffer:
         copy: Optional[bool] = None,
     ) -> Any: ...
 
+@final
 class View:
     @property
     def shape(self) -> tuple[int, ...]: ...
