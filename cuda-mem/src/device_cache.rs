@@ -50,8 +50,19 @@ impl CudaSegments {
 ///   another device reading a block faults. For memory other devices use, build the cache with
 ///   `Config { expandable_segments: false, .. }` (segments from `cudaMalloc`, which peer access
 ///   covers) or use [`DeviceBuffer`](crate::DeviceBuffer).
-/// - **IPC** (`cudaIpcGetMemHandle`) refuses mapped pages with a runtime error; export
-///   `DeviceBuffer`s or a pool made for IPC instead ([`crate::ipc`]).
+/// - **IPC**: a cached block has no export (`cudaIpcGetMemHandle` would refuse mapped pages, and
+///   a block's segment outlives it anyway): export `DeviceBuffer`s or a pool made for IPC
+///   ([`crate::ipc`]). The compiler says so:
+///
+/// ```compile_fail,E0599
+/// # fn main() -> Result<(), cuda_mem::CudaError> {
+/// use cuda_mem::{Device, DeviceCache, Stream};
+/// let cache = DeviceCache::new(Device::current()?)?;
+/// let stream = Stream::non_blocking()?;
+/// let block = cache.zeroed::<u8>(&stream, 1024)?;
+/// let _ = block.export_ipc();
+/// # Ok(()) }
+/// ```
 /// - **CUDA graphs** capture kernels on blocks like any memory; graphs' private pools
 ///   ([`GraphPool`]) take their segments from `cudaMalloc` and are unaffected.
 /// - **NCCL** registers and uses mapped memory as it does PyTorch's expandable segments.
