@@ -248,7 +248,8 @@ impl FakeBackend {
 
     /// Bytes in live segments and mapped pages.
     pub fn reserved(&self) -> usize {
-        self.state().segment_bytes() + self.mapped_bytes()
+        let state = self.state();
+        state.segment_bytes() + self.page.map_or(0, |page| state.mapped_bytes(page))
     }
 
     /// Live segments as (address, bytes).
