@@ -79,29 +79,41 @@ fn newest_glibc_minor(objdump: &str) -> u32 {
 
 /// Installs `wheel` into a fresh virtual environment under `target/wheel-check` and, with that
 /// environment's Python, imports the package and runs the Python tests from the source tree
-/// (which holds no package: they import the installed one). Without a GPU, every CUDA call must
-/// fail with `cuda_mem.NoDriverError` or `CudaRuntimeError`, which the import check asserts.
+/// (which holds no package: they import the installed one), after mypy's `stubtest` has checked
+/// the type stubs against the extension. Without a GPU, every CUDA call must fail with
+/// `cuda_mem.NoDriverError` or `CudaRuntimeError`, which the import check asserts.
 pub fn check_installed(wheel: &Path) -> Result {
     let venv = util::target_dir().join("wheel-check");
     let _ = std::fs::remove_dir_all(&venv);
     let python = venv.join("bin").join("python");
-    if util::run(Command::new("python3").args(["-m", "venv"]).arg(&venv)).is_ok() {
-        util::run(Command::new(&python).args(PIP_INSTALL).arg(wheel))?;
-    } else {
-        // Debian's python3 without python3-venv has no ensurepip: an environment without pip,
-        // filled by the system's pip.
+    // pip inside the environment, or (Debian's python3 without python3-venv has no ensurepip) an
+    // environment without pip, filled by the system's pip.
+    let own_pip = util::run(Command::new("python3").args(["-m", "venv"]).arg(&venv)).is_ok();
+    if !own_pip {
         let _ = std::fs::remove_dir_all(&venv);
         util::run(Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv))?;
-        util::run(
-            Command::new("python3").args(["-m", "pip", "--python"]).arg(&python).args(&PIP_INSTALL[2..]).arg(wheel),
-        )?;
     }
-    let tests = util::workspace_root().join("cuda-mem-py").join("python");
+    let install = |what: &std::ffi::OsStr| {
+        let mut pip = if own_pip { Command::new(&python) } else { Command::new("python3") };
+        pip.args(["-m", "pip"]);
+        if !own_pip {
+            pip.arg("--python").arg(&python);
+        }
+        util::run(pip.args(["install", "--quiet", "--disable-pip-version-check", "--no-input"]).arg(what))
+    };
+    install(wheel.as_os_str())?;
     util::run(Command::new(&python).args(["-c", IMPORT_CHECK]).current_dir(std::env::temp_dir()))?;
+    // The type stubs against the built extension: every name, signature and default.
+    install(MYPY.as_ref())?;
+    util::run(
+        Command::new(&python).args(["-m", "mypy.stubtest", "cuda_mem._cuda_mem"]).current_dir(std::env::temp_dir()),
+    )?;
+    let tests = util::workspace_root().join("cuda-mem-py").join("python");
     util::run(Command::new(&python).arg(tests.join("run_tests.py")).current_dir(&tests))
 }
 
-const PIP_INSTALL: &[&str] = &["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input"];
+/// mypy for its `stubtest`, pinned: a newer release may check more and fail a commit that passed.
+const MYPY: &str = "mypy==2.4.1";
 
 /// What a new user's first lines do, checked: the package, the allocator's library inside it,
 /// the former module name, and either a GPU or an error that says there is none.
