@@ -74,6 +74,7 @@ pub(crate) unsafe fn copy(dst: *mut c_void, src: *const c_void, bytes: usize, di
 /// Each of the `height` rows is readable at `src + row * spitch` and writable at
 /// `dst + row * dpitch` for `width` bytes, on the sides `direction` names, and nothing else
 /// writes the destination rows during the call.
+#[cfg(feature = "dlpack")] // only strided DLPack imports use it
 pub(crate) unsafe fn copy_2d(
     dst: *mut c_void,
     dpitch: usize,
