@@ -111,10 +111,7 @@ mod tests {
 
         /// Runs `./run ARGS`: whether it succeeded, and its output.
         fn run(&self, args: &[&str]) -> (bool, String) {
-            let path = std::env::join_paths(
-                std::iter::once(self.dir.join("bin")).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
-            )
-            .unwrap();
+            let path = crate::bundle::path_with_first(&self.dir.join("bin"));
             let output = Command::new(self.dir.join("run"))
                 .args(args)
                 .env("PATH", path)

@@ -306,6 +306,13 @@ esac
 exit $fail
 "#;
 
+/// `PATH` with `dir` searched first: the tests' stand-ins for the GPU host's programs.
+#[cfg(test)]
+pub(crate) fn path_with_first(dir: &Path) -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(dir.to_path_buf()).chain(std::env::split_paths(&path))).expect("a valid PATH")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,10 +420,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
         fn run_with_output(&self, args: &[&str], fail: &str) -> (bool, Vec<String>, String) {
             let log = self.dir.join("log");
             let _ = std::fs::remove_file(&log);
-            let path = std::env::join_paths(
-                std::iter::once(self.dir.join("bin")).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
-            )
-            .unwrap();
+            let path = crate::bundle::path_with_first(&self.dir.join("bin"));
             let output = Command::new(self.dir.join("run"))
                 .args(args)
                 .env("PATH", path)
