@@ -174,30 +174,42 @@ impl<F> Arena<F> {
 
     /// Adds a new segment owned by `owner`, as one free block.
     pub fn add_segment(&mut self, base: NonNull<u8>, bytes: usize, owner: StreamKey, pool: Pool) -> SegmentId {
+        self.insert_segment(base, bytes, owner, pool, None)
+    }
+
+    /// Adds a segment of `bytes` at `base` for `owner`'s `pool` as one block: free memory, or,
+    /// for a growable segment (`pages`), unmapped addresses.
+    pub(super) fn insert_segment(
+        &mut self,
+        base: NonNull<u8>,
+        bytes: usize,
+        owner: StreamKey,
+        pool: Pool,
+        pages: Option<usize>,
+    ) -> SegmentId {
+        let (free, unmapped, state) =
+            if pages.is_some() { (0, bytes, BlockState::Unmapped) } else { (bytes, 0, BlockState::Free) };
         let segment = self.segments.insert(Segment {
             base,
             bytes,
             owner,
             pool,
             idle_fence: None,
-            pages: None,
-            free: bytes,
-            unmapped: 0,
+            pages,
+            free,
+            unmapped,
             first: BlockId::MAX,
         });
-        let block = self.blocks.insert(Block {
-            offset: 0,
-            size: bytes,
-            segment,
-            state: BlockState::Free,
-            prev: None,
-            next: None,
-        });
+        let block = self.blocks.insert(Block { offset: 0, size: bytes, segment, state, prev: None, next: None });
         self.segments.at_mut(segment).first = block;
         let lists = self.streams.entry(owner).or_default();
         lists.segments += 1;
-        lists.free[pool as usize].insert((bytes, block));
-        self.idle.insert((pool, bytes, segment));
+        if pages.is_some() {
+            lists.unmapped[pool as usize].insert((bytes, block));
+        } else {
+            lists.free[pool as usize].insert((bytes, block));
+            self.idle.insert((pool, bytes, segment));
+        }
         segment
     }
 

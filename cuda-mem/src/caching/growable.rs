@@ -32,30 +32,7 @@ impl<F> Arena<F> {
         pool: Pool,
     ) -> SegmentId {
         debug_assert!(bytes.is_multiple_of(page) && base.as_ptr().addr().is_multiple_of(page));
-        let segment = self.segments.insert(Segment {
-            base,
-            bytes,
-            owner,
-            pool,
-            idle_fence: None,
-            pages: Some(page),
-            free: 0,
-            unmapped: bytes,
-            first: BlockId::MAX,
-        });
-        let block = self.blocks.insert(Block {
-            offset: 0,
-            size: bytes,
-            segment,
-            state: BlockState::Unmapped,
-            prev: None,
-            next: None,
-        });
-        self.segments.at_mut(segment).first = block;
-        let lists = self.streams.entry(owner).or_default();
-        lists.segments += 1;
-        lists.unmapped[pool as usize].insert((bytes, block));
-        segment
+        self.insert_segment(base, bytes, owner, pool, Some(page))
     }
 
     /// The fewest pages whose mapping lets `stream`'s `pool` serve `bytes` from its growable
