@@ -10,6 +10,7 @@
 //! | `large_fit_slack_mb` | integer | MiB a free block larger than a shared segment may leave when it serves a smaller request |
 //! | `expandable_segments` | `True`/`False` | grow by mapping pages of one address range per stream (default `True`; as PyTorch's key) |
 //! | `release_idle_on_miss` | `True`/`False` | unmap free pages (or release idle segments) before growing past the reserve's peak |
+//! | `live_slack_percent` | integer ≤ 100 | with pages, map without unmapping while the reserve stays this many percent above the allocated bytes (default 3) |
 //! | `cross_stream_waits` | `True`/`False` | a stream may wait on the device for another stream's idle segment |
 //!
 //! A bad key or value is refused with a message naming it; nothing is half-applied.
@@ -59,6 +60,7 @@ impl AllocConf {
                 "large_fit_slack_mb" => c.large_fit_slack = mib(key, value)?,
                 "expandable_segments" => c.expandable_segments = boolean(key, value)?,
                 "release_idle_on_miss" => c.release_idle_on_miss = boolean(key, value)?,
+                "live_slack_percent" => c.live_slack_percent = integer(key, value)?,
                 "cross_stream_waits" => c.cross_stream_waits = boolean(key, value)?,
                 _ => return Err(refused(format!("unknown key {key:?}"))),
             }
@@ -95,13 +97,14 @@ mod tests {
     #[test]
     fn keys_set_their_fields() {
         let conf = AllocConf::parse(
-            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0,expandable_segments:False",
+            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0,expandable_segments:False,live_slack_percent:10",
         )
         .unwrap();
         assert_eq!(conf.backend, Some(BackendChoice::Pool));
         let c = conf.config;
         assert_eq!((c.front_depth, c.front_max_bytes, c.large_fit_slack), (2, 64 << 20, 8 << 20));
         assert!(!c.release_idle_on_miss && !c.cross_stream_waits && !c.expandable_segments);
+        assert_eq!(c.live_slack_percent, 10);
         assert_eq!(AllocConf::parse("").unwrap(), AllocConf { backend: None, config: Config::default() });
     }
 
@@ -114,6 +117,7 @@ mod tests {
             ("max_split_size_mb:128", "unknown key \"max_split_size_mb\""),
             ("release_idle_on_miss:maybe", "expected True or False"),
             ("front_depth", "not key:value"),
+            ("live_slack_percent:101", "live_slack_percent above 100"),
             ("front_max_mb:99999999999999999", "too large"),
         ] {
             let err = AllocConf::parse(text).unwrap_err();

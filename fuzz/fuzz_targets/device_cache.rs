@@ -168,12 +168,14 @@ fuzz_target!(|input: Input| {
         granularity: 16 * KIB,
         front_depth: usize::from(input.depth % 5),
         front_max_bytes: 256 * KIB,
-        front_max_block: usize::MAX,
+        front_max_block: if input.thrift & 8 != 0 { 8 * KIB } else { usize::MAX },
+        front_large_slot: input.depth / 5 % 2 == 1,
         cross_stream_waits: input.cross_stream_waits,
         small_segment_divisor: if input.thrift & 1 != 0 { 4 } else { 0 },
         small_fit_divisor: if input.thrift & 2 != 0 { 8 } else { 0 },
         large_fit_slack: if input.thrift & 2 != 0 { 16 * KIB } else { usize::MAX },
         release_idle_on_miss: input.thrift & 4 != 0,
+        live_slack_percent: if input.thrift & 16 != 0 { 25 } else { 0 },
         expandable_segments: true,
     };
     let backend =

@@ -77,6 +77,7 @@ impl<B: Backend> CachingAllocator<B> {
             depth: config.front_depth,
             max_bytes: config.front_max_bytes,
             max_block: config.front_max_block,
+            large_slot: config.front_large_slot,
         };
         let shared = Shared {
             id: thread_cache::next_owner_id(),
@@ -121,7 +122,7 @@ impl<B: Backend> CachingAllocator<B> {
             &ENTRIES,
             shared.id,
             || self.register(),
-            |cache| cache.take(key, class.bytes(), bytes),
+            |cache| cache.take(key, class.bytes(), bytes, shared.limits),
         );
         match hit {
             Some(Some(parked)) => Ok(shared.handle(parked.ptr, parked.id, class, bytes, key.stream)),
@@ -134,6 +135,10 @@ impl<B: Backend> CachingAllocator<B> {
     fn alloc_slow(&self, class: SizeClass, requested: usize, stream: &B::Stream) -> Result<CachedBlock> {
         let shared = &*self.shared;
         let key = BinKey { stream: B::key(stream), class: class.index() };
+        let large = thread_cache::with_existing(&ENTRIES, shared.id, |cache| cache.take_large_for_core()).flatten();
+        if let Some(parked) = large {
+            shared.give_back(parked);
+        }
         let (id, ptr) = shared.take_from_core(stream, class)?;
         let counted = thread_cache::with_cache(
             &ENTRIES,
@@ -408,8 +413,9 @@ impl<B: Backend> Shared<B> {
             // Only what would raise the high-water mark: below it, cached segments cost no more
             // than the peak already did, and keeping them saves `cudaFree`s and later misses.
             // Waiting for a segment's last use costs nothing `cudaFree` would not: it waits for
-            // the whole device.
-            let over = totals.over_peak(bytes);
+            // the whole device. (`live_slack_percent` is for pages: over whole segments it
+            // raised the training workload's reserve and spared no miss.)
+            let over = totals.over_budget(bytes, 0);
             if over > 0 {
                 self.release_largest(over);
             }
@@ -433,7 +439,8 @@ impl<B: Backend> Shared<B> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
         let (needed, keep) = lock(&self.shards[home]).pages_to_map(config, pages, on.key, class);
-        let over = totals.over_peak(needed);
+        let budget = config.live_budget(self.active() + class.bytes());
+        let over = totals.over_budget(needed, budget);
         if config.release_idle_on_miss && over > 0 {
             self.trim_largest(pages, over, (home, keep));
         }
@@ -442,6 +449,12 @@ impl<B: Backend> Shared<B> {
             return Ok((id, core.arena().ptr(id)));
         }
         core.grow_pages(pages, config, totals, on, class).map(|id| (id, core.arena().ptr(id)))
+    }
+
+    /// Bytes out of the core now: in users' hands, parked in front caches, or pending a fence.
+    /// Every shard's lock in turn; only on misses, which call the backend anyway.
+    fn active(&self) -> usize {
+        self.shards.iter().map(|shard| lock(shard).figures.active.current).sum()
     }
 
     /// Unmaps free pages, from the shards with the largest runs first, until `enough` bytes are

@@ -50,10 +50,11 @@ impl Totals {
         self.peak.store(self.reserved.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
-    /// Bytes a new segment of `bytes` would take the reserve above its peak.
-    pub fn over_peak(&self, bytes: usize) -> usize {
+    /// Bytes that `bytes` more would take the reserve above what it may hold without trimming:
+    /// its peak so far, or `live_budget` if more.
+    pub fn over_budget(&self, bytes: usize, live_budget: usize) -> usize {
         let reserved = self.reserved();
-        (reserved.current + bytes).saturating_sub(reserved.peak)
+        (reserved.current + bytes).saturating_sub(reserved.peak.max(live_budget))
     }
 }
 

@@ -168,7 +168,7 @@ pub(super) fn replay_threads_over(workload: &Workload, config: Config, backend: 
 /// back on the next misses); mixed's from pages moving between its eight streams, whose partly
 /// used pages (a stream's memory is its own, in pages) keep its reserve above the target.
 const BOUNDS: [(&str, f64, f64); 4] =
-    [("training", 1.03, 0.0002), ("serving", 1.06, 0.032), ("churn", 1.12, 0.0003), ("mixed", 1.30, 0.065)];
+    [("training", 1.04, 0.0002), ("serving", 1.05, 0.034), ("churn", 1.11, 0.0003), ("mixed", 1.27, 0.066)];
 
 /// The same over whole segments (`expandable_segments` off, or a driver without virtual memory
 /// management): training misses one allocation in ten (its shapes change every step, and the
@@ -213,5 +213,6 @@ fn the_mixed_workload_on_threads_keeps_its_reserve() {
     // The interleaving of threads decides the figure (2.25-2.45 in runs on 2026-12-03): the bound
     // only catches a blow-up; the round-robin replay above holds the tight one.
     assert!(reserved as f64 <= 3.0 * live as f64, "reserved {reserved}, live {live}");
+    assert!(paged_reserved as f64 <= 2.0 * live as f64, "growable: reserved {paged_reserved}, live {live}");
     assert!(misses >= 1 && releases <= misses, "{misses} misses, {releases} releases");
 }

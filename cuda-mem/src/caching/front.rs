@@ -42,20 +42,37 @@ struct Bin {
 pub(super) struct FrontLimits {
     pub depth: usize,
     pub max_bytes: usize,
-    /// Larger blocks go straight back to the core.
+    /// Larger blocks go back to the core, but for the last one freed when `large_slot`.
     pub max_block: usize,
+    pub large_slot: bool,
 }
 
 #[derive(Default)]
 struct Front {
     bins: FxHashMap<BinKey, Bin>,
     parked_bytes: usize,
+    /// The one parked block above [`FrontLimits::max_block`] (its bin, bytes), kept out of the
+    /// bins and returned to the core on this thread's next miss.
+    large: Option<(BinKey, usize, Parked)>,
     counters: ThreadCounters,
     /// Counts of bins removed by flushes.
     classes: FxHashMap<u16, ClassCounts>,
 }
 
 impl Front {
+    fn take_large(&mut self, key: BinKey, bytes: usize, requested: usize) -> Option<Parked> {
+        if self.large.as_ref().is_none_or(|(parked_key, _, _)| *parked_key != key) {
+            return None;
+        }
+        let (_, _, parked) = self.large.take()?;
+        let bin = self.bins.get_mut(&key).expect("a parked block's bin counts its free");
+        bin.counts.allocations += 1;
+        bin.counts.front_hits += 1;
+        self.parked_bytes -= bytes;
+        self.counters.alloc(bytes, requested);
+        Some(parked)
+    }
+
     fn bin(&mut self, key: BinKey, depth: usize) -> &mut Bin {
         self.bins
             .entry(key)
@@ -69,6 +86,7 @@ impl Front {
             out.extend(bin.parked);
             self.classes.entry(key.class).or_default().absorb(bin.counts);
         }
+        out.extend(self.large.take().map(|(_, _, parked)| parked));
         self.parked_bytes = 0;
     }
 }
@@ -103,9 +121,12 @@ impl ThreadCache {
 
     /// A parked block of `key` for a request of `requested` bytes (`bytes` being the class's).
     #[inline]
-    pub fn take(&self, key: BinKey, bytes: usize, requested: usize) -> Option<Parked> {
+    pub fn take(&self, key: BinKey, bytes: usize, requested: usize, limits: FrontLimits) -> Option<Parked> {
         let mut front = self.front.lock();
         let front = &mut *front;
+        if bytes > limits.max_block {
+            return front.take_large(key, bytes, requested);
+        }
         let bin = front.bins.get_mut(&key)?;
         let parked = bin.parked.pop()?;
         bin.counts.allocations += 1;
@@ -128,16 +149,32 @@ impl ThreadCache {
         let mut front = self.front.lock();
         let front = &mut *front;
         front.counters.free(bytes, requested);
-        let fits = bytes <= limits.max_block && front.parked_bytes + bytes <= limits.max_bytes;
+        let fits = front.parked_bytes + bytes <= limits.max_bytes;
         let bin = front.bin(key, limits.depth);
         bin.counts.frees += 1;
-        if fits && bin.parked.len() < limits.depth {
+        if bytes > limits.max_block {
+            if !(fits && limits.large_slot && front.large.is_none()) {
+                return Some(parked);
+            }
+            front.large = Some((key, bytes, parked));
+            front.parked_bytes += bytes;
+            None
+        } else if fits && bin.parked.len() < limits.depth {
             bin.parked.push(parked);
             front.parked_bytes += bytes;
             None
         } else {
             Some(parked)
         }
+    }
+
+    /// The parked large block, for the core (this thread missed: merged with its neighbours
+    /// there it may serve the miss, and it parks for one miss at most).
+    pub fn take_large_for_core(&self) -> Option<Parked> {
+        let mut front = self.front.lock();
+        let (_, bytes, parked) = front.large.take()?;
+        front.parked_bytes -= bytes;
+        Some(parked)
     }
 
     /// Counts an allocation the core served.

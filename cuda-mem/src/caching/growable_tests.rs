@@ -199,3 +199,21 @@ fn random_traffic_keeps_live_blocks_on_mapped_pages() {
     cache.check_invariants();
     assert_eq!(backend.mapped_bytes(), 0);
 }
+
+#[test]
+fn within_the_live_slack_a_miss_maps_without_unmapping() {
+    for (slack, releases, reserved) in [(50, 0, 7 * PAGE), (0, 1, 6 * PAGE)] {
+        let (cache, _backend) = paged(Config { live_slack_percent: slack, ..no_front() });
+        let held = cache.alloc(4 * PAGE, &S).unwrap();
+        let a = cache.alloc(PAGE, &T).unwrap();
+        free(&cache, a); // one free page on `T`; the reserve's peak is 5 pages
+        // 6 pages allocated after this miss: within half again of them, 7 pages may be mapped
+        // without taking `T`'s page; with no slack the peak decides and the page moves.
+        let b = cache.alloc(2 * PAGE, &S).unwrap();
+        let stats = cache.stats();
+        assert_eq!((stats.segment_releases, stats.reserved.current), (releases, reserved), "slack {slack}: {stats:?}");
+        free(&cache, b);
+        free(&cache, held);
+        cache.check_invariants();
+    }
+}

@@ -13,9 +13,11 @@
 //! before it, so a stream's blocks stay contiguous: a freed block merges with its neighbours
 //! whatever their sizes, and a request of a new size is cut from the merged space without a
 //! call. Memory moves between sizes and streams a page at a time: when mapping would take the
-//! reserve above its peak, the whole pages inside free blocks (largest first, any stream's, after
-//! a fence on their owner has completed) are unmapped first; a free block keeps the partial pages
-//! at its ends. `empty_cache` unmaps every free page and gives back ranges with nothing mapped.
+//! reserve above both its peak and [`Config::live_slack_percent`] (3%) above the bytes allocated,
+//! the whole pages inside free blocks (largest first, any stream's, after a fence on their owner
+//! has completed) are unmapped first; a free block keeps the partial pages at its ends. The
+//! slack spares a workload whose live bytes climb a step at a time (a training run meeting longer
+//! sequences) an unmap and a later map at every step. `empty_cache` unmaps every free page and gives back ranges with nothing mapped.
 //! Without pages (or with [`Config::expandable_segments`] off) the cache works as below.
 //!
 //! **Segments.** Classes up to `small_max` (1 MiB) are carved from small segments, larger ones
@@ -55,7 +57,8 @@
 //! streams by [`StreamKey`] only.
 //!
 //! **Front caches.** Each thread keeps, per allocator, up to `front_depth` freed blocks per
-//! (stream, class) and `front_max_bytes` in all, behind a lock that only that thread takes on
+//! (stream, class) of up to `front_max_block` bytes, and the last larger block it freed until its
+//! next miss (`front_large_slot`), `front_max_bytes` in all, behind a lock that only that thread takes on
 //! the hot path: an allocation after a free of its class on its stream locks no shared state,
 //! allocates nothing and touches only that thread's counters. The shared core is sharded by
 //! stream: a stream's segments, blocks and pending frees live in one of sixteen shards, each

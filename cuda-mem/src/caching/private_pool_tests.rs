@@ -33,11 +33,13 @@ fn config() -> Config {
         front_depth: 4,
         front_max_bytes: 1 << 20,
         front_max_block: usize::MAX,
+        front_large_slot: false,
         cross_stream_waits: true,
         small_segment_divisor: 0,
         small_fit_divisor: 0,
         large_fit_slack: usize::MAX,
         release_idle_on_miss: true,
+        live_slack_percent: 0,
         expandable_segments: true,
     }
 }

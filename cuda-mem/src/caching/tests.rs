@@ -24,11 +24,13 @@ fn small_config() -> Config {
         front_depth: 4,
         front_max_bytes: 1 << 20,
         front_max_block: usize::MAX,
+        front_large_slot: false,
         cross_stream_waits: false,
         small_segment_divisor: 0,
         small_fit_divisor: 0,
         large_fit_slack: usize::MAX,
         release_idle_on_miss: false,
+        live_slack_percent: 0,
         expandable_segments: true,
     }
 }
@@ -626,7 +628,7 @@ fn the_fake_backend_models_streams_and_fences() {
 
 #[test]
 fn blocks_above_the_front_limit_return_to_the_core_at_once() {
-    let (cache, _backend) = allocator(Config { front_max_block: 8 * KIB, ..small_config() });
+    let (cache, _backend) = allocator(Config { front_max_block: 8 * KIB, front_large_slot: false, ..small_config() });
     let small = cache.alloc(8 * KIB, &S).unwrap();
     let large = cache.alloc(16 * KIB, &S).unwrap();
     free(&cache, small);
@@ -637,5 +639,30 @@ fn blocks_above_the_front_limit_return_to_the_core_at_once() {
     let stats = cache.stats();
     assert_eq!((stats.front_hits, stats.core_hits), (0, before.core_hits + 1), "from the core: {stats:?}");
     free(&cache, again);
+    cache.check_invariants();
+}
+
+#[test]
+fn one_large_block_per_thread_parks_in_the_front_cache() {
+    let (cache, _backend) = allocator(Config { front_max_block: 8 * KIB, front_large_slot: true, ..small_config() });
+    let a = cache.alloc(16 * KIB, &S).unwrap();
+    let b = cache.alloc(32 * KIB, &S).unwrap();
+    free(&cache, a);
+    free(&cache, b);
+    let before = cache.stats();
+    assert_eq!(before.parked_bytes, 16 * KIB, "the first large block parks, the second does not: {before:?}");
+    let again = cache.alloc(16 * KIB, &S).unwrap();
+    assert_eq!(cache.stats().front_hits, 1);
+    assert_eq!(cache.stats().parked_bytes, 0);
+    // The slot is free again: the 32 KiB block, from the core, parks on its free.
+    let other = cache.alloc(32 * KIB, &S).unwrap();
+    free(&cache, other);
+    assert_eq!(cache.stats().parked_bytes, 32 * KIB);
+    free(&cache, again);
+    assert_eq!(cache.stats().parked_bytes, 32 * KIB, "one large block at a time");
+    // A miss of this thread (a class never allocated) returns it to the core first.
+    let miss = cache.alloc(48 * KIB, &S).unwrap();
+    assert_eq!(cache.stats().parked_bytes, 0);
+    free(&cache, miss);
     cache.check_invariants();
 }
