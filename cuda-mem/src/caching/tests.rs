@@ -643,7 +643,7 @@ fn blocks_above_the_front_limit_return_to_the_core_at_once() {
 }
 
 #[test]
-fn one_large_block_per_thread_parks_in_the_front_cache() {
+fn one_large_block_per_thread_parks_in_the_front_cache_until_its_next_miss() {
     let (cache, _backend) = allocator(Config { front_max_block: 8 * KIB, front_large_slot: true, ..small_config() });
     let a = cache.alloc(16 * KIB, &S).unwrap();
     let b = cache.alloc(32 * KIB, &S).unwrap();
