@@ -184,13 +184,31 @@ fn report(workload: &Workload, allocator: &str, config: &str, measured: Result<M
     }
 }
 
+/// The cache's parameters the rows compare: the default, and each with one choice changed.
+fn named_config(name: &str) -> Option<Config> {
+    let default = Config::default();
+    Some(match name {
+        "default" => default,
+        "throughput" => Config::throughput(),
+        "segments" => Config { expandable_segments: false, ..default },
+        "front_unbounded" => Config { front_max_block: usize::MAX, ..default },
+        "no_live_slack" => Config { live_slack_percent: 0, ..default },
+        "live_slack_5" => Config { live_slack_percent: 5, ..default },
+        "no_large_slot" => Config { front_large_slot: false, ..default },
+        "neither" => Config { live_slack_percent: 0, front_large_slot: false, ..default },
+        _ => return None,
+    })
+}
+
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let out = std::path::PathBuf::from(args.next().ok_or("usage: workloads OUT [--only NAME,..] [--extra FILE..]")?);
-    let (mut only, mut extra) = (None, Vec::new());
+    let usage = "usage: workloads OUT [--only NAME,..] [--extra FILE..] [--configs NAME,..]";
+    let out = std::path::PathBuf::from(args.next().ok_or(usage)?);
+    let (mut only, mut extra, mut chosen) = (None, Vec::new(), None);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--only" => only = Some(args.next().ok_or("--only needs names")?),
+            "--configs" => chosen = Some(args.next().ok_or("--configs needs names")?),
             "--extra" => extra.push(args.next().ok_or("--extra needs a file")?),
             other => return Err(format!("unknown argument {other}").into()),
         }
@@ -207,15 +225,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     for workload in &workloads {
         let path = out.join(format!("{}.cmwl", workload.name));
         format::write(workload, &mut std::io::BufWriter::new(std::fs::File::create(&path)?))?;
-        let segments = Config { expandable_segments: false, ..Config::default() };
-        let front_unbounded = Config { front_max_block: usize::MAX, ..Config::default() };
-        let configs = [
-            ("default", Config::default()),
-            ("throughput", Config::throughput()),
-            ("segments", segments),
-            ("front_unbounded", front_unbounded),
-        ];
-        for (name, config) in configs {
+        let names = chosen.as_deref().unwrap_or("default,throughput,segments,front_unbounded");
+        for name in names.split(',') {
+            let config = named_config(name).ok_or_else(|| format!("unknown config {name}"))?;
             let cache = Cache(DeviceCache::with_config(device, config)?);
             report(workload, &format!("cuda_mem_cache_{name}"), name, replay(&cache, workload));
         }

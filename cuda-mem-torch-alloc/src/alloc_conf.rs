@@ -10,7 +10,7 @@
 //! | `large_fit_slack_mb` | integer | MiB a free block larger than a shared segment may leave when it serves a smaller request |
 //! | `expandable_segments` | `True`/`False` | grow by mapping pages of one address range per stream (default `True`; as PyTorch's key) |
 //! | `release_idle_on_miss` | `True`/`False` | unmap free pages (or release idle segments) before growing past the reserve's peak |
-//! | `live_slack_percent` | integer ≤ 100 | with pages, map without unmapping while the reserve stays this many percent above the allocated bytes (default 3) |
+//! | `live_slack_percent` | integer ≤ 100 | with pages, map without unmapping while the reserve stays this many percent above the allocated bytes (default 4) |
 //! | `cross_stream_waits` | `True`/`False` | a stream may wait on the device for another stream's idle segment |
 //!
 //! A bad key or value is refused with a message naming it; nothing is half-applied.

@@ -2,8 +2,9 @@
 //! [`Backend`] (segments, and events as fences); the tests and fuzz targets plug in `fake`.
 //!
 //! **Size classes.** Requests round up to a class: 512-byte steps up to 8 KiB, then sixteen
-//! classes per power of two, so rounding wastes under a sixteenth of a request (see
-//! [`size_class`]). Every block of a class has exactly the class's bytes, so a cached block
+//! classes per power of two up to 32 MiB, so rounding wastes under a sixteenth of a request;
+//! larger requests round to whole 2 MiB pages (from 1 GiB, to a 512th of the power of two), so a
+//! large tensor strands under a page (see [`size_class`]). Every block of a class has exactly the class's bytes, so a cached block
 //! serves any request of its class.
 //!
 //! **Growable segments** (the default where the backend has [`Pages`]: the CUDA backend when the
@@ -13,7 +14,7 @@
 //! before it, so a stream's blocks stay contiguous: a freed block merges with its neighbours
 //! whatever their sizes, and a request of a new size is cut from the merged space without a
 //! call. Memory moves between sizes and streams a page at a time: when mapping would take the
-//! reserve above both its peak and [`Config::live_slack_percent`] (3%) above the bytes allocated,
+//! reserve above both its peak and [`Config::live_slack_percent`] (4%) above the bytes allocated,
 //! the whole pages inside free blocks (largest first, any stream's, after a fence on their owner
 //! has completed) are unmapped first; a free block keeps the partial pages at its ends. The
 //! slack spares a workload whose live bytes climb a step at a time (a training run meeting longer
