@@ -160,8 +160,8 @@ pub fn with_tables(doc: &str, tag: &str, tables: &str) -> Option<String> {
 /// The committed results the doc quotes, relative to the workspace root, with their markers' tags:
 /// the corpus, and the PyTorch training loop with its recorded trace (one device call, two folders).
 pub const RESULTS: [(&str, &str); 2] = [
-    ("docs/bench/2026-12-03-h200/workloads-pages", ""),
-    ("docs/bench/2026-12-03-h200/workloads-pages-training", "training"),
+    ("docs/bench/2026-12-03-h200/workloads-classes", ""),
+    ("docs/bench/2026-12-03-h200/workloads-classes-training", "training"),
 ];
 
 #[cfg(test)]
