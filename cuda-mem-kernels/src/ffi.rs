@@ -2,7 +2,7 @@
 //! `stream` with `<<<grid, block, 0, stream>>>` and returns `cudaGetLastError()` (the launch's own
 //! verdict: the kernel runs later, in stream order).
 
-use cuda_mem::for_kernels::{cudaError_t, cudaStream_t};
+use cuda_mem::launch::{cudaError_t, cudaStream_t};
 
 // SAFETY (for every declaration): the signatures match the `extern "C"` definitions in
 // kernels/*.cu (`size_t` = usize, `unsigned` = u32, `unsigned long long` = u64, `cudaError_t` is

@@ -2,9 +2,9 @@
 //! checks that fail with typed errors before anything is queued, and launch-status conversion.
 
 use crate::geometry::Geometry;
-pub(crate) use cuda_mem::for_kernels::check;
-pub(crate) use cuda_mem::for_kernels::same_len;
-use cuda_mem::for_kernels::{CurrentDevice, cudaError_t, cudaStream_t};
+pub(crate) use cuda_mem::launch::check;
+pub(crate) use cuda_mem::launch::same_len;
+use cuda_mem::launch::{CurrentDevice, cudaError_t, cudaStream_t};
 use cuda_mem::{CudaError, DeviceSliceMut, DeviceSource, ErrorKind, Pod, Result, StreamScope};
 
 /// A kernel that writes a 32-bit pattern over `n` elements (`fill`, the write probe).

@@ -5,7 +5,7 @@ use crate::dtype::{DataType, NcclType, ReduceOp};
 use crate::raw::{self, Comm};
 use crate::status::{chain, invalid};
 use crate::unique_id::UniqueId;
-use cuda_mem::for_kernels::{CurrentDevice, same_len};
+use cuda_mem::launch::{CurrentDevice, same_len};
 use cuda_mem::{Device, DeviceSliceMut, DeviceSource, Result, Stream, StreamScope};
 use std::ffi::{c_int, c_void};
 use std::fmt;

@@ -5,7 +5,7 @@ use crate::communicator::Communicator;
 use crate::dtype::{DataType, NcclType, ReduceOp};
 use crate::raw;
 use crate::status::{chain, invalid};
-use cuda_mem::for_kernels::same_len;
+use cuda_mem::launch::same_len;
 use cuda_mem::{DeviceSlice, DeviceSliceMut, Result, Stream};
 use std::ffi::c_void;
 use std::marker::PhantomData;

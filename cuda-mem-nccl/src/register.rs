@@ -7,7 +7,7 @@
 use crate::communicator::Communicator;
 use crate::raw;
 use crate::status::invalid;
-use cuda_mem::for_kernels::CurrentDevice;
+use cuda_mem::launch::CurrentDevice;
 use cuda_mem::{CachedBuffer, CudaError, Device, DeviceBuffer, DeviceSlice, DeviceSliceMut, Pod, Result, StreamBuffer};
 use std::ffi::c_void;
 use std::fmt;

@@ -127,10 +127,39 @@ pub use staged::{MAX_LANES, StagedConfig, StagedCopier};
 pub use stream::Stream;
 pub use stream_buffer::StreamBuffer;
 
-/// What cuda-mem-kernels shares with cuda-mem: the one path from a runtime status to
-/// [`CudaError`], and the guard that makes a device current for a launch. Not a public API.
-#[doc(hidden)]
-pub mod for_kernels {
+/// For crates that launch their own kernels on cuda-mem's memory and streams (as
+/// `cuda-mem-kernels` and `cuda-mem-nccl` do): the one path from a runtime status to
+/// [`CudaError`], the guard that makes a stream's device current while a launch is queued, the
+/// length check that fails before anything is queued, and the runtime's handle types.
+///
+/// A launcher makes the stream's device current, takes the raw handle of a stream it borrows
+/// within a [`StreamScope`] (so the memory the kernel touches stays borrowed until the stream has
+/// finished with it), queues the kernel, and turns its status into a [`Result`]:
+///
+/// ```no_run
+/// use cuda_mem::launch::{CurrentDevice, check, cudaError_t, cudaStream_t, same_len};
+/// use cuda_mem::{DeviceSliceMut, DeviceSource, Result, StreamScope};
+///
+/// // What a `.cu` file's host wrapper looks like from Rust (it returns `cudaGetLastError()`).
+/// type Axpy = unsafe extern "C" fn(*mut f32, *const f32, usize, f32, cudaStream_t) -> cudaError_t;
+///
+/// fn axpy<'s>(
+///     scope: &StreamScope<'s, '_>,
+///     kernel: Axpy,
+///     y: &mut DeviceSliceMut<'s, f32>,
+///     x: impl DeviceSource<'s, f32>,
+///     a: f32,
+/// ) -> Result<()> {
+///     let (x, n) = scope.device_ptr(x)?;
+///     same_len(n, y.len(), "axpy")?; // a typed error, nothing queued
+///     let stream = scope.stream();
+///     let _device = CurrentDevice::set(stream.device())?;
+///     let y = scope.device_ptr_mut(y)?;
+///     // SAFETY: both views hold `n` f32 lent to the scope, whose end waits for the stream.
+///     check(unsafe { kernel(y, x, n, a, stream.checked_raw()?) }, || "axpy".into())
+/// }
+/// ```
+pub mod launch {
     pub use crate::device::CurrentDevice;
     pub use crate::raw::{check, cudaError_t, cudaStream_t, last_error, same_len};
 }

@@ -225,7 +225,7 @@ fn gpu_blocks_on_borrowed_raw_streams_are_reused_and_ordered() {
     };
     for builtin in [0usize, 1, 2] {
         // SAFETY: built-in handles are refused before any use.
-        let err = unsafe { Stream::borrow_raw(builtin as cuda_mem::for_kernels::cudaStream_t, device()) }.unwrap_err();
+        let err = unsafe { Stream::borrow_raw(builtin as cuda_mem::launch::cudaStream_t, device()) }.unwrap_err();
         assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
     }
     let len = MIB;

@@ -5,7 +5,7 @@
 //! value this crate does not know (from a newer NCCL) stays a number, never an invalid Rust enum.
 
 use super::{Comm, RawUniqueId, Status};
-use cuda_mem::for_kernels::cudaStream_t;
+use cuda_mem::launch::cudaStream_t;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 

@@ -9,7 +9,7 @@ pub use library::LIBRARY_ENV;
 pub(crate) use library::decode_version;
 
 use crate::status;
-use cuda_mem::for_kernels::cudaStream_t;
+use cuda_mem::launch::cudaStream_t;
 use cuda_mem::{CudaError, Result};
 use library::{Nccl, nccl};
 use std::ffi::{CStr, c_char, c_int, c_void};

@@ -193,7 +193,7 @@ impl BlockSource for HostSource {
 /// A handle as PyTorch passes it.
 fn handle(raw: usize) -> StreamRef<'static> {
     // SAFETY: the host source never gives a handle to CUDA; it only compares values.
-    unsafe { StreamRef::from_raw(raw as cuda_mem::for_kernels::cudaStream_t) }
+    unsafe { StreamRef::from_raw(raw as cuda_mem::launch::cudaStream_t) }
 }
 
 const POOLED: usize = 0x7000;
