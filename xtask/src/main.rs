@@ -9,6 +9,7 @@ mod miri;
 mod package;
 mod provision;
 mod test;
+mod import_circles;
 mod tidy;
 mod util;
 mod wheel;

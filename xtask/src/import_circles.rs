@@ -1,0 +1,246 @@
+//! Import circles between cuda-mem's top-level modules: a module (a file under `src/`, or a folder
+//! with everything in it) that names `crate::other` depends on `other`; a circle is a set of
+//! modules each reachable from every other. A circle means no module of it can be read, tested
+//! or moved alone. `cargo xtask tidy` fails on a circle that is not in [`KNOWN`], and on an entry
+//! of [`KNOWN`] that no longer is one (so the list only shrinks, toward none). Test files
+//! (`tests.rs`, `*_tests.rs`) and inline `mod tests` are left out: what a test imports is not
+//! the design.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::Path;
+
+/// The circles cuda-mem had when this check came (2026-12-03), each as its modules in order;
+/// breaking them up is issue 39's work (a `stream/` folder, the cache crate, ...).
+pub const KNOWN: &[&[&str]] = &[
+    &["caching", "error"],
+    &["event", "managed", "maybe_owned", "notify", "resource", "scope", "slice", "stream"],
+    &["host_flags", "raw"],
+];
+
+/// The problems of the workspace at `root` (see [`problems`]).
+pub fn check_tree(root: &Path) -> Vec<String> {
+    problems(&circles_in(&root.join("cuda-mem/src")), KNOWN)
+}
+
+/// Modules as nodes, `crate::` names as edges.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The circles of cuda-mem's source tree at `src` (its `src/` folder), each sorted.
+pub fn circles_in(src: &Path) -> Vec<Vec<String>> {
+    let mut graph = Graph::new();
+    let Ok(entries) = fs::read_dir(src) else { return Vec::new() };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().trim_end_matches(".rs").to_string();
+        if name == "lib" {
+            continue;
+        }
+        let mut text = String::new();
+        collect_code(&path, &mut text);
+        let edges = graph.entry(name.clone()).or_default();
+        edges.extend(crate_names(&text).into_iter().filter(|n| *n != name));
+    }
+    circles(&graph)
+}
+
+/// The code of a file, or of every file of a folder, without test files and inline test modules.
+fn collect_code(path: &Path, out: &mut String) {
+    if path.is_dir() {
+        let Ok(entries) = fs::read_dir(path) else { return };
+        let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        paths.iter().for_each(|p| collect_code(p, out));
+        return;
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    if !name.ends_with(".rs") || name == "tests.rs" || name.ends_with("_tests.rs") {
+        return;
+    }
+    if let Ok(text) = fs::read_to_string(path) {
+        out.push_str(without_test_module(&text));
+        out.push('\n');
+    }
+}
+
+/// `text` up to its inline test module (`#[cfg(test)]` followed by `mod tests`), which by
+/// convention closes a file.
+fn without_test_module(text: &str) -> &str {
+    let mut at = 0;
+    while let Some(found) = text[at..].find("#[cfg(test)]") {
+        let start = at + found;
+        let rest = text[start + "#[cfg(test)]".len()..].trim_start();
+        if rest.starts_with("mod tests") {
+            return &text[..start];
+        }
+        at = start + 1;
+    }
+    text
+}
+
+/// The top-level module names `text` reaches through `crate::name` or `crate::{name, ..}`,
+/// outside comments.
+fn crate_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut rest = code;
+        while let Some(found) = rest.find("crate::") {
+            let after = &rest[found + "crate::".len()..];
+            let preceded_by_ident = rest[..found].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_');
+            if !preceded_by_ident {
+                if let Some(group) = after.strip_prefix('{') {
+                    let end = group.find('}').unwrap_or(group.len());
+                    for item in group[..end].split(',') {
+                        names.extend(ident(item.trim()));
+                    }
+                } else {
+                    names.extend(ident(after));
+                }
+            }
+            rest = after;
+        }
+    }
+    names
+}
+
+/// The identifier at the start of `text` that names a module (lower case), if any.
+fn ident(text: &str) -> Option<String> {
+    let name: String = text.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    (!name.is_empty() && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_') && name != "self")
+        .then_some(name)
+}
+
+/// The strongly connected components of more than one node (Tarjan's algorithm), each sorted,
+/// in order of their first node.
+fn circles(graph: &Graph) -> Vec<Vec<String>> {
+    struct State<'g> {
+        graph: &'g Graph,
+        index: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        on_stack: BTreeSet<&'g str>,
+        found: Vec<Vec<String>>,
+    }
+    fn visit<'g>(s: &mut State<'g>, node: &'g str) {
+        let i = s.index.len();
+        s.index.insert(node, i);
+        s.low.insert(node, i);
+        s.stack.push(node);
+        s.on_stack.insert(node);
+        for next in s.graph.get(node).into_iter().flatten() {
+            let next = next.as_str();
+            if !s.graph.contains_key(next) {
+                continue; // a name that is not a module of the tree (a macro, a re-export)
+            }
+            if !s.index.contains_key(next) {
+                visit(s, next);
+                let low = s.low[node].min(s.low[next]);
+                s.low.insert(node, low);
+            } else if s.on_stack.contains(next) {
+                let low = s.low[node].min(s.index[next]);
+                s.low.insert(node, low);
+            }
+        }
+        if s.low[node] == s.index[node] {
+            let mut component = Vec::new();
+            while let Some(top) = s.stack.pop() {
+                s.on_stack.remove(top);
+                component.push(top.to_string());
+                if top == node {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                s.found.push(component);
+            }
+        }
+    }
+    let mut state = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for node in graph.keys() {
+        if !state.index.contains_key(node.as_str()) {
+            visit(&mut state, node);
+        }
+    }
+    state.found.sort();
+    state.found
+}
+
+/// What is wrong with `found` against [`KNOWN`]-like `known`: new circles, and known ones gone.
+pub fn problems(found: &[Vec<String>], known: &[&[&str]]) -> Vec<String> {
+    let known: Vec<Vec<String>> = known.iter().map(|c| c.iter().map(|s| s.to_string()).collect()).collect();
+    let mut out = Vec::new();
+    for circle in found.iter().filter(|c| !known.contains(c)) {
+        out.push(format!("cuda-mem/src: an import circle: {}", circle.join(" <-> ")));
+    }
+    for circle in known.iter().filter(|c| !found.contains(c)) {
+        out.push(format!(
+            "xtask/src/import_circles.rs: KNOWN lists {} which is no longer a circle (remove it)",
+            circle.join(" <-> ")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(edges: &[(&str, &[&str])]) -> Graph {
+        edges.iter().map(|(n, to)| (n.to_string(), to.iter().map(|t| t.to_string()).collect())).collect()
+    }
+
+    #[test]
+    fn circles_are_the_components_of_more_than_one_module() {
+        let g = graph(&[
+            ("a", &["b"]),
+            ("b", &["c"]),
+            ("c", &["a", "d"]),
+            ("d", &[]),
+            ("e", &["f", "macro_name"]),
+            ("f", &["e"]),
+        ]);
+        assert_eq!(circles(&g), [vec!["a", "b", "c"], vec!["e", "f"]]);
+        assert!(circles(&graph(&[("a", &["b"]), ("b", &[])])).is_empty());
+    }
+
+    #[test]
+    fn crate_paths_and_groups_name_modules_but_comments_and_types_do_not() {
+        let text = "use crate::error::{CudaError, Result};\nuse crate::{raw, stream::Stream, Pod};\n\
+                    // crate::commented\nlet x = crate::slice::view(); my_crate::other::f();\n";
+        let names: Vec<_> = crate_names(text).into_iter().collect();
+        assert_eq!(names, ["error", "raw", "slice", "stream"]);
+    }
+
+    #[test]
+    fn the_inline_test_module_is_left_out() {
+        let text = "use crate::a::X;\n#[cfg(test)]\nfn helper() {}\n#[cfg(test)]\nmod tests {\n use crate::b::Y;\n}\n";
+        assert_eq!(crate_names(without_test_module(text)).into_iter().collect::<Vec<_>>(), ["a"]);
+    }
+
+    #[test]
+    fn cuda_mem_has_only_the_known_circles() {
+        let problems = check_tree(&crate::util::workspace_root());
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn a_new_circle_and_a_stale_entry_are_both_problems() {
+        let found = vec![vec!["a".to_string(), "b".to_string()]];
+        assert!(problems(&found, &[&["a", "b"]]).is_empty());
+        let new = problems(&found, &[]);
+        assert_eq!(new.len(), 1);
+        assert!(new[0].contains("a <-> b"), "{new:?}");
+        let stale = problems(&[], &[&["a", "b"]]);
+        assert!(stale[0].contains("no longer a circle"), "{stale:?}");
+    }
+}
+
