@@ -243,4 +243,3 @@ mod tests {
         assert!(stale[0].contains("no longer a circle"), "{stale:?}");
     }
 }
-
