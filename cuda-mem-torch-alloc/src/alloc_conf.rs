@@ -5,7 +5,7 @@
 //! | key | value | meaning |
 //! |---|---|---|
 //! | `backend` | `cache` (default), `pool` | cuda-mem's device cache, or a retaining `MemPool` |
-//! | `front_depth` | integer ≤ 65535 | blocks each thread keeps per stream and size class (0: none) |
+//! | `front_depth` | integer ≤ 65535 | blocks up to 1 MiB each thread keeps per stream and size class (0: none; each thread's one large-block slot stays) |
 //! | `front_max_mb` | integer | MiB each thread's front cache may hold |
 //! | `large_fit_slack_mb` | integer | MiB a free block larger than a shared segment may leave when it serves a smaller request |
 //! | `expandable_segments` | `True`/`False` | grow by mapping pages of one address range per stream (default `True`; as PyTorch's key) |

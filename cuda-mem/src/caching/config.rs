@@ -49,7 +49,8 @@ pub struct Config {
     /// leave at most this many bytes of it: a long-lived block cut from it would keep its rest
     /// from serving the large requests it was freed by.
     pub large_fit_slack: usize,
-    /// Blocks each thread keeps per stream and class; 0 turns the front cache off.
+    /// Blocks each thread keeps per stream and class up to `front_max_block`; 0 turns those bins
+    /// off (the large-block slot is `front_large_slot`'s: turn both off for no front cache).
     pub front_depth: usize,
     /// Bytes each thread may keep in its front cache (per allocator).
     pub front_max_bytes: usize,
@@ -64,7 +65,7 @@ pub struct Config {
     /// Each thread's front cache keeps the last block it freed above `front_max_block` (within
     /// `front_max_bytes`) until that thread's next miss: a thread that frees and allocates one
     /// large size in turn reuses it without the core, and at most one large block per thread is
-    /// kept from merging, for one miss at most.
+    /// kept from merging, for one miss at most. Independent of `front_depth`.
     pub front_large_slot: bool,
     /// When a stream finds no free memory of its own but another stream has a free segment whose
     /// last use has not been seen completing, the stream waits for it on the device
