@@ -666,3 +666,52 @@ fn one_large_block_per_thread_parks_in_the_front_cache_until_its_next_miss() {
     free(&cache, miss);
     cache.check_invariants();
 }
+
+#[test]
+fn large_blocks_parked_by_other_threads_come_back_on_exit_and_on_empty_cache() {
+    let (cache, backend) = allocator(Config { front_max_block: 8 * KIB, front_large_slot: true, ..small_config() });
+    let blocks: Vec<_> = (0..4).map(|_| cache.alloc(48 * KIB, &S).unwrap()).collect();
+    let leaked = cache.alloc(48 * KIB, &S).unwrap();
+    let mut blocks = blocks.into_iter();
+    // Freed on another thread, which exits: its slot goes back to the core with it.
+    let first = blocks.next().unwrap();
+    std::thread::scope(|s| s.spawn(|| free(&cache, first)).join().unwrap());
+    assert_eq!(cache.stats().parked_bytes, 0, "a thread's exit returns its slot");
+    // Parked on a thread that stays alive while another thread empties the cache.
+    let (parked_tx, parked_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let second = blocks.next().unwrap();
+    std::thread::scope(|s| {
+        let cache = &cache;
+        s.spawn(move || {
+            free(cache, second);
+            parked_tx.send(()).unwrap();
+            done_rx.recv().unwrap();
+        });
+        parked_rx.recv().unwrap();
+        assert_eq!(cache.stats().parked_bytes, 48 * KIB);
+        cache.empty_cache();
+        assert_eq!(cache.stats().parked_bytes, 0, "empty_cache takes other threads' slots");
+        done_tx.send(()).unwrap();
+    });
+    // The same block cannot come out twice: each allocation below is a distinct address.
+    for block in blocks {
+        free(&cache, block);
+    }
+    let again: Vec<_> = (0..3).map(|_| cache.alloc(48 * KIB, &S).unwrap()).collect();
+    let mut addresses: Vec<_> = again.iter().map(|b| b.ptr().as_ptr().addr()).collect();
+    addresses.push(leaked.ptr().as_ptr().addr());
+    addresses.sort_unstable();
+    addresses.dedup();
+    assert_eq!(addresses.len(), 4, "no block handed out twice");
+    for block in again {
+        free(&cache, block);
+    }
+    // A handle never given back (`CachedBlock` has no `Drop`: going out of scope is forgetting
+    // it) leaks its segment; it is never released under its holder.
+    let leaked_at = leaked.ptr().as_ptr().addr();
+    let _ = leaked;
+    cache.empty_cache();
+    assert!(backend.live_segments().iter().any(|&(base, bytes)| (base..base + bytes).contains(&leaked_at)));
+    cache.check_invariants();
+}
