@@ -43,7 +43,10 @@ torch_peer() {
   shift 2
   if [ ! -f "$script" ]; then missing "$file" "no $script in this bundle"; return; fi
   if ! torch_ready; then missing "$file" "PyTorch with CUDA is not installed for $(command -v python3 || echo 'python3 (none on PATH)')"; return; fi
+  # A peer's failure is the peer's row (FILE.missing), not the section's exit code.
+  local before=$fail
   step "$file" python3 "$script" "$@" || missing "$file" "$(basename "$script") failed: see $(basename "${file%.*}").log"
+  fail=$before
 }
 
 # rmm_peer FILE PROGRAM ARGS...: an RMM peer program from $peers/rmm, or FILE.missing.
@@ -51,7 +54,9 @@ rmm_peer() {
   local file=$1 exe=$peers/rmm/$2
   shift 2
   if [ ! -x "$exe" ]; then missing "$file" "no $exe (build it with cuda-mem-bench/peers/build_rmm.sh on the build machine and carry the folder)"; return; fi
+  local before=$fail
   step "$file" "$exe" "$@" || missing "$file" "$(basename "$exe") failed: see $(basename "${file%.*}").log"
+  fail=$before
 }
 
 section_paired() {
@@ -84,14 +89,19 @@ section_threads() {
   rmm_peer "$d/rmm.jsonl" rmmbench --only 2 --threads "$counts"
 }
 
-# replay_all DIR FILE...: the workload files through cuda-mem's replays' peers (RMM, PyTorch
+# replay_peers DIR FILE...: the workload files through cuda-mem's replays' peers (RMM, PyTorch
 # native and with expandable segments), rows into DIR.
 replay_peers() {
   local d=$1
   shift
   rmm_peer "$d/rmm.jsonl" rmm_replay "$@"
   torch_peer "$d/torch.jsonl" "$peers/workloads/torch_replay.py" "$@"
-  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torch_peer "$d/torch_exp.jsonl" "$peers/workloads/torch_replay.py" "$@"
+  # One process per file: with expandable segments, PyTorch 2.11 on these hosts fails in
+  # empty_cache() after a replay ("invalid device context"), which would end the other files.
+  local f
+  for f in "$@"; do
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torch_peer "$d/torch_exp.jsonl" "$peers/workloads/torch_replay.py" "$f"
+  done
 }
 
 section_workloads() {
