@@ -11,7 +11,7 @@ use std::process::Command;
 pub const SECTIONS_SCRIPT: &str = include_str!("bench_sections.sh");
 
 /// The peers' files: where they live in the repository, where they go under `peers/`.
-const PEER_FILES: [(&str, &str); 9] = [
+const PEER_FILES: [(&str, &str); 10] = [
     ("docs/reference/torch_alloc.py", "torch_alloc.py"),
     ("cuda-mem-bench/peers/torch_alloc_mt.py", "torch_alloc_mt.py"),
     ("cuda-mem-bench/peers/torch_copies.py", "torch_copies.py"),
@@ -19,6 +19,8 @@ const PEER_FILES: [(&str, &str); 9] = [
     ("cuda-mem-bench/peers/torch_graph.py", "torch_graph.py"),
     ("docs/reference/torch_allreduce.py", "torch_allreduce.py"),
     ("cuda-mem-bench/workloads/torch_replay.py", "workloads/torch_replay.py"),
+    // torch_replay.py compiles its extension around this header, found beside the script.
+    ("cuda-mem-bench/workloads/replay.h", "workloads/replay.h"),
     ("cuda-mem-bench/workloads/run_training.sh", "workloads/run_training.sh"),
     ("cuda-mem-bench/workloads/torch_training.py", "workloads/torch_training.py"),
 ];
@@ -191,6 +193,33 @@ mod tests {
             serde_json::from_str(&bench.read(&format!("out/{s}/section.json"))).unwrap()
         };
         assert_eq!((meta("async")["rc"].as_i64(), meta("staged")["rc"].as_i64()), (Some(1), Some(0)));
+    }
+
+    /// A peer that includes a local header (`#include "replay.h"` in a C++ source compiled on the
+    /// GPU host) finds it beside itself in the bundle.
+    #[test]
+    fn every_local_header_a_peer_includes_travels_beside_it() {
+        let root = util::workspace_root();
+                for (from, to) in PEER_FILES {
+            let text = std::fs::read_to_string(root.join(from)).unwrap();
+            let folder = Path::new(to).parent().unwrap();
+            for header in quoted_includes(&text) {
+                let wanted = folder.join(&header);
+                assert!(
+                    PEER_FILES.iter().any(|(_, t)| Path::new(t) == wanted),
+                    "{from} includes \"{header}\", which the bundle does not copy to peers/{}",
+                    wanted.display()
+                );
+            }
+        }
+    }
+
+    /// The quoted includes of a text: `#include "NAME"`.
+    fn quoted_includes(text: &str) -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.trim().strip_prefix("#include \""))
+            .filter_map(|rest| rest.split_once('"').map(|(name, _)| name.to_string()))
+            .collect()
     }
 
     #[test]
