@@ -195,3 +195,31 @@ fn the_report_is_written_with_results_plots_and_anchors() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Sections measured by bundles of two commits (two device calls of one day): the report names
+/// both, and each section's own in its row of the table.
+#[test]
+fn sections_from_bundles_of_two_commits_name_each_commit() {
+    let dir = std::env::temp_dir().join(format!("suite-commits-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (section, commit) in [("cache", "abc1234"), ("snapshot", "def5678")] {
+        std::fs::create_dir_all(dir.join(section)).unwrap();
+        let meta = format!(
+            r#"{{"section":"{section}","started":"2026-12-04T10:00:00Z","seconds":9,"rc":0,"gpu":"H200","commit":"{commit}","gpus":1}}"#
+        );
+        std::fs::write(dir.join(section).join("section.json"), meta).unwrap();
+    }
+    let suite = suite::collect(&dir, "2026-12-04");
+    assert_eq!(suite.commit, "abc1234, def5678");
+    let commits: Vec<&str> = suite.ran.iter().map(|r| r.commit.as_str()).collect();
+    assert_eq!(commits, ["abc1234", "def5678"]);
+    let out = dir.join("report");
+    suite.write(&out).unwrap();
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("at commits `abc1234`, `def5678` (each section's below)"), "{report}");
+    assert!(report.contains("| snapshot | 2026-12-04T10:00:00Z | 9 | 0 | 1 | def5678 |"), "{report}");
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["sections"][1]["commit"], "def5678");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -63,10 +63,17 @@ pub fn report(suite: &Suite, plots: &[&str]) -> String {
     let mut out = String::new();
     let device = if suite.device.is_empty() { "device not recorded".to_string() } else { suite.device.clone() };
     let _ = writeln!(out, "# cuda-mem benchmark report, {} ({device})\n", suite.date);
-    let commit = if suite.commit.is_empty() { "not recorded".to_string() } else { format!("`{}`", suite.commit) };
+    let commit = match suite.commit.split(", ").collect::<Vec<_>>().as_slice() {
+        [""] => "not recorded".to_string(),
+        [one] => format!("commit `{one}`"),
+        many => format!(
+            "commits {} (each section's below)",
+            many.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+        ),
+    };
     let _ = writeln!(
         out,
-        "Measured by `./run --bench OUT --only SECTIONS` of the bundle (or `cargo xtask bench`) at commit {commit}; \
+        "Measured by `./run --bench OUT --only SECTIONS` of the bundle (or `cargo xtask bench`) at {commit}; \
          generated from the raw outputs by `bench_report` (`cuda_mem_bench::suite`). Every row holds cuda-mem's \
          value and one peer's, measured in the same run; `results.json` holds the same rows under the same keys. \
          Ratio: cuda-mem's cost over the peer's (time over time, or the peer's rate over cuda-mem's), so below 1 is \
@@ -74,17 +81,18 @@ pub fn report(suite: &Suite, plots: &[&str]) -> String {
     );
     let _ = writeln!(
         out,
-        "## Sections run\n\n| section | started (UTC) | seconds | exit code | rows |\n|---|---|---|---|---|"
+        "## Sections run\n\n| section | started (UTC) | seconds | exit code | rows | commit |\n|---|---|---|---|---|---|"
     );
     for ran in &suite.ran {
         let rows = suite.rows.iter().filter(|r| r.section == ran.section).count();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {rows} |",
+            "| {} | {} | {} | {} | {rows} | {} |",
             ran.section,
             if ran.started.is_empty() { "–" } else { &ran.started },
             ran.seconds.map_or("–".into(), |s| format!("{s:.0}")),
             ran.rc.map_or("–".into(), |c| c.to_string()),
+            if ran.commit.is_empty() { "–" } else { &ran.commit },
         );
     }
     let missing: Vec<&str> = SECTIONS.iter().copied().filter(|s| !suite.ran.iter().any(|r| r.section == *s)).collect();

@@ -188,6 +188,8 @@ pub struct Ran {
     pub seconds: Option<f64>,
     pub rc: Option<i64>,
     pub started: String,
+    /// The commit of the bundle that ran it.
+    pub commit: String,
 }
 
 /// The whole report.
@@ -195,6 +197,7 @@ pub struct Ran {
 pub struct Suite {
     pub date: String,
     pub device: String,
+    /// The bundles' commits, each once, in section order (sections may come from several calls).
     pub commit: String,
     pub ran: Vec<Ran>,
     pub rows: Vec<Row>,
@@ -205,7 +208,7 @@ pub fn collect(raw: &Path, date: &str) -> Suite {
     let mut ran = Vec::new();
     let mut rows = Vec::new();
     let mut device = String::new();
-    let mut commit = String::new();
+    let mut commits: Vec<String> = Vec::new();
     for name in SECTIONS {
         let dir = raw.join(name);
         if !dir.is_dir() {
@@ -218,14 +221,16 @@ pub fn collect(raw: &Path, date: &str) -> Suite {
         if device.is_empty() {
             device = field("gpu").as_str().unwrap_or_default().to_string();
         }
-        if commit.is_empty() {
-            commit = field("commit").as_str().unwrap_or_default().to_string();
+        let commit = field("commit").as_str().unwrap_or_default().to_string();
+        if !commit.is_empty() && !commits.contains(&commit) {
+            commits.push(commit.clone());
         }
         ran.push(Ran {
             section: name,
             seconds: field("seconds").as_f64(),
             rc: field("rc").as_i64(),
             started: field("started").as_str().unwrap_or_default().to_string(),
+            commit,
         });
         rows.extend(match name {
             "paired" => paired::rows(&input),
@@ -241,7 +246,7 @@ pub fn collect(raw: &Path, date: &str) -> Suite {
             _ => unreachable!("section {name}"),
         });
     }
-    Suite { date: date.to_string(), device, commit, ran, rows }
+    Suite { date: date.to_string(), device, commit: commits.join(", "), ran, rows }
 }
 
 impl Suite {
@@ -253,7 +258,7 @@ impl Suite {
             "device": self.device,
             "commit": self.commit,
             "ratio_convention": "cuda-mem's cost over the peer's (time / time, or the peer's rate / cuda-mem's): below 1 is cuda-mem ahead",
-            "sections": self.ran.iter().map(|r| json!({"section": r.section, "started": r.started, "seconds": r.seconds, "rc": r.rc})).collect::<Vec<_>>(),
+            "sections": self.ran.iter().map(|r| json!({"section": r.section, "started": r.started, "seconds": r.seconds, "rc": r.rc, "commit": r.commit})).collect::<Vec<_>>(),
             "rows": self.rows.iter().map(Row::to_json).collect::<Vec<_>>(),
         })
     }
