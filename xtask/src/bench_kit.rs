@@ -200,7 +200,7 @@ mod tests {
     #[test]
     fn every_local_header_a_peer_includes_travels_beside_it() {
         let root = util::workspace_root();
-                for (from, to) in PEER_FILES {
+        for (from, to) in PEER_FILES {
             let text = std::fs::read_to_string(root.join(from)).unwrap();
             let folder = Path::new(to).parent().unwrap();
             for header in quoted_includes(&text) {
