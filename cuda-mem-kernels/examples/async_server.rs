@@ -27,8 +27,7 @@
 //!     `--buffers` device buffers dealt to the lanes; the task awaits the `Pending` (woken by the
 //!     watcher with `--wake watcher`, else by a host function). Uploads never wait for
 //!     downloads, but on the H200 it moved less than the per-stream schedule, with one lane or
-//!     several (docs/measurements/2026-12-02-h200-async-2436876.txt and
-//!     2026-12-02-h200-async-pipeline-lanes.txt).
+//!     several (measured on 2026-12-02 at commit 2436876; see docs/async-work.md).
 //!
 //!   Host functions cost the copies throughput on the H200 host: with them the async variant
 //!   stayed behind the threads variant at any depth or stream count, and the threads variant

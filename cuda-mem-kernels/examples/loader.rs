@@ -20,7 +20,7 @@
 //! quarter of the cores, 2 to 8, and chunks to 4 MiB. The lanes' copies into pinned memory and
 //! the CPU work both stream through host memory: on the H200 host (16 cores) 4 lanes copied
 //! almost as fast as 8 and left the CPU work more of it, so the overlapped run finished sooner
-//! (docs/measurements/2026-12-02-h200-loader-2436876.txt).
+//! (measured on 2026-12-02 at commit 2436876; see docs/async-work.md).
 
 use cuda_mem::{DeviceBuffer, StagedConfig, StagedCopier, Stream};
 use cuda_mem_kernels::{checksum_cpu, checksum_u32};
