@@ -276,7 +276,9 @@ case "${1:-}" in
     ;;
   *)
     run_tests
-    for e in smoke device_memory pinned_memory mapped_and_registered managed_memory stream_ordered \
+    # The numbered lessons of cuda-mem/examples, then the kernels crate's.
+    for e in smoke 01_allocate 02_copy_in_a_scope 03_stream_ordered 04_device_cache 05_pending_and_await \
+             06_resources 07_graphs 08_dlpack 09_pinned_memory 10_mapped_and_registered 11_managed_memory \
              inference_loop kernel_bandwidth; do
       example "$e"
     done
@@ -357,13 +359,19 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
 "#;
 
     /// The examples the script runs: each stands in as a program that succeeds.
-    const EXAMPLES: [&str; 18] = [
+    const EXAMPLES: [&str; 24] = [
         "smoke",
-        "device_memory",
-        "pinned_memory",
-        "mapped_and_registered",
-        "managed_memory",
-        "stream_ordered",
+        "01_allocate",
+        "02_copy_in_a_scope",
+        "03_stream_ordered",
+        "04_device_cache",
+        "05_pending_and_await",
+        "06_resources",
+        "07_graphs",
+        "08_dlpack",
+        "09_pinned_memory",
+        "10_mapped_and_registered",
+        "11_managed_memory",
         "inference_loop",
         "kernel_bandwidth",
         "stress",

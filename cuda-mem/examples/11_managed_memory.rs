@@ -1,4 +1,4 @@
-//! Managed (unified) memory: written by the CPU, advised, prefetched (the documented fix for
+//! Lesson 11, managed (unified) memory: written by the CPU, advised, prefetched (the documented fix for
 //! first-touch page faults), changed on the GPU, read back by the CPU.
 
 use cuda_mem::{Advice, Device, Location, ManagedBuffer, Stream};

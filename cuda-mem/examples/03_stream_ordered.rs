@@ -1,6 +1,6 @@
-//! Stream-ordered allocation from a memory pool: cheap per-step temporaries (the figures are in
-//! docs/choosing-an-allocator.md), and the release threshold trap the source document
-//! half-describes.
+//! Lesson 3, stream-ordered allocation from a memory pool: cheap per-step temporaries that are
+//! freed in stream order without blocking (the figures are in docs/choosing-an-allocator.md),
+//! and the release threshold trap the source document half-describes.
 
 use cuda_mem::{Device, MemPool, PoolProps, Stream, StreamBuffer};
 use std::time::Instant;

@@ -1,4 +1,4 @@
-//! Pinned host memory (`cudaMallocHost` / `cudaHostAlloc`): the source and destination of
+//! Lesson 9, pinned host memory (`cudaMallocHost` / `cudaHostAlloc`): the source and destination of
 //! asynchronous DMA, and the caching pool that makes per-batch staging buffers cheap.
 
 use cuda_mem::{DeviceBuffer, HostAllocFlags, PinnedBuffer, PinnedPool, Stream};

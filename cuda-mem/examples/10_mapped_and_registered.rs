@@ -1,4 +1,4 @@
-//! Mapped (zero-copy) pinned memory and registered host memory: the device reads host memory
+//! Lesson 10, mapped (zero-copy) pinned memory and registered host memory: the device reads host memory
 //! through its own pointer, and an existing Vec is page-locked in place.
 
 use cuda_mem::{DeviceBuffer, HostAllocFlags, HostRegisterFlags, PinnedBuffer, RegisteredHost};
