@@ -1,6 +1,6 @@
-//! One device's allocator: a byte limit and PyTorch-style statistics around a [`Backend`].
+//! One device's allocator: a byte limit and PyTorch-style statistics around a [`AllocatorBackend`].
 
-use crate::backend::{Backend, Figures};
+use crate::backend::{AllocatorBackend, Figures};
 use crate::graphs::{CaptureFilter, GraphPools, PoolId};
 use cuda_mem::resource::StreamRef;
 use cuda_mem::resource::snapshot::{Frames, TraceRecorder};
@@ -110,7 +110,7 @@ pub struct DeviceAllocator<B> {
     failures: AtomicU64,
 }
 
-impl<B: Backend> DeviceAllocator<B> {
+impl<B: AllocatorBackend> DeviceAllocator<B> {
     /// An allocator of device `device` over `backend`, without a limit.
     pub fn new(backend: B, device: i32) -> Self {
         Self {
@@ -318,7 +318,7 @@ mod tests {
         peak: AtomicUsize,
     }
 
-    impl Backend for HostBackend {
+    impl AllocatorBackend for HostBackend {
         fn allocate(&self, bytes: usize, _: StreamRef<'static>) -> Result<NonNull<u8>> {
             let mut block = vec![0u8; bytes].into_boxed_slice();
             let ptr = NonNull::new(block.as_mut_ptr()).unwrap();

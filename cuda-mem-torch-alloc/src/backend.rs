@@ -40,7 +40,7 @@ pub struct Figures {
 /// Streams are `StreamRef<'static>`: a caching backend keeps a stream it was given for as long
 /// as it holds memory freed on it, and records events on it until then, so a handle must stay
 /// valid for good (the C functions' contract; PyTorch never destroys its streams).
-pub trait Backend: Send + Sync + fmt::Debug {
+pub trait AllocatorBackend: Send + Sync + fmt::Debug {
     /// `bytes` (> 0) usable by work on `stream`.
     fn allocate(&self, bytes: usize, stream: StreamRef<'static>) -> Result<NonNull<u8>>;
 

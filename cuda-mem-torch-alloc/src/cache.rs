@@ -6,7 +6,7 @@
 //! legacy default stream), a stream of its pool, or a handle the user wrapped
 //! (`torch.cuda.ExternalStream`). 0 and `cudaStreamLegacy` (1) name the device's legacy stream.
 //! Any other handle is borrowed as the stream it names, and the cache keeps it while it holds
-//! memory freed there ([`Backend`]'s `'static` handles). `cudaStreamPerThread` (2) is the one
+//! memory freed there ([`AllocatorBackend`]'s `'static` handles). `cudaStreamPerThread` (2) is the one
 //! handle that names a different stream on every thread, while PyTorch frees on whatever thread
 //! drops the tensor, passing the allocating stream's handle: such blocks come from the legacy
 //! stream, the allocating thread's per-thread stream waits for it (an event), and their free waits
@@ -21,7 +21,7 @@
 //! allocations; waited for before the cache is emptied, or when an allocation finds no memory).
 //! Its own stream's uses need no event: work queued there after the return runs after them.
 
-use crate::backend::{Backend, Figures, Reserved};
+use crate::backend::{AllocatorBackend, Figures, Reserved};
 use cuda_mem::caching::{CachedBlock, StreamKey};
 use cuda_mem::resource::StreamRef;
 use cuda_mem::{CachingStats, Result};
@@ -254,7 +254,7 @@ impl<S: BlockSource> CacheBackend<S> {
     }
 }
 
-impl<S: BlockSource> Backend for CacheBackend<S> {
+impl<S: BlockSource> AllocatorBackend for CacheBackend<S> {
     fn allocate(&self, bytes: usize, stream: StreamRef<'static>) -> Result<NonNull<u8>> {
         self.settle(false);
         let (block, per_thread) = match self.allocate_block(bytes, stream) {

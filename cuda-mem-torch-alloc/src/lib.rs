@@ -5,7 +5,7 @@
 //! `cuda-mem-py/package/cuda_mem/`).
 //!
 //! Each device gets a device caching allocator of its own (cuda-mem's `DeviceCache`, behind the
-//! [`Backend`] trait as [`CacheBackend`]): blocks cached per stream, reused on PyTorch's stream
+//! [`AllocatorBackend`] trait as [`CacheBackend`]): blocks cached per stream, reused on PyTorch's stream
 //! at once and moved between streams only behind events, as PyTorch's own allocator does. A
 //! retaining `MemPool` ([`PoolBackend`]: `cudaMallocFromPoolAsync` / `cudaFreeAsync`) can be
 //! chosen instead before the first allocation (`cuda_mem_torch_select_backend`).
@@ -25,14 +25,14 @@ pub mod alloc_conf;
 mod allocator;
 mod backend;
 mod cache;
-mod device_source;
+mod device_cache_source;
 pub mod graphs;
 mod pool;
 
 pub use allocator::{DeviceAllocator, NO_LIMIT, Stats};
-pub use backend::{Backend, Figures, Reserved};
+pub use backend::{AllocatorBackend, Figures, Reserved};
 pub use cache::{BlockSource, CacheBackend};
-pub use device_source::{DeviceSource, FreshMemory};
+pub use device_cache_source::{DeviceCacheSource, FreshMemory};
 pub use graphs::{CaptureFilter, GraphPools, PoolId, PoolMemory};
 pub use pool::PoolBackend;
 
@@ -51,7 +51,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 #[derive(Debug)]
 pub enum DeviceBackend {
     /// cuda-mem's device caching allocator (the default).
-    Cache(CacheBackend<DeviceSource>),
+    Cache(CacheBackend<DeviceCacheSource>),
     /// A retaining memory pool.
     Pool(PoolBackend),
 }
@@ -97,14 +97,14 @@ impl DeviceBackend {
         let conf = alloc_conf::AllocConf::from_env()?;
         let choice = BackendChoice::chosen().or(conf.backend).unwrap_or(BackendChoice::Cache);
         let backend = match choice {
-            BackendChoice::Cache => Self::Cache(CacheBackend::new(DeviceSource::new(device, conf.config)?)),
+            BackendChoice::Cache => Self::Cache(CacheBackend::new(DeviceCacheSource::new(device, conf.config)?)),
             BackendChoice::Pool => Self::Pool(PoolBackend::new(device)?),
         };
         Ok((backend, choice))
     }
 }
 
-impl Backend for DeviceBackend {
+impl AllocatorBackend for DeviceBackend {
     #[inline]
     fn allocate(&self, bytes: usize, stream: StreamRef<'static>) -> Result<NonNull<u8>> {
         match self {
@@ -126,7 +126,7 @@ impl Backend for DeviceBackend {
 
     fn record_stream(&self, ptr: NonNull<u8>, stream: StreamRef<'static>) -> Result<bool> {
         match self {
-            Self::Cache(cache) => Backend::record_stream(cache, ptr, stream),
+            Self::Cache(cache) => AllocatorBackend::record_stream(cache, ptr, stream),
             Self::Pool(pool) => pool.record_stream(ptr, stream),
         }
     }

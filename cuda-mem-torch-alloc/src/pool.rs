@@ -1,7 +1,7 @@
 //! `PoolBackend`: a retaining memory pool per device (`cudaMallocFromPoolAsync` /
 //! `cudaFreeAsync`), the allocator's first backend, kept for comparison.
 
-use crate::backend::{Backend, Figures, Reserved};
+use crate::backend::{AllocatorBackend, Figures, Reserved};
 use cuda_mem::resource::{MemoryResource, PoolResource, StreamRef};
 use cuda_mem::{CudaError, Device, ErrorKind, MemPool, PoolProps, Result};
 use std::ptr::NonNull;
@@ -31,7 +31,7 @@ impl PoolBackend {
     }
 }
 
-impl Backend for PoolBackend {
+impl AllocatorBackend for PoolBackend {
     fn allocate(&self, bytes: usize, stream: StreamRef<'static>) -> Result<NonNull<u8>> {
         self.on_device(stream, || self.resource.allocate(bytes, stream))?
     }

@@ -212,9 +212,9 @@ pub mod fuzzing {
         Backend as DeviceBackend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config as CachingConfig,
         StreamKey,
     };
-    pub use crate::pinned_pool::cache::{Backend, Block, BlockCache};
+    pub use crate::pinned_pool::cache::{Block, BlockCache, PinnedBackend};
     pub use crate::pinned_pool::fake::{FakeBackend, FakeFence, fake_block};
-    pub use crate::pinned_pool::size_class::{MIN_BLOCK, NUM_CLASSES, SizeClass, class_of};
+    pub use crate::pinned_pool::size_class::{MIN_BLOCK, NUM_CLASSES, PinnedClass, class_of};
     pub use crate::resource::testing::HostResource;
     pub use crate::staged::{chunk_size, deal};
 }

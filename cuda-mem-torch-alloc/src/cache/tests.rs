@@ -73,7 +73,7 @@ enum Call {
     Synchronize,
 }
 
-/// A handle the source refuses, as `DeviceSource` refuses a stream of another device.
+/// A handle the source refuses, as `DeviceCacheSource` refuses a stream of another device.
 const FOREIGN: usize = 0xbad0;
 
 /// Work on the host source's streams, as counts: what was queued, and what completed (a prefix).

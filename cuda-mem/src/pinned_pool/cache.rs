@@ -1,7 +1,7 @@
 //! The caching pool's bookkeeping, independent of CUDA: per-class free lists whose blocks are
 //! handed out again only when every fence (a recorded event) on them has completed, per-thread
 //! front caches in front of them, a cap on cached bytes, trimming, and statistics. The CUDA pool
-//! plugs in events and `cudaFreeHost` through [`Backend`]; the tests plug in plain flags and the
+//! plugs in events and `cudaFreeHost` through [`PinnedBackend`]; the tests plug in plain flags and the
 //! system allocator.
 //!
 //! **Where a free block is.** In the shared list of its class (under that class's lock), or,
@@ -23,7 +23,7 @@
 //! released at once. The state itself goes with the last lease.
 
 use super::front::{Counts, ENTRIES, Parked, Put, Stock, ThreadCache};
-use super::size_class::{NUM_CLASSES, SizeClass};
+use super::size_class::{NUM_CLASSES, PinnedClass};
 use crate::thread_cache::{self, Registered, ThreadExit};
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
 
 /// What the cache needs from the memory system.
-pub trait Backend: Send + Sync + 'static {
+pub trait PinnedBackend: Send + Sync + 'static {
     /// Marks the end of asynchronous work that used a block (a CUDA event).
     type Fence: Send;
     /// True when the work has completed; never blocks.
@@ -49,7 +49,7 @@ pub trait Backend: Send + Sync + 'static {
 /// A pinned block and the work that may still use it.
 pub struct Block<F> {
     pub ptr: NonNull<u8>,
-    pub class: SizeClass,
+    pub class: PinnedClass,
     pub fences: Vec<F>,
 }
 
@@ -82,11 +82,11 @@ type Registry = thread_cache::Registry<ThreadCache, Counts>;
 
 /// The bookkeeping of one pool, as a handle of it. Cloning shares it; dropping the last handle
 /// closes the pool.
-pub struct BlockCache<B: Backend> {
+pub struct BlockCache<B: PinnedBackend> {
     shared: Arc<Shared<B>>,
 }
 
-impl<B: Backend> Clone for BlockCache<B> {
+impl<B: PinnedBackend> Clone for BlockCache<B> {
     fn clone(&self) -> Self {
         // Relaxed, as in `Arc::clone`: the new handle comes from one that keeps the count above 0.
         self.shared.handles.fetch_add(1, Ordering::Relaxed);
@@ -94,7 +94,7 @@ impl<B: Backend> Clone for BlockCache<B> {
     }
 }
 
-impl<B: Backend> Drop for BlockCache<B> {
+impl<B: PinnedBackend> Drop for BlockCache<B> {
     fn drop(&mut self) {
         // Release then Acquire, as in `Arc`'s drop: every handle's calls happen before the close.
         if self.shared.handles.fetch_sub(1, Ordering::Release) == 1 {
@@ -106,11 +106,11 @@ impl<B: Backend> Drop for BlockCache<B> {
 
 /// What a buffer holds so that its block can go back: the pool's state, kept alive, without
 /// being a handle of the pool.
-pub struct Lease<B: Backend> {
+pub struct Lease<B: PinnedBackend> {
     shared: Arc<Shared<B>>,
 }
 
-impl<B: Backend> Lease<B> {
+impl<B: PinnedBackend> Lease<B> {
     /// Returns `block` to the pool: into this thread's front cache, this lease into the thread's
     /// stock beside it, if the block may park there; else into the shared list of its class.
     #[inline(always)]
@@ -140,7 +140,7 @@ impl<B: Backend> Lease<B> {
 /// the lease nor the state may be touched again (a closing thread may drop the stock), which is
 /// why `shared` is the lease's `Arc`, never a reference to the state.
 #[inline(always)]
-fn put_block<B: Backend>(shared: &Arc<Shared<B>>, block: Block<B::Fence>, leased: bool) -> bool {
+fn put_block<B: PinnedBackend>(shared: &Arc<Shared<B>>, block: Block<B::Fence>, leased: bool) -> bool {
     if !(shared.fronts && block.fences.is_empty()) {
         put_counted(shared, block);
         return false;
@@ -160,7 +160,7 @@ fn put_block<B: Backend>(shared: &Arc<Shared<B>>, block: Block<B::Fence>, leased
     }
 }
 
-fn register<B: Backend>(shared: &Arc<Shared<B>>) -> Registered<ThreadCache> {
+fn register<B: PinnedBackend>(shared: &Arc<Shared<B>>) -> Registered<ThreadCache> {
     // SAFETY: the pointer is `Arc::as_ptr` of the state, and the function drops a reference to
     // a `Shared<B>`.
     let stock = unsafe { Stock::new(Arc::as_ptr(shared).cast(), release_lease::<B>) };
@@ -177,19 +177,19 @@ fn register<B: Backend>(shared: &Arc<Shared<B>>) -> Registered<ThreadCache> {
 ///
 /// # Safety
 /// `state` is `Arc::as_ptr` of an `Arc<Shared<B>>`, and the caller owns one strong reference.
-unsafe fn release_lease<B: Backend>(state: *const ()) {
+unsafe fn release_lease<B: PinnedBackend>(state: *const ()) {
     // SAFETY: the caller's guarantee.
     unsafe { Arc::decrement_strong_count(state.cast::<Shared<B>>()) };
 }
 
-fn put_counted<B: Backend>(shared: &Arc<Shared<B>>, block: Block<B::Fence>) {
+fn put_counted<B: PinnedBackend>(shared: &Arc<Shared<B>>, block: Block<B::Fence>) {
     let bytes = block.class.bytes;
     count(shared, move |counts| counts.take_back(bytes));
     shared.put_shared(block);
 }
 
 /// Counts in this thread's front cache, or in the pool where there is none.
-fn count<B: Backend>(shared: &Arc<Shared<B>>, f: impl FnOnce(&mut Counts) + Copy) {
+fn count<B: PinnedBackend>(shared: &Arc<Shared<B>>, f: impl FnOnce(&mut Counts) + Copy) {
     if shared.fronts
         && thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |cache| cache.count(f)).is_some()
     {
@@ -198,7 +198,7 @@ fn count<B: Backend>(shared: &Arc<Shared<B>>, f: impl FnOnce(&mut Counts) + Copy
     f(&mut lock(&shared.counts));
 }
 
-struct Shared<B: Backend> {
+struct Shared<B: PinnedBackend> {
     id: u64,
     backend: B,
     classes: Box<[FreeList<B::Fence>]>,
@@ -219,7 +219,7 @@ struct Shared<B: Backend> {
     closed: AtomicBool,
 }
 
-impl<B: Backend> BlockCache<B> {
+impl<B: PinnedBackend> BlockCache<B> {
     /// An empty cache over `backend` keeping at most `max_cached_bytes` free (`usize::MAX`: no
     /// cap, and front caches).
     pub fn new(backend: B, max_cached_bytes: usize) -> Self {
@@ -249,7 +249,7 @@ impl<B: Backend> BlockCache<B> {
     /// Holds the shared list of `class` and the registry of front caches (to prove that a path
     /// does not need them).
     #[cfg(test)]
-    pub(super) fn hold_shared(&self, class: SizeClass) -> impl Sized + '_ {
+    pub(super) fn hold_shared(&self, class: PinnedClass) -> impl Sized + '_ {
         (lock(&self.shared.classes[class.index]), lock(&self.shared.threads))
     }
 
@@ -257,7 +257,7 @@ impl<B: Backend> BlockCache<B> {
     /// one, else the shared list's most recently freed ready one (warm in caches), else, after
     /// every thread's front cache is returned to the lists, one from there.
     #[inline]
-    pub fn take(&self, class: SizeClass) -> Option<Block<B::Fence>> {
+    pub fn take(&self, class: PinnedClass) -> Option<Block<B::Fence>> {
         let shared = &self.shared;
         if shared.fronts {
             let hit = thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |c| c.take(class, false));
@@ -271,7 +271,7 @@ impl<B: Backend> BlockCache<B> {
     /// [`BlockCache::take`], with a lease for the buffer that will hold the block: one this
     /// thread stocked, if any (no atomic operation), else a new one.
     #[inline(always)]
-    pub fn take_leased(&self, class: SizeClass) -> Option<(Block<B::Fence>, Lease<B>)> {
+    pub fn take_leased(&self, class: PinnedClass) -> Option<(Block<B::Fence>, Lease<B>)> {
         let shared = &self.shared;
         if shared.fronts {
             let hit = thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |c| c.take(class, true));
@@ -290,7 +290,7 @@ impl<B: Backend> BlockCache<B> {
     }
 
     #[inline(never)]
-    fn take_shared(&self, class: SizeClass) -> Option<Block<B::Fence>> {
+    fn take_shared(&self, class: PinnedClass) -> Option<Block<B::Fence>> {
         let shared = &self.shared;
         let mut block = shared.take_ready(class);
         if block.is_none() && shared.fronts {
@@ -303,7 +303,7 @@ impl<B: Backend> BlockCache<B> {
     }
 
     /// Records a block that had to come from the system.
-    pub fn note_miss(&self, class: SizeClass) {
+    pub fn note_miss(&self, class: PinnedClass) {
         let shared = &self.shared;
         let held = shared.held_bytes.fetch_add(class.bytes, Ordering::Relaxed) + class.bytes;
         shared.peak_held_bytes.fetch_max(held, Ordering::Relaxed);
@@ -358,9 +358,9 @@ impl<B: Backend> BlockCache<B> {
     }
 }
 
-impl<B: Backend> Shared<B> {
+impl<B: PinnedBackend> Shared<B> {
     /// The most recently freed block of `class` in its list whose work has completed.
-    fn take_ready(&self, class: SizeClass) -> Option<Block<B::Fence>> {
+    fn take_ready(&self, class: PinnedClass) -> Option<Block<B::Fence>> {
         let mut list = lock(&self.classes[class.index]);
         let position = list.iter_mut().rposition(|block| {
             block.fences.retain(|fence| !self.backend.is_done(fence));
@@ -433,7 +433,7 @@ impl<B: Backend> Shared<B> {
     }
 }
 
-impl<B: Backend> Shared<B> {
+impl<B: PinnedBackend> Shared<B> {
     /// The last handle dropped: empties every thread's front cache and stock of leases, releases
     /// every cached block, and has later returns released (see the module's docs).
     fn close(&self) {
@@ -451,7 +451,7 @@ impl<B: Backend> Shared<B> {
     }
 }
 
-impl<B: Backend> ThreadExit<ThreadCache> for Shared<B> {
+impl<B: PinnedBackend> ThreadExit<ThreadCache> for Shared<B> {
     fn thread_exit(&self, cache: &Arc<ThreadCache>) {
         let stocked = {
             let mut registry = lock(&self.threads);
@@ -464,7 +464,7 @@ impl<B: Backend> ThreadExit<ThreadCache> for Shared<B> {
     }
 }
 
-impl<B: Backend> Drop for Shared<B> {
+impl<B: PinnedBackend> Drop for Shared<B> {
     fn drop(&mut self) {
         // No handle is left, so no call is in flight; threads' front caches may still hold
         // blocks (their entries find the pool gone at exit and leave them).

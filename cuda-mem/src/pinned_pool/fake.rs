@@ -1,6 +1,6 @@
 //! A backend over the system allocator with fences completed by hand, for tests and fuzzing.
 
-use super::cache::{Backend, Block};
+use super::cache::{Block, PinnedBackend};
 use super::size_class::class_of;
 use std::alloc::Layout;
 use std::ptr::NonNull;
@@ -20,7 +20,7 @@ pub struct FakeBackend {
 /// Completed by setting it.
 pub type FakeFence = Arc<AtomicBool>;
 
-impl Backend for FakeBackend {
+impl PinnedBackend for FakeBackend {
     type Fence = FakeFence;
     fn is_done(&self, fence: &FakeFence) -> bool {
         fence.load(Ordering::Acquire)

@@ -15,7 +15,7 @@
 //! count of references it owns ([`Stock`]), not a list. The pool empties every thread's stock
 //! when its last handle drops, since stocked leases would otherwise keep it alive.
 
-use super::size_class::SizeClass;
+use super::size_class::PinnedClass;
 use crate::thread_cache::{Entries, FrontCache, SpinLock};
 use std::cell::RefCell;
 use std::ptr::NonNull;
@@ -82,7 +82,7 @@ pub(super) enum Put {
 #[derive(Debug)]
 pub(super) struct Parked {
     pub ptr: NonNull<u8>,
-    pub class: SizeClass,
+    pub class: PinnedClass,
 }
 
 // SAFETY: the address of pinned memory the pool owns, never dereferenced by the cache; the thread
@@ -159,7 +159,7 @@ impl ThreadCache {
     /// The newest parked block of `class`, counted as a hit, and, if `leased` and the stock has
     /// one, a stocked lease, now the caller's (true).
     #[inline(always)]
-    pub fn take(&self, class: SizeClass, leased: bool) -> Option<(NonNull<u8>, bool)> {
+    pub fn take(&self, class: PinnedClass, leased: bool) -> Option<(NonNull<u8>, bool)> {
         let mut front = self.front.lock();
         let front = &mut *front;
         let parked = front.bins.get_mut(class.index)?.pop()?;

@@ -26,8 +26,8 @@ use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cache::{Backend, Block, BlockCache, Lease};
-use size_class::{SizeClass, class_of};
+use cache::{Block, BlockCache, Lease, PinnedBackend};
+use size_class::{PinnedClass, class_of};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -36,7 +36,7 @@ use std::sync::OnceLock;
 /// CUDA events as fences, `cudaFreeHost` as release.
 struct CudaBackend;
 
-impl Backend for CudaBackend {
+impl PinnedBackend for CudaBackend {
     type Fence = Event;
 
     fn is_done(&self, fence: &Event) -> bool {
@@ -159,7 +159,7 @@ impl PinnedPool {
         self.cache.put(Block { ptr, class, fences: fence.into_iter().collect() });
     }
 
-    fn new_block(&self, class: SizeClass) -> Result<Block<Event>> {
+    fn new_block(&self, class: PinnedClass) -> Result<Block<Event>> {
         let bytes = class.bytes;
         let fresh = raw::host::alloc(bytes, self.flags)?;
         // SAFETY: allocated just now, never used.
@@ -193,7 +193,7 @@ pub struct PooledPinned<T: Pod> {
     /// apart, not as one `Block`, so that creating and dropping a buffer moves words, not a
     /// struct (which the compiler copies in wider pieces than it wrote them, a stall each).
     lease: Option<Lease<CudaBackend>>,
-    class: SizeClass,
+    class: PinnedClass,
     /// Ends of asynchronous work that used the block (see [`PooledPinned::record_use`]).
     fences: Vec<Event>,
     flags: HostAllocFlags,
@@ -212,7 +212,7 @@ impl<T: Pod> fmt::Debug for PooledPinned<T> {
 
 impl<T: Pod> PooledPinned<T> {
     fn empty(len: usize, flags: HostAllocFlags) -> Self {
-        let class = SizeClass { index: 0, bytes: 0 };
+        let class = PinnedClass { index: 0, bytes: 0 };
         Self { ptr: NonNull::dangling(), len, lease: None, class, fences: Vec::new(), flags }
     }
 

@@ -11,18 +11,18 @@ pub const NUM_CLASSES: usize = (usize::BITS - MIN_SHIFT) as usize * STEPS_PER_DO
 
 /// A size class: its index and the bytes a block of it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SizeClass {
+pub struct PinnedClass {
     pub index: usize,
     pub bytes: usize,
 }
 
 /// The class serving `bytes`, or `None` when the rounded size would overflow `usize`.
-pub fn class_of(bytes: usize) -> Option<SizeClass> {
+pub fn class_of(bytes: usize) -> Option<PinnedClass> {
     if bytes <= MIN_BLOCK {
-        return Some(SizeClass { index: 0, bytes: MIN_BLOCK });
+        return Some(PinnedClass { index: 0, bytes: MIN_BLOCK });
     }
     let (index, bytes) = crate::size_steps::round_up(bytes, MIN_SHIFT, STEPS_PER_DOUBLING)?;
-    Some(SizeClass { index, bytes })
+    Some(PinnedClass { index, bytes })
 }
 
 #[cfg(test)]
@@ -32,7 +32,7 @@ mod tests {
     #[test]
     fn small_requests_share_the_minimum_block() {
         for bytes in [0, 1, 100, 4095, 4096] {
-            assert_eq!(class_of(bytes), Some(SizeClass { index: 0, bytes: 4096 }));
+            assert_eq!(class_of(bytes), Some(PinnedClass { index: 0, bytes: 4096 }));
         }
     }
 
@@ -41,7 +41,7 @@ mod tests {
         assert_eq!(class_of(4097).unwrap().bytes, 5120);
         assert_eq!(class_of(5120).unwrap().bytes, 5120);
         assert_eq!(class_of(5121).unwrap().bytes, 6144);
-        assert_eq!(class_of(8192).unwrap(), SizeClass { index: 4, bytes: 8192 });
+        assert_eq!(class_of(8192).unwrap(), PinnedClass { index: 4, bytes: 8192 });
         assert_eq!(class_of(1 << 20).unwrap().bytes, 1 << 20);
         assert_eq!(class_of((1 << 20) + 1).unwrap().bytes, (1 << 20) + (1 << 18));
         assert_eq!(class_of(64 << 20).unwrap().bytes, 64 << 20);

@@ -1,4 +1,4 @@
-//! `DeviceSource`: cuda-mem's `DeviceCache` of one device as a [`BlockSource`], PyTorch's stream
+//! `DeviceCacheSource`: cuda-mem's `DeviceCache` of one device as a [`BlockSource`], PyTorch's stream
 //! handles borrowed as cuda-mem streams.
 
 use crate::cache::BlockSource;
@@ -22,13 +22,13 @@ thread_local! {
 /// A device cache of its own (so its figures are the allocator's alone) and the device's legacy
 /// stream.
 #[derive(Debug)]
-pub struct DeviceSource {
+pub struct DeviceCacheSource {
     cache: DeviceCache,
     legacy: Stream,
     id: u64,
 }
 
-impl DeviceSource {
+impl DeviceCacheSource {
     /// A new, empty cache on `device` with `config`.
     pub fn new(device: Device, config: Config) -> Result<Self> {
         let legacy = device.run_on(Stream::legacy_default)??;
@@ -60,7 +60,7 @@ impl DeviceSource {
     }
 }
 
-impl BlockSource for DeviceSource {
+impl BlockSource for DeviceCacheSource {
     type Stream = Stream;
     type Fence = Event;
 
