@@ -12,6 +12,24 @@
 //!
 //! Views ([`DeviceSlice`], [`DeviceSliceMut`]) borrow from their owner, so they cannot outlive it.
 //!
+//! ## Which owner, which pool
+//!
+//! | memory | owner | from | use it for |
+//! |---|---|---|---|
+//! | device | [`DeviceBuffer`] | `cudaMalloc` | data that lives long: weights, KV caches, tables; allocate once |
+//! | device | [`StreamBuffer`] | a [`MemPool`] (`cudaMallocFromPoolAsync`) | per-step temporaries freed in stream order; memory the driver may take back ([`MemPool::trim_to`]) or another process may import |
+//! | device | [`CachedBuffer`] | a [`DeviceCache`] | per-step temporaries on a hot path, many threads: a free is reused at once by its stream, without a CUDA call |
+//! | device | [`resource::ResourceBuffer`] | any [`resource::MemoryResource`] | code written against one interface, with statistics, limits, tracking or logging stacked on the source |
+//! | device | [`GraphOutput`] | graph memory a captured graph leaves allocated ([`CaptureScope::output`]) | what a graph produces, read between its launches ([`GraphExec::output`]) |
+//! | device | [`ImportedSlice`], [`IpcMapping`] | another process's pool or `cudaIpc*` handle | memory a producer process shares |
+//! | unified | [`ManagedBuffer`] | `cudaMallocManaged` | prototypes, data larger than the GPU, CPU and GPU both touching it (prefetch it) |
+//! | pinned host | [`PinnedBuffer`] | `cudaMallocHost` / `cudaHostAlloc` | the host side of asynchronous copies; mapped for kernels reading host memory |
+//! | pinned host | [`PooledPinned`] | a [`PinnedPool`] | per-batch staging buffers: a hit costs no CUDA call |
+//! | pinned host | [`RegisteredHost`] | `cudaHostRegister` | an existing allocation copied many times; register it once |
+//!
+//! Pageable `Vec`s reach the GPU fastest through [`StagedCopier`]. `docs/choosing-an-allocator.md`
+//! gives the figures behind each choice.
+//!
 //! ## The unsafe contract
 //! Safe code cannot free memory that queued GPU work still uses, nor touch host memory a pending
 //! copy reads or writes: asynchronous work that borrows memory goes through
