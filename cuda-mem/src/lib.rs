@@ -88,7 +88,6 @@ pub mod dlpack;
 mod error;
 mod event;
 mod graph;
-mod host_flags;
 mod ipc;
 mod managed;
 mod maybe_owned;
@@ -123,7 +122,6 @@ pub use graph::{
     CaptureMode, CaptureScope, Graph, GraphExec, GraphFlags, GraphMemStats, GraphOutput, GraphPool, HostSlot, Launches,
     UpdateRefusal,
 };
-pub use host_flags::{HostAllocFlags, HostRegisterFlags};
 pub use ipc::{
     EXPORT_BYTES, ExportedDeviceBuffer, ExportedStreamBuffer, ImportedSlice, IpcMapping, IpcMemHandle,
     PoolPointerExport,
@@ -138,6 +136,7 @@ pub use pinned::PinnedBuffer;
 pub use pinned_pool::{PinnedPool, PinnedPoolStats, PooledPinned};
 pub use pool::{MemPool, PoolProps, ReusePolicy, ShareableHandle};
 pub use pool_stats::PoolStats;
+pub use raw::host_flags::{HostAllocFlags, HostRegisterFlags};
 pub use registered::{RegisteredHost, UnregisterError};
 pub use scope::StreamScope;
 pub use slice::{DeviceSlice, DeviceSliceMut, DeviceSource};

@@ -2,7 +2,7 @@
 //! freed with `cudaFreeHost` (the source document's `cudaHostFree` does not exist).
 
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::host_flags::HostAllocFlags;
+use crate::raw::host_flags::HostAllocFlags;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;

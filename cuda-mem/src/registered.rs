@@ -2,8 +2,8 @@
 //! unregistered on drop.
 
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::host_flags::HostRegisterFlags;
 use crate::pinned::mapped_device_ptr;
+use crate::raw::host_flags::HostRegisterFlags;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;

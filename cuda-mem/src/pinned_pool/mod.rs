@@ -21,7 +21,7 @@ pub use cache::PinnedPoolStats;
 
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::event::Event;
-use crate::host_flags::HostAllocFlags;
+use crate::raw::host_flags::HostAllocFlags;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;

@@ -1,9 +1,9 @@
 //! Page-locked host memory: `cudaMallocHost` / `cudaHostAlloc`, `cudaFreeHost`, registration of
 //! existing memory, and the device address of mapped memory.
 
+use super::host_flags::{HostAllocFlags, HostRegisterFlags};
 use super::{check, check_alloc};
 use crate::error::Result;
-use crate::host_flags::{HostAllocFlags, HostRegisterFlags};
 use cuda_mem_sys as sys;
 use std::ffi::c_void;
 

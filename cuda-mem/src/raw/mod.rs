@@ -14,6 +14,7 @@ mod driver_library;
 pub(crate) mod events;
 pub(crate) mod graphs;
 pub(crate) mod host;
+pub(crate) mod host_flags;
 pub(crate) mod ipc;
 pub(crate) mod managed;
 pub(crate) mod memory;

@@ -1,6 +1,6 @@
 //! Typed flag sets for `cudaHostAlloc` and `cudaHostRegister`.
 
-use crate::raw::host;
+use super::host;
 
 bitflags::bitflags! {
     /// Flags of `cudaHostAlloc`; empty means `cudaMallocHost` (page-locked, cached).
