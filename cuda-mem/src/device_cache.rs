@@ -10,13 +10,13 @@
 use crate::caching::{Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, Pages, StreamKey};
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::event::Event;
 use crate::graph::GraphPool;
 use crate::maybe_owned::MaybeOwned;
 use crate::pool_stats::PoolStats;
 use crate::raw;
 use crate::resource::{MemoryKind, MemoryResource, StreamRef};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::stream::Event;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use std::collections::HashMap;

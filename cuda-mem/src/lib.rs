@@ -86,12 +86,10 @@ mod device_cache;
 #[cfg(feature = "dlpack")]
 pub mod dlpack;
 mod error;
-mod event;
 mod graph;
 mod ipc;
 mod managed;
 mod maybe_owned;
-mod notify;
 mod peer;
 mod pending;
 mod pinned;
@@ -117,7 +115,6 @@ pub use device::{Device, DeviceAttribute, driver_version, runtime_version};
 pub use device_buffer::DeviceBuffer;
 pub use device_cache::{CachedBuffer, CudaSegments, DeviceCache};
 pub use error::{CudaError, ErrorCode, ErrorKind, NO_DRIVER_MESSAGE, OomReport, Result};
-pub use event::Event;
 pub use graph::{
     CaptureMode, CaptureScope, Graph, GraphExec, GraphFlags, GraphMemStats, GraphOutput, GraphPool, HostSlot, Launches,
     UpdateRefusal,
@@ -128,7 +125,6 @@ pub use ipc::{
 };
 pub use managed::{Advice, Attach, Location, ManagedBuffer};
 pub use maybe_owned::MaybeOwned;
-pub use notify::Completion;
 pub use peer::PoolAccess;
 pub use pending::owned::{OwnedDevice, OwnedHost};
 pub use pending::{Pending, WakeUp};
@@ -141,7 +137,7 @@ pub use registered::{RegisteredHost, UnregisterError};
 pub use scope::StreamScope;
 pub use slice::{DeviceSlice, DeviceSliceMut, DeviceSource};
 pub use staged::{MAX_LANES, StagedConfig, StagedCopier};
-pub use stream::Stream;
+pub use stream::{Completion, Event, Stream};
 pub use stream_buffer::StreamBuffer;
 
 /// For crates that launch their own kernels on cuda-mem's memory and streams (as

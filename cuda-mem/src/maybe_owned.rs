@@ -65,14 +65,4 @@ macro_rules! owned_from {
     )*};
 }
 
-owned_from!(crate::Stream, crate::MemPool, std::sync::Arc<dyn crate::resource::MemoryResource>);
-
-/// An `Arc` of a concrete resource, owned as the `Arc<dyn MemoryResource>` buffers hold (the
-/// unsizing coercion a plain parameter would apply).
-impl<'a, R: crate::resource::MemoryResource + 'static> From<std::sync::Arc<R>>
-    for MaybeOwned<'a, std::sync::Arc<dyn crate::resource::MemoryResource>>
-{
-    fn from(value: std::sync::Arc<R>) -> Self {
-        Self::Owned(value)
-    }
-}
+owned_from!(crate::Stream, crate::MemPool);

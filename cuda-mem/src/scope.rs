@@ -95,6 +95,49 @@ impl Drop for SyncOnUnwind<'_> {
     }
 }
 
+/// Scopes of a stream: defined here, beside [`StreamScope`], so that streams need not know it.
+impl Stream {
+    /// Runs `f` with a scope through which work that borrows memory is queued on this stream, then
+    /// waits for the stream, so everything borrowed for the scope is free of GPU work when `scope`
+    /// returns — also if `f` panics. This is how cuda-mem makes asynchronous copies safe: host
+    /// memory lent to the GPU cannot be touched, moved or dropped while a copy may still read or
+    /// write it.
+    ///
+    /// The outer `Result` is the final synchronize; `f`'s own value comes back inside it.
+    pub fn scope<'env, F, R>(&'env self, f: F) -> Result<R>
+    where
+        F: for<'scope> FnOnce(&'scope StreamScope<'scope, 'env>) -> R,
+    {
+        StreamScope::run(self, f)
+    }
+
+    /// [`Stream::scope`] for a closure that returns a `Result`: one `Result` comes back, the
+    /// closure's error first. When both the closure and the final synchronize fail, the
+    /// synchronize's error is attached to the closure's ([`CudaError::later`]).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), cuda_mem::CudaError> {
+    /// use cuda_mem::{DeviceBuffer, Stream};
+    /// let stream = Stream::non_blocking()?;
+    /// let host = vec![3u32; 1024];
+    /// let mut device = DeviceBuffer::<u32>::zeroed(1024)?;
+    /// let mut back = vec![0u32; 1024];
+    /// let mut view = device.as_mut_slice();
+    /// stream.try_scope(|s| {
+    ///     s.copy_from_host(&mut view, &host)?;
+    ///     s.copy_to_host(&mut back, &view)
+    /// })?;
+    /// assert_eq!(back, host);
+    /// # Ok(()) }
+    /// ```
+    pub fn try_scope<'env, F, T>(&'env self, f: F) -> Result<T>
+    where
+        F: for<'scope> FnOnce(&'scope StreamScope<'scope, 'env>) -> Result<T>,
+    {
+        StreamScope::run_fallible(self, f)
+    }
+}
+
 impl<'scope> StreamScope<'scope, 'scope> {
     /// Runs `f` with a scope whose end does not synchronize, for work on `value`, which the
     /// caller owns by value and keeps until the work has completed (a [`Pending`](crate::Pending)).

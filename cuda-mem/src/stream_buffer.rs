@@ -2,11 +2,11 @@
 //! freed with `cudaFreeAsync` on its stream.
 
 use crate::error::{CudaError, Result};
-use crate::event::Event;
 use crate::maybe_owned::MaybeOwned;
 use crate::pool::{MemPool, retaining_pool};
 use crate::raw::{self, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::stream::Event;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use std::ffi::c_void;

@@ -11,7 +11,7 @@
 //! cost little CPU. With nothing watched it sleeps until a watch arrives.
 
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::event::Event;
+use crate::stream::Event;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};

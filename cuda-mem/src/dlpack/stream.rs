@@ -4,8 +4,8 @@
 use super::invalid;
 use crate::device::CurrentDevice;
 use crate::error::Result;
-use crate::event::Event;
 use crate::raw;
+use crate::stream::Event;
 use crate::stream::Stream;
 
 /// The consumer's stream, as `__dlpack__`'s `stream` argument names it for CUDA memory.

@@ -2,7 +2,7 @@
 //! `StagedCopier`): a one-shot result the `Pending` joins or polls, like a thread's join handle.
 
 use crate::error::Result;
-use crate::event::Event;
+use crate::stream::Event;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 

@@ -7,10 +7,10 @@ mod ops;
 pub(crate) mod owned;
 
 use crate::error::Result;
-use crate::event::Event;
-use crate::notify::{Completion, polled_after_completion};
 use crate::scope::StreamScope;
+use crate::stream::Event;
 use crate::stream::Stream;
+use crate::stream::notify::{Completion, polled_after_completion};
 use crate::watcher::{Probe, Watch, Watcher};
 use job::Job;
 use std::fmt;

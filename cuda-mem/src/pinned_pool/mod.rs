@@ -20,10 +20,10 @@ mod tests;
 pub use cache::PinnedPoolStats;
 
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::event::Event;
 use crate::raw::host_flags::HostAllocFlags;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::stream::Event;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use cache::{Block, BlockCache, Lease, PinnedBackend};

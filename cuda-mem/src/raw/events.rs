@@ -68,7 +68,7 @@ pub(crate) unsafe fn elapsed(start: sys::cudaEvent_t, end: sys::cudaEvent_t) -> 
 
 #[cfg(test)]
 mod tests {
-    use crate::event::Event;
+    use crate::stream::Event;
     use cuda_mem_sys as sys;
 
     /// Destroying the null event fails; the drop must consume that failure instead of leaving it

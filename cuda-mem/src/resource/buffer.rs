@@ -10,6 +10,21 @@ use bytemuck::Pod;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+/// A resource owned by the buffer (the `Arc` moves in).
+impl<'a> From<Arc<dyn MemoryResource>> for MaybeOwned<'a, Arc<dyn MemoryResource>> {
+    fn from(value: Arc<dyn MemoryResource>) -> Self {
+        Self::Owned(value)
+    }
+}
+
+/// An `Arc` of a concrete resource, owned as the `Arc<dyn MemoryResource>` buffers hold (the
+/// unsizing coercion a plain parameter would apply).
+impl<'a, R: MemoryResource + 'static> From<Arc<R>> for MaybeOwned<'a, Arc<dyn MemoryResource>> {
+    fn from(value: Arc<R>) -> Self {
+        Self::Owned(value)
+    }
+}
+
 /// `len` elements from a [`MemoryResource`], ordered on a stream, freed through the same resource
 /// on that stream when dropped.
 ///

@@ -3,12 +3,12 @@
 use super::{MemoryKind, MemoryResource, StreamRef};
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::event::Event;
 use crate::pinned_pool::PinnedPool;
 use crate::pool::MemPool;
 use crate::pool_stats::PoolStats;
 use crate::raw;
 use crate::raw::host_flags::HostAllocFlags;
+use crate::stream::Event;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 

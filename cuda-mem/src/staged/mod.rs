@@ -11,12 +11,12 @@ mod on;
 
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::event::Event;
 use crate::pinned_pool::{PinnedPool, PooledPinned};
 use crate::raw;
 use crate::raw::host_flags::HostAllocFlags;
 use crate::raw::memory::Direction;
 use crate::slice::{DeviceSliceMut, DeviceSource};
+use crate::stream::Event;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -3,11 +3,11 @@
 
 use super::{Addr, LaneEnd, Lanes, StagedCopier};
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::event::Event;
 use crate::pending::Pending;
 use crate::pending::job::Job;
 use crate::pending::owned::{OwnedDevice, OwnedHost};
 use crate::raw::same_len;
+use crate::stream::Event;
 use crate::stream::Stream;
 use bytemuck::Pod;
 use std::sync::Arc;

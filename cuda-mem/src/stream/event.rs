@@ -1,10 +1,10 @@
 //! Events: markers in a stream, for waiting, cross-stream ordering and timing.
 
+use super::Stream;
+use super::notify::Completion;
 use crate::device::{CurrentDevice, Device};
 use crate::error::Result;
-use crate::notify::Completion;
 use crate::raw;
-use crate::stream::Stream;
 use std::time::Duration;
 
 /// A CUDA event (`cudaEventCreate`), destroyed on drop.

@@ -7,11 +7,11 @@
 //! The state it touches is an `Arc` whose reference was handed to it (`Arc::into_raw`) and is
 //! reclaimed by it, so dropping or forgetting the future never leaves it with freed memory.
 
+use super::Event;
+use super::Stream;
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::event::Event;
 use crate::raw;
-use crate::stream::Stream;
 use std::ffi::c_void;
 use std::future::Future;
 use std::pin::Pin;

@@ -1,12 +1,17 @@
-//! Streams: ordered queues of device work.
+//! Streams: ordered queues of device work, the events that mark points in them, their
+//! completion as a future, and the borrowed handle resources and other CUDA code name them by.
+
+pub(crate) mod event;
+pub(crate) mod notify;
+mod stream_ref;
+
+pub use event::Event;
+pub use notify::Completion;
+pub use stream_ref::StreamRef;
 
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::event::Event;
-use crate::notify::Completion;
 use crate::raw;
-use crate::resource::StreamRef;
-use crate::scope::StreamScope;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -450,46 +455,6 @@ impl Stream {
     /// ([`Event::fence`]).
     pub(crate) fn record_event_untimed(&self) -> Result<Event> {
         Event::fence(self)
-    }
-
-    /// Runs `f` with a scope through which work that borrows memory is queued on this stream, then
-    /// waits for the stream, so everything borrowed for the scope is free of GPU work when `scope`
-    /// returns — also if `f` panics. This is how cuda-mem makes asynchronous copies safe: host
-    /// memory lent to the GPU cannot be touched, moved or dropped while a copy may still read or
-    /// write it.
-    ///
-    /// The outer `Result` is the final synchronize; `f`'s own value comes back inside it.
-    pub fn scope<'env, F, R>(&'env self, f: F) -> Result<R>
-    where
-        F: for<'scope> FnOnce(&'scope StreamScope<'scope, 'env>) -> R,
-    {
-        StreamScope::run(self, f)
-    }
-
-    /// [`Stream::scope`] for a closure that returns a `Result`: one `Result` comes back, the
-    /// closure's error first. When both the closure and the final synchronize fail, the
-    /// synchronize's error is attached to the closure's ([`CudaError::later`]).
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), cuda_mem::CudaError> {
-    /// use cuda_mem::{DeviceBuffer, Stream};
-    /// let stream = Stream::non_blocking()?;
-    /// let host = vec![3u32; 1024];
-    /// let mut device = DeviceBuffer::<u32>::zeroed(1024)?;
-    /// let mut back = vec![0u32; 1024];
-    /// let mut view = device.as_mut_slice();
-    /// stream.try_scope(|s| {
-    ///     s.copy_from_host(&mut view, &host)?;
-    ///     s.copy_to_host(&mut back, &view)
-    /// })?;
-    /// assert_eq!(back, host);
-    /// # Ok(()) }
-    /// ```
-    pub fn try_scope<'env, F, T>(&'env self, f: F) -> Result<T>
-    where
-        F: for<'scope> FnOnce(&'scope StreamScope<'scope, 'env>) -> Result<T>,
-    {
-        StreamScope::run_fallible(self, f)
     }
 }
 
