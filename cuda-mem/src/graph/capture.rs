@@ -97,6 +97,41 @@ struct Temporary {
 /// that works only while the capture runs: work on it is recorded, not run, and a synchronize on
 /// it is an error of the runtime ([`ErrorCode::STREAM_CAPTURE_UNSUPPORTED`](crate::ErrorCode::STREAM_CAPTURE_UNSUPPORTED))
 /// that fails the capture.
+///
+/// Sources take both forms of the API conventions. Memory from outside the capture is passed as
+/// a view of its owner (`weights.as_slice()`) or as a reference to a view (`&view`); memory the
+/// capture makes itself (`temporary`, `cached`, `output`) is a view that lives in the closure, so
+/// it is passed by reference (`&tmp`), which lends the graph the memory, not the local variable:
+///
+/// ```no_run
+/// # fn main() -> cuda_mem::Result<()> {
+/// use cuda_mem::{CaptureMode, DeviceBuffer, Stream};
+/// let stream = Stream::non_blocking()?;
+/// let weights = DeviceBuffer::from_slice(&[1.0f32; 64])?;
+/// let mut out = DeviceBuffer::<f32>::zeroed(64)?;
+/// let mut view = out.as_mut_slice();
+/// let graph = stream.capture(CaptureMode::ThreadLocal, |s| {
+///     let mut tmp = s.temporary::<f32>(64)?;
+///     s.copy_from_device(&mut tmp, weights.as_slice())?; // a view of an owner outside
+///     s.copy_from_device(&mut view, &tmp) // a capture's own memory, by reference
+/// })?;
+/// # drop(graph); Ok(()) }
+/// ```
+///
+/// A view made from the closure's own variable borrows that variable, which ends with the closure:
+///
+/// ```compile_fail,E0597
+/// # fn main() -> cuda_mem::Result<()> {
+/// # use cuda_mem::{CaptureMode, DeviceBuffer, Stream};
+/// # let stream = Stream::non_blocking()?;
+/// # let mut out = DeviceBuffer::<f32>::zeroed(64)?;
+/// # let mut view = out.as_mut_slice();
+/// let graph = stream.capture(CaptureMode::ThreadLocal, |s| {
+///     let tmp = s.temporary::<f32>(64)?;
+///     s.copy_from_device(&mut view, tmp.as_slice()) // error: `tmp` does not live long enough
+/// })?;
+/// # drop(graph); Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct CaptureScope<'env> {
     scope: StreamScope<'env, 'env>,
