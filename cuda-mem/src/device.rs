@@ -4,6 +4,7 @@ use crate::error::{CudaError, ErrorKind, Result};
 use crate::raw;
 use std::ffi::{CStr, c_int};
 use std::fmt;
+use std::marker::PhantomData;
 
 /// A CUDA device, by ordinal. Cheap to copy; constructing one checks the ordinal exists.
 ///
@@ -233,9 +234,23 @@ impl Device {
 
 /// Sets a device current for a scope and restores the previous one on drop, so operations that
 /// need a device current leave the caller's choice unchanged.
+///
+/// The current device is a setting of the calling thread, so the guard stays on the thread that
+/// made it (it is neither `Send` nor `Sync`): dropped on another thread it would change that
+/// thread's device instead.
+///
+/// ```compile_fail,E0277
+/// # fn main() -> cuda_mem::Result<()> {
+/// use cuda_mem::Device;
+/// use cuda_mem::launch::CurrentDevice;
+/// let guard = CurrentDevice::set(Device::new(0)?)?;
+/// std::thread::spawn(move || drop(guard)); // error: `*const ()` cannot be sent between threads
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct CurrentDevice {
     previous: Option<c_int>,
+    _this_thread: PhantomData<*const ()>,
 }
 
 impl CurrentDevice {
@@ -244,10 +259,10 @@ impl CurrentDevice {
     pub fn set(device: Device) -> Result<Self> {
         let current = Device::current()?;
         if current == device {
-            return Ok(Self { previous: None });
+            return Ok(Self { previous: None, _this_thread: PhantomData });
         }
         device.set_current()?;
-        Ok(Self { previous: Some(current.ordinal) })
+        Ok(Self { previous: Some(current.ordinal), _this_thread: PhantomData })
     }
 }
 
