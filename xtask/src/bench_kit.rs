@@ -195,6 +195,34 @@ mod tests {
         assert_eq!((meta("async")["rc"].as_i64(), meta("staged")["rc"].as_i64()), (Some(1), Some(0)));
     }
 
+    /// A peer that fails leaves its reason in `PEER.missing` and its section's exit code alone;
+    /// PyTorch with expandable segments replays each workload file in a process of its own.
+    #[test]
+    fn a_failing_peer_does_not_fail_its_section_and_expandable_replays_run_one_file_each() {
+        let bench = FakeBench::new("peer-fails");
+        // PyTorch present; its replayer prints a row per file, then crashes as it exits.
+        write(
+            &bench.dir.join("bin/python3"),
+            "#!/bin/sh\n[ \"$1\" = -c ] && exit 0\nshift\nfor f in \"$@\"; do echo \"row $f\"; done\nexit 139\n",
+        );
+        write(&bench.dir.join("peers/workloads/torch_replay.py"), "");
+        write(
+            &bench.dir.join("examples/workloads"),
+            "#!/bin/sh\necho \"workloads $*\"\ntouch \"$1/churn.cmwl\" \"$1/mixed.cmwl\"\n",
+        );
+        write(&bench.dir.join("peers/rmm/rmm_replay"), "#!/bin/sh\nexit 5\n");
+        let out = bench.dir.join("out");
+        let (ok, text) = bench.run(&["--bench", out.to_str().unwrap(), "--only", "workloads"]);
+        assert!(ok, "{text}");
+        let meta: serde_json::Value = serde_json::from_str(&bench.read("out/workloads/section.json")).unwrap();
+        assert_eq!(meta["rc"], 0);
+        assert!(bench.read("out/workloads/rmm.missing").starts_with("rmm_replay failed"));
+        let rows = |file: &str| bench.read(&format!("out/workloads/{file}")).lines().count();
+        assert_eq!((rows("torch.jsonl"), rows("torch_exp.jsonl")), (2, 2));
+        let runs = |file: &str| bench.read(&format!("out/workloads/{file}")).matches("== python3 ").count();
+        assert_eq!((runs("torch.log"), runs("torch_exp.log")), (1, 2));
+    }
+
     /// A peer that includes a local header (`#include "replay.h"` in a C++ source compiled on the
     /// GPU host) finds it beside itself in the bundle.
     #[test]
