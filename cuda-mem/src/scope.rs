@@ -113,7 +113,7 @@ impl Stream {
 
     /// [`Stream::scope`] for a closure that returns a `Result`: one `Result` comes back, the
     /// closure's error first. When both the closure and the final synchronize fail, the
-    /// synchronize's error is attached to the closure's ([`CudaError::later`]).
+    /// synchronize's error is attached to the closure's ([`CudaError::later`](crate::CudaError::later)).
     ///
     /// ```no_run
     /// # fn main() -> Result<(), cuda_mem::CudaError> {
