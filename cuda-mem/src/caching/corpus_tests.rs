@@ -210,9 +210,10 @@ fn the_mixed_workload_on_threads_keeps_its_reserve() {
         "mixed on threads, growable: reserved/live {:.3}, maps {paged_maps}, unmaps {paged_unmaps}",
         paged_reserved as f64 / live as f64
     );
-    // The interleaving of threads decides the figure (2.25-2.45 in runs on 2026-12-03): the bound
-    // only catches a blow-up; the round-robin replay above holds the tight one.
+    // The interleaving of threads decides the figures (segments 2.1-2.45, pages 1.39-2.01 in runs
+    // on 2026-12-03, the highest on a loaded 2-core CI machine): the bounds only catch a blow-up;
+    // the round-robin replay of `the_corpus_stays_within_its_bounds` holds the tight ones.
     assert!(reserved as f64 <= 3.0 * live as f64, "reserved {reserved}, live {live}");
-    assert!(paged_reserved as f64 <= 2.0 * live as f64, "growable: reserved {paged_reserved}, live {live}");
+    assert!(paged_reserved as f64 <= 3.0 * live as f64, "growable: reserved {paged_reserved}, live {live}");
     assert!(misses >= 1 && releases <= misses, "{misses} misses, {releases} releases");
 }
