@@ -106,7 +106,7 @@ fn main() -> ExitCode {
         Command::Replay { log, resource } => provision::toolkit().and_then(|_| {
             util::run(
                 util::cargo()
-                    .args(["run", "--release", "-p", "cuda-mem", "--example", "replay", "--"])
+                    .args(["run", "--release", "-p", "cuda-mem-bench", "--example", "replay", "--"])
                     .arg(log)
                     .arg(resource),
             )

@@ -1,7 +1,7 @@
 //! Times the pickling of a memory snapshot with a trace of 100k entries (the format of
 //! `torch.cuda.memory._snapshot()`), and writes it. No GPU needed.
 //!
-//! `cargo run --release -p cuda-mem --example snapshot_dump [ENTRIES] [OUT.pickle]`
+//! `cargo run --release -p cuda-mem-bench --example snapshot_dump [ENTRIES] [OUT.pickle]`
 
 use cuda_mem::resource::snapshot::{
     Block, BlockState, Frame, Frames, MemorySnapshot, Segment, TraceAction, TraceEntry,

@@ -13,7 +13,7 @@
 //! they are hyperthreads, the two share).
 //!
 //! ```text
-//! cargo run --release -p cuda-mem-kernels --example loader -- [--total-mib 4096] [--piece-mib 256] [--cpu-ms 10] [--lanes N] [--chunk-mib 4] [--trials 9]
+//! cargo run --release -p cuda-mem-bench --example loader -- [--total-mib 4096] [--piece-mib 256] [--cpu-ms 10] [--lanes N] [--chunk-mib 4] [--trials 9]
 //! ```
 //! The same settings can come from `LOADER_TOTAL_MIB`, `LOADER_PIECE_MIB`, `LOADER_CPU_MS`,
 //! `LOADER_LANES`, `LOADER_CHUNK_MIB` and `LOADER_TRIALS` (arguments win). Lanes default to a

@@ -9,7 +9,7 @@
 //! `DeviceCache`, `torch_caching_host_pair_*`, `CachingHostAllocator` allocate + free, for
 //! `PinnedPool`).
 //!
-//! `cargo run --release -p cuda-mem --example cache_pairs [-- --pairs K --threads 1,2,4,8 --only pairs|threads --front-max-block BYTES]`
+//! `cargo run --release -p cuda-mem-bench --example cache_pairs [-- --pairs K --threads 1,2,4,8 --only pairs|threads --front-max-block BYTES]`
 //! (`--only` runs one part: the bench's `cache` and `threads` sections each run one).
 
 use cuda_mem::{Device, DeviceCache, HostAllocFlags, MemPool, PinnedPool, Result, Stream, StreamBuffer};

@@ -9,7 +9,7 @@
 //!   after a prefetch to the GPU).
 //!
 //! ```text
-//! cargo run --release -p cuda-mem-kernels --example kernel_bandwidth
+//! cargo run --release -p cuda-mem-bench --example kernel_bandwidth
 //! ```
 //!
 //! Exits with 2 and a message when there is no GPU or driver, with 1 on any other failure.

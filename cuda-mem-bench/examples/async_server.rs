@@ -51,7 +51,7 @@
 //! `try_take`; the threads variant's waits, which block).
 //!
 //! ```text
-//! cargo run --release -p cuda-mem-kernels --example async_server -- [--requests 64] [--elements 4194304] [--threads 4]
+//! cargo run --release -p cuda-mem-bench --example async_server -- [--requests 64] [--elements 4194304] [--threads 4]
 //!     [--schedule per-stream|pipeline] [--streams 4] [--depth 1] [--wake watcher|stream|pending|poll] [--buffers 4]
 //!     [--rounds 21] [--threads-wait scope|scope-host-func|pending|host-func]
 //! ```
