@@ -152,7 +152,7 @@ fn the_report_is_written_with_results_plots_and_anchors() {
     let _ = std::fs::remove_dir_all(&dir);
     let suite = suite::collect(&fixtures(), "2026-12-04");
     assert_eq!(suite.ran.len(), SECTIONS.len());
-    assert_eq!((suite.device.as_str(), suite.commit.as_str()), ("NVIDIA H200, 580.159.04, 143771 MiB", "abc1234"));
+    assert_eq!((suite.device.as_str(), suite.commits()), ("NVIDIA H200, 580.159.04, 143771 MiB", vec!["abc1234"]));
     let files = suite.write(&dir).unwrap();
     let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
     assert_eq!(names, ["results.json", "speed.svg", "threads.svg", "memory.svg", "report.md"]);
@@ -210,7 +210,7 @@ fn sections_from_bundles_of_two_commits_name_each_commit() {
         std::fs::write(dir.join(section).join("section.json"), meta).unwrap();
     }
     let suite = suite::collect(&dir, "2026-12-04");
-    assert_eq!(suite.commit, "abc1234, def5678");
+    assert_eq!(suite.commits(), ["abc1234", "def5678"]);
     let commits: Vec<&str> = suite.ran.iter().map(|r| r.commit.as_str()).collect();
     assert_eq!(commits, ["abc1234", "def5678"]);
     let out = dir.join("report");

@@ -63,8 +63,8 @@ pub fn report(suite: &Suite, plots: &[&str]) -> String {
     let mut out = String::new();
     let device = if suite.device.is_empty() { "device not recorded".to_string() } else { suite.device.clone() };
     let _ = writeln!(out, "# cuda-mem benchmark report, {} ({device})\n", suite.date);
-    let commit = match suite.commit.split(", ").collect::<Vec<_>>().as_slice() {
-        [""] => "not recorded".to_string(),
+    let commit = match suite.commits().as_slice() {
+        [] => "not recorded".to_string(),
         [one] => format!("commit `{one}`"),
         many => format!(
             "commits {} (each section's below)",

@@ -197,8 +197,6 @@ pub struct Ran {
 pub struct Suite {
     pub date: String,
     pub device: String,
-    /// The bundles' commits, each once, in section order (sections may come from several calls).
-    pub commit: String,
     pub ran: Vec<Ran>,
     pub rows: Vec<Row>,
 }
@@ -208,7 +206,6 @@ pub fn collect(raw: &Path, date: &str) -> Suite {
     let mut ran = Vec::new();
     let mut rows = Vec::new();
     let mut device = String::new();
-    let mut commits: Vec<String> = Vec::new();
     for name in SECTIONS {
         let dir = raw.join(name);
         if !dir.is_dir() {
@@ -221,16 +218,12 @@ pub fn collect(raw: &Path, date: &str) -> Suite {
         if device.is_empty() {
             device = field("gpu").as_str().unwrap_or_default().to_string();
         }
-        let commit = field("commit").as_str().unwrap_or_default().to_string();
-        if !commit.is_empty() && !commits.contains(&commit) {
-            commits.push(commit.clone());
-        }
         ran.push(Ran {
             section: name,
             seconds: field("seconds").as_f64(),
             rc: field("rc").as_i64(),
             started: field("started").as_str().unwrap_or_default().to_string(),
-            commit,
+            commit: field("commit").as_str().unwrap_or_default().to_string(),
         });
         rows.extend(match name {
             "paired" => paired::rows(&input),
@@ -246,17 +239,28 @@ pub fn collect(raw: &Path, date: &str) -> Suite {
             _ => unreachable!("section {name}"),
         });
     }
-    Suite { date: date.to_string(), device, commit: commits.join(", "), ran, rows }
+    Suite { date: date.to_string(), device, ran, rows }
 }
 
 impl Suite {
+    /// The bundles' commits, each once, in section order (sections may come from several calls).
+    pub fn commits(&self) -> Vec<&str> {
+        let mut commits: Vec<&str> = Vec::new();
+        for ran in self.ran.iter().filter(|r| !r.commit.is_empty()) {
+            if !commits.contains(&ran.commit.as_str()) {
+                commits.push(&ran.commit);
+            }
+        }
+        commits
+    }
+
     /// `results.json`: the format, the date, how each section ran, one object per row.
     pub fn results_json(&self) -> Value {
         json!({
             "format": FORMAT,
             "date": self.date,
             "device": self.device,
-            "commit": self.commit,
+            "commit": self.commits().join(", "),
             "ratio_convention": "cuda-mem's cost over the peer's (time / time, or the peer's rate / cuda-mem's): below 1 is cuda-mem ahead",
             "sections": self.ran.iter().map(|r| json!({"section": r.section, "started": r.started, "seconds": r.seconds, "rc": r.rc, "commit": r.commit})).collect::<Vec<_>>(),
             "rows": self.rows.iter().map(Row::to_json).collect::<Vec<_>>(),
