@@ -1,6 +1,7 @@
 //! Lesson 7, CUDA graphs: capture a step once, replay it for the cost of one launch. Host data
 //! enters and leaves a graph through slots: pinned buffers the graph owns, which the host fills
-//! and reads between launches.
+//! and reads between launches. A graph that owns everything it uses launches without a host
+//! wait, through a `Pending`.
 
 use cuda_mem::{CaptureMode, DeviceBuffer, GraphFlags, PinnedBuffer, Stream};
 
@@ -30,5 +31,20 @@ fn main() -> cuda_mem::Result<()> {
     }
     assert!(exec.host(&output_slot)?.iter().all(|&x| x == 2.0));
     println!("one capture, 10 launches: each uploaded its step number and read it back");
+
+    // A graph that owns all it uses (graph memory; its stream borrowed for 'static) launches
+    // without a host wait: a Pending owns the executable graph until its launches complete.
+    let stream: &'static Stream = Box::leak(Box::new(Stream::non_blocking()?));
+    let (graph, key) = stream.capture_with(CaptureMode::ThreadLocal, |s| {
+        let (mut out, key) = s.output::<u32>(len)?; // graph memory that outlives each launch
+        s.set_bytes(&mut out, 1)?;
+        Ok(key)
+    })?;
+    let pending = graph.instantiate(GraphFlags::empty())?.launch_pending(stream)?; // no wait
+    let pending = pending.then(|s, exec| exec.launches_in(s)?.launch())?; // nor here
+    // ... the CPU prepares the next step here ...
+    let exec = pending.wait()?; // back once both launches have completed
+    assert!(exec.output(&key)?.to_vec()?.iter().all(|&x| x == 0x0101_0101));
+    println!("two launches queued without a host wait, one wait for both");
     Ok(())
 }

@@ -419,3 +419,154 @@ fn stream_still_works(stream: &Stream) {
     let graph = stream.capture(CaptureMode::ThreadLocal, |s| s.set_bytes(&mut view, 0)).unwrap();
     graph.instantiate(GraphFlags::empty()).unwrap().launch(stream).unwrap();
 }
+
+/// A stream for graphs that own everything they use (`GraphExec<'static>`): a capture borrows
+/// its stream for the graph's `'env`.
+fn static_stream() -> &'static Stream {
+    Box::leak(Box::new(Stream::non_blocking().unwrap()))
+}
+
+/// Captures a graph that rotates `words` right by one word at every launch and copies the result
+/// into its output: after k launches the output is `initial` rotated right by k, whatever the
+/// streams or scopes the launches were queued in. No kernel: copies through a temporary.
+fn rotating_graph<'env>(stream: &'env Stream, words: DeviceSliceMut<'env, u32>) -> (Graph<'env>, GraphOutput<u32>) {
+    let n = words.len();
+    stream
+        .capture_with(CaptureMode::ThreadLocal, move |s| {
+            let mut tmp = s.temporary::<u32>(n)?;
+            s.copy_from_device(&mut tmp, &words)?;
+            let (front, back) = tmp.split_at_mut(n - 1)?;
+            let (mut first, mut rest) = words.split_at_mut(1)?;
+            s.copy_from_device(&mut first, &back)?;
+            s.copy_from_device(&mut rest, &front)?;
+            let (out, key) = s.output::<u32>(n)?;
+            let (mut out_first, mut out_rest) = out.split_at_mut(1)?;
+            s.copy_from_device(&mut out_first, &first)?;
+            s.copy_from_device(&mut out_rest, &rest)?;
+            Ok(key)
+        })
+        .unwrap()
+}
+
+fn rotated(initial: &[u32], k: usize) -> Vec<u32> {
+    let mut words = initial.to_vec();
+    words.rotate_right(k % initial.len());
+    words
+}
+
+/// `launch_pending` returns while its stream is held by a gate (so it queued without a host
+/// wait), and the executable graph comes back through `wait`; more launches are queued without
+/// waits through `then`, `then_on` another stream and `Stream::queue`, and through `.await`;
+/// every result counts every launch, and the waiting `launch` still works afterwards.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_launch_pending_queues_without_a_host_wait_and_gives_the_graph_back() {
+    let stream = static_stream();
+    let other = Stream::non_blocking().unwrap();
+    let initial = pattern(4096, 3);
+    let words: &'static mut DeviceBuffer<u32> = Box::leak(Box::new(DeviceBuffer::from_slice(&initial).unwrap()));
+    let (graph, key) = rotating_graph(stream, words.as_mut_slice());
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    let mut launches = 0;
+    for attempt in 0.. {
+        assert!(attempt < 5, "the gate ran out of time in 5 attempts");
+        let gate = common::Gate::hold(stream);
+        let pending = exec.launch_pending(stream).unwrap();
+        launches += 1;
+        let unfinished = !pending.is_done().unwrap();
+        let held = gate.release();
+        exec = pending.wait().unwrap();
+        if held {
+            assert!(unfinished, "the launch ran behind the closed gate");
+            break;
+        }
+    }
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &rotated(&initial, launches));
+
+    let pending = exec.launch_pending(stream).unwrap();
+    let pending = pending.then(|s, exec| exec.launches_in(s)?.launch()).unwrap();
+    let pending = pending
+        .then_on(&other, |s, exec| {
+            let l = exec.launches_in(s)?;
+            (0..3).try_for_each(|_| l.launch())
+        })
+        .unwrap();
+    let mut exec = pending.wait().unwrap();
+    launches += 5;
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &rotated(&initial, launches));
+
+    let (back, _) = common::block_on(stream.queue(exec, |s, exec| exec.launches_in(s)?.launch()).unwrap());
+    exec = back.unwrap();
+    launches += 1;
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &rotated(&initial, launches));
+    exec.launch(stream).unwrap();
+    launches += 1;
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &rotated(&initial, launches));
+}
+
+/// A forgotten `Pending` leaks the executable graph and what it uses, nothing worse: the stream
+/// goes on. A dropped one waits for its launch before the graph is dropped. Launches in a capture
+/// scope are refused.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_forgotten_and_dropped_pending_launches_are_safe() {
+    let stream = static_stream();
+    let initial = pattern(4096, 8);
+    let words: &'static mut DeviceBuffer<u32> = Box::leak(Box::new(DeviceBuffer::from_slice(&initial).unwrap()));
+    let (graph, key) = rotating_graph(stream, words.as_mut_slice());
+    let exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    let exec = exec.launch_pending(stream).unwrap().wait().unwrap();
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &rotated(&initial, 1));
+    let pending = exec.launch_pending(stream).unwrap();
+    let pending = pending
+        .then(|s, exec| {
+            let l = exec.launches_in(s)?;
+            (0..10).try_for_each(|_| l.launch())
+        })
+        .unwrap();
+    std::mem::forget(pending);
+    stream.synchronize().unwrap();
+    stream_still_works(stream);
+
+    let mut words = DeviceBuffer::from_slice(&initial).unwrap();
+    let (graph, key) = rotating_graph(stream, words.as_mut_slice());
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    let refused = stream.capture(CaptureMode::ThreadLocal, |s| exec.launches_in(s).map(drop));
+    let err = refused.map(drop).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    exec.launch(stream).unwrap();
+    assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &rotated(&initial, 1));
+    drop(exec);
+    assert_same(&words.to_vec().unwrap(), &rotated(&initial, 1));
+
+    let static_words: &'static mut DeviceBuffer<u32> = Box::leak(Box::new(DeviceBuffer::from_slice(&initial).unwrap()));
+    let (graph, _) = rotating_graph(stream, static_words.as_mut_slice());
+    let exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    drop(exec.launch_pending(stream).unwrap()); // waits, then frees the output
+    stream_still_works(stream);
+}
+
+/// A borrowing graph's launches queued in a scope run without a wait each; the scope's end waits
+/// once, and the results count every launch.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_launches_in_a_scope_are_waited_for_once_at_its_end() {
+    let stream = Stream::non_blocking().unwrap();
+    let initial = pattern(64 * KIB, 2);
+    let mut words = DeviceBuffer::from_slice(&initial).unwrap();
+    let (graph, key) = rotating_graph(&stream, words.as_mut_slice());
+    let mut exec = graph.instantiate(GraphFlags::empty()).unwrap();
+    let mut launches = 0;
+    for round in 1..=4 {
+        stream
+            .try_scope(|s| {
+                let l = exec.launches_in(s)?;
+                (0..round).try_for_each(|_| l.launch())
+            })
+            .unwrap();
+        launches += round;
+        assert_same(&exec.output(&key).unwrap().to_vec().unwrap(), &rotated(&initial, launches));
+    }
+    drop(exec);
+    assert_same(&words.to_vec().unwrap(), &rotated(&initial, launches));
+}

@@ -236,3 +236,75 @@ fn gpu_release_cached_reuses_the_block_within_one_capture() {
         assert_same(exec.host(&out).unwrap(), &want);
     }
 }
+
+/// A graph that owns everything it uses (`GraphExec<'static>`): it fills one block of `pool` with
+/// `byte`, copies it through a second block into its output, and returns the first block's address.
+fn filling_graph(
+    stream: &'static Stream,
+    pool: &GraphPool,
+    len: usize,
+    byte: u8,
+) -> (GraphExec<'static>, GraphOutput<u32>, usize) {
+    let (graph, (key, at)) = stream
+        .capture_with(CaptureMode::ThreadLocal, |s| {
+            let mut x = s.cached::<u32>(pool, len)?;
+            let at = x.as_device_ptr() as usize;
+            s.set_bytes(&mut x, byte)?;
+            let mut y = s.cached::<u32>(pool, len)?;
+            s.copy_from_device(&mut y, &x)?;
+            let (mut out, key) = s.output::<u32>(len)?;
+            s.copy_from_device(&mut out, &y)?;
+            Ok((key, at))
+        })
+        .unwrap();
+    (graph.instantiate(GraphFlags::empty()).unwrap(), key, at)
+}
+
+/// Graphs of one pool launched without host waits on two streams never overlap: while a gate
+/// holds the first stream, the other graph's launch on the second stream waits behind it on the
+/// device; each output holds its own graph's bytes every round, also mixed with waiting `run`s;
+/// and a launch in a scope from inside a `run` of the pool is a typed error.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_graphs_of_one_pool_launched_without_waits_stay_apart() {
+    let cache = DeviceCache::new(Device::current().unwrap()).unwrap();
+    let s1: &'static Stream = Box::leak(Box::new(Stream::non_blocking().unwrap()));
+    let s2 = Stream::non_blocking().unwrap();
+    let pool = cache.graph_pool().unwrap();
+    let len = 16 * MIB;
+    let (mut a, key_a, at_a) = filling_graph(s1, &pool, len, 0xAA);
+    let (mut b, key_b, at_b) = filling_graph(s1, &pool, len, 0xBB);
+    assert_eq!(at_a, at_b, "the graphs share their blocks");
+    let (want_a, want_b) = (vec![0xAAAA_AAAAu32; len], vec![0xBBBB_BBBBu32; len]);
+
+    for attempt in 0.. {
+        assert!(attempt < 5, "the gate ran out of time in 5 attempts");
+        let gate = common::Gate::hold(s1);
+        let pending_a = a.launch_pending(s1).unwrap();
+        let pending_b = b.launch_pending(&s2).unwrap();
+        let b_waits = !pending_b.is_done().unwrap();
+        let held = gate.release();
+        (a, b) = (pending_a.wait().unwrap(), pending_b.wait().unwrap());
+        if held {
+            assert!(b_waits, "the second graph of the pool ran while the first was held");
+            break;
+        }
+    }
+    for round in 0..10 {
+        let (first, second) = if round % 2 == 0 { (s1, &s2) } else { (&s2, s1) };
+        let pending_a = a.launch_pending(first).unwrap();
+        let pending_b = b.launch_pending(second).unwrap();
+        let pending_a = pending_a.then(|s, exec| exec.launches_in(s)?.launch()).unwrap();
+        b = pending_b.wait().unwrap();
+        b.run(first, |l| l.launch()).unwrap(); // ordered after `a`'s launches on the device
+        assert_same(&b.output(&key_b).unwrap().to_vec().unwrap(), &want_b);
+        a = pending_a.wait().unwrap();
+        assert_same(&a.output(&key_a).unwrap().to_vec().unwrap(), &want_a);
+    }
+
+    let nested = a.run(s1, |_| s1.try_scope(|s| b.launches_in(s)?.launch()));
+    let err = nested.unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    b.launch(&s2).unwrap();
+    assert_same(&b.output(&key_b).unwrap().to_vec().unwrap(), &want_b);
+}

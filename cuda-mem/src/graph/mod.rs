@@ -4,9 +4,13 @@
 //!
 //! Everything the captured work borrows (device views, host slices) is borrowed for `'env`, the
 //! lifetime parameter of [`Graph`] and [`GraphExec`]: it can be neither dropped nor mutated while
-//! the graph or the executable graph lives. Launches wait for their stream before the call that
-//! queued them returns ([`GraphExec::launch`], [`GraphExec::run`]), so no launch is pending when
-//! those borrows end, even if the executable graph is forgotten. Memory the graph itself owns
+//! the graph or the executable graph lives. No launch is pending when those borrows end, even if
+//! the executable graph is forgotten: [`GraphExec::launch`] and [`GraphExec::run`] wait for their
+//! stream before they return, and launches queued in a scope ([`GraphExec::launches_in`]) hold
+//! the executable graph until the scope's end, which waits. A graph that owns everything it uses
+//! (`GraphExec<'static>`) launches without a host wait: [`GraphExec::launch_pending`] moves it
+//! into a [`Pending`](crate::Pending) that gives it back once the launch has completed (a
+//! forgotten `Pending` leaks it). Memory the graph itself owns
 //! (temporaries allocated in the capture) is reached only through views whose stream refuses
 //! every use once the capture has ended; outputs, graph memory that outlives a launch, are lent
 //! between launches through a borrow of the executable graph ([`GraphOutput`]).
@@ -50,7 +54,10 @@
 //! graph that allocated from a pool ([`GraphExec::run`], [`GraphExec::launch`]) takes the pool's
 //! turn for the whole call, which waits for its launches, whatever stream it launches on: a
 //! second thread waits for the turn, and a launch from inside a `run` closure never waits: a busy
-//! pool there is an error rather than a deadlock.
+//! pool there is an error rather than a deadlock. A launch that does not wait
+//! ([`GraphExec::launches_in`], [`GraphExec::launch_pending`]) takes the turn only while it
+//! queues: its stream waits on the device for the pool's previous launch, and the pool's next
+//! launch waits for it, so the graphs still run one at a time without a host wait.
 //!
 //! ```no_run
 //! # fn main() -> cuda_mem::Result<()> {

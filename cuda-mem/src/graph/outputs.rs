@@ -98,7 +98,8 @@ pub(crate) struct RunStart(State);
 #[derive(Debug)]
 pub(crate) struct Outputs {
     records: Vec<OutputRecord>,
-    state: State,
+    /// A `Cell` so that launches queued in a scope ([`Launches`](crate::Launches)) note theirs.
+    state: Cell<State>,
     /// Whether the current (or a panicked) `run` queued a launch: [`Launches`](crate::Launches)
     /// sets it, so it is right even when the run unwinds.
     pub(crate) queued: Cell<bool>,
@@ -113,7 +114,7 @@ unsafe impl Send for Outputs {}
 
 impl Outputs {
     pub(crate) fn new(records: Vec<OutputRecord>) -> Self {
-        Self { records, state: State::NotLaunched, queued: Cell::new(false), last_stream: None }
+        Self { records, state: Cell::new(State::NotLaunched), queued: Cell::new(false), last_stream: None }
     }
 
     /// True when the graph has outputs, so it must be instantiated to free them on relaunch.
@@ -135,14 +136,14 @@ impl Outputs {
     /// [`Outputs::begin_run`]'s bookkeeping of the state.
     fn begin(&mut self) -> RunStart {
         if self.queued.replace(false) && !self.records.is_empty() {
-            self.state = State::Unknown; // launches of a run that panicked
+            self.state.set(State::Unknown); // launches of a run that panicked
         }
-        let before = RunStart(self.state);
+        let before = RunStart(self.state.get());
         if self.records.is_empty() {
             return before;
         }
-        if self.state == State::Ready {
-            self.state = State::Unknown;
+        if self.state.get() == State::Ready {
+            self.state.set(State::Unknown);
         }
         before
     }
@@ -152,11 +153,28 @@ impl Outputs {
         if self.records.is_empty() {
             return;
         }
-        self.state = match (self.queued.replace(false), succeeded) {
+        self.state.set(match (self.queued.replace(false), succeeded) {
             (false, _) => before.0,
             (true, true) => State::Ready,
             (true, false) => State::Unknown,
-        };
+        });
+    }
+
+    /// Notes the start of launches queued in a scope on `stream` ([`GraphExec::launches_in`](crate::GraphExec::launches_in)):
+    /// a panicked run's launches count, and the drop frees on `stream` from now on.
+    pub(crate) fn begin_scope(&mut self, stream: &Stream) {
+        let start = self.begin_run(stream);
+        // A scope notes each launch as it is queued: nothing to restore at an end it never sees.
+        self.state.set(start.0);
+    }
+
+    /// Notes a launch queued in a scope: its outputs are the ones lent once it has completed,
+    /// which the scope's end (or the `Pending`'s) waits for before the executable graph is
+    /// reachable again.
+    pub(crate) fn note_scope_launch(&self) {
+        if self.any() {
+            self.state.set(State::Ready);
+        }
     }
 
     /// The address and length of `key`'s output, if it belongs here and the last launch left it
@@ -171,7 +189,7 @@ impl Outputs {
             }
         };
         // `queued` is still set only after a run that panicked.
-        match if self.queued.get() { State::Unknown } else { self.state } {
+        match if self.queued.get() { State::Unknown } else { self.state.get() } {
             State::Ready => Ok((record.ptr.cast(), record.len)),
             State::NotLaunched => {
                 let kind = ErrorKind::InvalidArgument("a graph output exists only after a launch has completed");
@@ -190,18 +208,20 @@ impl Outputs {
     /// another thread). Errors are reported quietly: this runs on drop.
     pub(crate) fn free_outstanding(&mut self) {
         // A launch queued by a run that panicked allocated them too.
-        if self.state == State::NotLaunched && !self.queued.get() {
+        if self.state.get() == State::NotLaunched && !self.queued.get() {
             return;
         }
-        self.state = State::NotLaunched;
+        self.state.set(State::NotLaunched);
         let stream = self.last_stream.take();
         let call = stream.as_ref().map(Stream::call);
         for record in self.records.iter().filter(|r| r.bytes != 0) {
             let freed = match &call {
                 // SAFETY: a launch allocated `record` (the state says one was queued) and none
                 // follows to free it (auto-free on launch frees at the next launch; this is the
-                // drop); every launch has completed (each call that launches waits, also when it
-                // unwinds), and no view of it lives (views borrow the executable graph).
+                // drop); every launch has completed (`launch` and `run` wait, also when they
+                // unwind; a scope or `Pending` that launched holds the executable graph until its
+                // launches have completed), and no view of it lives (views borrow the executable
+                // graph).
                 Some(Ok(call)) => unsafe { raw::pools::free_async(record.ptr, call.as_raw(), record.bytes) },
                 _ => Err(CudaError::new(ErrorKind::InvalidArgument("no launch stream"), "freeing a graph output")),
             };
@@ -252,13 +272,28 @@ mod tests {
     }
 
     #[test]
+    fn launches_queued_in_a_scope_lend_the_outputs_afterwards() {
+        let (mut outputs, key) = outputs();
+        let _ = outputs.begin();
+        outputs.queued.set(true); // a run that panicked after launching
+        let start = outputs.begin();
+        outputs.state.set(start.0); // what `begin_scope` does, without a stream
+        assert!(refused(&outputs, &key).contains("failed or panicked"));
+        outputs.note_scope_launch();
+        assert_eq!(outputs.find(&key).unwrap().1, 16);
+        let start = outputs.begin();
+        outputs.end_run(start, true); // a later run that queues nothing keeps them
+        assert!(outputs.find(&key).is_ok());
+    }
+
+    #[test]
     fn a_panicked_run_leaves_the_outputs_unknown_and_allocated() {
         let (mut outputs, key) = outputs();
         let _ = outputs.begin();
         outputs.queued.set(true); // launched, then the closure unwound: no end_run
         assert!(refused(&outputs, &key).contains("failed or panicked"));
         let start = outputs.begin();
-        assert_eq!(outputs.state, State::Unknown, "the next run sees the panicked run's launches");
+        assert_eq!(outputs.state.get(), State::Unknown, "the next run sees the panicked run's launches");
         outputs.end_run(start, true);
         assert!(refused(&outputs, &key).contains("failed or panicked"));
         let (_, other_key) = OutputRecord::new::<u32>(8, 0, std::ptr::null_mut(), 16);

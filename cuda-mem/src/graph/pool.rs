@@ -6,6 +6,7 @@ use crate::caching::{CachedBlock, CachingStats, Config, PrivatePool, SegmentSour
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::raw::{self, graphs};
+use crate::stream::{Event, Stream};
 use std::cell::RefCell;
 use std::fmt;
 use std::ptr::NonNull;
@@ -25,7 +26,11 @@ use std::thread::ThreadId;
 /// That is sound because the graphs of one pool never run at the same time: every
 /// [`GraphExec::run`](crate::GraphExec::run) and [`GraphExec::launch`](crate::GraphExec::launch)
 /// of a graph that allocated from the pool takes the pool's turn for the whole call (which waits
-/// for its launches), on whatever stream it runs. A second thread's launch waits for the turn. A
+/// for its launches), on whatever stream it runs; a launch that does not wait
+/// ([`GraphExec::launches_in`](crate::GraphExec::launches_in), [`GraphExec::launch_pending`](crate::GraphExec::launch_pending))
+/// takes the turn while it queues, makes its stream wait (on the device) for the pool's last
+/// such launch, and leaves a fence that the pool's next launch waits for in turn. A second
+/// thread's launch waits for the turn. A
 /// launch from inside another graph's `run` closure never waits: if the pool is busy (this
 /// thread's own run, or another thread's, which might be waiting for this one) it is an
 /// [`ErrorKind::InvalidArgument`] rather than a deadlock. The pool's segments are `cudaMalloc`
@@ -43,6 +48,10 @@ struct PoolShared {
     /// The thread whose launches of the pool's graphs may be running now, if any.
     turn: Mutex<Option<ThreadId>>,
     turn_ended: Condvar,
+    /// A fence after the last launch queued without a host wait ([`GraphExec::launches_in`](crate::GraphExec::launches_in)):
+    /// the next launch of any graph of the pool is ordered after it on the device. Read and
+    /// replaced only by the holder of the turn.
+    last_launch: Mutex<Option<Arc<Event>>>,
 }
 
 static NEXT_POOL: AtomicU64 = AtomicU64::new(1);
@@ -63,7 +72,14 @@ impl GraphPool {
     pub fn with_config(device: Device, config: &Config) -> Result<Self> {
         let pool = PrivatePool::new(GraphSegments { device }, config)?;
         let id = NEXT_POOL.fetch_add(1, Ordering::Relaxed);
-        let shared = PoolShared { id, device, pool, turn: Mutex::new(None), turn_ended: Condvar::new() };
+        let shared = PoolShared {
+            id,
+            device,
+            pool,
+            turn: Mutex::new(None),
+            turn_ended: Condvar::new(),
+            last_launch: Mutex::new(None),
+        };
         Ok(Self { shared: Arc::new(shared) })
     }
 
@@ -157,6 +173,37 @@ impl<'a> Turns<'a> {
     }
 }
 
+impl Turns<'_> {
+    /// Makes `stream` wait (on the device) for the last launch of each pool queued without a host
+    /// wait, so no two graphs of a pool overlap whatever streams they run on.
+    pub(crate) fn order_after_launches(&self, stream: &Stream) -> Result<()> {
+        for pool in self.taken {
+            let last = pool.shared.last_launch.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            if let Some(fence) = last {
+                stream.wait_event(&fence)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Leaves a fence after the launch just queued on `stream` for the pools' next launches. If
+    /// none can be recorded, waits for `stream` instead (before the turns are given back), so no
+    /// later launch can overlap this one.
+    pub(crate) fn fence_launch(&self, stream: &Stream) -> Result<()> {
+        if self.taken.is_empty() {
+            return Ok(());
+        }
+        let fence = match stream.record_event_untimed() {
+            Ok(fence) => Arc::new(fence),
+            Err(err) => return crate::scope::merge(Err(err), stream.synchronize()),
+        };
+        for pool in self.taken {
+            *pool.shared.last_launch.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&fence));
+        }
+        Ok(())
+    }
+}
+
 thread_local! {
     /// How many `Turns` this thread holds (runs in progress on it).
     static TURNS_HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
@@ -227,7 +274,9 @@ impl CapturedBlocks {
             // SAFETY: from this pool. The only work that uses the block is the captured graph's
             // (its views are refused once the capture ends): that graph holds the pool, so the
             // pool is dropped after it, and it runs only inside `GraphExec::run`, which holds the
-            // turn of every pool the graph used until its launches have completed; so it never
+            // turn of every pool the graph used until its launches have completed, or from
+            // `Launches` in a scope, which takes the turns while it queues and orders the launch
+            // after the pools' last one on the device (`Turns::order_after_launches`); so it never
             // runs concurrently with another graph of the pool, to which later blocks go. A
             // graph that is never made (a failed capture) runs nothing.
             unsafe { pool.shared.pool.free(block) };
