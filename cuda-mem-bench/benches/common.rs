@@ -259,7 +259,7 @@ impl Memory {
         match self {
             Memory::Device(data) => Ok(data.as_slice()),
             Memory::Mapped(host) => host.device_view(),
-            Memory::Managed(data) => Ok(data.as_device_slice()),
+            Memory::Managed(data) => Ok(data.as_slice()),
         }
     }
 }

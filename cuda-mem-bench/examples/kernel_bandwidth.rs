@@ -194,7 +194,7 @@ fn latency(stream: &Stream, rows: &mut Vec<Row>) -> Result<(), Box<dyn Error>> {
         let (start, stop) = (Event::new()?, Event::new()?);
         stream.scope(|s| -> CudaResult<Duration> {
             start.record(s.stream())?;
-            pointer_chase(s, managed_ring.as_device_slice(), cold_start, HOST_HOPS, &mut out)?;
+            pointer_chase(s, managed_ring.as_slice(), cold_start, HOST_HOPS, &mut out)?;
             stop.record(s.stream())?;
             stop.synchronize()?;
             stop.elapsed_since(&start)
@@ -210,7 +210,7 @@ fn latency(stream: &Stream, rows: &mut Vec<Row>) -> Result<(), Box<dyn Error>> {
     // Then all of it moved to the GPU, and chased from fresh starts like the device ring.
     managed_ring.prefetch(Location::Device(stream.device()), stream)?;
     stream.synchronize()?;
-    let time = chase(stream, &mut end, managed_ring.as_device_slice(), HOST_HOPS, start_of)?;
+    let time = chase(stream, &mut end, managed_ring.as_slice(), HOST_HOPS, start_of)?;
     verify(&ring, &end, start_of(WARMUP + REPEATS - 1), HOST_HOPS)?;
     rows.push(Row {
         what: "pointer chase, managed memory, prefetched",

@@ -281,7 +281,7 @@ fn copy_resource<'a>(source: &ResourceBuffer<'a, u32>) -> Result<ResourceBuffer<
     if fresh.resource().kind() == MemoryKind::PinnedHost {
         fresh.host_mut()?.copy_from_slice(source.host()?);
     } else {
-        let (from, mut to) = (source.device_slice()?, fresh.device_slice_mut()?);
+        let (from, mut to) = (source.as_slice()?, fresh.as_mut_slice()?);
         // On the buffer's own stream: ordered after its zeroing.
         source.stream().scope(|s| s.copy_from_device(&mut to, from))??;
     }
@@ -296,6 +296,6 @@ fn write(buffer: &mut ResourceBuffer<u32>, want: &[u32]) -> Result<()> {
         return Ok(());
     }
     let stream = buffer.stream().clone();
-    let mut view = buffer.device_slice_mut()?;
+    let mut view = buffer.as_mut_slice()?;
     stream.scope(|s| s.copy_from_host(&mut view, want))?
 }

@@ -33,7 +33,7 @@ pub fn fill_u32<'scope, 'v: 'scope>(
 /// use cuda_mem::{ManagedBuffer, Stream};
 /// let stream = Stream::non_blocking()?;
 /// let mut weights = ManagedBuffer::<f32>::zeroed(4096)?;
-/// let mut view = weights.as_device_slice_mut();
+/// let mut view = weights.as_mut_slice();
 /// stream.scope(|s| cuda_mem_kernels::fill_f32(s, &mut view, 0.5))??;
 /// assert!(weights.host()?.iter().all(|&w| w == 0.5));
 /// # Ok(()) }

@@ -38,7 +38,7 @@ fn stride_elements(stride_bytes: usize) -> Result<usize> {
 /// use cuda_mem::{Event, ManagedBuffer, Stream};
 /// let stream = Stream::non_blocking()?;
 /// let mut managed = ManagedBuffer::<u32>::zeroed(256 << 20)?; // 1 GiB, first touched by the GPU
-/// let mut view = managed.as_device_slice_mut();
+/// let mut view = managed.as_mut_slice();
 /// let (start, end) = (Event::new()?, Event::new()?);
 /// stream.scope(|s| -> cuda_mem::Result<()> {
 ///     start.record(s.stream())?;
@@ -78,7 +78,7 @@ pub fn touch_pages_write<'scope, 'v: 'scope>(
 /// let managed = ManagedBuffer::<u32>::from_slice(&vec![3; 1 << 20])?; // pages on the host
 /// let mut sink = DeviceBuffer::<u32>::zeroed(1)?;
 /// let mut sink_view = sink.as_mut_slice();
-/// stream.scope(|s| cuda_mem_kernels::touch_pages_read(s, managed.as_device_slice(), 4096, &mut sink_view))??;
+/// stream.scope(|s| cuda_mem_kernels::touch_pages_read(s, managed.as_slice(), 4096, &mut sink_view))??;
 /// # Ok(()) }
 /// ```
 pub fn touch_pages_read<'scope, 'v: 'scope>(

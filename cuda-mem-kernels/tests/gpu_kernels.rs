@@ -43,7 +43,7 @@ fn with_view<T: Pod, R>(
         }
         Memory::Managed => {
             let mut buffer = ManagedBuffer::from_slice(init).unwrap();
-            let result = f(&stream, buffer.as_device_slice_mut());
+            let result = f(&stream, buffer.as_mut_slice());
             (result, buffer.host().unwrap().to_vec())
         }
     }

@@ -166,11 +166,13 @@ pub(crate) fn byte(value: &Bound<'_, PyAny>) -> PyResult<u8> {
 }
 
 /// The allocation kinds `zeros` and `empty` know.
-pub(crate) const KINDS: [&str; 4] = ["device", "managed", "pinned", "pooled"];
+pub(crate) const KINDS: [&str; 5] = ["device", "managed", "pinned", "pooled", "cached"];
 
 /// Checks `kind` against [`KINDS`].
 pub(crate) fn kind(kind: &str) -> PyResult<&'static str> {
     KINDS.into_iter().find(|k| *k == kind).ok_or_else(|| {
-        PyValueError::new_err(format!("unknown kind {kind:?}: use \"device\", \"managed\", \"pinned\" or \"pooled\""))
+        PyValueError::new_err(format!(
+            "unknown kind {kind:?}: use \"device\", \"managed\", \"pinned\", \"pooled\" or \"cached\""
+        ))
     })
 }

@@ -5,7 +5,9 @@ use crate::stream::Stream;
 use crate::{args, capsule, device_or_current, dtype, to_py};
 use cuda_mem::dlpack::ffi::{kDLCUDA, kDLCUDAHost, kDLCUDAManaged};
 use cuda_mem::dlpack::{ConsumerStream, DLDevice, DataType, DlpackTensor};
-use cuda_mem::{Device, DeviceBuffer, HostAllocFlags, ManagedBuffer, PinnedBuffer, StreamBuffer};
+use cuda_mem::{
+    CachedBuffer, Device, DeviceBuffer, DeviceCache, HostAllocFlags, ManagedBuffer, PinnedBuffer, StreamBuffer,
+};
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString, PyTuple};
@@ -19,6 +21,7 @@ enum Storage {
     // Held for its free; its bytes are reached through raw pointers (see `read`).
     Pinned(#[allow(dead_code)] PinnedBuffer<u8>),
     Pooled(StreamBuffer<'static, u8>),
+    Cached(CachedBuffer<'static, u8>),
 }
 
 /// One allocation, shared by every `Buffer` view of it and every export.
@@ -31,7 +34,7 @@ struct Allocation {
     /// Where DLPack places the memory.
     natural: DLDevice,
     device: Device,
-    /// The stream of a pooled buffer, where its pending work is.
+    /// The stream of a pooled or cached buffer, where its pending work is.
     producer: Option<cuda_mem::Stream>,
 }
 
@@ -41,8 +44,8 @@ impl Allocation {
     }
 }
 
-/// What an export keeps alive: the allocation. A pooled buffer's release waits for the device
-/// first, as the consumer's streams are unknown (the other kinds' frees wait by themselves).
+/// What an export keeps alive: the allocation. A pooled or cached buffer's release waits for the
+/// device first, as the consumer's streams are unknown (the other kinds' frees wait by themselves).
 struct Keep(Arc<Allocation>);
 
 impl Drop for Keep {
@@ -55,8 +58,9 @@ impl Drop for Keep {
 }
 
 /// Memory allocated by cuda-mem: `kind` is `"device"` (`cudaMalloc`), `"managed"`
-/// (`cudaMallocManaged`), `"pinned"` (`cudaMallocHost`) or `"pooled"` (`cudaMallocFromPoolAsync`
-/// from cuda-mem's retaining pool, on `stream`). Consumers take it with `torch.from_dlpack`,
+/// (`cudaMallocManaged`), `"pinned"` (`cudaMallocHost`), `"pooled"` (`cudaMallocFromPoolAsync`
+/// from cuda-mem's retaining pool, on `stream`) or `"cached"` (a block of the device's
+/// `DeviceCache`, cuda-mem's caching allocator, on `stream`). Consumers take it with `torch.from_dlpack`,
 /// `cupy.from_dlpack`, `jax.dlpack.from_dlpack` or `numpy.from_dlpack`, without a copy.
 #[pyclass(module = "cuda_mem", frozen)]
 pub(crate) struct Buffer {
@@ -128,8 +132,8 @@ fn new_buffer(
         return Err(PyValueError::new_err(format!("shape {shape:?}: {nbytes} bytes are more than int64 can count")));
     }
     let kind = args::kind(kind)?;
-    if stream.is_some() && kind != "pooled" {
-        return Err(PyValueError::new_err(format!("stream= is for pooled buffers, not {kind} ones")));
+    if stream.is_some() && !STREAM_ORDERED.contains(&kind) {
+        return Err(PyValueError::new_err(format!("stream= is for pooled and cached buffers, not {kind} ones")));
     }
     let device = match (stream, device) {
         (Some(stream), None) => stream.inner.device(),
@@ -221,7 +225,7 @@ fn allocate(
                         // SAFETY: as for device memory: read only through runtime copies here.
                         Contents::Unspecified => unsafe { ManagedBuffer::<u8>::uninit(nbytes)? },
                     };
-                    let data = b.as_device_slice().as_device_ptr() as usize;
+                    let data = b.as_slice().as_device_ptr() as usize;
                     let natural = DLDevice { device_type: kDLCUDAManaged, device_id: cuda.device_id };
                     (Storage::Managed(b), data, "managed", natural, None)
                 }
@@ -231,10 +235,7 @@ fn allocate(
                     (Storage::Pinned(b), data, "pinned", DLDevice { device_type: kDLCUDAHost, device_id: 0 }, None)
                 }
                 "pooled" => {
-                    let stream = match stream {
-                        Some(stream) => stream,
-                        None => cuda_mem::Stream::on_device(device)?,
-                    };
+                    let stream = stream_or_new(stream, device)?;
                     let b = match contents {
                         Contents::Zeroed => StreamBuffer::<u8>::zeroed(stream.clone(), nbytes)?,
                         // SAFETY: as for device memory; reads here are copies ordered after the
@@ -244,8 +245,19 @@ fn allocate(
                     let data = b.as_slice().as_device_ptr() as usize;
                     (Storage::Pooled(b), data, "pooled", cuda, Some(stream))
                 }
+                "cached" => {
+                    let (cache, stream) = (DeviceCache::for_device(device)?, stream_or_new(stream, device)?);
+                    let b = match contents {
+                        Contents::Zeroed => cache.zeroed::<u8>(stream.clone(), nbytes)?,
+                        // SAFETY: as for pooled memory.
+                        Contents::Unspecified => unsafe { cache.uninit::<u8>(stream.clone(), nbytes)? },
+                    };
+                    let data = b.as_slice().as_device_ptr() as usize;
+                    (Storage::Cached(b), data, "cached", cuda, Some(stream))
+                }
                 _ => {
-                    let kind = cuda_mem::ErrorKind::InvalidArgument("kind is device, managed, pinned or pooled");
+                    let kind =
+                        cuda_mem::ErrorKind::InvalidArgument("kind is device, managed, pinned, pooled or cached");
                     return Err(cuda_mem::CudaError::new(kind, "allocating a cuda_mem.Buffer"));
                 }
             })
@@ -253,6 +265,17 @@ fn allocate(
         .and_then(|r| r)
         .map_err(to_py)?;
     Ok(Allocation { storage: Mutex::new(storage), data, nbytes, kind, natural, device, producer })
+}
+
+/// The kinds whose memory is ordered on a stream.
+const STREAM_ORDERED: [&str; 2] = ["pooled", "cached"];
+
+/// The stream a stream-ordered buffer is allocated on: the given one or a new one of `device`.
+fn stream_or_new(stream: Option<cuda_mem::Stream>, device: Device) -> cuda_mem::Result<cuda_mem::Stream> {
+    match stream {
+        Some(stream) => Ok(stream),
+        None => cuda_mem::Stream::on_device(device),
+    }
 }
 
 #[pymethods]
@@ -275,7 +298,7 @@ impl Buffer {
         self.alloc.nbytes
     }
 
-    /// `"device"`, `"managed"`, `"pinned"` or `"pooled"`.
+    /// `"device"`, `"managed"`, `"pinned"`, `"pooled"` or `"cached"`.
     #[getter]
     fn kind(&self) -> &'static str {
         self.alloc.kind
@@ -293,7 +316,8 @@ impl Buffer {
         self.alloc.data
     }
 
-    /// The stream of a pooled buffer (its allocation, zeroing and queued fills), else None.
+    /// The stream of a pooled or cached buffer (its allocation, zeroing and queued fills), else
+    /// None.
     #[getter]
     fn stream(&self) -> Option<Stream> {
         self.alloc.producer.clone().map(|inner| Stream { inner })
@@ -305,8 +329,9 @@ impl Buffer {
         let bytes = py.detach(|| -> cuda_mem::Result<Vec<u8>> {
             match &*alloc.lock() {
                 Storage::Device(b) => b.to_vec(),
-                Storage::Managed(b) => b.as_device_slice().to_vec(),
+                Storage::Managed(b) => b.as_slice().to_vec(),
                 Storage::Pooled(b) => b.as_slice().to_vec(),
+                Storage::Cached(b) => b.as_slice().to_vec(),
                 Storage::Pinned(_) => {
                     let mut out = vec![0u8; alloc.nbytes];
                     // SAFETY: the lock keeps the buffer, which holds `nbytes` at `data`; the copy
@@ -329,8 +354,9 @@ impl Buffer {
         }
         py.detach(|| match &mut *alloc.lock() {
             Storage::Device(b) => b.as_mut_slice().copy_from_host(&bytes),
-            Storage::Managed(b) => b.as_device_slice_mut().copy_from_host(&bytes),
+            Storage::Managed(b) => b.as_mut_slice().copy_from_host(&bytes),
             Storage::Pooled(b) => b.as_mut_slice().copy_from_host(&bytes),
+            Storage::Cached(b) => b.as_mut_slice().copy_from_host(&bytes),
             Storage::Pinned(_) => {
                 // SAFETY: as in `read`, for writes of `nbytes` (checked above).
                 unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), alloc.data as *mut u8, alloc.nbytes) };
@@ -346,8 +372,9 @@ impl Buffer {
         let alloc = &*self.alloc;
         py.detach(|| match &mut *alloc.lock() {
             Storage::Device(b) => b.as_mut_slice().set_bytes(value),
-            Storage::Managed(b) => b.as_device_slice_mut().set_bytes(value),
+            Storage::Managed(b) => b.as_mut_slice().set_bytes(value),
             Storage::Pooled(b) => b.as_mut_slice().set_bytes(value),
+            Storage::Cached(b) => b.as_mut_slice().set_bytes(value),
             Storage::Pinned(_) => {
                 // SAFETY: as in `write`.
                 unsafe { std::ptr::write_bytes(alloc.data as *mut u8, value, alloc.nbytes) };
@@ -357,13 +384,14 @@ impl Buffer {
         .map_err(to_py)
     }
 
-    /// Queues a fill of every byte with `value` on the stream of a pooled buffer and returns
-    /// at once: pending work, which `__dlpack__(stream=...)` orders consumers after.
+    /// Queues a fill of every byte with `value` on the stream of a pooled or cached buffer and
+    /// returns at once: pending work, which `__dlpack__(stream=...)` orders consumers after.
     fn fill_byte_async(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let value = args::byte(value)?;
         match &mut *self.alloc.lock() {
             Storage::Pooled(b) => b.set_bytes_async(value).map_err(to_py),
-            _ => Err(PyValueError::new_err("only pooled buffers have a stream to queue work on")),
+            Storage::Cached(b) => b.set_bytes_async(value).map_err(to_py),
+            _ => Err(PyValueError::new_err("only pooled and cached buffers have a stream to queue work on")),
         }
     }
 
@@ -399,8 +427,8 @@ impl Buffer {
         Ok(Buffer { alloc: self.alloc.clone(), shape: self.shape.clone(), dtype: self.dtype, presented })
     }
 
-    /// The CUDA Array Interface, version 3 (Numba, CuPy): device, managed and pooled memory;
-    /// `stream` is a pooled buffer's stream (the consumer waits for it), else None (no pending
+    /// The CUDA Array Interface, version 3 (Numba, CuPy): device, managed, pooled and cached
+    /// memory; `stream` is a pooled or cached buffer's stream (the consumer waits for it), else None (no pending
     /// work). Pinned memory, and bfloat16 (no typestr), have none: `AttributeError`, so
     /// `hasattr` says so.
     #[getter]

@@ -29,7 +29,7 @@ fn main() -> cuda_mem::Result<()> {
     // reached through `host()` / `host_mut()`, which wait until no GPU work can touch it.
     let mut shared = ManagedBuffer::<u32>::zeroed(8)?;
     shared.host_mut()?.iter_mut().enumerate().for_each(|(i, x)| *x = i as u32 * 10);
-    assert_eq!(shared.as_device_slice().to_vec()?, [0, 10, 20, 30, 40, 50, 60, 70]);
+    assert_eq!(shared.as_slice().to_vec()?, [0, 10, 20, 30, 40, 50, 60, 70]);
     println!("managed: the CPU's writes read through a device view");
 
     // Zero-length buffers make no CUDA call; freeing explicitly reports the runtime's verdict.

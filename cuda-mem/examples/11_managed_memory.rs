@@ -14,7 +14,7 @@ fn main() -> cuda_mem::Result<()> {
     table.prefetch(Location::Device(device), &stream)?;
     stream.synchronize()?;
     println!("prefetched 256 MiB to {device} in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
-    let (mut low, _high) = table.as_device_slice_mut().split_at_mut(1 << 20)?;
+    let (mut low, _high) = table.as_mut_slice().split_at_mut(1 << 20)?;
     stream.scope(|s| s.set_bytes(&mut low, 0xff))??;
     table.prefetch(Location::Host, &stream)?;
     stream.synchronize()?;

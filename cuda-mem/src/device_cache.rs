@@ -18,6 +18,7 @@ use crate::resource::{MemoryKind, MemoryResource, StreamRef};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Event;
 use crate::stream::Stream;
+use crate::stream::uses::StreamUses;
 use bytemuck::Pod;
 use std::collections::HashMap;
 use std::fmt;
@@ -262,17 +263,14 @@ impl DeviceCache {
         len: usize,
     ) -> Result<CachedBuffer<'a, T>> {
         let stream = stream.into();
-        let bytes = stream.buffer_bytes::<T>(len, "DeviceCache")?;
-        stream.require_outside_capture("DeviceCache")?;
-        if stream.device() != self.device {
-            return Err(wrong_device(&stream, self.device));
-        }
+        self.check_stream(&stream, "DeviceCache")?;
+        let bytes = raw::byte_len::<T>(len, "DeviceCache")?;
         if align_of::<T>() > 256 {
             let kind = ErrorKind::InvalidArgument("element alignment above 256 bytes");
             return Err(CudaError::new(kind, "DeviceCache"));
         }
         let block = if bytes == 0 { None } else { Some(self.allocator.alloc(bytes, &stream)?) };
-        Ok(CachedBuffer { block, len, cache: self, stream, used_on: Vec::new(), _type: PhantomData })
+        Ok(CachedBuffer { block, len, cache: self, stream, uses: StreamUses::new(), _type: PhantomData })
     }
 
     /// `len` zeroed elements for use on `stream` (a `cudaMemsetAsync` on it).
@@ -333,8 +331,7 @@ impl DeviceCache {
 
     #[inline]
     fn check_stream(&self, stream: &Stream, operation: &'static str) -> Result<()> {
-        stream.require_thread_independent(operation)?;
-        stream.require_outside_capture(operation)?;
+        stream.require_orderable(operation)?;
         if stream.device() != self.device {
             return Err(wrong_device(stream, self.device));
         }
@@ -411,7 +408,7 @@ pub struct CachedBuffer<'a, T: Pod> {
     len: usize,
     cache: &'a DeviceCache,
     stream: MaybeOwned<'a, Stream>,
-    used_on: Vec<Stream>,
+    uses: StreamUses,
     _type: PhantomData<T>,
 }
 
@@ -469,17 +466,11 @@ impl<'a, T: Pod> CachedBuffer<'a, T> {
 
     /// Prepares use on `other`: `other` waits (on the device) for the work queued on the
     /// buffer's stream so far, and the free will make the buffer's stream wait for `other`.
+    /// The per-thread stream and a capture's stream are refused
+    /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)); a stream of another
+    /// device may use the block (through peer access).
     pub fn use_on(&mut self, other: &Stream) -> Result<()> {
-        if other.is_same_stream(&self.stream) {
-            return Ok(());
-        }
-        other.require_thread_independent("CachedBuffer::use_on")?;
-        other.require_outside_capture("CachedBuffer::use_on")?;
-        other.wait_event(&Event::fence(&self.stream)?)?;
-        if !self.used_on.iter().any(|s| s.is_same_stream(other)) {
-            self.used_on.push(other.clone());
-        }
-        Ok(())
+        self.uses.use_on(&self.stream, other, "CachedBuffer::use_on")
     }
 
     /// Frees now and reports the verdict: the buffer's stream is made to wait for every stream
@@ -491,35 +482,31 @@ impl<'a, T: Pod> CachedBuffer<'a, T> {
 
     /// Frees on `stream` instead of the buffer's own: `stream` is made to wait for the buffer's
     /// stream and every stream passed to `use_on`, and the block returns to the cache once the
-    /// work queued on `stream` so far has completed (an event shows it).
+    /// work queued on `stream` so far has completed (an event shows it). The per-thread stream,
+    /// a capture's stream and a stream of another device than the cache's are refused
+    /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)); the buffer is then
+    /// dropped, freed on its own stream.
     pub fn free_on(mut self, stream: &Stream) -> Result<()> {
-        stream.require_thread_independent("CachedBuffer::free_on")?;
-        stream.require_outside_capture("CachedBuffer::free_on")?;
-        let Some(block) = self.block.take() else { return Ok(()) };
         if stream.is_same_stream(&self.stream) {
-            self.block = Some(block);
             return self.release();
         }
-        let mut users = std::mem::take(&mut self.used_on);
-        users.push((*self.stream).clone());
-        for user in users.iter().filter(|u| !u.is_same_stream(stream)) {
-            if let Err(err) =
-                Event::fence(user).and_then(|done| stream.wait_event(&done)).or_else(|_| user.synchronize())
-            {
-                keep_out(block); // its users' work cannot be ordered: never reused
-                return Err(err);
-            }
+        // The cache keys its blocks by stream handle, which names one stream on its device only.
+        self.cache.check_stream(stream, "CachedBuffer::free_on")?;
+        self.uses.hand_over(&self.stream, stream, "CachedBuffer::free_on")?;
+        let Some(block) = self.block.take() else { return Ok(()) };
+        if let Err(err) = self.uses.order_before(stream) {
+            keep_out(block); // its users' work cannot be ordered: never reused
+            return Err(err);
         }
-        // SAFETY: from this cache; every use is ordered before the work queued on `stream` now.
+        // SAFETY: from this cache, and `stream` is of its device, never the per-thread one; every
+        // use is ordered before the work queued on `stream` now.
         unsafe { self.cache.allocator.free_on(block, stream) }
     }
 
     #[inline]
     fn release(&mut self) -> Result<()> {
         let Some(block) = self.block.take() else { return Ok(()) };
-        if !self.used_on.is_empty()
-            && let Err(err) = self.order_after_users()
-        {
+        if let Err(err) = self.uses.order_before(&self.stream) {
             keep_out(block); // its users' work cannot be ordered: never reused
             return Err(err);
         }
@@ -530,26 +517,25 @@ impl<'a, T: Pod> CachedBuffer<'a, T> {
         Ok(())
     }
 
-    #[cold]
-    #[inline(never)]
-    fn order_after_users(&mut self) -> Result<()> {
-        for user in std::mem::take(&mut self.used_on) {
-            let ordered = Event::fence(&user).and_then(|done| self.stream.wait_event(&done));
-            if ordered.is_err() {
-                user.synchronize()?;
-            }
-        }
-        Ok(())
+    /// Queues `cudaMemsetAsync` of every byte to `byte` on the buffer's stream and returns
+    /// without waiting. Views name that stream, so blocking copies, scopes and the free are
+    /// ordered after it.
+    pub fn set_bytes_async(&mut self, byte: u8) -> Result<()> {
+        self.set_in_stream_order(byte)
     }
 
     fn zero_in_stream_order(&self) -> Result<()> {
+        self.set_in_stream_order(0)
+    }
+
+    fn set_in_stream_order(&self, byte: u8) -> Result<()> {
         let bytes = self.len * size_of::<T>();
         if bytes == 0 {
             return Ok(());
         }
         let call = self.stream.call()?;
         // SAFETY: the block holds at least `bytes`; the memset is ordered on its stream.
-        unsafe { raw::memory::set_async(self.ptr().cast(), 0, bytes, call.as_raw()) }
+        unsafe { raw::memory::set_async(self.ptr().cast(), byte, bytes, call.as_raw()) }
     }
 }
 

@@ -94,7 +94,7 @@ pub enum Attach {
 /// data.host_mut()?.fill(1.0); // written by the CPU
 /// data.advise(Advice::SetPreferredLocation(Location::Device(device)))?;
 /// data.prefetch(Location::Device(device), &stream)?; // the documented fix for first-touch faults
-/// stream.scope(|s| s.set_bytes(&mut data.as_device_slice_mut(), 0))??;
+/// stream.scope(|s| s.set_bytes(&mut data.as_mut_slice(), 0))??;
 /// assert!(data.host()?.iter().all(|&x| x == 0.0));
 /// # Ok(()) }
 /// ```
@@ -135,7 +135,7 @@ impl<T: Pod> ManagedBuffer<T> {
                 unsafe { std::ptr::write_bytes(buffer.ptr.as_ptr(), 0, buffer.len) };
             } else {
                 let _device = CurrentDevice::set(buffer.device)?;
-                buffer.as_device_slice_mut().set_bytes(0)?;
+                buffer.as_mut_slice().set_bytes(0)?;
             }
         }
         Ok(buffer)
@@ -179,7 +179,7 @@ impl<T: Pod> ManagedBuffer<T> {
         if buffer.concurrent_access {
             buffer.host_mut()?.copy_from_slice(src);
         } else {
-            buffer.as_device_slice_mut().copy_from_host(src)?;
+            buffer.as_mut_slice().copy_from_host(src)?;
         }
         Ok(buffer)
     }
@@ -200,14 +200,14 @@ impl<T: Pod> ManagedBuffer<T> {
         require_concurrent_access(self.concurrent_access)
     }
 
-    /// A device view, for scopes and kernels.
-    pub fn as_device_slice(&self) -> DeviceSlice<'_, T> {
+    /// A device view, for scopes and kernels (the host's views are `host` and `host_mut`).
+    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
         // SAFETY: borrowed from `self`, so allocated and not written by the host meanwhile.
         unsafe { DeviceSlice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     /// An exclusive device view.
-    pub fn as_device_slice_mut(&mut self) -> DeviceSliceMut<'_, T> {
+    pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
         // SAFETY: borrowed exclusively from `self`.
         unsafe { DeviceSliceMut::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }

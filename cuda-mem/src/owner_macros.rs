@@ -79,3 +79,16 @@ macro_rules! host_views {
         }
     };
 }
+
+/// `free` of a stream-ordered owner, inside its `impl`, documented by `$doc`: the owner provides
+/// `fn release(&mut self) -> Result<()>`, and a zero `len` leaves its drop nothing to free.
+macro_rules! free_now {
+    ($doc:literal) => {
+        #[doc = $doc]
+        pub fn free(mut self) -> Result<()> {
+            let result = self.release();
+            self.len = 0; // nothing left for drop to free
+            result
+        }
+    };
+}

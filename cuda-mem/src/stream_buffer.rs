@@ -6,8 +6,8 @@ use crate::maybe_owned::MaybeOwned;
 use crate::pool::{MemPool, retaining_pool};
 use crate::raw::{self, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
-use crate::stream::Event;
 use crate::stream::Stream;
+use crate::stream::uses::StreamUses;
 use bytemuck::Pod;
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -62,7 +62,7 @@ pub struct StreamBuffer<'a, T: Pod> {
     /// The pool the memory came from, for [`StreamBuffer::pool`] and error reports.
     pool: MaybeOwned<'a, MemPool>,
     /// Other streams that used the memory: the free waits for each of them.
-    used_on: Vec<Stream>,
+    uses: StreamUses,
 }
 
 // SAFETY: the buffer owns its allocation; the host never dereferences it. The thread it moves to
@@ -142,7 +142,7 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     #[inline]
     fn from_raw(raw: *mut c_void, len: usize, stream: MaybeOwned<'a, Stream>, pool: MaybeOwned<'a, MemPool>) -> Self {
         let ptr = NonNull::new(raw.cast()).unwrap_or(NonNull::dangling());
-        Self { ptr, len, stream, pool, used_on: Vec::new() }
+        Self { ptr, len, stream, pool, uses: StreamUses::new() }
     }
 
     fn zero_in_stream_order(&self) -> Result<()> {
@@ -194,36 +194,22 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
     /// Prepares use on `other`: `other` waits (on the device, not the host) for the work queued
     /// on the owning stream so far, including the allocation, and the eventual free will wait for
     /// the work queued on `other` up to the free.
+    /// The per-thread stream and a capture's stream are refused
+    /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
     pub fn use_on(&mut self, other: &Stream) -> Result<()> {
-        if other.is_same_stream(&self.stream) {
-            return Ok(());
-        }
-        other.require_thread_independent("StreamBuffer::use_on")?;
-        other.wait_event(&Event::fence(&self.stream)?)?;
-        if !self.used_on.iter().any(|s| s.is_same_stream(other)) {
-            self.used_on.push(other.clone());
-        }
-        Ok(())
+        self.uses.use_on(&self.stream, other, "StreamBuffer::use_on")
     }
 
     /// Frees on `stream` instead of the owning one (`cudaFreeAsync`), ordered after the owning
-    /// stream's work and every stream passed to `use_on`. Reports the runtime's verdict.
+    /// stream's work and every stream passed to `use_on`. Reports the runtime's verdict. The
+    /// per-thread stream and a capture's stream are refused; the buffer is then dropped, freed
+    /// on its own stream.
     pub fn free_on(mut self, stream: &Stream) -> Result<()> {
-        stream.require_thread_independent("StreamBuffer::free_on")?;
-        if !stream.is_same_stream(&self.stream) {
-            let owner = (*self.stream).clone();
-            self.used_on.push(owner);
-            self.stream = MaybeOwned::Owned(stream.clone());
-        }
+        self.uses.move_free(&mut self.stream, stream, "StreamBuffer::free_on")?;
         self.free()
     }
 
-    /// Frees on the owning stream now and reports the runtime's verdict (drop ignores it).
-    pub fn free(mut self) -> Result<()> {
-        let result = self.release();
-        self.len = 0; // nothing left for drop to free
-        result
-    }
+    free_now!("Frees on the owning stream now and reports the runtime's verdict (drop ignores it).");
 
     /// The free, in stream order. The common case (no other stream used the buffer, the free
     /// succeeds) is a length test and one `cudaFreeAsync`: inlined, with the rest out of line.
@@ -232,29 +218,12 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         if self.size_bytes() == 0 {
             return Ok(());
         }
-        if !self.used_on.is_empty() {
-            self.order_after_users()?;
-        }
+        // On failure the memory stays allocated rather than freed under pending work.
+        self.uses.order_before(&self.stream)?;
         let call = self.stream.call()?;
         // SAFETY: the pointer came from cudaMallocFromPoolAsync and is freed once, in stream order
         // after every known use.
         unsafe { raw::pools::free_async(self.ptr.as_ptr().cast(), call.as_raw(), self.size_bytes()) }
-    }
-
-    /// Makes the owning stream wait for every stream that used the buffer, so the free cannot
-    /// overtake their work. Where an event cannot order a user, the host waits for that user
-    /// instead (correct, slower); only when even that fails is the error returned, and the memory
-    /// is then left allocated rather than freed under pending work.
-    #[cold]
-    #[inline(never)]
-    fn order_after_users(&mut self) -> Result<()> {
-        for user in std::mem::take(&mut self.used_on) {
-            let ordered = Event::fence(&user).and_then(|done| self.stream.wait_event(&done));
-            if ordered.is_err() {
-                user.synchronize()?;
-            }
-        }
-        Ok(())
     }
 }
 

@@ -193,7 +193,7 @@ fn gpu_managed_buffer_cpu_write_advise_prefetch_gpu_modify_cpu_read() {
     let doubled: Vec<u32> = want[len / 2..].iter().map(|x| x.wrapping_mul(2)).collect();
     let source = DeviceBuffer::from_slice(&doubled).unwrap();
     {
-        let (mut low, mut high) = managed.as_device_slice_mut().split_at_mut(len / 2).unwrap();
+        let (mut low, mut high) = managed.as_mut_slice().split_at_mut(len / 2).unwrap();
         stream
             .scope(|s| s.set_bytes(&mut low, 0xAB).and_then(|()| s.copy_from_device(&mut high, source.as_slice())))
             .unwrap()

@@ -50,7 +50,7 @@ fn gpu_dlpack_views_name_their_memory_kind_and_device() {
     assert!(DlpackTensor::exclusive(&mut whole).unwrap().is_writable());
 
     let managed = ManagedBuffer::<f32>::zeroed(128).unwrap();
-    let managed_view = managed.as_device_slice();
+    let managed_view = managed.as_slice();
     let tensor = DlpackTensor::shared(&managed_view).unwrap();
     assert_eq!(tensor.device(), DLDevice { device_type: kDLCUDAManaged, device_id: ordinal });
     drop(tensor);

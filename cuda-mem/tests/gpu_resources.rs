@@ -35,7 +35,7 @@ fn gpu_every_resource_allocates_round_trips_and_frees() {
         match kind {
             MemoryKind::PinnedHost => buffer.host_mut().unwrap().copy_from_slice(&want),
             _ => {
-                let mut view = buffer.device_slice_mut().unwrap();
+                let mut view = buffer.as_mut_slice().unwrap();
                 stream.scope(|s| s.copy_from_host(&mut view, &want)).unwrap().unwrap();
             }
         }
@@ -113,9 +113,11 @@ fn gpu_tracking_reports_a_leak_with_its_backtrace() {
 
 /// A log recorded from an inference-like workload on the pool replays against cudaMalloc with
 /// the same peak.
+#[cfg(feature = "trace")]
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_recorded_workload_replays_with_the_same_peak() {
+    use cuda_mem::trace::{parse_log, replay};
     let stream = Stream::non_blocking().unwrap();
     let path = std::env::temp_dir().join(format!("cuda-mem-replay-{}.csv", std::process::id()));
     let pool = MemPool::new(PoolProps::new(device())).unwrap();

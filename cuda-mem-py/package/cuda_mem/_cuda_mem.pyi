@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional, Sequence, SupportsIndex, Union, final
 _Shape = Union[SupportsIndex, Sequence[SupportsIndex]]
 # A name ("float32", "bfloat16", ...), a NumPy dtype or scalar type, or a PyTorch dtype.
 _DType = Any
-_Kind = Literal["device", "managed", "pinned", "pooled"]
+_Kind = Literal["device", "managed", "pinned", "pooled", "cached"]
 _Data = Union[bytes, bytearray]
 # An ordinal, "cuda" or "cuda:N", a torch.device, or a CuPy or JAX GPU device.
 _Device = Any

@@ -4,7 +4,7 @@ import gc
 import cuda_mem
 from helpers import floats, need, need_gpu, raises, unpack_floats
 
-KINDS = ("device", "managed", "pinned", "pooled")
+KINDS = ("device", "managed", "pinned", "pooled", "cached")
 
 
 def test_every_kind_allocates_zeroed_and_round_trips_bytes():
@@ -19,7 +19,7 @@ def test_every_kind_allocates_zeroed_and_round_trips_bytes():
         buf.fill_byte(0x3F)
         assert buf.read() == b"\x3f" * 128, kind
         assert buf.ptr != 0
-        assert (buf.stream is not None) == (kind == "pooled")
+        assert (buf.stream is not None) == (kind in ("pooled", "cached"))
 
 
 def test_from_bytes_reshape_and_view_share_the_memory():
@@ -49,7 +49,7 @@ def test_pooled_buffers_use_the_given_stream_and_the_retaining_pool():
     assert buf.read() == b"\x5a" * (1 << 20), "read waits for the buffer's stream"
     stats = cuda_mem.pool_stats(stream.device)
     assert stats["used_current"] >= 1 << 20 and stats["reserved_current"] >= stats["used_current"]
-    raises(ValueError, cuda_mem.zeros(4, kind="device").fill_byte_async, 1, match="only pooled buffers")
+    raises(ValueError, cuda_mem.zeros(4, kind="device").fill_byte_async, 1, match="only pooled and cached buffers")
 
 
 def test_dlpack_device_names_each_kind():
@@ -133,7 +133,7 @@ def test_pinned_memory_reaches_numpy_without_a_copy():
 
 def test_empty_allocates_every_kind_with_its_shape():
     need_gpu()
-    for kind in ("device", "managed", "pinned", "pooled"):
+    for kind in KINDS:
         buf = cuda_mem.empty((3, 4), "float64", kind=kind)
         assert (buf.shape, buf.nbytes, buf.kind) == ((3, 4), 96, kind)
         buf.write(bytes(range(96)))

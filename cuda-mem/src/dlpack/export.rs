@@ -428,10 +428,24 @@ impl<'a> DlpackTensor<'a> {
 }
 
 impl DlpackTensor<'static> {
-    /// An export that owns `owner` (a device, managed, pinned or stream-ordered buffer): its
-    /// deleter frees it. Writable. A stream-ordered buffer's pending work is on
+    /// An export that owns `owner` (a device, managed, pinned or stream-ordered buffer:
+    /// `StreamBuffer`, `CachedBuffer` and `ResourceBuffer` of lifetime `'static`): its deleter
+    /// frees it. Writable. A stream-ordered buffer's pending work is on
     /// [`DlpackTensor::producer`]; its deleter waits for the device before the free, because the
     /// consumer's work on other streams is unknown (`cudaFree` of the other families waits too).
+    ///
+    /// The consumer may keep the export for any time, so a buffer that borrows its cache (or
+    /// stream, pool or resource) for less than `'static` cannot be owned by it:
+    ///
+    /// ```compile_fail,E0597
+    /// # use cuda_mem::{Device, DeviceCache, Stream};
+    /// # use cuda_mem::dlpack::DlpackTensor;
+    /// let stream = Stream::non_blocking().unwrap();
+    /// let cache = DeviceCache::new(Device::current().unwrap()).unwrap();
+    /// let block = cache.zeroed::<f32>(stream.clone(), 16).unwrap(); // error: `cache` does not live long enough
+    /// let raw = DlpackTensor::owned(block).unwrap().into_raw();
+    /// # let _ = raw;
+    /// ```
     pub fn owned<O: DlpackOwner>(owner: O) -> Result<Self> {
         let described = owner.describe()?;
         Self::build(described, owner.keep(), true)

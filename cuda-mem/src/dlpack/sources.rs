@@ -7,7 +7,8 @@ use super::invalid;
 use crate::device::Device;
 use crate::error::Result;
 use crate::raw::memory::{MemoryType, pointer_type};
-use crate::{DeviceBuffer, DeviceSlice, DeviceSliceMut, ManagedBuffer, PinnedBuffer, StreamBuffer};
+use crate::resource::{MemoryKind, ResourceBuffer};
+use crate::{CachedBuffer, DeviceBuffer, DeviceSlice, DeviceSliceMut, ManagedBuffer, PinnedBuffer, StreamBuffer};
 
 fn described<T: DlpackElement>(data: *const T, len: usize, device: DLDevice) -> Described {
     Described { data: data.cast_mut().cast(), len, dtype: T::DTYPE, device, producer: None }
@@ -39,9 +40,9 @@ impl<T: DlpackElement> DlpackSource for PinnedBuffer<T> {}
 impl<T: DlpackElement> DlpackSourceMut for PinnedBuffer<T> {}
 impl<T: DlpackElement> DlpackOwner for PinnedBuffer<T> {}
 impl<T: DlpackElement> sealed::Owner for PinnedBuffer<T> {
-    type Keep = WaitAllThenFree<Self>;
+    type Keep = WaitThenFree<Self>;
     fn keep(self) -> Self::Keep {
-        WaitAllThenFree { buffer: self }
+        WaitThenFree { devices: Waits::All, buffer: self }
     }
 }
 
@@ -54,7 +55,7 @@ impl<T: DlpackElement> sealed::Source for DeviceBuffer<T> {
 impl<T: DlpackElement> sealed::Source for ManagedBuffer<T> {
     fn describe(&self) -> Result<Described> {
         let device = DLDevice { device_type: ffi::kDLCUDAManaged, device_id: self.device().as_raw() };
-        Ok(described(self.as_device_slice().as_device_ptr(), self.len(), device))
+        Ok(described(self.as_slice().as_device_ptr(), self.len(), device))
     }
 }
 
@@ -64,55 +65,96 @@ impl<T: DlpackElement> sealed::Source for PinnedBuffer<T> {
     }
 }
 
-impl<T: DlpackElement> sealed::Source for StreamBuffer<'_, T> {
+/// The stream-ordered owners: device memory of their stream's device, with pending work there.
+macro_rules! stream_ordered {
+    ($($owner:ident),*) => {$(
+        impl<T: DlpackElement> sealed::Source for $owner<'_, T> {
+            fn describe(&self) -> Result<Described> {
+                let mut described = described(self.as_slice().as_device_ptr(), self.len(), cuda(self.stream().device()));
+                described.producer = Some(self.stream().clone());
+                Ok(described)
+            }
+        }
+        impl<T: DlpackElement> DlpackSource for $owner<'_, T> {}
+        impl<T: DlpackElement> DlpackSourceMut for $owner<'_, T> {}
+        // `'static` only: the consumer may keep the export, and so the buffer, for any time.
+        impl<T: DlpackElement> DlpackOwner for $owner<'static, T> {}
+        impl<T: DlpackElement> sealed::Owner for $owner<'static, T> {
+            type Keep = WaitThenFree<Self>;
+            fn keep(self) -> Self::Keep {
+                WaitThenFree { devices: Waits::One(self.stream().device()), buffer: self }
+            }
+        }
+    )*};
+}
+
+stream_ordered!(StreamBuffer, CachedBuffer);
+
+/// Memory from a resource: device, managed or pinned host memory as its resource says, ordered
+/// on the buffer's stream.
+impl<T: DlpackElement> sealed::Source for ResourceBuffer<'_, T> {
     fn describe(&self) -> Result<Described> {
-        let mut described = described(self.as_slice().as_device_ptr(), self.len(), cuda(self.stream().device()));
+        let kind = self.resource().kind();
+        let device = self.resource().device().unwrap_or(self.stream().device());
+        let device = match kind {
+            MemoryKind::Device => cuda(device),
+            MemoryKind::Managed => DLDevice { device_type: ffi::kDLCUDAManaged, device_id: device.as_raw() },
+            MemoryKind::PinnedHost => DLDevice { device_type: ffi::kDLCUDAHost, device_id: 0 },
+        };
+        let mut described = described(self.as_ptr().cast_const(), self.len(), device);
         described.producer = Some(self.stream().clone());
         Ok(described)
     }
 }
-impl<T: DlpackElement> DlpackSource for StreamBuffer<'_, T> {}
-impl<T: DlpackElement> DlpackSourceMut for StreamBuffer<'_, T> {}
-impl<T: DlpackElement> DlpackOwner for StreamBuffer<'static, T> {}
-impl<T: DlpackElement> sealed::Owner for StreamBuffer<'static, T> {
+impl<T: DlpackElement> DlpackSource for ResourceBuffer<'_, T> {}
+impl<T: DlpackElement> DlpackSourceMut for ResourceBuffer<'_, T> {}
+impl<T: DlpackElement> DlpackOwner for ResourceBuffer<'static, T> {}
+impl<T: DlpackElement> sealed::Owner for ResourceBuffer<'static, T> {
     type Keep = WaitThenFree<Self>;
     fn keep(self) -> Self::Keep {
-        WaitThenFree { device: self.stream().device(), buffer: self }
+        // Device memory is used by the consumer's streams of its device; managed and pinned host
+        // memory may be used by any device's.
+        let devices = match self.resource().kind() {
+            MemoryKind::Device => Waits::One(self.stream().device()),
+            MemoryKind::Managed | MemoryKind::PinnedHost => Waits::All,
+        };
+        WaitThenFree { devices, buffer: self }
     }
 }
 
-/// A stream-ordered buffer in an owned export: when the consumer releases it, the device is
-/// waited for before the free is queued, as the consumer's streams are unknown.
+/// Which devices an owned export waits for before its buffer is freed.
+#[derive(Debug)]
+pub enum Waits {
+    /// The memory's device: device memory, used by streams of its device.
+    One(Device),
+    /// Every device: host-accessible memory, which copies on any device's streams may use.
+    All,
+}
+
+/// A buffer in an owned export whose free does not wait for the consumer's work by itself (a
+/// stream-ordered free, or `cudaFreeHost`, which is not documented to wait): when the consumer
+/// releases it, the devices its users may be on are waited for before the free, as the consumer's
+/// streams are unknown.
 #[derive(Debug)]
 pub struct WaitThenFree<B> {
-    device: Device,
+    devices: Waits,
     #[allow(dead_code)] // held for its drop, after the wait
     buffer: B,
 }
 
 impl<B> Drop for WaitThenFree<B> {
     fn drop(&mut self) {
-        // A blocking wait, by design (see `DlpackTensor::owned`). If it fails the context is
-        // broken, and the free that follows fails too.
-        crate::raw::quiet(self.device.synchronize());
-    }
-}
-
-/// Pinned host memory in an owned export: copies on any device's streams may still read or write
-/// it when the consumer releases it, and `cudaFreeHost` is not documented to wait for them, so
-/// every device is waited for before the free.
-#[derive(Debug)]
-pub struct WaitAllThenFree<B> {
-    #[allow(dead_code)] // held for its drop, after the waits
-    buffer: B,
-}
-
-impl<B> Drop for WaitAllThenFree<B> {
-    fn drop(&mut self) {
-        // Blocking waits, by design. If one fails the context is broken, and the free that
-        // follows fails too.
-        for device in Device::all().unwrap_or_default() {
-            crate::raw::quiet(device.synchronize());
+        // Blocking waits, by design (see `DlpackTensor::owned`). If one fails the context is
+        // broken, and the free that follows fails too (or leaves the memory allocated).
+        match self.devices {
+            Waits::One(device) => {
+                crate::raw::quiet(device.synchronize());
+            }
+            Waits::All => {
+                for device in Device::all().unwrap_or_default() {
+                    crate::raw::quiet(device.synchronize());
+                }
+            }
         }
     }
 }

@@ -89,14 +89,14 @@ impl Stream {
         D: OwnedDevice<T>,
         H: OwnedHost<T>,
     {
-        same_len(host.host().len(), dst.view().len(), "Stream::upload")?;
+        same_len(host.host().len(), dst.view()?.len(), "Stream::upload")?;
         if H::PINNED {
-            return self.queue((dst, host), |s, (dst, host)| s.copy_from_host(&mut dst.view_mut(), host.host()));
+            return self.queue((dst, host), |s, (dst, host)| s.copy_from_host(&mut dst.view_mut()?, host.host()));
         }
         let mut block = PinnedPool::staging().alloc::<T>(host.host().len())?;
         block.copy_from_slice(host.host());
         let pending =
-            self.queue((dst, host, block), |s, (dst, _, block)| s.copy_from_host(&mut dst.view_mut(), &block[..]))?;
+            self.queue((dst, host, block), |s, (dst, _, block)| s.copy_from_host(&mut dst.view_mut()?, &block[..]))?;
         Ok(pending.keep_apart(|(dst, host, block)| ((dst, host), block), None))
     }
 
@@ -110,13 +110,13 @@ impl Stream {
         H: OwnedHost<T>,
         D: OwnedDevice<T>,
     {
-        same_len(src.view().len(), host.host().len(), "Stream::download")?;
+        same_len(src.view()?.len(), host.host().len(), "Stream::download")?;
         if H::PINNED {
-            return self.queue((host, src), |s, (host, src)| s.copy_to_host(host.host_mut(), src.view()));
+            return self.queue((host, src), |s, (host, src)| s.copy_to_host(host.host_mut(), src.view()?));
         }
-        let block = PinnedPool::staging().alloc::<T>(src.view().len())?;
+        let block = PinnedPool::staging().alloc::<T>(src.view()?.len())?;
         let pending =
-            self.queue((host, src, block), |s, (_, src, block)| s.copy_to_host(&mut block[..], src.view()))?;
+            self.queue((host, src, block), |s, (_, src, block)| s.copy_to_host(&mut block[..], src.view()?))?;
         Ok(pending.keep_apart(|(host, src, block)| ((host, src), block), Some(copy_back::<T, H, D>)))
     }
 }

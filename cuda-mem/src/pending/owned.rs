@@ -3,9 +3,12 @@
 //! memory outright, keeps it at a fixed address while moved, and frees it only in its own drop.
 
 use crate::device_buffer::DeviceBuffer;
+use crate::device_cache::CachedBuffer;
+use crate::error::Result;
 use crate::managed::ManagedBuffer;
 use crate::pinned::PinnedBuffer;
 use crate::pinned_pool::PooledPinned;
+use crate::resource::ResourceBuffer;
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream_buffer::StreamBuffer;
 use bytemuck::Pod;
@@ -20,10 +23,11 @@ pub(crate) mod sealed {
         fn host_mut(&mut self) -> &mut [T];
     }
 
-    /// Device memory by value.
+    /// Device memory by value. A view fails only for a [`ResourceBuffer`] of pinned host
+    /// memory, which has none.
     pub trait Device<T> {
-        fn view(&self) -> DeviceSlice<'_, T>;
-        fn view_mut(&mut self) -> DeviceSliceMut<'_, T>;
+        fn view(&self) -> Result<DeviceSlice<'_, T>>;
+        fn view_mut(&mut self) -> Result<DeviceSliceMut<'_, T>>;
     }
 }
 
@@ -33,9 +37,34 @@ pub(crate) mod sealed {
 pub trait OwnedHost<T: Pod>: sealed::Host<T> + Send + 'static {}
 
 /// A device buffer a [`Pending`](crate::Pending) can own while work on it runs: [`DeviceBuffer`],
-/// [`ManagedBuffer`] and a [`StreamBuffer`] that owns its stream and pool handles
-/// (`StreamBuffer<'static, T>`, made from `stream.clone()`). A buffer that borrows its stream
-/// cannot be handed over: forgetting the `Pending` would end that borrow.
+/// [`ManagedBuffer`], and the stream-ordered owners when they own or borrow for good what they
+/// name: a [`StreamBuffer<'static, T>`](StreamBuffer) (made from `stream.clone()`), a
+/// [`CachedBuffer<'static, T>`](CachedBuffer) (from a `&'static` cache, such as
+/// [`DeviceCache::for_device`](crate::DeviceCache::for_device)'s, and an owned stream) and a
+/// [`ResourceBuffer<'static, T>`](ResourceBuffer) (an owned resource and stream; its device
+/// views, so not pinned host memory). A buffer that borrows for less cannot be handed over:
+/// forgetting the `Pending` leaks the buffer, which must then never outlive what it borrows.
+///
+/// ```no_run
+/// # fn main() -> cuda_mem::Result<()> {
+/// use cuda_mem::{Device, DeviceCache, PinnedBuffer, Stream};
+/// let stream = Stream::non_blocking()?;
+/// let cache = DeviceCache::for_device(Device::current()?)?; // `&'static`
+/// let device = cache.zeroed::<f32>(stream.clone(), 1024)?;
+/// let (device, _host) = stream.upload(device, PinnedBuffer::from_slice(&[1.0f32; 1024], Default::default())?)?.wait()?;
+/// # drop(device); Ok(()) }
+/// ```
+///
+/// A cached buffer of a cache that does not live for good cannot be handed over:
+///
+/// ```compile_fail,E0597
+/// # use cuda_mem::{Device, DeviceCache, PinnedBuffer, Stream};
+/// let stream = Stream::non_blocking().unwrap();
+/// let cache = DeviceCache::new(Device::current().unwrap()).unwrap();
+/// let device = cache.zeroed::<u32>(stream.clone(), 16).unwrap(); // error: `cache` does not live long enough
+/// let pending = stream.upload(device, PinnedBuffer::<u32>::zeroed(16).unwrap()).unwrap();
+/// # pending.wait().unwrap();
+/// ```
 pub trait OwnedDevice<T: Pod>: sealed::Device<T> + Send + 'static {}
 
 impl<T: Pod + Send> sealed::Host<T> for Vec<T> {
@@ -67,15 +96,16 @@ macro_rules! pinned_host {
 
 pinned_host!(PinnedBuffer, PooledPinned);
 
-/// Device owners, with the methods that give their device views.
+/// Device owners: every one names its views `as_slice` and `as_mut_slice`; `$wrap` makes an
+/// infallible view a `Result`.
 macro_rules! device_owner {
-    ($($owner:ty: $view:ident, $view_mut:ident);*) => {$(
+    ($($owner:ty $(: $wrap:path)?);*) => {$(
         impl<T: Pod> sealed::Device<T> for $owner {
-            fn view(&self) -> DeviceSlice<'_, T> {
-                self.$view()
+            fn view(&self) -> Result<DeviceSlice<'_, T>> {
+                $($wrap)?(self.as_slice())
             }
-            fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
-                self.$view_mut()
+            fn view_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
+                $($wrap)?(self.as_mut_slice())
             }
         }
         impl<T: Pod> OwnedDevice<T> for $owner {}
@@ -83,7 +113,9 @@ macro_rules! device_owner {
 }
 
 device_owner!(
-    DeviceBuffer<T>: as_slice, as_mut_slice;
-    StreamBuffer<'static, T>: as_slice, as_mut_slice;
-    ManagedBuffer<T>: as_device_slice, as_device_slice_mut
+    DeviceBuffer<T>: Ok;
+    ManagedBuffer<T>: Ok;
+    StreamBuffer<'static, T>: Ok;
+    CachedBuffer<'static, T>: Ok;
+    ResourceBuffer<'static, T>
 );

@@ -6,6 +6,7 @@ use crate::maybe_owned::MaybeOwned;
 use crate::raw::{self, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
+use crate::stream::uses::StreamUses;
 use bytemuck::Pod;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -32,8 +33,13 @@ impl<'a, R: MemoryResource + 'static> From<Arc<R>> for MaybeOwned<'a, Arc<dyn Me
 /// owned (`resource.clone(), stream.clone()`: a `ResourceBuffer<'static, T>`); see
 /// [`MaybeOwned`].
 ///
-/// Device and managed memory give device views ([`ResourceBuffer::device_slice`]); pinned host
+/// Device and managed memory give device views ([`ResourceBuffer::as_slice`]); pinned host
 /// and managed memory give host slices (`host`).
+///
+/// Use on other streams is ordered with events, as for [`StreamBuffer`](crate::StreamBuffer):
+/// [`ResourceBuffer::use_on`] makes the other stream wait for the buffer's and remembers it, so
+/// the free waits for its work too; [`ResourceBuffer::free_on`] frees through the resource on
+/// another stream.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cuda_mem::CudaError> {
@@ -42,7 +48,7 @@ impl<'a, R: MemoryResource + 'static> From<Arc<R>> for MaybeOwned<'a, Arc<dyn Me
 /// let stream = Stream::non_blocking()?;
 /// let resource = default_resource(Device::current()?)?; // the device's retaining pool
 /// let mut scratch = ResourceBuffer::<f32>::zeroed(&resource, &stream, 1 << 20)?;
-/// let mut view = scratch.device_slice_mut()?;
+/// let mut view = scratch.as_mut_slice()?;
 /// stream.scope(|s| s.set_bytes(&mut view, 0))??;
 /// # Ok(()) }
 /// ```
@@ -51,6 +57,8 @@ pub struct ResourceBuffer<'a, T: Pod> {
     len: usize,
     resource: MaybeOwned<'a, Arc<dyn MemoryResource>>,
     stream: MaybeOwned<'a, Stream>,
+    /// Other streams that used the memory: the free waits for each of them.
+    uses: StreamUses,
 }
 
 // SAFETY: owns its allocation exclusively, like `Vec<T>` (T: Pod is Send + Sync). The thread it
@@ -75,11 +83,12 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
         len: usize,
     ) -> Result<Self> {
         let (resource, stream) = (resource.into(), stream.into());
-        let bytes = stream.buffer_bytes::<T>(len, "ResourceBuffer")?;
         // A resource may record events on the stream or keep the block under it.
-        stream.require_outside_capture("ResourceBuffer")?;
+        stream.require_orderable("ResourceBuffer")?;
+        let bytes = raw::byte_len::<T>(len, "ResourceBuffer")?;
+        let uses = StreamUses::new();
         if bytes == 0 {
-            return Ok(Self { ptr: NonNull::dangling(), len, resource, stream });
+            return Ok(Self { ptr: NonNull::dangling(), len, resource, stream, uses });
         }
         let call = stream.call()?;
         let ptr: NonNull<T> = resource.allocate(bytes, call.stream_ref())?.cast();
@@ -89,7 +98,7 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
             return Err(misaligned_error::<T>(ptr.as_ptr() as usize, "ResourceBuffer"));
         }
         drop(call);
-        Ok(Self { ptr, len, resource, stream })
+        Ok(Self { ptr, len, resource, stream, uses })
     }
 
     /// Allocates and zeroes: in stream order on `stream` for device and managed memory (so work
@@ -140,19 +149,79 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
         }
     }
 
-    /// A device view (device and managed memory), ordered on the buffer's stream.
-    pub fn device_slice(&self) -> Result<DeviceSlice<'_, T>> {
-        self.require(self.resource.kind() != MemoryKind::PinnedHost, "pinned host memory has no device view here")?;
+    /// A device view (device and managed memory), ordered on the buffer's stream; pinned host
+    /// memory has none ([`ErrorKind::InvalidArgument`]).
+    pub fn as_slice(&self) -> Result<DeviceSlice<'_, T>> {
+        self.require_device_view()?;
         // SAFETY: borrowed from `self`, which keeps the allocation alive; its zeroing is pending on
         // the stream the view names.
         Ok(unsafe { DeviceSlice::ordered_on(self.ptr.as_ptr(), self.len, &self.stream) })
     }
 
     /// An exclusive device view (device and managed memory), ordered on the buffer's stream.
-    pub fn device_slice_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
-        self.require(self.resource.kind() != MemoryKind::PinnedHost, "pinned host memory has no device view here")?;
-        // SAFETY: borrowed exclusively from `self`; ordered as in `device_slice`.
+    pub fn as_mut_slice(&mut self) -> Result<DeviceSliceMut<'_, T>> {
+        self.require_device_view()?;
+        // SAFETY: borrowed exclusively from `self`; ordered as in `as_slice`.
         Ok(unsafe { DeviceSliceMut::ordered_on(self.ptr.as_ptr(), self.len, &self.stream) })
+    }
+
+    fn require_device_view(&self) -> Result<()> {
+        self.require(self.resource.kind() != MemoryKind::PinnedHost, "pinned host memory has no device view here")
+    }
+
+    /// The address of the first element (dangling when empty), for exports.
+    #[cfg(feature = "dlpack")]
+    pub(crate) fn as_ptr(&self) -> *mut T {
+        self.ptr.as_ptr()
+    }
+
+    /// Prepares use on `other`: `other` waits (on the device) for the work queued on the
+    /// buffer's stream so far, including the zeroing, and the free will wait for the work queued
+    /// on `other` up to the free. The per-thread stream and a capture's stream are refused
+    /// ([`ErrorKind::InvalidArgument`]).
+    pub fn use_on(&mut self, other: &Stream) -> Result<()> {
+        self.uses.use_on(&self.stream, other, "ResourceBuffer::use_on")
+    }
+
+    /// Frees through the resource on `stream` instead of the buffer's own, ordered after the
+    /// buffer's stream and every stream passed to `use_on`. The per-thread stream, a capture's
+    /// stream and a stream of another device than the buffer's are refused
+    /// ([`ErrorKind::InvalidArgument`]; the buffer is then dropped, freed on its own stream).
+    /// When the users' work cannot be ordered, even by waiting on the host, the error is returned
+    /// and the memory stays allocated for good rather than be freed under that work.
+    pub fn free_on(mut self, stream: &Stream) -> Result<()> {
+        // Resources may key reuse by stream handle, which names one stream on its device only.
+        if stream.device() != self.stream.device() {
+            let kind = ErrorKind::InvalidArgument("the stream belongs to another device than the buffer's");
+            let site = format!(
+                "ResourceBuffer::free_on: a stream of {} for a buffer on {}",
+                stream.device(),
+                self.stream.device()
+            );
+            return Err(CudaError::new(kind, site));
+        }
+        self.uses.move_free(&mut self.stream, stream, "ResourceBuffer::free_on")?;
+        self.free()
+    }
+
+    free_now!(
+        "Frees through the resource now, on the buffer's stream after every stream passed to `use_on`, and reports whether the users' work could be ordered (drop ignores it; the resource's own free reports nothing)."
+    );
+
+    fn release(&mut self) -> Result<()> {
+        let bytes = self.size_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // On failure (the users' work cannot be ordered, or a broken context) the memory stays
+        // allocated rather than freed under pending work.
+        self.uses.order_before(&self.stream)?;
+        let call = self.stream.call()?;
+        // SAFETY: allocated from this resource with `bytes`, freed once (the length is cleared or
+        // the buffer gone after), ordered on a stream that is not being captured (refused at
+        // construction and by `free_on`) after every known use; scopes that used it have ended.
+        unsafe { self.resource.deallocate(self.ptr.cast(), bytes, call.stream_ref()) };
+        Ok(())
     }
 
     /// Waits for the buffer's stream, and refuses managed memory on a device where the host may
@@ -174,23 +243,13 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
     pub fn to_vec(&self) -> Result<Vec<T>> {
         match self.resource.kind() {
             MemoryKind::PinnedHost => self.host().map(<[T]>::to_vec),
-            MemoryKind::Device | MemoryKind::Managed => self.device_slice()?.to_vec(),
+            MemoryKind::Device | MemoryKind::Managed => self.as_slice()?.to_vec(),
         }
     }
 }
 
 impl<T: Pod> Drop for ResourceBuffer<'_, T> {
     fn drop(&mut self) {
-        let bytes = self.size_bytes();
-        if bytes == 0 {
-            return;
-        }
-        // Only a broken context fails this (the per-thread stream was refused); the memory is
-        // then left allocated rather than freed out of order.
-        if let Ok(call) = self.stream.call() {
-            // SAFETY: allocated from this resource with `bytes`, freed once, ordered on the
-            // stream it was allocated on; scopes that used it have ended.
-            unsafe { self.resource.deallocate(self.ptr.cast(), bytes, call.stream_ref()) };
-        }
+        raw::quiet(self.release());
     }
 }

@@ -45,14 +45,14 @@ impl StagedCopier {
         D: OwnedDevice<T>,
         H: OwnedHost<T>,
     {
-        same_len(src.host().len(), dst.view().len(), "staged copy host to device")?;
+        same_len(src.host().len(), dst.view()?.len(), "staged copy host to device")?;
         let bytes = size_of_val(src.host());
         if H::PINNED || bytes < self.inner.config.small_copy_bytes {
             return stream.upload(dst, src);
         }
-        let waits = ready_events(stream, dst.view().owner())?;
+        let waits = ready_events(stream, dst.view()?.owner())?;
         let host = Addr(src.host().as_ptr().cast::<u8>().cast_mut());
-        let device = Addr(dst.view().as_device_ptr().cast::<u8>().cast_mut());
+        let device = Addr(dst.view()?.as_device_ptr().cast::<u8>().cast_mut());
         // The lanes read `src` and write `dst` through these addresses; the `Pending` owns both
         // and joins the job before handing them back or dropping them (and leaks them if
         // forgotten), so the addresses stay valid for as long as the job and its DMAs run.
@@ -71,14 +71,14 @@ impl StagedCopier {
         H: OwnedHost<T>,
         D: OwnedDevice<T>,
     {
-        same_len(src.view().len(), dst.host().len(), "staged copy device to host")?;
+        same_len(src.view()?.len(), dst.host().len(), "staged copy device to host")?;
         let bytes = size_of_val(dst.host());
         if H::PINNED || bytes < self.inner.config.small_copy_bytes {
             return stream.download(dst, src);
         }
-        let waits = ready_events(stream, src.view().owner())?;
+        let waits = ready_events(stream, src.view()?.owner())?;
         let host = Addr(dst.host_mut().as_mut_ptr().cast::<u8>());
-        let device = Addr(src.view().as_device_ptr().cast::<u8>().cast_mut());
+        let device = Addr(src.view()?.as_device_ptr().cast::<u8>().cast_mut());
         // As in `copy_from_host_on`: the `Pending` owns both buffers until the job is joined.
         let job = self.spawn(bytes, waits, move |lane, chunks| lane.download(chunks, host, device));
         Ok(Pending::new((dst, src), stream.clone(), Vec::new(), vec![job]))

@@ -4,6 +4,7 @@
 pub(crate) mod event;
 pub(crate) mod notify;
 mod stream_ref;
+pub(crate) mod uses;
 
 pub use event::Event;
 pub use notify::Completion;
@@ -347,6 +348,15 @@ impl Stream {
         Err(capture_refused(operation))
     }
 
+    /// The one precondition of a stream that orders memory an owner may free on another thread
+    /// or reuse later (a use or free on another stream, a cache's block, a completion): not the
+    /// per-thread stream (see [`Stream::require_thread_independent`]) and not a capture's (see
+    /// [`Stream::require_outside_capture`]).
+    pub(crate) fn require_orderable(&self, operation: &'static str) -> Result<()> {
+        self.require_thread_independent(operation)?;
+        self.require_outside_capture(operation)
+    }
+
     /// Ends a handle made by [`Stream::capture_handle`]: every later use is refused.
     pub(crate) fn end_capture_handle(&self) {
         debug_assert_eq!(self.inner.kind, StreamKind::Capture);
@@ -484,9 +494,15 @@ mod tests {
 
     /// A stream that no runtime call ever reaches: borrowed (never destroyed), on a device that is
     /// not checked.
-    fn unused_stream() -> Stream {
-        let raw = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
-        Stream { inner: Arc::new(StreamInner::new(raw, Device::new_unchecked_for_tests(0), StreamKind::Borrowed)) }
+    pub(crate) fn unused_stream() -> Stream {
+        unused_stream_at(std::ptr::NonNull::<u8>::dangling().as_ptr() as usize, StreamKind::Borrowed)
+    }
+
+    /// As [`unused_stream`], with the handle `handle` of `kind` (distinct handles name distinct
+    /// streams; `PerThread` of the calling thread stands for the per-thread stream).
+    pub(super) fn unused_stream_at(handle: usize, kind: StreamKind) -> Stream {
+        let handle = handle as raw::cudaStream_t;
+        Stream { inner: Arc::new(StreamInner::new(handle, Device::new_unchecked_for_tests(0), kind)) }
     }
 
     /// The H200 run of the graph merge found a view that escaped a capture reaching `cudaMemcpy`:

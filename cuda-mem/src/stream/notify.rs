@@ -106,9 +106,8 @@ impl Completion {
     /// Resolves once the work queued on `stream` so far has completed. The per-thread stream is
     /// refused: the future may be polled on another thread.
     pub(crate) fn after_stream(stream: &Stream) -> Result<Self> {
-        stream.require_thread_independent("Stream::synchronize_async")?;
         // A host function launched in a capture would fire at a graph launch, if ever.
-        stream.require_outside_capture("Stream::synchronize_async")?;
+        stream.require_orderable("Stream::synchronize_async")?;
         let signal = Arc::new(Signal::default());
         Self::launch(stream, &signal)?;
         Ok(Self { signal, probe: stream.clone() })
