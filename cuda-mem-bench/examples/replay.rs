@@ -12,8 +12,9 @@
 
 use cuda_mem::resource::{
     DeviceResource, ManagedResource, MemoryResource, PinnedPoolResource, PinnedResource, PoolResource,
-    StatisticsResource, parse_log, replay,
+    StatisticsResource,
 };
+use cuda_mem::trace::{parse_log, replay};
 use cuda_mem::{Device, DeviceCache, HostAllocFlags, MemPool, PinnedPool, PoolProps, Stream};
 use std::sync::Arc;
 

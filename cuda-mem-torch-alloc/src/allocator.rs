@@ -3,7 +3,7 @@
 use crate::backend::{AllocatorBackend, Figures};
 use crate::graphs::{CaptureFilter, GraphPools, PoolId};
 use cuda_mem::resource::StreamRef;
-use cuda_mem::resource::snapshot::{Frames, TraceRecorder};
+use cuda_mem::trace::snapshot::{Frames, TraceRecorder};
 use cuda_mem::{CudaError, ErrorKind, OomReport, Result};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -37,7 +37,7 @@ pub use graphs::{CaptureFilter, GraphPools, PoolId, PoolMemory};
 pub use pool::PoolBackend;
 
 use cuda_mem::resource::StreamRef;
-use cuda_mem::resource::snapshot::{MemorySnapshot, snapshot_of};
+use cuda_mem::trace::snapshot::{MemorySnapshot, snapshot_of};
 use cuda_mem::{CudaError, Device, ErrorKind, Result};
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_int, c_void};

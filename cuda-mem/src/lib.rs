@@ -106,6 +106,9 @@ pub(crate) mod staged;
 mod stream;
 mod stream_buffer;
 mod thread_cache;
+// The allocator's unit tests replay the trace workloads, so they build it without the feature.
+#[cfg(any(test, feature = "trace"))]
+pub mod trace;
 mod watcher;
 
 pub use bytemuck::{Pod, Zeroable};

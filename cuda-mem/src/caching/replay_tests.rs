@@ -5,7 +5,7 @@
 
 use super::fake::FakeBackend;
 use super::*;
-use crate::resource::{ReplayEvent, ServingTrace, StressOp, StressSchedule};
+use crate::trace::{ReplayEvent, ServingTrace, StressOp, StressSchedule};
 use std::collections::HashMap;
 
 const S: StreamKey = StreamKey(0x10);

@@ -1,6 +1,7 @@
 //! Memory resources: one allocation interface over every family, and adaptors that compose
-//! (statistics, tracking with leak reports, limits, logging and replay), after RAPIDS RMM's
-//! `device_memory_resource` and PyTorch's allocator statistics.
+//! (statistics, tracking with leak reports, limits and logging), after RAPIDS RMM's
+//! `device_memory_resource` and PyTorch's allocator statistics. Replaying logs, synthetic
+//! workloads and snapshots are trace tooling, in `cuda_mem::trace` (feature `trace`).
 //!
 //! A [`MemoryResource`] allocates and frees raw bytes with a stream: stream-ordered where the
 //! backing API is (pools), synchronous otherwise. [`ResourceBuffer`] is the typed, owning buffer
@@ -27,12 +28,8 @@ mod defaults;
 mod limiting;
 mod logging;
 mod outstanding;
-mod replay;
-mod serving_trace;
-pub mod snapshot;
 mod sources;
 mod statistics;
-mod stress_schedule;
 #[cfg(any(test, fuzzing))]
 pub(crate) mod testing;
 mod threads;
@@ -42,11 +39,13 @@ pub use buffer::ResourceBuffer;
 pub use defaults::{default_resource, set_default_resource};
 pub use limiting::LimitingResource;
 pub use logging::{LogFormat, LoggingResource};
-pub use replay::{ReplayEvent, ReplayReport, parse_log, replay, write_log};
-pub use serving_trace::ServingTrace;
+// The log's line formats, which the trace tooling's parser and writer share.
+#[cfg(any(test, feature = "trace"))]
+pub(crate) use logging::{CSV_HEADER, json_line};
 pub use sources::{DeviceResource, ManagedResource, PinnedPoolResource, PinnedResource, PoolResource};
 pub use statistics::{ResourceStats, StatisticsResource};
-pub use stress_schedule::{StressOp, StressSchedule};
+#[cfg(any(test, feature = "trace"))]
+pub(crate) use tracking::TrackingObserver;
 pub use tracking::{AllocationRecord, DEFAULT_TRACKING_SLOTS, MAX_TRACKING_SLOTS, TrackingResource};
 
 use crate::device::Device;

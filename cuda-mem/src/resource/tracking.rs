@@ -1,14 +1,13 @@
 //! `TrackingResource`: every outstanding allocation, with an optional backtrace, and a leak report.
 
 use super::outstanding::{Entry, OutstandingTable};
-use super::snapshot::{Block, BlockState, Frames, MemorySnapshot, Segment, TraceRecorder, frames_from_backtrace};
 use super::threads::{registered_thread, this_thread};
 use super::{MemoryResource, StreamRef};
 use crate::error::{CudaError, ErrorKind, Result};
 use rustc_hash::FxHashMap;
+use std::any::Any;
 use std::backtrace::Backtrace;
-use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::fmt::{self, Write as _};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,6 +16,25 @@ use std::time::{Duration, Instant};
 
 /// When (since the resource was created) and where an allocation was made.
 type Origin = (Duration, Arc<Backtrace>);
+
+/// What watches a [`TrackingResource`]'s events beside its table: the memory snapshot recorder
+/// of the trace tooling (feature `trace`), which lives outside the resource layer and reaches
+/// the resource through this trait only. `Any` lets it find its own observer again.
+pub(crate) trait TrackingObserver: Any + Send + Sync + fmt::Debug {
+    /// An allocation, with its backtrace where backtraces are captured.
+    fn allocated(&self, address: usize, bytes: usize, stream: usize, backtrace: Option<&Backtrace>);
+    /// A free.
+    fn freed(&self, address: usize, bytes: usize, stream: usize);
+    /// A refusal for lack of memory with `device_free` bytes free; `outstanding` lists what is
+    /// live (as [`TrackingResource::outstanding`]).
+    fn out_of_memory(
+        &self,
+        bytes: usize,
+        stream: usize,
+        device_free: usize,
+        outstanding: &dyn Fn() -> Vec<AllocationRecord>,
+    );
+}
 
 /// One outstanding allocation.
 #[derive(Debug, Clone)]
@@ -76,10 +94,8 @@ pub struct TrackingResource<R> {
     origins: Option<Mutex<FxHashMap<usize, Origin>>>,
     unknown_frees: AtomicU64,
     created: Instant,
-    /// The allocation trace, when recorded ([`TrackingResource::record_trace`]).
-    trace: Option<TraceRecorder>,
-    /// Where to write a snapshot when an allocation fails for lack of memory.
-    dump_on_oom: Option<PathBuf>,
+    /// The snapshot recorder, when the trace tooling installed one.
+    pub(crate) observer: Option<Box<dyn TrackingObserver>>,
 }
 
 impl<R: MemoryResource> TrackingResource<R> {
@@ -110,53 +126,8 @@ impl<R: MemoryResource> TrackingResource<R> {
             origins: capture_backtraces.then(Mutex::default),
             unknown_frees: AtomicU64::new(0),
             created: Instant::now(),
-            trace: None,
-            dump_on_oom: None,
+            observer: None,
         }
-    }
-
-    /// Records a trace of the last `capacity` allocations and frees (with frames when
-    /// backtraces are captured) for [`TrackingResource::memory_snapshot`]. One lock per event.
-    pub fn record_trace(mut self, capacity: usize) -> Self {
-        let device = self.inner.device().map_or(0, |d| d.ordinal() as i32);
-        self.trace = Some(TraceRecorder::new(device, capacity));
-        self
-    }
-
-    /// Writes [`TrackingResource::memory_snapshot`] to `path` whenever an allocation fails for
-    /// lack of memory (a failed write is reported on stderr).
-    pub fn dump_snapshot_on_oom(mut self, path: impl Into<PathBuf>) -> Self {
-        self.dump_on_oom = Some(path.into());
-        self
-    }
-
-    /// The outstanding allocations (one segment of one block each) and the recorded trace, in
-    /// the format of PyTorch's `torch.cuda.memory._snapshot()`: write it with
-    /// [`MemorySnapshot::write`] and open it with
-    /// `python -m torch.cuda._memory_viz trace_plot snapshot.pickle -o snapshot.html`.
-    pub fn memory_snapshot(&self) -> MemorySnapshot {
-        let device = self.inner.device().map_or(0, |d| d.ordinal() as i32);
-        let segments = self
-            .outstanding()
-            .into_iter()
-            .map(|r| {
-                let frames: Frames = r.backtrace.as_deref().map_or_else(|| Frames::from([]), frames_from_backtrace);
-                let block = Block {
-                    address: r.ptr,
-                    size: r.bytes,
-                    requested_size: r.bytes,
-                    state: BlockState::ActiveAllocated,
-                    frames,
-                };
-                Segment { device, address: r.ptr, total_size: r.bytes, stream: 0, blocks: vec![block] }
-            })
-            .collect();
-        let slot = usize::try_from(device).unwrap_or(0);
-        let mut device_traces = vec![Vec::new(); slot + 1];
-        if let Some(trace) = &self.trace {
-            device_traces[slot] = trace.snapshot().1;
-        }
-        MemorySnapshot { segments, device_traces }
     }
 
     /// Outstanding allocations, oldest first.
@@ -225,17 +196,14 @@ unsafe impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
             Err(err) => return Err(self.refused(err, bytes, stream)),
         };
         let address = ptr.as_ptr() as usize;
-        let mut frames = None;
-        if let Some(origins) = &self.origins {
+        let backtrace = self.origins.as_ref().map(|origins| {
             let backtrace = Arc::new(Backtrace::force_capture());
-            if self.trace.is_some() {
-                frames = Some(frames_from_backtrace(&backtrace));
-            }
-            let origin = (self.created.elapsed(), backtrace);
+            let origin = (self.created.elapsed(), Arc::clone(&backtrace));
             origins.lock().unwrap_or_else(PoisonError::into_inner).insert(address, origin);
-        }
-        if let Some(trace) = &self.trace {
-            trace.alloc(address, bytes, stream.as_raw() as usize, frames.unwrap_or_else(|| Frames::from([])));
+            backtrace
+        });
+        if let Some(observer) = &self.observer {
+            observer.allocated(address, bytes, stream.as_raw() as usize, backtrace.as_deref());
         }
         let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
         let thread = this_thread();
@@ -253,8 +221,8 @@ unsafe impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
         if let Some(origins) = &self.origins {
             origins.lock().unwrap_or_else(PoisonError::into_inner).remove(&address);
         }
-        if let Some(trace) = &self.trace {
-            trace.free(address, bytes, stream.as_raw() as usize);
+        if let Some(observer) = &self.observer {
+            observer.freed(address, bytes, stream.as_raw() as usize);
         }
         // SAFETY: forwarded under the caller's contract.
         unsafe { self.inner.deallocate(ptr, bytes, stream) }
@@ -264,18 +232,13 @@ unsafe impl<R: MemoryResource> MemoryResource for TrackingResource<R> {
 }
 
 impl<R: MemoryResource> TrackingResource<R> {
-    /// Records a refused allocation and, for lack of memory, dumps the snapshot if asked to.
+    /// Tells the observer of a refusal for lack of memory.
     #[cold]
     fn refused(&self, err: CudaError, bytes: usize, stream: StreamRef<'_>) -> CudaError {
-        if let ErrorKind::OutOfMemory { report, .. } = err.kind() {
-            if let Some(trace) = &self.trace {
-                trace.oom(bytes, stream.as_raw() as usize, report.free.unwrap_or(0));
-            }
-            if let Some(path) = &self.dump_on_oom
-                && let Err(io) = self.memory_snapshot().write(path)
-            {
-                eprintln!("cuda-mem: writing the out-of-memory snapshot to {}: {io}", path.display());
-            }
+        if let ErrorKind::OutOfMemory { report, .. } = err.kind()
+            && let Some(observer) = &self.observer
+        {
+            observer.out_of_memory(bytes, stream.as_raw() as usize, report.free.unwrap_or(0), &|| self.outstanding());
         }
         err
     }
@@ -321,37 +284,6 @@ mod tests {
         // Debug shows a summary of the table, not its thousands of slots.
         let debug = format!("{r:?}");
         assert!(debug.contains("OutstandingTable { slots: 8192, outstanding: 0 }") && debug.len() < 600, "{debug}");
-    }
-
-    #[test]
-    fn snapshots_show_live_blocks_the_trace_and_dump_on_out_of_memory() {
-        use super::super::LimitingResource;
-        let path = std::env::temp_dir().join(format!("cuda-mem-oom-{}.pickle", std::process::id()));
-        let r = TrackingResource::new(LimitingResource::new(HostResource::default(), 1000), true)
-            .record_trace(16)
-            .dump_snapshot_on_oom(&path);
-        let s = StreamRef::LEGACY;
-        let a = r.allocate(600, s).unwrap();
-        let b = r.allocate(300, s).unwrap();
-        // SAFETY: from this resource, freed once.
-        unsafe { r.deallocate(b, 300, s) };
-        assert!(r.allocate(700, s).unwrap_err().is_out_of_memory());
-        let snapshot = r.memory_snapshot();
-        assert_eq!(snapshot.segments.len(), 1);
-        let segment = &snapshot.segments[0];
-        assert_eq!((segment.address, segment.total_size), (a.as_ptr() as usize, 600));
-        let frames = &segment.blocks[0].frames;
-        // Release builds inline this test's frame (the GPU bundle's are release builds).
-        if cfg!(debug_assertions) {
-            assert!(frames.iter().any(|f| f.name.contains("snapshots_show_live_blocks")), "{frames:?}");
-        }
-        let actions: Vec<&str> = snapshot.device_traces[0].iter().map(|e| e.action.name()).collect();
-        assert_eq!(actions, ["alloc", "alloc", "free_requested", "free_completed", "oom"]);
-        let dumped = std::fs::read(&path).expect("the snapshot was dumped on out of memory");
-        assert_eq!(dumped, snapshot.to_pickle());
-        std::fs::remove_file(&path).unwrap();
-        // SAFETY: as above.
-        unsafe { r.deallocate(a, 600, s) };
     }
 
     #[test]

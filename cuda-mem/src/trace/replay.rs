@@ -1,9 +1,8 @@
 //! Replaying a recorded allocation log against any resource, reporting time and peak memory (like
 //! RMM's replay benchmark). `cargo xtask replay` drives it from the command line.
 
-use super::logging::{CSV_HEADER, json_line};
-use super::{MemoryResource, StreamRef};
 use crate::error::Result;
+use crate::resource::{CSV_HEADER, MemoryResource, StreamRef, json_line};
 use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
@@ -44,7 +43,7 @@ pub struct ReplayReport {
     pub unmatched_frees: usize,
 }
 
-/// Parses a log written by [`LoggingResource`](super::LoggingResource), CSV or JSON lines.
+/// Parses a log written by [`LoggingResource`](crate::resource::LoggingResource), CSV or JSON lines.
 /// `allocate_failed` lines are skipped (nothing was allocated).
 pub fn parse_log(text: &str) -> std::result::Result<Vec<ReplayEvent>, String> {
     let mut events = Vec::new();
@@ -66,7 +65,7 @@ pub fn parse_log(text: &str) -> std::result::Result<Vec<ReplayEvent>, String> {
     Ok(events)
 }
 
-/// Writes `events` as a log in [`LoggingResource`](super::LoggingResource)'s JSON lines, which
+/// Writes `events` as a log in [`LoggingResource`](crate::resource::LoggingResource)'s JSON lines, which
 /// [`parse_log`] reads back: ids as addresses, on thread `thread` and the legacy stream, with
 /// `time_us` 0 (a written log has no times).
 pub fn write_log(events: &[ReplayEvent], thread: &str, mut sink: impl std::io::Write) -> std::io::Result<()> {
@@ -153,10 +152,9 @@ pub fn replay(events: &[ReplayEvent], resource: &dyn MemoryResource, stream: Str
 
 #[cfg(test)]
 mod tests {
-    use super::super::logging::{LogFormat, LoggingResource};
-    use super::super::statistics::StatisticsResource;
-    use super::super::testing::HostResource;
     use super::*;
+    use crate::resource::testing::HostResource;
+    use crate::resource::{LogFormat, LoggingResource, StatisticsResource};
     use std::sync::{Arc, Mutex};
 
     /// A `Write` whose bytes the test can read afterwards.

@@ -5,10 +5,11 @@
 //! <https://pytorch.org/memory_viz> open.
 //!
 //! [`TraceRecorder`] keeps the last entries in a ring and the live allocations;
-//! [`TrackingResource::record_trace`](super::TrackingResource::record_trace) and the PyTorch
+//! [`TrackingResource::record_trace`](crate::resource::TrackingResource::record_trace) and the PyTorch
 //! allocator record into one.
 
 mod pickle;
+mod tracking;
 
 use pickle::Pickler;
 use std::collections::{HashMap, VecDeque};
