@@ -12,6 +12,7 @@
 //! so replaying it gives the same peak as the "pool" line printed here.
 
 use cuda_mem::resource::*;
+use cuda_mem::trace::{StressOp, StressSchedule};
 use cuda_mem::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
