@@ -10,7 +10,6 @@
 use crate::caching::{Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, Pages, StreamKey};
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::graph::GraphPool;
 use crate::maybe_owned::MaybeOwned;
 use crate::pool_stats::PoolStats;
 use crate::raw;
@@ -65,7 +64,7 @@ impl CudaSegments {
 /// # Ok(()) }
 /// ```
 /// - **CUDA graphs** capture kernels on blocks like any memory; graphs' private pools
-///   ([`GraphPool`]) take their segments from `cudaMalloc` and are unaffected.
+///   ([`GraphPool`](crate::GraphPool)) take their segments from `cudaMalloc` and are unaffected.
 /// - **NCCL** registers and uses mapped memory as it does PyTorch's expandable segments.
 #[derive(Debug)]
 pub struct VmmPages {
@@ -90,6 +89,8 @@ impl VmmPages {
 // mapped, so nothing else can map it), and leaves nothing mapped when it fails; `unmap` and
 // `free` follow the callers' contracts. Every call runs with the cache's device current.
 unsafe impl Pages for VmmPages {
+    type Error = CudaError;
+
     fn page_bytes(&self) -> usize {
         self.page
     }
@@ -139,6 +140,7 @@ unsafe impl Pages for VmmPages {
 unsafe impl Backend for CudaSegments {
     type Stream = Stream;
     type Fence = Event;
+    type Error = CudaError;
 
     #[inline]
     fn key(stream: &Stream) -> StreamKey {
@@ -178,11 +180,11 @@ unsafe impl Backend for CudaSegments {
         stream.wait_event(fence)
     }
 
-    fn pages(&self) -> Option<&dyn Pages> {
+    fn pages(&self) -> Option<&dyn Pages<Error = CudaError>> {
         // A failed probe (a broken context) leaves the cache on `cudaMalloc` segments, whose
         // own calls then report the failure.
         let pages = self.pages.get_or_init(|| VmmPages::probe(self.device).ok().flatten());
-        pages.as_ref().map(|p| p as &dyn Pages)
+        pages.as_ref().map(|p| p as &dyn Pages<Error = CudaError>)
     }
 }
 
@@ -295,7 +297,7 @@ impl DeviceCache {
     #[inline]
     pub fn alloc_block(&self, bytes: usize, stream: &Stream) -> Result<CachedBlock> {
         self.check_stream(stream, "DeviceCache::alloc_block")?;
-        self.allocator.alloc(bytes, stream)
+        Ok(self.allocator.alloc(bytes, stream)?)
     }
 
     /// Returns `block` for reuse on its own stream at once.
@@ -326,7 +328,7 @@ impl DeviceCache {
         }
         // SAFETY: forwarded from the caller; the stream is one of this cache's device, never the
         // per-thread one.
-        unsafe { self.allocator.free_on(block, stream) }
+        Ok(unsafe { self.allocator.free_on(block, stream) }?)
     }
 
     #[inline]
@@ -338,12 +340,9 @@ impl DeviceCache {
         Ok(())
     }
 
-    /// A new private pool for CUDA graphs on the cache's device, with segments sized as the
-    /// cache's: captures allocate from it with
-    /// [`CaptureScope::cached`](crate::CaptureScope::cached). Its memory is its own, never handed
-    /// to this cache's users nor released by [`DeviceCache::empty_cache`]; see [`GraphPool`].
-    pub fn graph_pool(&self) -> Result<GraphPool> {
-        GraphPool::with_config(self.device, self.allocator.config())
+    /// The cache's configuration (a graph pool of the cache sizes its segments by it).
+    pub(crate) fn config(&self) -> &Config {
+        self.allocator.config()
     }
 
     /// Restarts every peak of [`DeviceCache::stats`] from its current value.
@@ -500,7 +499,7 @@ impl<'a, T: Pod> CachedBuffer<'a, T> {
         }
         // SAFETY: from this cache, and `stream` is of its device, never the per-thread one; every
         // use is ordered before the work queued on `stream` now.
-        unsafe { self.cache.allocator.free_on(block, stream) }
+        Ok(unsafe { self.cache.allocator.free_on(block, stream) }?)
     }
 
     #[inline]

@@ -1,6 +1,6 @@
 //! `CudaError`: every failure of this crate, with what was attempted and why it failed.
 
-use crate::caching::CachingStats;
+use crate::caching::{self, CachingStats};
 use crate::pool_stats::PoolStats;
 use std::borrow::Cow;
 use std::fmt;
@@ -230,9 +230,9 @@ impl CudaError {
     }
 
     /// Adds a caching allocator's figures to an out-of-memory error (other errors pass through).
-    pub(crate) fn with_cache_stats(mut self, stats: impl FnOnce() -> CachingStats) -> Self {
+    fn with_cache_stats(mut self, stats: CachingStats) -> Self {
         if let ErrorKind::OutOfMemory { report, .. } = &mut self.kind {
-            report.cache = Some(stats());
+            report.cache = Some(stats);
         }
         self
     }
@@ -350,6 +350,30 @@ fn gib(bytes: usize) -> String {
 }
 
 impl std::error::Error for CudaError {}
+
+impl caching::BackendError for CudaError {
+    fn is_out_of_memory(&self) -> bool {
+        CudaError::is_out_of_memory(self)
+    }
+}
+
+/// The cache's errors as the rest of the crate reports them: out of memory keeps the runtime's
+/// report and adds the cache's figures; the cache's own refusals name what refused.
+impl From<caching::Error<CudaError>> for CudaError {
+    fn from(err: caching::Error<CudaError>) -> Self {
+        match err {
+            caching::Error::Backend(err) => err,
+            caching::Error::OutOfMemory { source, stats } => source.with_cache_stats(*stats),
+            caching::Error::SizeOverflow { bytes } => {
+                CudaError::new(ErrorKind::SizeOverflow { len: bytes, elem_size: 1 }, "CachingAllocator::alloc")
+            }
+            caching::Error::InvalidConfig(why) => {
+                CudaError::new(ErrorKind::InvalidArgument(why), "CachingAllocator::new")
+            }
+            caching::Error::Refused(why) => CudaError::new(ErrorKind::InvalidArgument(why), "PrivatePool"),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -79,7 +79,6 @@
 
 #[macro_use]
 mod owner_macros;
-pub mod caching;
 mod device;
 mod device_buffer;
 mod device_cache;
@@ -100,19 +99,22 @@ mod raw;
 mod registered;
 pub mod resource;
 mod scope;
-mod size_steps;
 mod slice;
 pub(crate) mod staged;
 mod stream;
 mod stream_buffer;
-mod thread_cache;
-// The allocator's unit tests replay the trace workloads, so they build it without the feature.
+// The unit tests (Miri's among them) cover the trace tooling without the feature.
+#[cfg(feature = "testing")]
+pub mod testing;
 #[cfg(any(test, feature = "trace"))]
 pub mod trace;
 mod watcher;
 
 pub use bytemuck::{Pod, Zeroable};
 pub use caching::{CachingStats, CurrentPeak};
+/// The CUDA-free core of the caching allocators (the `cuda-mem-cache` crate): [`DeviceCache`]
+/// runs its [`CachingAllocator`](caching::CachingAllocator) over the runtime.
+pub use cuda_mem_cache as caching;
 pub use cuda_mem_sys as sys;
 pub use device::{Device, DeviceAttribute, driver_version, runtime_version};
 pub use device_buffer::DeviceBuffer;
@@ -217,22 +219,6 @@ mod auto_traits {
         send::<Pending<(StreamBuffer<'static, f32>, PinnedBuffer<f32>)>>();
         send::<Pending<(DeviceBuffer<u8>, Vec<u8>)>>();
     }
-}
-
-/// The pure-Rust bookkeeping, reachable by the fuzz targets (built with `--cfg fuzzing`).
-#[cfg(fuzzing)]
-#[doc(hidden)]
-pub mod fuzzing {
-    pub use crate::caching::fake::{FakeBackend as FakeDeviceBackend, FakeFence as FakeDeviceFence};
-    pub use crate::caching::{
-        Backend as DeviceBackend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config as CachingConfig,
-        StreamKey,
-    };
-    pub use crate::pinned_pool::cache::{Block, BlockCache, PinnedBackend};
-    pub use crate::pinned_pool::fake::{FakeBackend, FakeFence, fake_block};
-    pub use crate::pinned_pool::size_class::{MIN_BLOCK, NUM_CLASSES, PinnedClass, class_of};
-    pub use crate::resource::testing::HostResource;
-    pub use crate::staged::{chunk_size, deal};
 }
 
 /// The README's Rust examples, compiled as doc tests so they cannot drift from the API.

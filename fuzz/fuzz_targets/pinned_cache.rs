@@ -5,7 +5,8 @@
 //! holds, the counters match a model, and every block is released exactly once in the end.
 
 use arbitrary::Arbitrary;
-use cuda_mem::fuzzing::{BlockCache, FakeBackend, FakeFence, class_of, fake_block};
+use cuda_mem_cache::pinned::fake::{FakeBackend, FakeFence, fake_block};
+use cuda_mem_cache::pinned::{BlockCache, class_of};
 use libfuzzer_sys::fuzz_target;
 use std::sync::atomic::Ordering;
 

@@ -3,8 +3,8 @@
 //! a replay with the recorded peak.
 
 use arbitrary::Arbitrary;
-use cuda_mem::fuzzing::HostResource;
 use cuda_mem::resource::{LogFormat, LoggingResource, MemoryResource, StatisticsResource, StreamRef};
+use cuda_mem::testing::HostResource;
 use cuda_mem::trace::{parse_log, replay};
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! exceeded, statistics equal a model, and tracking lists exactly the live allocations.
 
 use arbitrary::Arbitrary;
-use cuda_mem::fuzzing::HostResource;
+use cuda_mem::testing::HostResource;
 use cuda_mem::resource::{LimitingResource, MemoryResource, StatisticsResource, StreamRef, TrackingResource};
 use libfuzzer_sys::fuzz_target;
 

@@ -1,7 +1,7 @@
 #![no_main]
 //! Every size maps to a class that holds it, wastes at most a quarter, and is its own class.
 
-use cuda_mem::fuzzing::{MIN_BLOCK, NUM_CLASSES, class_of};
+use cuda_mem_cache::pinned::{MIN_BLOCK, NUM_CLASSES, class_of};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: usize| {

@@ -1,7 +1,7 @@
 #![no_main]
 //! The staged copier's plan covers every byte exactly once, with balanced lanes.
 
-use cuda_mem::fuzzing::deal;
+use cuda_mem::testing::deal;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: (u32, u16, u8)| {

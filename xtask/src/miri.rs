@@ -2,31 +2,32 @@
 //! `rust-src` added through rustup where missing. Tests Miri cannot run (they call the CUDA
 //! runtime, spawn a process, or take long) are ignored under `cfg(miri)`, each with its reason.
 //!
-//! `cargo xtask test` runs [`ci`]: the CUDA-free allocator core only, within [`CI_BOUND`].
+//! `cargo xtask test` runs [`ci`]: the CUDA-free allocator core (the whole of cuda-mem-cache, which
+//! needs no CUDA toolkit) and cuda-mem's pure-Rust parts, within [`CI_BOUND`].
 
 use crate::provision;
 use crate::util::{self, Result};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const COMPONENTS: [&str; 2] = ["miri", "rust-src"];
 
 /// Backtrace capture (the tracking adaptor's test) reads the working directory.
 const MIRIFLAGS: &str = "-Zmiri-disable-isolation";
 
-/// The allocator core CI runs under Miri (test name filters): the caching allocator with its
-/// size classes and front caches, the thread cache registry and spin lock, the pinned pool's
-/// bookkeeping, the watcher thread and the stress schedule (the trace tooling's, which cuda-mem's
-/// unit tests build without its feature).
-const CORE: [&str; 5] = ["caching::", "thread_cache::", "pinned_pool::", "watcher::", "trace::stress_schedule::"];
+/// cuda-mem's pure-Rust parts CI runs under Miri beside cuda-mem-cache (test name filters): the
+/// watcher thread and the stress schedule (the trace tooling's, which cuda-mem's unit tests build
+/// without its feature).
+const CORE: [&str; 2] = ["watcher::", "trace::stress_schedule::"];
 
 /// How long CI lets the core's Miri run take, build included, before it fails the run: several
 /// times what it takes on the 2-core build machine (docs/reliability.md), far inside CI's limit.
 pub const CI_BOUND: Duration = Duration::from_secs(20 * 60);
 
-/// Every unit test of cuda-mem that Miri can run.
+/// Every unit test of cuda-mem-cache and cuda-mem that Miri can run.
 pub fn run() -> Result {
     provision::nightly(&COMPONENTS)?;
+    util::run(&mut cache_test())?;
     util::run(&mut miri_test(&[])?)
 }
 
@@ -37,7 +38,24 @@ pub fn ci() -> Result {
         eprintln!("miri: skipped ({why})");
         return Ok(());
     }
-    util::run_bounded(&mut miri_test(&CORE)?, CI_BOUND)
+    let start = Instant::now();
+    util::run_bounded(&mut cache_test(), CI_BOUND)?;
+    util::run_bounded(&mut miri_test(&CORE)?, CI_BOUND.saturating_sub(start.elapsed()))
+}
+
+/// `cargo +nightly miri test` over every unit test of cuda-mem-cache, with no CUDA toolkit in
+/// sight: the crate needs none.
+fn cache_test() -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(util::workspace_root()).env_remove("CUDA_PATH").env("MIRIFLAGS", MIRIFLAGS).args([
+        &format!("+{}", provision::NIGHTLY),
+        "miri",
+        "test",
+        "-p",
+        "cuda-mem-cache",
+        "--lib",
+    ]);
+    cmd
 }
 
 /// `cargo +nightly miri test` over cuda-mem's unit tests, those `filters` name (all without).

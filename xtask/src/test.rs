@@ -81,14 +81,20 @@ fn test_passes(gpus: usize) -> Vec<Vec<&'static str>> {
     vec![parallel, alone]
 }
 
-/// The configurations the main run does not cover: the CUDA 12.9 headers and runtime (bindings,
+/// The configurations the main run does not cover: cuda-mem-cache with no CUDA toolkit in sight
+/// (it has no build script and no CUDA dependency; this proves it stays so), the CUDA 12.9 headers and runtime (bindings,
 /// signatures that differ from 13, link, and the no-driver path against the 12.9 cudart), docs as
 /// docs.rs builds them (no CUDA, warnings denied), and the `bindgen` feature that regenerates
 /// bindings at build time. Separate target folders keep the
 /// main build's artifacts untouched.
 fn check_other_configurations(libclang: &provision::Libclang) -> Result {
-    let cuda12 = provision::cuda12_pinned()?;
     let target = util::target_dir();
+    let mut cache = util::cargo();
+    cache
+        .args(["test", "-p", "cuda-mem-cache", "--all-features"])
+        .env("CARGO_TARGET_DIR", target.join("check-no-cuda"));
+    util::run(without_cuda(&mut cache))?;
+    let cuda12 = provision::cuda12_pinned()?;
     util::run(
         util::cargo()
             .args(["test", "-p", "cuda-mem", "--test", "no_driver", "--lib"])
@@ -97,14 +103,22 @@ fn check_other_configurations(libclang: &provision::Libclang) -> Result {
     )?;
     // docs.rs: no CUDA at all, and every public item documented.
     let mut docs = util::cargo();
-    docs.args(["doc", "--no-deps", "-p", "cuda-mem-sys", "-p", "cuda-mem", "-p", "cuda-mem-kernels"])
-        .env("DOCS_RS", "1")
-        .env("RUSTDOCFLAGS", "-D warnings")
-        .env("CARGO_TARGET_DIR", target.join("check-docs-rs"));
-    for var in ["CUDA_PATH", "CUDA_HOME", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR", "NVCC"] {
-        docs.env_remove(var);
-    }
-    util::run(&mut docs)?;
+    docs.args([
+        "doc",
+        "--no-deps",
+        "-p",
+        "cuda-mem-sys",
+        "-p",
+        "cuda-mem-cache",
+        "-p",
+        "cuda-mem",
+        "-p",
+        "cuda-mem-kernels",
+    ])
+    .env("DOCS_RS", "1")
+    .env("RUSTDOCFLAGS", "-D warnings")
+    .env("CARGO_TARGET_DIR", target.join("check-docs-rs"));
+    util::run(without_cuda(&mut docs))?;
     let cuda13 = provision::cuda13_pinned()?;
     util::run(
         libclang
@@ -113,6 +127,14 @@ fn check_other_configurations(libclang: &provision::Libclang) -> Result {
             .env("CUDA_PATH", &cuda13.root)
             .env("CARGO_TARGET_DIR", target.join("check-bindgen-feature")),
     )
+}
+
+/// `cmd` with every variable that points at a CUDA toolkit removed.
+fn without_cuda(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    for var in ["CUDA_PATH", "CUDA_HOME", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR", "NVCC"] {
+        cmd.env_remove(var);
+    }
+    cmd
 }
 
 /// The GPU test executables under compute-sanitizer's memcheck, racecheck and synccheck.

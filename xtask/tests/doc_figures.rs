@@ -481,10 +481,10 @@ const NOT_HARDWARE: &[(&str, &str)] = &[
     ("cuda-mem-bench/src/lib.rs", "1 ns"),
     ("cuda-mem-bench/benches/families.rs", "1 ns"),
     // The size classes: 1, 1.25, 1.5 and 1.75 × 2^k.
-    ("cuda-mem/src/pinned_pool/size_class.rs", "1 ×"),
-    ("cuda-mem/src/pinned_pool/size_class.rs", "1.25 ×"),
-    ("cuda-mem/src/pinned_pool/size_class.rs", "1.5 ×"),
-    ("cuda-mem/src/pinned_pool/size_class.rs", "1.75 ×"),
+    ("cuda-mem-cache/src/pinned/size_class.rs", "1 ×"),
+    ("cuda-mem-cache/src/pinned/size_class.rs", "1.25 ×"),
+    ("cuda-mem-cache/src/pinned/size_class.rs", "1.5 ×"),
+    ("cuda-mem-cache/src/pinned/size_class.rs", "1.75 ×"),
 ];
 
 /// Comment lines of the crates' library, example, benchmark and build code, before any

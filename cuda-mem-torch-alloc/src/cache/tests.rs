@@ -27,6 +27,7 @@ const ALIGN: usize = 512;
 unsafe impl caching::Backend for HostSegments {
     type Stream = HostStream;
     type Fence = ();
+    type Error = CudaError;
 
     fn key(stream: &HostStream) -> StreamKey {
         StreamKey(stream.0)
@@ -140,7 +141,7 @@ impl BlockSource for HostSource {
 
     fn alloc(&self, bytes: usize, stream: &HostStream) -> Result<CachedBlock> {
         self.note(Call::Alloc(stream.0));
-        self.cache.alloc(bytes, stream)
+        Ok(self.cache.alloc(bytes, stream)?)
     }
 
     unsafe fn free(&self, block: CachedBlock) {

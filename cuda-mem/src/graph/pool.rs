@@ -4,6 +4,7 @@
 
 use crate::caching::{CachedBlock, CachingStats, Config, PrivatePool, SegmentSource};
 use crate::device::{CurrentDevice, Device};
+use crate::device_cache::DeviceCache;
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::raw::{self, graphs};
 use crate::stream::{Event, Stream};
@@ -13,6 +14,16 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::ThreadId;
+
+impl DeviceCache {
+    /// A new private pool for CUDA graphs on the cache's device, with segments sized as the
+    /// cache's: captures allocate from it with
+    /// [`CaptureScope::cached`](crate::CaptureScope::cached). Its memory is its own, never handed
+    /// to this cache's users nor released by [`DeviceCache::empty_cache`]; see [`GraphPool`].
+    pub fn graph_pool(&self) -> Result<GraphPool> {
+        GraphPool::with_config(self.device(), self.config())
+    }
+}
 
 /// A private pool of device memory for CUDA graphs (PyTorch's `graph_pool_handle`). Made by
 /// [`DeviceCache::graph_pool`](crate::DeviceCache::graph_pool); cloning shares it.
@@ -311,6 +322,8 @@ impl GraphSegments {
 // SAFETY: segments are fresh `cudaMalloc` memory (256-byte aligned) that no live segment
 // overlaps, released once by `cudaFree`.
 unsafe impl SegmentSource for GraphSegments {
+    type Error = CudaError;
+
     fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
         // A capture in global or thread-local mode refuses `cudaMalloc` on this thread; the
         // allocation is not a stream operation and the graph does not record it, so the thread

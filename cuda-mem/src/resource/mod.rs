@@ -30,7 +30,7 @@ mod logging;
 mod outstanding;
 mod sources;
 mod statistics;
-#[cfg(any(test, fuzzing))]
+#[cfg(any(test, feature = "testing"))]
 pub(crate) mod testing;
 mod threads;
 mod tracking;

@@ -361,7 +361,7 @@ impl<F> Arena<F> {
     }
 
     /// The streams with a record, in order (tests and fuzzing).
-    #[cfg(any(test, fuzzing))]
+    #[cfg(any(test, feature = "fake"))]
     pub fn streams(&self) -> Vec<StreamKey> {
         let mut keys: Vec<_> = self.streams.keys().copied().collect();
         keys.sort();
@@ -369,7 +369,7 @@ impl<F> Arena<F> {
     }
 
     /// Every segment's owner (tests and fuzzing).
-    #[cfg(any(test, fuzzing))]
+    #[cfg(any(test, feature = "fake"))]
     pub fn segment_owners(&self) -> impl Iterator<Item = StreamKey> + '_ {
         self.segments.iter().map(|(_, s)| s.owner)
     }
@@ -398,7 +398,7 @@ impl<F> Arena<F> {
 
     /// Panics if the bookkeeping is inconsistent: blocks tile their segments, no two free
     /// neighbours, free lists hold exactly the free blocks of their owner, idle means all free.
-    #[cfg(any(test, fuzzing))]
+    #[cfg(any(test, feature = "fake"))]
     pub fn check(&self) {
         let (mut listed, mut unmapped_listed, mut unmapped_blocks) = (0, 0, 0);
         for (stream, lists) in &self.streams {

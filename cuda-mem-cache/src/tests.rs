@@ -1,7 +1,7 @@
 //! The allocator over the fake backend: reuse on a stream, across streams only after fences,
 //! splitting and coalescing, release, out of memory, exact figures, threads.
 
-use super::fake::FakeBackend;
+use super::fake::{FakeBackend, FakeError};
 use super::*;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -332,12 +332,12 @@ fn out_of_memory_releases_the_cache_retries_once_and_reports_figures() {
     assert_eq!(stats.parked_bytes, 0);
     // Nothing left to release: the second try fails too, with the figures in the report.
     let err = cache.alloc(512, &S).unwrap_err();
-    let ErrorKind::OutOfMemory { report, .. } = err.kind() else { panic!("{err}") };
-    let figures = report.cache.expect("the cache's figures");
+    let Error::OutOfMemory { source, stats: figures } = &err else { panic!("{err}") };
     assert_eq!((figures.reserved.current, figures.allocated.current, figures.oom_retries), (48 * KIB, 48 * KIB, 2));
-    assert_eq!(report.requested, 16 * KIB, "the segment the backend refused");
+    let FakeError::OutOfMemory { requested, .. } = source else { panic!("{source}") };
+    assert_eq!(*requested, 16 * KIB, "the segment the backend refused");
     let message = err.to_string();
-    assert!(message.contains("the caching allocator still reserves 49152 bytes (49152 allocated"), "{message}");
+    assert!(message.contains("the caching allocator still reserves 49152 bytes (49152 allocated)"), "{message}");
     backend.set_capacity(None);
     backend.fail_next_allocations(2);
     assert!(cache.alloc(512, &T).unwrap_err().is_out_of_memory(), "refused twice: no third try");
@@ -573,10 +573,10 @@ fn threads_on_their_own_streams_exchange_blocks_without_overlap() {
 fn bad_configurations_and_sizes_are_errors() {
     let backend = FakeBackend::default();
     let err = CachingAllocator::new(backend, Config { small_segment: 1000, ..Config::default() }).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+    assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
     let (cache, backend) = allocator(small_config());
     let err = cache.alloc(usize::MAX, &S).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::SizeOverflow { .. }), "{err}");
+    assert_eq!(err, Error::SizeOverflow { bytes: usize::MAX });
     assert_eq!(backend.allocations(), 0);
 }
 

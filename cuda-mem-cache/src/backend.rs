@@ -1,7 +1,7 @@
 //! What the caching allocator needs from CUDA: segments of device memory, and fences (events)
 //! recorded on streams that the host can query or wait for and that other streams can wait for.
 
-use crate::error::Result;
+use crate::BackendError;
 use std::ptr::NonNull;
 
 /// A stream as the front caches and blocks know it: the value of its raw handle, compared and
@@ -29,12 +29,16 @@ pub unsafe trait Backend: Send + Sync + 'static {
     /// A mark in a stream's work (a CUDA event).
     type Fence: Send + Sync + 'static;
 
+    /// What the backend's calls fail with; the cache passes it on in [`Error`](crate::Error).
+    type Error: BackendError;
+
     /// The key of `stream` (its raw handle's value): cheap, as every allocation and free uses it.
     fn key(stream: &Self::Stream) -> StreamKey;
 
-    /// A new segment of `bytes` (a multiple of 512) bytes. Out of memory is
-    /// `ErrorKind::OutOfMemory`, which makes the cache release what it holds and try once more.
-    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>>;
+    /// A new segment of `bytes` (a multiple of 512) bytes. An error whose
+    /// [`is_out_of_memory`](BackendError::is_out_of_memory) is true makes the cache release what it
+    /// holds and try once more.
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>, Self::Error>;
 
     /// Returns a segment to the system.
     ///
@@ -44,22 +48,22 @@ pub unsafe trait Backend: Send + Sync + 'static {
     unsafe fn release(&self, base: NonNull<u8>, bytes: usize);
 
     /// A fence after the work queued on `stream` so far.
-    fn record(&self, stream: &Self::Stream) -> Result<Self::Fence>;
+    fn record(&self, stream: &Self::Stream) -> Result<Self::Fence, Self::Error>;
 
     /// True when the fenced work has completed; never blocks.
     fn is_done(&self, fence: &Self::Fence) -> bool;
 
     /// Blocks the calling thread until the fenced work has completed.
-    fn wait(&self, fence: &Self::Fence) -> Result<()>;
+    fn wait(&self, fence: &Self::Fence) -> Result<(), Self::Error>;
 
     /// Makes work queued on `stream` from now on wait for the fenced work, without blocking the
     /// host (`cudaStreamWaitEvent`).
-    fn stream_wait(&self, stream: &Self::Stream, fence: &Self::Fence) -> Result<()>;
+    fn stream_wait(&self, stream: &Self::Stream, fence: &Self::Fence) -> Result<(), Self::Error>;
 
     /// Page-granular virtual memory, when the system has it: then the cache grows one address
     /// range per stream and pool by mapping pages, and returns free pages without releasing the
     /// range ([`Pages`]). `None` (the default): segments only.
-    fn pages(&self) -> Option<&dyn Pages> {
+    fn pages(&self) -> Option<&dyn Pages<Error = Self::Error>> {
         None
     }
 }
@@ -74,6 +78,9 @@ pub unsafe trait Backend: Send + Sync + 'static {
 /// those bytes are memory of the cache's device that nothing else uses, readable and writable
 /// there, until `unmap` of them.
 pub unsafe trait Pages: Send + Sync {
+    /// What the calls fail with: the backend's error.
+    type Error: BackendError;
+
     /// Bytes of a page: every mapped and unmapped run is a multiple of it, at a multiple of it.
     fn page_bytes(&self) -> usize;
 
@@ -82,14 +89,15 @@ pub unsafe trait Pages: Send + Sync {
     fn range_bytes(&self) -> usize;
 
     /// Reserves `bytes` (a multiple of `page_bytes`) of addresses with no memory behind them.
-    fn reserve(&self, bytes: usize) -> Result<NonNull<u8>>;
+    fn reserve(&self, bytes: usize) -> Result<NonNull<u8>, Self::Error>;
 
-    /// Backs `bytes` from `at` with new memory. Out of memory is `ErrorKind::OutOfMemory`, with
-    /// nothing of the run left mapped.
+    /// Backs `bytes` from `at` with new memory. Out of memory is an error whose
+    /// [`is_out_of_memory`](BackendError::is_out_of_memory) is true, with nothing of the run left
+    /// mapped.
     ///
     /// # Safety
     /// The run lies in one range from `reserve` and none of it is mapped.
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<()>;
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<(), Self::Error>;
 
     /// Returns the memory behind `bytes` from `at` to the system.
     ///

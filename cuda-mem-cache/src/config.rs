@@ -123,7 +123,7 @@ impl Config {
     /// Parameters for speed over a tight reserve, as PyTorch's allocator chooses: whole
     /// `small_segment`s, and no idle segment released on a miss (a miss above the high-water
     /// mark then costs one `cudaMalloc`, never a `cudaFree` that waits for the whole device).
-    /// The reserve keeps every size ever cached until [`empty_cache`](crate::DeviceCache::empty_cache)
+    /// The reserve keeps every size ever cached until [`empty_cache`](crate::CachingAllocator::empty_cache)
     /// or an out-of-memory retry releases it.
     pub fn throughput() -> Self {
         Self { small_segment_divisor: 0, release_idle_on_miss: false, ..Self::default() }

@@ -8,12 +8,40 @@
 //! piece of another stream's work, which is what a test checks when a block changes hands.
 
 use super::backend::{Backend, Pages, StreamKey};
-use crate::error::{CudaError, ErrorKind, OomReport, Result};
+use crate::BackendError;
 use rustc_hash::FxHashMap;
 use std::alloc::Layout;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// The fake's refusals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FakeError {
+    /// An allocation or mapping of `requested` bytes beyond the capacity (or refused on purpose);
+    /// `free` and `total` are the capacity's figures, when it has one.
+    OutOfMemory { requested: usize, free: Option<usize>, total: Option<usize> },
+    /// A fence refused on purpose ([`FakeBackend::fail_records`]).
+    FenceRefused,
+}
+
+impl fmt::Display for FakeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OutOfMemory { requested, .. } => write!(f, "fake allocation of {requested} bytes refused"),
+            Self::FenceRefused => f.write_str("fake fence refused"),
+        }
+    }
+}
+
+impl std::error::Error for FakeError {}
+
+impl BackendError for FakeError {
+    fn is_out_of_memory(&self) -> bool {
+        matches!(self, Self::OutOfMemory { .. })
+    }
+}
 
 /// Segment alignment: what `cudaMalloc` guarantees at least.
 const ALIGN: usize = 512;
@@ -63,20 +91,17 @@ impl FakeState {
     }
 
     /// The out-of-memory error for a request of `bytes`, if it must fail now.
-    fn refuse(&mut self, bytes: usize, reserved: usize) -> Option<CudaError> {
+    fn refuse(&mut self, bytes: usize, reserved: usize) -> Option<FakeError> {
         let over = self.capacity.is_some_and(|cap| reserved + bytes > cap);
         if self.fail_next == 0 && !over {
             return None;
         }
         self.fail_next = self.fail_next.saturating_sub(1);
-        let report = OomReport {
+        Some(FakeError::OutOfMemory {
             requested: bytes,
             free: self.capacity.map(|cap| cap.saturating_sub(reserved)),
             total: self.capacity,
-            ..OomReport::default()
-        };
-        let kind = ErrorKind::OutOfMemory { code: None, report: Box::new(report) };
-        Some(CudaError::new(kind, "fake allocation"))
+        })
     }
 }
 
@@ -302,12 +327,13 @@ fn layout(bytes: usize) -> Layout {
 unsafe impl Backend for FakeBackend {
     type Stream = StreamKey;
     type Fence = FakeFence;
+    type Error = FakeError;
 
     fn key(stream: &StreamKey) -> StreamKey {
         *stream
     }
 
-    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>, FakeError> {
         let mut state = self.state();
         let reserved = state.segment_bytes() + self.page.map_or(0, |page| state.mapped_bytes(page));
         if let Some(err) = state.refuse(bytes, reserved) {
@@ -341,10 +367,10 @@ unsafe impl Backend for FakeBackend {
         }
     }
 
-    fn record(&self, stream: &StreamKey) -> Result<FakeFence> {
+    fn record(&self, stream: &StreamKey) -> Result<FakeFence, FakeError> {
         let mut state = self.state();
         if state.fail_records {
-            return Err(CudaError::new(ErrorKind::InvalidArgument("fake fence refused"), "FakeBackend::record"));
+            return Err(FakeError::FenceRefused);
         }
         let seq = state.streams.entry(*stream).or_default().queued;
         Ok(FakeFence { stream: *stream, seq })
@@ -354,14 +380,14 @@ unsafe impl Backend for FakeBackend {
         self.state().completed(fence.stream) >= fence.seq
     }
 
-    fn wait(&self, fence: &FakeFence) -> Result<()> {
+    fn wait(&self, fence: &FakeFence) -> Result<(), FakeError> {
         let mut state = self.state();
         state.host_waits += 1;
         state.complete_to(fence.stream, fence.seq);
         Ok(())
     }
 
-    fn stream_wait(&self, stream: &StreamKey, fence: &FakeFence) -> Result<()> {
+    fn stream_wait(&self, stream: &StreamKey, fence: &FakeFence) -> Result<(), FakeError> {
         let mut state = self.state();
         let s = state.streams.entry(*stream).or_default();
         s.queued += 1;
@@ -369,8 +395,8 @@ unsafe impl Backend for FakeBackend {
         Ok(())
     }
 
-    fn pages(&self) -> Option<&dyn Pages> {
-        self.page.map(|_| self as &dyn Pages)
+    fn pages(&self) -> Option<&dyn Pages<Error = FakeError>> {
+        self.page.map(|_| self as &dyn Pages<Error = FakeError>)
     }
 }
 
@@ -379,6 +405,8 @@ unsafe impl Backend for FakeBackend {
 // covers only unmapped pages of one live range, an unmap only mapped pages, and a free a live
 // range with nothing mapped, so a broken caller fails the test instead of passing.
 unsafe impl Pages for FakeBackend {
+    type Error = FakeError;
+
     fn page_bytes(&self) -> usize {
         self.page.expect("a backend with pages")
     }
@@ -387,7 +415,7 @@ unsafe impl Pages for FakeBackend {
         self.state().range_bytes
     }
 
-    fn reserve(&self, bytes: usize) -> Result<NonNull<u8>> {
+    fn reserve(&self, bytes: usize) -> Result<NonNull<u8>, FakeError> {
         let page = self.page_bytes();
         assert!(bytes.is_multiple_of(page), "ranges are whole pages");
         let mut state = self.state();
@@ -397,7 +425,7 @@ unsafe impl Pages for FakeBackend {
         Ok(NonNull::new(std::ptr::without_provenance_mut(address)).expect("addresses start above 0"))
     }
 
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<()> {
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<(), FakeError> {
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
         assert!(start.is_multiple_of(page) && bytes.is_multiple_of(page) && bytes > 0, "whole pages");

@@ -6,7 +6,7 @@
 //!
 //! **Where a free block is.** In the shared list of its class (under that class's lock), or,
 //! in a pool without a cap and with no fence on it, in the front cache of the thread that freed
-//! it ([`super::front`]). A block moving between a front cache and a list is held by the moving
+//! it (`front`). A block moving between a front cache and a list is held by the moving
 //! thread alone, so no block is handed out twice. A pool with a cap keeps every free block in the
 //! lists, where the cap is exact. A miss returns every thread's parked blocks to the lists and
 //! looks once more before the caller allocates; trimming and dropping the pool return them too,
@@ -18,7 +18,7 @@
 //!
 //! **Handles and leases.** A [`BlockCache`] is a handle of the pool; a buffer holds a [`Lease`],
 //! which keeps the state alive without being a handle (front caches stock leases: see
-//! [`super::front`]). When the last handle drops, the pool closes: every thread's front cache and
+//! `front`). When the last handle drops, the pool closes: every thread's front cache and
 //! stock of leases is emptied, every cached block released, and blocks returned later are
 //! released at once. The state itself goes with the last lease.
 
@@ -47,6 +47,7 @@ pub trait PinnedBackend: Send + Sync + 'static {
 }
 
 /// A pinned block and the work that may still use it.
+#[derive(Debug)]
 pub struct Block<F> {
     pub ptr: NonNull<u8>,
     pub class: PinnedClass,
@@ -86,6 +87,12 @@ pub struct BlockCache<B: PinnedBackend> {
     shared: Arc<Shared<B>>,
 }
 
+impl<B: PinnedBackend> std::fmt::Debug for BlockCache<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockCache").field("stats", &self.stats()).finish_non_exhaustive()
+    }
+}
+
 impl<B: PinnedBackend> Clone for BlockCache<B> {
     fn clone(&self) -> Self {
         // Relaxed, as in `Arc::clone`: the new handle comes from one that keeps the count above 0.
@@ -108,6 +115,12 @@ impl<B: PinnedBackend> Drop for BlockCache<B> {
 /// being a handle of the pool.
 pub struct Lease<B: PinnedBackend> {
     shared: Arc<Shared<B>>,
+}
+
+impl<B: PinnedBackend> std::fmt::Debug for Lease<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").finish_non_exhaustive()
+    }
 }
 
 impl<B: PinnedBackend> Lease<B> {
@@ -241,7 +254,7 @@ impl<B: PinnedBackend> BlockCache<B> {
     }
 
     /// The backend (the fake's records, for tests).
-    #[cfg(any(test, fuzzing))]
+    #[cfg(any(test, feature = "fake"))]
     pub fn backend(&self) -> &B {
         &self.shared.backend
     }

@@ -338,7 +338,7 @@ fn dropping_the_last_handle_closes_the_pool_while_buffers_and_stocks_hold_it() {
         // A buffer freed here stocks its lease in this thread's front cache, which outlives the
         // pool's last handle.
         let (block, lease) = from_main.recv().unwrap();
-        crate::pinned_pool::cache::Lease::put(lease, block);
+        crate::pinned::cache::Lease::put(lease, block);
         parked.send(()).unwrap();
         wait_finish.recv().unwrap();
     });
@@ -396,31 +396,4 @@ fn a_forgotten_buffer_leaks_its_block_and_the_state_and_nothing_is_released_twic
     lease.put(block);
     assert_eq!(*released.lock().unwrap(), [8192, 4096]);
     assert!(state.upgrade().is_none());
-}
-
-/// The whole hit pair of a `PinnedPool` without a GPU (`alloc` + drop of a `PooledPinned`), over
-/// a block of system memory put in by hand: `cargo test --release -p cuda-mem --lib
-/// pinned_pool::tests::whole_hit_pair -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement, not a check: run it in release mode"]
-fn whole_hit_pair_cost() {
-    use super::{HostAllocFlags, PinnedPool};
-    let pool = PinnedPool::new(HostAllocFlags::empty());
-    let block = fake_block(1 << 20);
-    pool.cache.put(super::cache::Block { ptr: block.ptr, class: block.class, fences: Vec::new() });
-    let pairs = 1_000_000;
-    let mut samples: Vec<f64> = (0..15)
-        .map(|_| {
-            let start = std::time::Instant::now();
-            for _ in 0..pairs {
-                // As `examples/cache_pairs.rs` times it; the size is opaque, as it is there.
-                drop(pool.alloc::<u8>(std::hint::black_box(1 << 20)).expect("a hit"));
-            }
-            start.elapsed().as_secs_f64() * 1e9 / f64::from(pairs)
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    println!("pinned pool hit pair, whole: {:.1} ns (median of 15)", samples[7]);
-    // The block is system memory: the pool must never hand it to cudaFreeHost.
-    std::mem::forget(pool);
 }

@@ -8,8 +8,8 @@ use super::core::{Core, CoreFigures, On, Totals};
 use super::front::{BinKey, ENTRIES, FrontLimits, Parked, ThreadCache, ThreadTotals};
 use super::size_class::{SizeClass, class_of};
 use super::stats::{CachingStats, ClassStats, CurrentPeak};
-use crate::error::{CudaError, ErrorKind, Result};
 use crate::thread_cache::{self, FrontCache, Registered, ThreadExit};
+use crate::{Error, Result};
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -71,8 +71,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl<B: Backend> CachingAllocator<B> {
     /// An empty cache over `backend`. Makes no backend call.
-    pub fn new(backend: B, config: Config) -> Result<Self> {
-        config.check().map_err(|why| CudaError::new(ErrorKind::InvalidArgument(why), "CachingAllocator::new"))?;
+    pub fn new(backend: B, config: Config) -> Result<Self, B::Error> {
+        config.check().map_err(Error::InvalidConfig)?;
         let limits = FrontLimits {
             depth: config.front_depth,
             max_bytes: config.front_max_bytes,
@@ -109,10 +109,10 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// A block of at least `bytes` for use on `stream`: from this thread's front cache, else from
     /// the core (growing it by a segment if needed). Out of memory is
-    /// [`ErrorKind::OutOfMemory`] after the cache has released everything it held and tried again;
+    /// [`Error::OutOfMemory`] after the cache has released everything it held and tried again;
     /// its report carries the cache's figures.
     #[inline]
-    pub fn alloc(&self, bytes: usize, stream: &B::Stream) -> Result<CachedBlock> {
+    pub fn alloc(&self, bytes: usize, stream: &B::Stream) -> Result<CachedBlock, B::Error> {
         let Some(class) = class_of(bytes) else {
             return Err(super::size_overflow(bytes));
         };
@@ -132,7 +132,7 @@ impl<B: Backend> CachingAllocator<B> {
 
     #[cold]
     #[inline(never)]
-    fn alloc_slow(&self, class: SizeClass, requested: usize, stream: &B::Stream) -> Result<CachedBlock> {
+    fn alloc_slow(&self, class: SizeClass, requested: usize, stream: &B::Stream) -> Result<CachedBlock, B::Error> {
         let shared = &*self.shared;
         let key = BinKey { stream: B::key(stream), class: class.index() };
         let large = thread_cache::with_existing(&ENTRIES, shared.id, |cache| cache.take_large_for_core()).flatten();
@@ -194,7 +194,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// # Safety
     /// `block` came from this allocator, and every use of its memory is ordered before the work
     /// queued on `stream` after this call.
-    pub unsafe fn free_on(&self, block: CachedBlock, stream: &B::Stream) -> Result<()> {
+    pub unsafe fn free_on(&self, block: CachedBlock, stream: &B::Stream) -> Result<(), B::Error> {
         let on = On { key: B::key(stream), stream };
         if on.key == block.stream {
             // SAFETY: the caller's guarantee, for the block's own stream.
@@ -286,7 +286,7 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Panics if the core's bookkeeping is inconsistent.
-    #[cfg(any(test, fuzzing))]
+    #[cfg(any(test, feature = "fake"))]
     pub fn check_invariants(&self) {
         let mut reserved = 0;
         for (index, shard) in self.shared.shards.iter().enumerate() {
@@ -299,7 +299,7 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Keys of the streams the allocator holds a handle of.
-    #[cfg(any(test, fuzzing))]
+    #[cfg(any(test, feature = "fake"))]
     pub fn held_streams(&self) -> Vec<StreamKey> {
         let mut keys: Vec<StreamKey> = self.shared.shards.iter().flat_map(|shard| lock(shard).held_streams()).collect();
         keys.sort();
@@ -320,7 +320,7 @@ impl<B: Backend> CachingAllocator<B> {
 
 impl<B: Backend> Shared<B> {
     /// The backend's pages, when the allocator grows growable segments.
-    fn pages(&self) -> Option<&dyn Pages> {
+    fn pages(&self) -> Option<&dyn Pages<Error = B::Error>> {
         self.backend.pages().filter(|_| self.config.expandable_segments)
     }
 
@@ -352,7 +352,7 @@ impl<B: Backend> Shared<B> {
     /// A block from the core: the stream's free blocks; else, after every front cache is
     /// returned (parked blocks may be what is missing), adoption or growth; on out of memory,
     /// once more after releasing everything cached.
-    fn take_from_core(&self, stream: &B::Stream, class: SizeClass) -> Result<(BlockId, NonNull<u8>)> {
+    fn take_from_core(&self, stream: &B::Stream, class: SizeClass) -> Result<(BlockId, NonNull<u8>), B::Error> {
         let on = On { key: B::key(stream), stream };
         let cached = || {
             let mut core = self.shard(on.key);
@@ -376,14 +376,14 @@ impl<B: Backend> Shared<B> {
         self.flush_all();
         self.shard(on.key).figures.oom_retries += 1;
         self.release_all();
-        self.take_or_grow(&on, class).map_err(|err| err.with_cache_stats(|| self.stats()))
+        self.take_or_grow(&on, class).map_err(|err| err.with_stats(|| self.stats()))
     }
 
     /// A block for `on`: from its shard (its free blocks, or an idle segment of a stream of the
     /// shard); else an idle segment of another shard's stream; else a new segment, after idle
     /// segments anywhere were released if growing would raise the reserve's peak. One shard's
     /// lock at a time: no lock order between shards to keep.
-    fn take_or_grow(&self, on: &On<'_, B::Stream>, class: SizeClass) -> Result<(BlockId, NonNull<u8>)> {
+    fn take_or_grow(&self, on: &On<'_, B::Stream>, class: SizeClass) -> Result<(BlockId, NonNull<u8>), B::Error> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
         if let Some(pages) = self.pages() {
@@ -432,10 +432,10 @@ impl<B: Backend> Shared<B> {
     /// a page at a time; a stream's own free blocks are reused in its order without any call.
     fn take_or_map(
         &self,
-        pages: &dyn Pages,
+        pages: &dyn Pages<Error = B::Error>,
         on: &On<'_, B::Stream>,
         class: SizeClass,
-    ) -> Result<(BlockId, NonNull<u8>)> {
+    ) -> Result<(BlockId, NonNull<u8>), B::Error> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
         let (needed, keep) = lock(&self.shards[home]).pages_to_map(config, pages, on.key, class);
@@ -460,7 +460,12 @@ impl<B: Backend> Shared<B> {
     /// Unmaps free pages, from the shards with the largest runs first, until `enough` bytes are
     /// unmapped (or none is left that can be), keeping the free block `keep.1` of shard `keep.0`.
     /// One shard's lock at a time.
-    fn trim_largest(&self, pages: &dyn Pages, enough: usize, keep: (usize, Option<BlockId>)) -> usize {
+    fn trim_largest(
+        &self,
+        pages: &dyn Pages<Error = B::Error>,
+        enough: usize,
+        keep: (usize, Option<BlockId>),
+    ) -> usize {
         let mut order: Vec<(usize, usize)> =
             self.shards.iter().enumerate().map(|(i, shard)| (lock(shard).largest_trimmable(), i)).collect();
         order.sort_unstable_by(|a, b| b.cmp(a));

@@ -1,5 +1,13 @@
-//! A caching allocator of device memory, independent of CUDA: the runtime plugs in through
-//! [`Backend`] (segments, and events as fences); the tests and fuzz targets plug in `fake`.
+//! The CUDA-free core of cuda-mem's caching allocators. It builds, tests, runs under Miri and
+//! fuzzes without any CUDA toolkit; cuda-mem plugs the runtime in and re-exports this crate as
+//! `cuda_mem::caching`.
+//!
+//! - [`CachingAllocator`]: a caching allocator of device memory. The runtime plugs in through
+//!   [`Backend`] (segments, and events as fences); tests and fuzz targets plug in `fake`
+//!   (feature `fake`).
+//! - [`pinned`]: the bookkeeping of cuda-mem's `PinnedPool` (pinned host memory).
+//! - Errors: the cache's own refusals and its backend's errors passed through, in one
+//!   [`Error`] generic over the backend's error type.
 //!
 //! **Size classes.** Requests round up to a class: 512-byte steps up to 8 KiB, then sixteen
 //! classes per power of two up to 32 MiB, so rounding wastes under a sixteenth of a request;
@@ -92,8 +100,7 @@
 //! **Out of memory.** When the backend refuses a segment or pages, every front cache is returned,
 //! pending blocks are waited for, every idle segment is released, every free page unmapped, and
 //! the allocation is tried once more;
-//! if that fails too the error is [`ErrorKind::OutOfMemory`] with the cache's
-//! [`CachingStats`] in its report.
+//! if that fails too the error is [`Error::OutOfMemory`] with the cache's [`CachingStats`].
 
 mod allocator;
 mod arena;
@@ -103,33 +110,34 @@ mod config;
 mod core;
 #[cfg(test)]
 mod corpus_tests;
-#[cfg(any(test, fuzzing))]
+mod error;
+#[cfg(any(test, feature = "fake"))]
 pub mod fake;
 mod front;
 mod growable;
 #[cfg(test)]
 mod growable_tests;
+pub mod pinned;
 mod private_pool;
 #[cfg(test)]
 mod private_pool_tests;
-#[cfg(test)]
-mod replay_tests;
 pub mod size_class;
+mod size_steps;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod thread_cache;
 
 pub use allocator::CachingAllocator;
 pub use backend::{Backend, Pages, StreamKey};
 pub use block::CachedBlock;
 pub use config::Config;
+pub use error::{BackendError, Error, Result};
 pub use private_pool::{PoolOrder, PrivatePool, SegmentSource};
 pub use stats::{CachingStats, ClassStats, CurrentPeak};
 
-use crate::error::{CudaError, ErrorKind};
-
 /// The error of a request whose class or segment would not fit in `usize`.
 #[cold]
-fn size_overflow(bytes: usize) -> CudaError {
-    CudaError::new(ErrorKind::SizeOverflow { len: bytes, elem_size: 1 }, "CachingAllocator::alloc")
+fn size_overflow<E>(bytes: usize) -> Error<E> {
+    Error::SizeOverflow { bytes }
 }

@@ -10,7 +10,7 @@ use super::backend::{Backend, Pages, StreamKey};
 use super::config::{Config, Pool};
 use super::size_class::SizeClass;
 use super::stats::CurrentPeak;
-use crate::error::Result;
+use crate::Result;
 use rustc_hash::FxHashMap;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -142,7 +142,7 @@ impl<B: Backend> Core<B> {
     }
 
     /// Keys of the streams the core holds a handle of, in order (tests and fuzzing).
-    #[cfg(any(test, fuzzing))]
+    #[cfg(any(test, feature = "fake"))]
     pub fn held_streams(&self) -> Vec<StreamKey> {
         let mut keys: Vec<_> = self.streams.keys().copied().collect();
         keys.sort();
@@ -241,7 +241,7 @@ impl<B: Backend> Core<B> {
         on: &On<'_, B::Stream>,
         class: SizeClass,
         bytes: usize,
-    ) -> Result<BlockId> {
+    ) -> Result<BlockId, B::Error> {
         let pool = config.pool_of(class);
         let base = backend.allocate(bytes)?;
         self.hold(on);
@@ -256,7 +256,7 @@ impl<B: Backend> Core<B> {
     }
 
     /// Bytes of the segment a miss of `class` would allocate now.
-    pub fn segment_bytes(config: &Config, totals: &Totals, class: SizeClass) -> Result<usize> {
+    pub fn segment_bytes(config: &Config, totals: &Totals, class: SizeClass) -> Result<usize, B::Error> {
         let pool = config.pool_of(class);
         let target = config.segment_target(pool, totals.pool_reserved(pool));
         config.segment_bytes(class, target).ok_or_else(|| super::size_overflow(class.bytes()))
@@ -330,7 +330,7 @@ impl<B: Backend> Core<B> {
     pub fn pages_to_map(
         &self,
         config: &Config,
-        pages: &dyn Pages,
+        pages: &dyn Pages<Error = B::Error>,
         key: StreamKey,
         class: SizeClass,
     ) -> (usize, Option<BlockId>) {
@@ -344,12 +344,12 @@ impl<B: Backend> Core<B> {
     /// (reserved on the stream's first miss there).
     pub fn grow_pages(
         &mut self,
-        pages: &dyn Pages,
+        pages: &dyn Pages<Error = B::Error>,
         config: &Config,
         totals: &Totals,
         on: &On<'_, B::Stream>,
         class: SizeClass,
-    ) -> Result<BlockId> {
+    ) -> Result<BlockId, B::Error> {
         let pool = config.pool_of(class);
         let run = match self.arena.run_to_map(on.key, pool, class.bytes()) {
             Some(run) => run,
@@ -389,7 +389,7 @@ impl<B: Backend> Core<B> {
     pub fn trim(
         &mut self,
         backend: &B,
-        pages: &dyn Pages,
+        pages: &dyn Pages<Error = B::Error>,
         totals: &Totals,
         enough: usize,
         keep: Option<BlockId>,
@@ -430,7 +430,7 @@ impl<B: Backend> Core<B> {
     }
 
     /// Gives back the address ranges of growable segments with nothing mapped.
-    fn free_unmapped_ranges(&mut self, pages: &dyn Pages) {
+    fn free_unmapped_ranges(&mut self, pages: &dyn Pages<Error = B::Error>) {
         for id in self.arena.unmapped_segments() {
             let segment = self.arena.remove_unmapped(id);
             // SAFETY: a range from `reserve` with nothing mapped, out of the arena now (freed once).
@@ -448,7 +448,7 @@ impl<B: Backend> Core<B> {
     /// Keeps an out block from reuse until the work queued on the stream `on` so far completes.
     /// When no fence can be recorded the block stays out for good: leaked rather than reused
     /// under work.
-    pub fn free_pending(&mut self, backend: &B, id: BlockId, on: On<'_, B::Stream>) -> Result<()> {
+    pub fn free_pending(&mut self, backend: &B, id: BlockId, on: On<'_, B::Stream>) -> Result<(), B::Error> {
         let fence = backend.record(on.stream)?;
         self.hold(&on);
         self.arena.set_pending(id, on.key);
@@ -554,7 +554,7 @@ impl<B: Backend> Core<B> {
     }
 
     /// Panics if the bookkeeping is inconsistent (tests and fuzzing).
-    #[cfg(any(test, fuzzing))]
+    #[cfg(any(test, feature = "fake"))]
     pub fn check(&self) {
         self.arena.check();
         let (_, free, _) = self.arena.free_figures();

@@ -3,9 +3,9 @@
 //! reserve within 1.15 times the peak of requested bytes. Bookkeeping only: segments are bare
 //! addresses, so the traces' gigabytes need no host memory.
 
-use super::fake::FakeBackend;
-use super::*;
-use crate::trace::{ReplayEvent, ServingTrace, StressOp, StressSchedule};
+use cuda_mem::trace::{ReplayEvent, ServingTrace, StressOp, StressSchedule};
+use cuda_mem_cache::fake::FakeBackend;
+use cuda_mem_cache::{CachedBlock, CachingAllocator, CachingStats, Config, StreamKey};
 use std::collections::HashMap;
 
 const S: StreamKey = StreamKey(0x10);

@@ -7,17 +7,9 @@
 //! work has completed, as PyTorch's caching host allocator does. A pool without a cap keeps a few
 //! freed blocks per class in each thread's own front cache, so that a thread allocating what it
 //! freed takes no lock another thread takes; the shared free lists have one lock per class, so
-//! threads allocating different sizes never contend there either (see [`cache`]).
+//! threads allocating different sizes never contend there either (see [`cuda_mem_cache::pinned`]).
 
-pub(crate) mod cache;
-#[cfg(any(test, fuzzing))]
-pub(crate) mod fake;
-mod front;
-pub(crate) mod size_class;
-#[cfg(test)]
-mod tests;
-
-pub use cache::PinnedPoolStats;
+pub use cuda_mem_cache::pinned::PinnedPoolStats;
 
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::raw::host_flags::HostAllocFlags;
@@ -26,8 +18,7 @@ use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Event;
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cache::{Block, BlockCache, Lease, PinnedBackend};
-use size_class::{PinnedClass, class_of};
+use cuda_mem_cache::pinned::{Block, BlockCache, Lease, PinnedBackend, PinnedClass, class_of};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -114,7 +105,7 @@ impl PinnedPool {
     /// user wrote plain data). Zero-length requests take no block.
     pub fn alloc<T: Pod>(&self, len: usize) -> Result<PooledPinned<T>> {
         let bytes = byte_len::<T>(len, "PinnedPool::alloc")?;
-        if align_of::<T>() > size_class::MIN_BLOCK {
+        if align_of::<T>() > cuda_mem_cache::pinned::MIN_BLOCK {
             let kind = ErrorKind::InvalidArgument("element alignment above 4096 bytes");
             return Err(CudaError::new(kind, "PinnedPool::alloc"));
         }
@@ -265,5 +256,37 @@ impl<T: Pod> Drop for PooledPinned<T> {
             let fences = if self.fences.is_empty() { Vec::new() } else { std::mem::take(&mut self.fences) };
             lease.put(Block { ptr: self.ptr.cast(), class: self.class, fences });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuda_mem_cache::pinned::fake::fake_block;
+
+    /// The whole hit pair of a `PinnedPool` without a GPU (`alloc` + drop of a `PooledPinned`), over
+    /// a block of system memory put in by hand: `cargo test --release -p cuda-mem --lib
+    /// pinned_pool::tests::whole_hit_pair -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check: run it in release mode"]
+    fn whole_hit_pair_cost() {
+        let pool = PinnedPool::new(HostAllocFlags::empty());
+        let block = fake_block(1 << 20);
+        pool.cache.put(Block { ptr: block.ptr, class: block.class, fences: Vec::new() });
+        let pairs = 1_000_000;
+        let mut samples: Vec<f64> = (0..15)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                for _ in 0..pairs {
+                    // As `examples/cache_pairs.rs` times it; the size is opaque, as it is there.
+                    drop(pool.alloc::<u8>(std::hint::black_box(1 << 20)).expect("a hit"));
+                }
+                start.elapsed().as_secs_f64() * 1e9 / f64::from(pairs)
+            })
+            .collect();
+        samples.sort_by(f64::total_cmp);
+        println!("pinned pool hit pair, whole: {:.1} ns (median of 15)", samples[7]);
+        // The block is system memory: the pool must never hand it to cudaFreeHost.
+        std::mem::forget(pool);
     }
 }

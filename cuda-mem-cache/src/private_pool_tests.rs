@@ -2,7 +2,7 @@
 //! its segments while it lives (empty_cache, out of memory), and pools shared by several owners
 //! peak at the largest owner's need, not the sum.
 
-use super::fake::FakeBackend;
+use super::fake::{FakeBackend, FakeError};
 use super::*;
 
 const KIB: usize = 1024;
@@ -13,7 +13,9 @@ struct Source(FakeBackend);
 
 // SAFETY: the fake backend's segments are distinct live ranges (its `Backend` promise).
 unsafe impl SegmentSource for Source {
-    fn allocate(&self, bytes: usize) -> crate::Result<std::ptr::NonNull<u8>> {
+    type Error = FakeError;
+
+    fn allocate(&self, bytes: usize) -> std::result::Result<std::ptr::NonNull<u8>, FakeError> {
         self.0.allocate(bytes)
     }
 

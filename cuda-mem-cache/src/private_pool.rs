@@ -16,7 +16,8 @@ use super::backend::{Backend, StreamKey};
 use super::block::CachedBlock;
 use super::config::Config;
 use super::stats::CachingStats;
-use crate::error::{CudaError, ErrorKind, Result};
+use crate::{BackendError, Error, Result};
+use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -26,8 +27,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// `allocate(bytes)` returns `bytes` bytes aligned to at least 256, overlapping no segment it
 /// returned before that has not been released.
 pub unsafe trait SegmentSource: Send + Sync + 'static {
-    /// A new segment of `bytes` bytes; out of memory is `ErrorKind::OutOfMemory`.
-    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>>;
+    /// What `allocate` fails with.
+    type Error: BackendError;
+
+    /// A new segment of `bytes` bytes.
+    fn allocate(&self, bytes: usize) -> std::result::Result<NonNull<u8>, Self::Error>;
 
     /// Returns a segment.
     ///
@@ -39,6 +43,44 @@ pub unsafe trait SegmentSource: Send + Sync + 'static {
 /// The one "stream" of a private pool: its blocks are ordered by the owner, not by streams.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolOrder;
+
+/// The private backend's errors: the source's, or a fence the pool does not make.
+#[derive(Debug)]
+enum PrivateError<E> {
+    Source(E),
+    Refused(&'static str),
+}
+
+impl<E: fmt::Display> fmt::Display for PrivateError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Source(err) => err.fmt(f),
+            Self::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
+impl<E: BackendError> std::error::Error for PrivateError<E> {}
+
+impl<E: BackendError> BackendError for PrivateError<E> {
+    fn is_out_of_memory(&self) -> bool {
+        matches!(self, Self::Source(err) if err.is_out_of_memory())
+    }
+}
+
+/// The pool's errors in the source's terms: the refusals of fences become [`Error::Refused`].
+fn in_source_terms<E>(err: Error<PrivateError<E>>) -> Error<E> {
+    match err {
+        Error::Backend(PrivateError::Source(err)) => Error::Backend(err),
+        Error::OutOfMemory { source: PrivateError::Source(source), stats } => Error::OutOfMemory { source, stats },
+        Error::Backend(PrivateError::Refused(why)) | Error::OutOfMemory { source: PrivateError::Refused(why), .. } => {
+            Error::Refused(why)
+        }
+        Error::SizeOverflow { bytes } => Error::SizeOverflow { bytes },
+        Error::InvalidConfig(why) => Error::InvalidConfig(why),
+        Error::Refused(why) => Error::Refused(why),
+    }
+}
 
 /// The backend of the pool's allocator: segments from the source, and fences that exist only
 /// once the pool is being dropped (so that its segments are released then and never before).
@@ -56,13 +98,14 @@ struct Private<S> {
 unsafe impl<S: SegmentSource> Backend for Private<S> {
     type Stream = PoolOrder;
     type Fence = ();
+    type Error = PrivateError<S::Error>;
 
     fn key(_: &PoolOrder) -> StreamKey {
         StreamKey(0)
     }
 
-    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
-        self.source.allocate(bytes)
+    fn allocate(&self, bytes: usize) -> std::result::Result<NonNull<u8>, Self::Error> {
+        self.source.allocate(bytes).map_err(PrivateError::Source)
     }
 
     unsafe fn release(&self, base: NonNull<u8>, bytes: usize) {
@@ -70,25 +113,23 @@ unsafe impl<S: SegmentSource> Backend for Private<S> {
         unsafe { self.source.release(base, bytes) }
     }
 
-    fn record(&self, _: &PoolOrder) -> Result<()> {
+    fn record(&self, _: &PoolOrder) -> std::result::Result<(), Self::Error> {
         if self.closing.load(Ordering::Acquire) {
             return Ok(());
         }
-        let kind = ErrorKind::InvalidArgument("a private pool keeps its segments while it lives");
-        Err(CudaError::new(kind, "PrivatePool"))
+        Err(PrivateError::Refused("a private pool keeps its segments while it lives"))
     }
 
     fn is_done(&self, (): &()) -> bool {
         true
     }
 
-    fn wait(&self, (): &()) -> Result<()> {
+    fn wait(&self, (): &()) -> std::result::Result<(), Self::Error> {
         Ok(())
     }
 
-    fn stream_wait(&self, _: &PoolOrder, (): &()) -> Result<()> {
-        let kind = ErrorKind::InvalidArgument("a private pool has one order");
-        Err(CudaError::new(kind, "PrivatePool"))
+    fn stream_wait(&self, _: &PoolOrder, (): &()) -> std::result::Result<(), Self::Error> {
+        Err(PrivateError::Refused("a private pool has one order"))
     }
 }
 
@@ -107,7 +148,7 @@ impl<S: SegmentSource> PrivatePool<S> {
     /// An empty pool taking segments from `source`, sized as `config` says; the parts of the
     /// config about streams, releases and front caches do not apply (blocks go straight back to
     /// the pool's free lists). Makes no call to the source.
-    pub fn new(source: S, config: &Config) -> Result<Self> {
+    pub fn new(source: S, config: &Config) -> Result<Self, S::Error> {
         let config = Config {
             front_depth: 0,
             front_max_bytes: 0,
@@ -116,7 +157,7 @@ impl<S: SegmentSource> PrivatePool<S> {
             ..config.clone()
         };
         let backend = Private { source, closing: AtomicBool::new(false) };
-        Ok(Self { allocator: CachingAllocator::new(backend, config)? })
+        Ok(Self { allocator: CachingAllocator::new(backend, config).map_err(in_source_terms)? })
     }
 
     /// The segment source.
@@ -125,8 +166,8 @@ impl<S: SegmentSource> PrivatePool<S> {
     }
 
     /// A block of at least `bytes`: a free block of the pool, else a new segment.
-    pub fn alloc(&self, bytes: usize) -> Result<CachedBlock> {
-        self.allocator.alloc(bytes, &PoolOrder)
+    pub fn alloc(&self, bytes: usize) -> Result<CachedBlock, S::Error> {
+        self.allocator.alloc(bytes, &PoolOrder).map_err(in_source_terms)
     }
 
     /// Returns `block` to the pool's free lists, for later allocations from this pool only.

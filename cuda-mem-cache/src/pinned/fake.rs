@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The system allocator and fences that tests complete by hand.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct FakeBackend {
     /// Sizes of released blocks, in order (shared by clones, so a test can read it after
     /// the cache that owned the backend is gone).
