@@ -62,10 +62,12 @@ pub struct Config {
     /// serving replay's reserve from 1.042 to 1.083 times live and tripled the recorded training
     /// trace's misses.
     pub front_max_block: usize,
-    /// Each thread's front cache keeps the last block it freed above `front_max_block` (within
-    /// `front_max_bytes`) until that thread's next miss: a thread that frees and allocates one
-    /// large size in turn reuses it without the core, and at most one large block per thread is
-    /// kept from merging, for one miss at most. Independent of `front_depth`.
+    /// Each thread's front cache keeps one block it freed above `front_max_block` (within
+    /// `front_max_bytes`) until that thread's next miss: the first freed while its slot is empty
+    /// (a hit or a miss empties it; a later free goes to the core rather than swap, which would
+    /// take the core's lock). A thread that frees and allocates one large size in turn reuses it
+    /// without the core, and at most one large block per thread is kept from merging, for one
+    /// miss at most. Independent of `front_depth`.
     pub front_large_slot: bool,
     /// When a stream finds no free memory of its own but another stream has a free segment whose
     /// last use has not been seen completing, the stream waits for it on the device

@@ -66,8 +66,8 @@
 //! streams by [`StreamKey`] only.
 //!
 //! **Front caches.** Each thread keeps, per allocator, up to `front_depth` freed blocks per
-//! (stream, class) of up to `front_max_block` bytes, and the last larger block it freed until its
-//! next miss (`front_large_slot`), `front_max_bytes` in all, behind a lock that only that thread takes on
+//! (stream, class) of up to `front_max_block` bytes, and one larger block it freed (the first
+//! since its slot last emptied) until its next miss (`front_large_slot`), `front_max_bytes` in all, behind a lock that only that thread takes on
 //! the hot path: an allocation after a free of its class on its stream locks no shared state,
 //! allocates nothing and touches only that thread's counters. The shared core is sharded by
 //! stream: a stream's segments, blocks and pending frees live in one of sixteen shards, each

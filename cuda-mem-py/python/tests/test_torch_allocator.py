@@ -24,12 +24,12 @@ def test_the_allocator_serves_pytorch_and_counts():
         expected = a.cpu() @ b.cpu()
         close = torch.allclose(c.cpu(), expected, rtol=1e-3, atol=1e-3)
         during = alloc.stats(0)
-        address = c.data_ptr()
+        freed = {t.data_ptr() for t in (a, b, c)}
         del a, b, c
         torch.cuda.synchronize()
         after = alloc.stats(0)
-        again = torch.empty(1024, 1024, device="cuda")          # the freed block, on its stream
-        reused = again.data_ptr() == address
+        again = torch.empty(1024, 1024, device="cuda")          # a freed block, on its stream
+        reused = again.data_ptr() in freed
         empty = torch.empty(0, device="cuda")                   # zero bytes: a unique address
         print(json.dumps({"close": close, "during": during, "after": after, "reused": reused,
                           "hits": alloc.stats(0)["cache_hits"], "backend": alloc.backend}))
@@ -46,6 +46,7 @@ def test_the_allocator_serves_pytorch_and_counts():
     assert after["allocated_current"] <= during["allocated_current"] - 3 * (4 << 20), after
     assert after["free_count"] >= 3 and after["allocated_peak"] >= 3 * (4 << 20), after
     assert after["reserved_current"] > 0, "the cache keeps its memory"
+    # Which of the three: the thread's large-block slot keeps the first freed since its last miss.
     assert result["reused"], "a block freed on PyTorch's stream comes back there"
     assert result["hits"] > after["cache_hits"], result
 

@@ -464,12 +464,14 @@ fn legacy_tensors_import_and_release_once() {
     assert_eq!(import.device_slice_mut::<f32>(device0()).unwrap().len(), 4);
     drop(import);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-    legacy.dl_tensor.strides = [1i64, 2].as_mut_ptr();
+    // The strides live in named arrays: a temporary array's pointer would dangle at the `;`.
+    let (mut strided, mut overflowing) = ([1i64, 2], [i64::MAX, 2]);
+    legacy.dl_tensor.strides = strided.as_mut_ptr();
     // SAFETY: as above.
     let import = unsafe { DlpackImport::from_raw_legacy(&raw mut legacy) }.unwrap();
     assert_eq!((import.strides(), import.is_compact()), (&[1i64, 2][..], false));
     drop(import);
-    legacy.dl_tensor.strides = [i64::MAX, 2].as_mut_ptr();
+    legacy.dl_tensor.strides = overflowing.as_mut_ptr();
     // SAFETY: as above.
     let err = unsafe { DlpackImport::from_raw_legacy(&raw mut legacy) }.unwrap_err();
     assert_eq!(kind(&err), "strides and shape reach offsets beyond what int64 holds");
