@@ -248,17 +248,24 @@ fn gpu_pendings_woken_by_the_watcher_thread_hand_back_their_buffers_and_survive_
     let err = block_on(&mut pending).0.unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
 
-    // Dropped while watched and unfinished: the drop waits for the work.
-    hold_stream(&stream, 100);
-    let mut dropped = upload(&want);
-    assert!(poll_once(&mut dropped), "the held upload completed before its first poll");
+    // Dropped while watched and unfinished: the drop waits for the work. A gate, not a timed
+    // hold: under compute-sanitizer queueing the upload can outlast any fixed hold.
+    let held_upload = || {
+        until_held(|| {
+            let gate = Gate::hold(&stream);
+            let mut watched = upload(&want);
+            let unfinished = poll_once(&mut watched);
+            (gate.release(), (unfinished, watched))
+        })
+    };
+    let (unfinished, dropped) = held_upload();
+    assert!(unfinished, "the held upload completed before its first poll");
     drop(dropped);
     assert!(stream.is_idle().unwrap(), "the drop returned before the upload completed");
 
     // Forgotten while watched: its buffers leak; the watcher keeps its events until they complete.
-    hold_stream(&stream, 100);
-    let mut forgotten = upload(&want);
-    assert!(poll_once(&mut forgotten), "the held upload completed before its first poll");
+    let (unfinished, forgotten) = held_upload();
+    assert!(unfinished, "the held upload completed before its first poll");
     std::mem::forget(forgotten);
     stream.synchronize().unwrap();
     let other = pattern(MIB, 8);
