@@ -30,6 +30,16 @@
 //! Pageable `Vec`s reach the GPU fastest through [`StagedCopier`]. `docs/choosing-an-allocator.md`
 //! gives the figures behind each choice.
 //!
+//! The three stream-ordered owners have one shape: views `as_slice` / `as_mut_slice`, `use_on` for
+//! another stream's work, `free_on` / `free`, and all three can be moved into a [`Pending`] or a
+//! DLPack export when they borrow nothing for less than `'static`. They stay three types, rather
+//! than one buffer over any resource as in RMM, because the interface of
+//! [`resource::MemoryResource`] frees by address on a stream it cannot keep alive: a
+//! [`ResourceBuffer`](resource::ResourceBuffer) over a [`DeviceCache`] pays a lookup and two
+//! events per pair, where a [`CachedBuffer`] keeps its block and its stream and frees into the
+//! thread's cache without either; a [`StreamBuffer`] needs no resource object at all. Use
+//! `ResourceBuffer` where adaptors or one interface matter more than that cost.
+//!
 //! ## The unsafe contract
 //! Safe code cannot free memory that queued GPU work still uses, nor touch host memory a pending
 //! copy reads or writes: asynchronous work that borrows memory goes through
