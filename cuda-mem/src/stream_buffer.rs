@@ -119,7 +119,8 @@ impl<'a, T: Pod> StreamBuffer<'a, T> {
         Ok(Self::from_raw(raw, len, stream, pool))
     }
 
-    /// Allocates from the current pool and zeroes in stream order (`cudaMemsetAsync`).
+    /// Allocates as [`StreamBuffer::uninit`] does (cuda-mem's retaining pool of the stream's
+    /// device, whatever pool is current) and zeroes in stream order (`cudaMemsetAsync`).
     pub fn zeroed(stream: impl Into<MaybeOwned<'a, Stream>>, len: usize) -> Result<Self> {
         // SAFETY: the memset below, queued before any other use on this stream, writes every byte.
         let buffer = unsafe { Self::uninit(stream, len)? };
