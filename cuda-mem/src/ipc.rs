@@ -138,7 +138,22 @@ impl MemPool {
 }
 
 /// Device memory of another process, mapped through an imported pool; views borrow it, and it
-/// borrows the pool.
+/// borrows the pool. The import of a pool that lives for good is an `ImportedSlice<'static, T>`,
+/// which a [`Pending`](crate::Pending) can own like any device buffer:
+///
+/// ```no_run
+/// # fn main() -> cuda_mem::Result<()> {
+/// # use cuda_mem::{Device, MemPool, PinnedBuffer, PoolPointerExport, Stream};
+/// # use std::os::fd::BorrowedFd;
+/// # let (fd, export): (BorrowedFd<'static>, PoolPointerExport) = todo!();
+/// let stream = Stream::non_blocking()?;
+/// let pool: &'static MemPool = Box::leak(Box::new(MemPool::import_fd(fd, Device::current()?)?));
+/// let import = pool.import_pointer::<u32>(&export)?; // sized for 16 elements by the exporter
+/// let host = PinnedBuffer::from_slice(&[7u32; 16], Default::default())?;
+/// let (import, _host) = stream.upload(import, host)?.wait()?; // returns at once; wait gives both back
+/// import.close()
+/// # }
+/// ```
 pub struct ImportedSlice<'pool, T: Pod> {
     ptr: NonNull<T>,
     len: usize,

@@ -224,6 +224,38 @@ mod auto_traits {
 
     fn send<T: Send>() {}
 
+    fn owned_by_a_pending<T: Pod, D: OwnedDevice<T>>() {}
+
+    /// Every device owner that owns its memory can be lent to the GPU by a `Pending` (a compile
+    /// check: the calls name the types).
+    #[test]
+    fn every_owning_device_buffer_can_be_owned_by_a_pending() {
+        owned_by_a_pending::<f32, DeviceBuffer<f32>>();
+        owned_by_a_pending::<f32, ManagedBuffer<f32>>();
+        owned_by_a_pending::<f32, StreamBuffer<'static, f32>>();
+        owned_by_a_pending::<f32, CachedBuffer<'static, f32>>();
+        owned_by_a_pending::<f32, resource::ResourceBuffer<'static, f32>>();
+        owned_by_a_pending::<f32, IpcMapping<f32>>();
+        owned_by_a_pending::<f32, ImportedSlice<'static, f32>>();
+    }
+
+    #[cfg(feature = "dlpack")]
+    fn owned_by_an_export<O: dlpack::DlpackOwner>() {}
+
+    /// Likewise for owned DLPack exports, host memory included.
+    #[cfg(feature = "dlpack")]
+    #[test]
+    fn every_owning_buffer_can_be_owned_by_a_dlpack_export() {
+        owned_by_an_export::<DeviceBuffer<f32>>();
+        owned_by_an_export::<ManagedBuffer<f32>>();
+        owned_by_an_export::<PinnedBuffer<f32>>();
+        owned_by_an_export::<StreamBuffer<'static, f32>>();
+        owned_by_an_export::<CachedBuffer<'static, f32>>();
+        owned_by_an_export::<resource::ResourceBuffer<'static, f32>>();
+        owned_by_an_export::<IpcMapping<f32>>();
+        owned_by_an_export::<ImportedSlice<'static, f32>>();
+    }
+
     #[test]
     fn pending_work_moves_between_threads_with_its_buffers() {
         send::<Pending<(StreamBuffer<'static, f32>, PinnedBuffer<f32>)>>();

@@ -168,6 +168,36 @@ fn assert_forged_length_refused<T: std::fmt::Debug>(result: Result<T>) {
     assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
 }
 
+/// Writes `data` over the mapped memory through a `Pending` that owns it while the upload runs,
+/// and takes it back; the parent checks the data after the child has exited.
+fn upload_through_a_pending<D: OwnedDevice<u32>>(mapped: D, data: Vec<u32>) -> D {
+    let stream = Stream::non_blocking().unwrap();
+    let host = PinnedBuffer::from_slice(&data, HostAllocFlags::empty()).unwrap();
+    let (mapped, _host) = stream.upload(mapped, host).unwrap().wait().unwrap();
+    mapped
+}
+
+/// Releases the mapping: with DLPack, through an owned export's deleter after reading the memory
+/// back through the export (so it names the mapping's device and address); else with `close`.
+#[cfg(feature = "dlpack")]
+fn release<D: cuda_mem::dlpack::DlpackOwner>(mapped: D, seed: u32, _close: impl FnOnce(D) -> Result<()>) {
+    use cuda_mem::dlpack::{DLDevice, DlpackImport, DlpackTensor, ffi::kDLCUDA};
+    let device = Device::current().unwrap();
+    let tensor = DlpackTensor::owned(mapped).unwrap();
+    assert_eq!(tensor.device(), DLDevice { device_type: kDLCUDA, device_id: device.ordinal() as i32 });
+    assert_eq!(tensor.len(), LEN);
+    // SAFETY: a live export whose ownership passes to the import.
+    let import = unsafe { DlpackImport::from_raw(tensor.into_raw()) }.unwrap();
+    let seen = import.device_slice::<u32>(device).unwrap().to_vec().unwrap();
+    assert_same(&seen, &pattern(LEN, seed));
+    drop(import); // the deleter waits for every device, then releases the mapping
+}
+
+#[cfg(not(feature = "dlpack"))]
+fn release<D>(mapped: D, _seed: u32, close: impl FnOnce(D) -> Result<()>) {
+    close(mapped).unwrap();
+}
+
 fn child(role: &str) {
     let data = unhex(&std::env::var(DATA).unwrap());
     let device = Device::current().unwrap();
@@ -179,17 +209,25 @@ fn child(role: &str) {
             let pool = MemPool::import_fd(fd, device).unwrap();
             let forged = PoolPointerExport::from_bytes(with_len(data, LEN * 4 * 1024));
             assert_forged_length_refused(pool.import_pointer::<u32>(&forged));
+            // A pool that lives for good lends `'static` imports, which a `Pending` and an owned
+            // DLPack export can own.
+            let pool: &'static MemPool = Box::leak(Box::new(pool));
             let mut import = pool.import_pointer::<u32>(&PoolPointerExport::from_bytes(data)).unwrap();
             assert_eq!(import.len(), LEN);
-            import.as_mut_slice().copy_from_host(&pattern(LEN, SEED)).unwrap();
-            import.close().unwrap();
+            import.as_mut_slice().copy_from_host(&pattern(LEN, SEED ^ 0xFF)).unwrap();
+            let import = upload_through_a_pending(import, pattern(LEN, SEED));
+            release(import, SEED, ImportedSlice::close);
         }
         "legacy" => {
             assert_forged_length_refused(IpcMemHandle::from_bytes(with_len(data, LEN * 4 * 1024)).open::<u32>());
             let mut mapping = IpcMemHandle::from_bytes(data).open::<u32>().unwrap();
             assert_eq!(mapping.len(), LEN);
-            mapping.as_mut_slice().copy_from_host(&pattern(LEN, SEED + 1)).unwrap();
-            drop(mapping);
+            mapping.as_mut_slice().copy_from_host(&pattern(LEN, SEED ^ 0xFF)).unwrap();
+            let mapping = upload_through_a_pending(mapping, pattern(LEN, SEED + 1));
+            release(mapping, SEED + 1, |mapping| {
+                drop(mapping); // cudaIpcCloseMemHandle
+                Ok(())
+            });
         }
         other => panic!("unknown role {other}"),
     }

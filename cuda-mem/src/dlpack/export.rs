@@ -429,8 +429,9 @@ impl<'a> DlpackTensor<'a> {
 
 impl DlpackTensor<'static> {
     /// An export that owns `owner` (a device, managed, pinned or stream-ordered buffer:
-    /// `StreamBuffer`, `CachedBuffer` and `ResourceBuffer` of lifetime `'static`): its deleter
-    /// frees it. Writable. A stream-ordered buffer's pending work is on
+    /// `StreamBuffer`, `CachedBuffer` and `ResourceBuffer` of lifetime `'static`; or another
+    /// process's memory: an `IpcMapping`, an `ImportedSlice<'static, T>`): its deleter frees (or
+    /// releases) it. Writable. A stream-ordered buffer's pending work is on
     /// [`DlpackTensor::producer`]; its deleter waits for the device before the free, because the
     /// consumer's work on other streams is unknown (`cudaFree` of the other families waits too).
     ///

@@ -6,6 +6,7 @@ use super::ffi::{self, DLDevice};
 use super::invalid;
 use crate::device::Device;
 use crate::error::Result;
+use crate::ipc::{ImportedSlice, IpcMapping};
 use crate::raw::memory::{MemoryType, pointer_type};
 use crate::resource::{MemoryKind, ResourceBuffer};
 use crate::{CachedBuffer, DeviceBuffer, DeviceSlice, DeviceSliceMut, ManagedBuffer, PinnedBuffer, StreamBuffer};
@@ -121,6 +122,32 @@ impl<T: DlpackElement> sealed::Owner for ResourceBuffer<'static, T> {
         WaitThenFree { devices, buffer: self }
     }
 }
+
+/// Another process's memory mapped into this one: device memory, described through the
+/// runtime's pointer attributes as a view of it is. The mapping is released (`cudaIpcCloseMemHandle`,
+/// or the import's stream-ordered free on the legacy stream) only after every device has been
+/// waited for: neither release is documented to wait for the consumer's streams, and a peer
+/// device of this process may be one of them.
+macro_rules! mapped {
+    ($($source:ty, owned as $owner:ty);*) => {$(
+        impl<T: DlpackElement> sealed::Source for $source {
+            fn describe(&self) -> Result<Described> {
+                sealed::Source::describe(&self.as_slice())
+            }
+        }
+        impl<T: DlpackElement> DlpackSource for $source {}
+        impl<T: DlpackElement> DlpackSourceMut for $source {}
+        impl<T: DlpackElement> DlpackOwner for $owner {}
+        impl<T: DlpackElement> sealed::Owner for $owner {
+            type Keep = WaitThenFree<Self>;
+            fn keep(self) -> Self::Keep {
+                WaitThenFree { devices: Waits::All, buffer: self }
+            }
+        }
+    )*};
+}
+
+mapped!(IpcMapping<T>, owned as IpcMapping<T>; ImportedSlice<'_, T>, owned as ImportedSlice<'static, T>);
 
 /// Which devices an owned export waits for before its buffer is freed.
 #[derive(Debug)]

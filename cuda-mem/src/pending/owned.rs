@@ -5,6 +5,7 @@
 use crate::device_buffer::DeviceBuffer;
 use crate::device_cache::CachedBuffer;
 use crate::error::Result;
+use crate::ipc::{ImportedSlice, IpcMapping};
 use crate::managed::ManagedBuffer;
 use crate::pinned::PinnedBuffer;
 use crate::pinned_pool::PooledPinned;
@@ -42,7 +43,10 @@ pub trait OwnedHost<T: Pod>: sealed::Host<T> + Send + 'static {}
 /// [`CachedBuffer<'static, T>`](CachedBuffer) (from a `&'static` cache, such as
 /// [`DeviceCache::for_device`](crate::DeviceCache::for_device)'s, and an owned stream) and a
 /// [`ResourceBuffer<'static, T>`](ResourceBuffer) (an owned resource and stream; its device
-/// views, so not pinned host memory). A buffer that borrows for less cannot be handed over:
+/// views, so not pinned host memory); and another process's memory mapped here, an
+/// [`IpcMapping`] or an [`ImportedSlice<'static, T>`](ImportedSlice) (of a pool that lives for
+/// good), whose ordering with the other process stays the user's protocol. A buffer that
+/// borrows for less cannot be handed over:
 /// forgetting the `Pending` leaks the buffer, which must then never outlive what it borrows.
 ///
 /// ```no_run
@@ -64,6 +68,19 @@ pub trait OwnedHost<T: Pod>: sealed::Host<T> + Send + 'static {}
 /// let device = cache.zeroed::<u32>(stream.clone(), 16).unwrap(); // error: `cache` does not live long enough
 /// let pending = stream.upload(device, PinnedBuffer::<u32>::zeroed(16).unwrap()).unwrap();
 /// # pending.wait().unwrap();
+/// ```
+///
+/// Nor can an import of a pool that does not live for good:
+///
+/// ```compile_fail,E0597
+/// # use cuda_mem::{Device, MemPool, PinnedBuffer, PoolPointerExport, Stream};
+/// # use std::os::fd::BorrowedFd;
+/// fn upload(fd: BorrowedFd<'_>, export: &PoolPointerExport, stream: &Stream) {
+///     let pool = MemPool::import_fd(fd, Device::current().unwrap()).unwrap();
+///     let import = pool.import_pointer::<u32>(export).unwrap(); // error: `pool` does not live long enough
+///     let pending = stream.upload(import, PinnedBuffer::<u32>::zeroed(16).unwrap()).unwrap();
+///     pending.wait().unwrap();
+/// }
 /// ```
 pub trait OwnedDevice<T: Pod>: sealed::Device<T> + Send + 'static {}
 
@@ -117,5 +134,7 @@ device_owner!(
     ManagedBuffer<T>: Ok;
     StreamBuffer<'static, T>: Ok;
     CachedBuffer<'static, T>: Ok;
-    ResourceBuffer<'static, T>
+    ResourceBuffer<'static, T>;
+    IpcMapping<T>: Ok;
+    ImportedSlice<'static, T>: Ok
 );
