@@ -135,6 +135,8 @@ fn make_executable(path: &Path) -> Result {
 pub(crate) const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # Runs the GPU suite on a host that has only the NVIDIA driver.
 #   ./run                     every test executable (GPU tests included), then the examples
+#   ./run --tests             the test executables only
+#   ./run --examples          the examples only
 #   ./run --sanitize [TOOL]   the tests under compute-sanitizer TOOL (memcheck, racecheck,
 #                             synccheck) or all three
 #   ./run --python [ARGS]     the Python tests in python/ (pytest, else python/run_tests.py),
@@ -243,6 +245,35 @@ replays() {
   sed -n 's/.*"replay":"\([^"]*\)","resource":"\([^"]*\)".*"reserved_over_requested":\([^,]*\),.*/\1 \2 \3/p' \
     "$dir/replay.jsonl"
 }
+run_examples() {
+  # The numbered lessons of cuda-mem/examples, then the kernels crate's.
+  for e in smoke 01_allocate 02_copy_in_a_scope 03_stream_ordered 04_device_cache 05_pending_and_await \
+           06_resources 07_graphs 08_dlpack 09_pinned_memory 10_mapped_and_registered 11_managed_memory \
+           inference_loop kernel_bandwidth; do
+    example "$e"
+  done
+  example stress --threads 8 --streams 4 --ops 100000 --seconds "${STRESS_SECONDS:-300}"
+  # A log recorded from a workload (one thread: the log's order is the statistics' order),
+  # replayed against other resources: the peak must equal the stress run's "pool" peak.
+  log=$(mktemp)
+  example stress --threads 1 --streams 4 --ops 20000 --seconds 120 --log "$log"
+  for r in device pool cache pinned-pool; do example replay "$log" "$r"; done
+  rm -f "$log"
+  example staged_tuning
+  example loader
+  example async_server
+  example decode_graph
+  # Pickling a PyTorch memory snapshot of 100k trace entries (prints the time).
+  example snapshot_dump
+  [ "$gpus" -ge 2 ] && example peer_bandwidth
+  # NCCL all-reduce over every GPU, both ways (one rank on a one-GPU host); needs libnccl.
+  if [ -n "${CUDA_MEM_NCCL_LIB:-}" ] || { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+    example allreduce --mode procs
+    example allreduce --mode threads
+  else
+    echo "== examples/allreduce skipped: no libnccl.so.2 (set CUDA_MEM_NCCL_LIB to use another copy)"
+  fi
+}
 case "${1:-}" in
   --python)
     # The Python module's tests (PyTorch, CuPy, JAX where installed) and the PyTorch allocator's.
@@ -282,35 +313,15 @@ case "${1:-}" in
   --replay)
     replays "${2:?usage: ./run --replay OUT}"
     ;;
+  --tests)
+    run_tests
+    ;;
+  --examples)
+    run_examples
+    ;;
   *)
     run_tests
-    # The numbered lessons of cuda-mem/examples, then the kernels crate's.
-    for e in smoke 01_allocate 02_copy_in_a_scope 03_stream_ordered 04_device_cache 05_pending_and_await \
-             06_resources 07_graphs 08_dlpack 09_pinned_memory 10_mapped_and_registered 11_managed_memory \
-             inference_loop kernel_bandwidth; do
-      example "$e"
-    done
-    example stress --threads 8 --streams 4 --ops 100000 --seconds "${STRESS_SECONDS:-300}"
-    # A log recorded from a workload (one thread: the log's order is the statistics' order),
-    # replayed against other resources: the peak must equal the stress run's "pool" peak.
-    log=$(mktemp)
-    example stress --threads 1 --streams 4 --ops 20000 --seconds 120 --log "$log"
-    for r in device pool cache pinned-pool; do example replay "$log" "$r"; done
-    rm -f "$log"
-    example staged_tuning
-    example loader
-    example async_server
-    example decode_graph
-    # Pickling a PyTorch memory snapshot of 100k trace entries (prints the time).
-    example snapshot_dump
-    [ "$gpus" -ge 2 ] && example peer_bandwidth
-    # NCCL all-reduce over every GPU, both ways (one rank on a one-GPU host); needs libnccl.
-    if [ -n "${CUDA_MEM_NCCL_LIB:-}" ] || { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libnccl\.so\.2'; then
-      example allreduce --mode procs
-      example allreduce --mode threads
-    else
-      echo "== examples/allreduce skipped: no libnccl.so.2 (set CUDA_MEM_NCCL_LIB to use another copy)"
-    fi
+    run_examples
     ;;
 esac
 exit $fail
@@ -520,6 +531,22 @@ echo "{\"replay\":\"$1\",\"resource\":\"$2\",\"events\":2,\"peak_reserved\":1,\"
         );
         let (ok, runs) = bundle.run(&[], "gpu_alone_max_size");
         assert!(!ok && runs.len() == 5, "a failing gpu_alone_ test fails the run: {runs:?}");
+    }
+
+    #[test]
+    fn tests_and_examples_each_run_alone() {
+        let bundle = FakeBundle::new("parts", 1);
+        write(&bundle.dir.join("examples/smoke"), "#!/bin/sh\necho example smoke >> \"$FAKE_LOG\"\n");
+        let (ok, runs) = bundle.run(&["--tests"], "");
+        assert!(ok && runs.len() == 5 && !runs.iter().any(|r| r.starts_with("example")), "{runs:?}");
+        let (ok, runs) = bundle.run(&["--examples"], "");
+        assert!(ok, "{runs:?}");
+        assert_eq!(runs, ["example smoke"]);
+        write(&bundle.dir.join("examples/01_allocate"), "#!/bin/sh\nexit 1\n");
+        let (ok, _) = bundle.run(&["--examples"], "");
+        assert!(!ok, "a failing example fails the run");
+        let (ok, runs) = bundle.run(&[], "");
+        assert!(!ok && runs.len() == 6, "the plain run runs both: {runs:?}");
     }
 
     /// On one GPU the two-GPU executable is left without tests: the sanitizer must not run it,
