@@ -183,11 +183,13 @@ run_pass() {
     case "$t" in tests/embedded_fatbin-*) continue ;; esac
     # Under a sanitizer, skip the executables that make no CUDA call (the sanitizer only says
     # "terminated before first instrumented API call" and fails): unit tests of pure-Rust code
-    # and the report's tests.
+    # (cuda-mem-cache's, the workload corpus's, the cache replays over the fake backend) and the
+    # reports' tests.
     # The NCCL tests are skipped there too: their device work is NCCL's own kernels and copies
     # (spin-waiting on peers by design), not cuda-mem's.
     if [ -n "${sanitizing:-}" ]; then
       case "$t" in tests/cuda_mem_bench-*|tests/cuda_mem_kernels-*|tests/cuda_mem_sys-*|tests/cuda_mem_torch_alloc-*|tests/report-*) continue ;; esac
+      case "$t" in tests/cuda_mem_cache-*|tests/cuda_mem_workloads-*|tests/cache_replay-*|tests/suite_report-*) continue ;; esac
       case "$t" in tests/cuda_mem_nccl-*|tests/gpu_nccl-*|tests/nccl_loading-*) continue ;; esac
     fi
     # An executable whose every test is filtered out (the two-GPU ones on one GPU, most in the
@@ -422,6 +424,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
                 ("tests/gpu_pools-4444", vec!["gpu_alloc_on_a".into(), alone("pool_statistics"), alone("max_size")]),
                 ("tests/gpu_peer-5555", vec!["gpu2_peer_access".into()]),
                 ("tests/no_driver-6666", vec!["no_driver_malloc_fails".into()]),
+                ("tests/cuda_mem_cache-7777", vec!["fake::tests::frees_by_address".into()]),
             ];
             for (path, tests) in executables {
                 write(&dir.join(path), &FAKE_TEST.replacen("\n", &format!("\ntests=({})\n", tests.join(" ")), 1));
@@ -524,13 +527,14 @@ echo "{\"replay\":\"$1\",\"resource\":\"$2\",\"events\":2,\"peak_reserved\":1,\"
             [
                 "raw::tests::check_keeps_code threads=4 none",
                 "stats::tests::median threads=4 none",
+                "fake::tests::frees_by_address threads=4 none",
                 "gpu_alloc_on_a threads=4 none",
                 "gpu_alone_pool_statistics threads=1 none",
                 "gpu_alone_max_size threads=1 none",
             ]
         );
         let (ok, runs) = bundle.run(&[], "gpu_alone_max_size");
-        assert!(!ok && runs.len() == 5, "a failing gpu_alone_ test fails the run: {runs:?}");
+        assert!(!ok && runs.len() == 6, "a failing gpu_alone_ test fails the run: {runs:?}");
     }
 
     #[test]
@@ -538,7 +542,7 @@ echo "{\"replay\":\"$1\",\"resource\":\"$2\",\"events\":2,\"peak_reserved\":1,\"
         let bundle = FakeBundle::new("parts", 1);
         write(&bundle.dir.join("examples/smoke"), "#!/bin/sh\necho example smoke >> \"$FAKE_LOG\"\n");
         let (ok, runs) = bundle.run(&["--tests"], "");
-        assert!(ok && runs.len() == 5 && !runs.iter().any(|r| r.starts_with("example")), "{runs:?}");
+        assert!(ok && runs.len() == 6 && !runs.iter().any(|r| r.starts_with("example")), "{runs:?}");
         let (ok, runs) = bundle.run(&["--examples"], "");
         assert!(ok, "{runs:?}");
         assert_eq!(runs, ["example smoke"]);
@@ -546,7 +550,7 @@ echo "{\"replay\":\"$1\",\"resource\":\"$2\",\"events\":2,\"peak_reserved\":1,\"
         let (ok, _) = bundle.run(&["--examples"], "");
         assert!(!ok, "a failing example fails the run");
         let (ok, runs) = bundle.run(&[], "");
-        assert!(!ok && runs.len() == 6, "the plain run runs both: {runs:?}");
+        assert!(!ok && runs.len() == 7, "the plain run runs both: {runs:?}");
     }
 
     /// On one GPU the two-GPU executable is left without tests: the sanitizer must not run it,
