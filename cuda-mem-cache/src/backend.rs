@@ -73,7 +73,8 @@ pub unsafe trait Backend: Send + Sync + 'static {
 /// synchronization.
 ///
 /// # Safety
-/// As [`Backend`]'s promises: `reserve` returns `bytes` of addresses aligned to `page_bytes`,
+/// As [`Backend`]'s promises: `page_bytes` is a power of two of at least 512 and `range_bytes` a
+/// multiple of it, both the same at every call; `reserve` returns `bytes` of addresses aligned to `page_bytes`,
 /// overlapping no range it returned before that was not freed; after `map(at, bytes)` returns `Ok`
 /// those bytes are memory of the cache's device that nothing else uses, readable and writable
 /// there, until `unmap` of them.

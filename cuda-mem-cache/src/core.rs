@@ -54,7 +54,7 @@ impl Totals {
     /// its peak so far, or `live_budget` if more.
     pub fn over_budget(&self, bytes: usize, live_budget: usize) -> usize {
         let reserved = self.reserved();
-        (reserved.current + bytes).saturating_sub(reserved.peak.max(live_budget))
+        reserved.current.saturating_add(bytes).saturating_sub(reserved.peak.max(live_budget))
     }
 }
 

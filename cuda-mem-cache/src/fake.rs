@@ -46,6 +46,9 @@ impl BackendError for FakeError {
 /// Segment alignment: what `cudaMalloc` guarantees at least.
 const ALIGN: usize = 512;
 
+/// The end of an address-only backend's address space (a 64-bit device's is far smaller).
+const ADDRESS_END: usize = 1 << 62;
+
 /// A backend over the system allocator with hand-completed streams. Clones share the state, so
 /// a test keeps one to inspect what the allocator did with the other.
 #[derive(Debug, Clone, Default)]
@@ -91,8 +94,14 @@ impl FakeState {
     }
 
     /// The out-of-memory error for a request of `bytes`, if it must fail now.
+    /// The next free address after `bytes` more of address space, where the space has them
+    /// (a real system runs out of addresses as it runs out of memory: a refusal, not a panic).
+    fn take_addresses(&self, bytes: Option<usize>) -> Option<usize> {
+        bytes.and_then(|bytes| self.next_address.checked_add(bytes)).filter(|&next| next <= ADDRESS_END)
+    }
+
     fn refuse(&mut self, bytes: usize, reserved: usize) -> Option<FakeError> {
-        let over = self.capacity.is_some_and(|cap| reserved + bytes > cap);
+        let over = self.capacity.is_some_and(|cap| reserved.saturating_add(bytes) > cap);
         if self.fail_next == 0 && !over {
             return None;
         }
@@ -341,7 +350,10 @@ unsafe impl Backend for FakeBackend {
         }
         let ptr = if state.address_only {
             let address = state.next_address;
-            state.next_address += bytes.next_multiple_of(ALIGN);
+            let Some(next) = state.take_addresses(bytes.checked_next_multiple_of(ALIGN)) else {
+                return Err(FakeError::OutOfMemory { requested: bytes, free: None, total: state.capacity });
+            };
+            state.next_address = next;
             NonNull::new(std::ptr::without_provenance_mut(address)).expect("addresses start above 0")
         } else {
             // SAFETY: a non-zero size (the cache asks for multiples of 512) and a valid alignment.
@@ -420,7 +432,11 @@ unsafe impl Pages for FakeBackend {
         assert!(bytes.is_multiple_of(page), "ranges are whole pages");
         let mut state = self.state();
         let address = state.next_address;
-        state.next_address += bytes + page; // a page of gap: neighbours never touch
+        // A page of gap: neighbours never touch.
+        let Some(next) = state.take_addresses(bytes.checked_add(page)) else {
+            return Err(FakeError::OutOfMemory { requested: bytes, free: None, total: state.capacity });
+        };
+        state.next_address = next;
         state.ranges.insert(address, bytes);
         Ok(NonNull::new(std::ptr::without_provenance_mut(address)).expect("addresses start above 0"))
     }

@@ -102,6 +102,8 @@
 //! the allocation is tried once more;
 //! if that fails too the error is [`Error::OutOfMemory`] with the cache's [`CachingStats`].
 
+#[cfg(test)]
+mod adversarial_tests;
 mod allocator;
 mod arena;
 mod backend;

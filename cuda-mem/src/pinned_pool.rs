@@ -18,17 +18,30 @@ use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Event;
 use crate::stream::Stream;
 use bytemuck::Pod;
-use cuda_mem_cache::pinned::{Block, BlockCache, Lease, PinnedBackend, PinnedClass, class_of};
+use cuda_mem_cache::pinned::{BlockCache, Lease, PinnedBackend, PinnedClass, class_of};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
-/// CUDA events as fences, `cudaFreeHost` as release.
-struct CudaBackend;
+/// `cudaHostAlloc` with a pool's flags, zeroed, as allocation; CUDA events as fences;
+/// `cudaFreeHost` as release.
+struct CudaBackend {
+    flags: HostAllocFlags,
+}
 
 impl PinnedBackend for CudaBackend {
     type Fence = Event;
+    type Error = CudaError;
+
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
+        let fresh = raw::host::alloc(bytes, self.flags)?;
+        // SAFETY: allocated just now, never used.
+        let ptr = raw::typed::<u8>(fresh, "PinnedPool", |p| unsafe { raw::host::free(p, bytes) })?;
+        // SAFETY: a fresh allocation of `bytes`; zeroing makes every later view initialised.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
+        Ok(ptr)
+    }
 
     fn is_done(&self, fence: &Event) -> bool {
         fence.allows_reuse()
@@ -39,8 +52,8 @@ impl PinnedBackend for CudaBackend {
     }
 
     unsafe fn release(&self, ptr: NonNull<u8>, bytes: usize) {
-        // SAFETY: the caller guarantees `ptr` came from cudaHostAlloc/cudaMallocHost and has no
-        // pending work.
+        // SAFETY: the caller guarantees `ptr` came from `allocate(bytes)` (cudaHostAlloc) and has
+        // no pending work.
         raw::quiet(unsafe { raw::host::free(ptr.as_ptr().cast(), bytes) });
     }
 }
@@ -84,7 +97,7 @@ impl PinnedPool {
     /// is exact because such a pool keeps every free block in its shared lists: only a pool
     /// without a cap (`usize::MAX`) has per-thread front caches.
     pub fn with_max_cached_bytes(flags: HostAllocFlags, max_cached_bytes: usize) -> Self {
-        Self { cache: BlockCache::new(CudaBackend, max_cached_bytes), flags }
+        Self { cache: BlockCache::new(CudaBackend { flags }, max_cached_bytes), flags }
     }
 
     /// The process-wide pool that [`Stream::upload`] and [`Stream::download`] stage pageable
@@ -117,16 +130,10 @@ impl PinnedPool {
         })?;
         let (block, lease) = match self.cache.take_leased(class) {
             Some(held) => held,
-            None => (self.new_block(class)?, self.cache.lease()),
+            None => (self.cache.allocate(class)?, self.cache.lease()),
         };
-        Ok(PooledPinned {
-            ptr: block.ptr.cast(),
-            len,
-            lease: Some(lease),
-            class: block.class,
-            fences: block.fences,
-            flags: self.flags,
-        })
+        let (ptr, class, fences) = block.into_raw_parts();
+        Ok(PooledPinned { ptr: ptr.cast(), len, lease: Some(lease), class, fences, flags: self.flags })
     }
 
     /// A block of at least `bytes` (> 0) as a raw pointer, for [`PinnedPoolResource`](crate::resource::PinnedPoolResource).
@@ -136,9 +143,9 @@ impl PinnedPool {
         })?;
         let block = match self.cache.take(class) {
             Some(block) => block,
-            None => self.new_block(class)?,
+            None => self.cache.allocate(class)?,
         };
-        Ok(block.ptr)
+        Ok(block.into_raw_parts().0) // made again by `put_raw`
     }
 
     /// Returns a block from [`PinnedPool::take_raw`], reusable once `fence` (if any) completes.
@@ -147,18 +154,10 @@ impl PinnedPool {
     /// `ptr` came from `take_raw(bytes)` on this pool and is returned once.
     pub(crate) unsafe fn put_raw(&self, ptr: NonNull<u8>, bytes: usize, fence: Option<Event>) {
         let class = class_of(bytes).expect("take_raw accepted this size");
-        self.cache.put(Block { ptr, class, fences: fence.into_iter().collect() });
-    }
-
-    fn new_block(&self, class: PinnedClass) -> Result<Block<Event>> {
-        let bytes = class.bytes;
-        let fresh = raw::host::alloc(bytes, self.flags)?;
-        // SAFETY: allocated just now, never used.
-        let ptr = raw::typed::<u8>(fresh, "PinnedPool", |p| unsafe { raw::host::free(p, bytes) })?;
-        // SAFETY: a fresh allocation of `bytes`; zeroing makes every later view initialised.
-        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
-        self.cache.note_miss(class);
-        Ok(Block { ptr, class, fences: Vec::new() })
+        // SAFETY: the parts of a block `take_raw` took apart, made again once (the caller's
+        // guarantee); the same size gives the same class.
+        let block = unsafe { self.cache.block_from_raw_parts(ptr, class, fence.into_iter().collect()) };
+        drop(self.cache.put(block)); // this pool's own block: never refused
     }
 
     /// Returns every cached block to the driver (`cudaFreeHost`), those in every thread's front
@@ -203,7 +202,7 @@ impl<T: Pod> fmt::Debug for PooledPinned<T> {
 
 impl<T: Pod> PooledPinned<T> {
     fn empty(len: usize, flags: HostAllocFlags) -> Self {
-        let class = PinnedClass { index: 0, bytes: 0 };
+        let class = class_of(0).expect("the smallest class"); // never read without a lease
         Self { ptr: NonNull::dangling(), len, lease: None, class, fences: Vec::new(), flags }
     }
 
@@ -213,7 +212,7 @@ impl<T: Pod> PooledPinned<T> {
 
     /// Bytes in the underlying block (the request rounded up to its size class).
     pub fn capacity_bytes(&self) -> usize {
-        self.class.bytes
+        if self.lease.is_some() { self.class.bytes() } else { 0 }
     }
 
     /// Marks the end of work queued on `stream` so far as a use of this block: after the buffer is
@@ -254,7 +253,10 @@ impl<T: Pod> Drop for PooledPinned<T> {
         if let Some(lease) = self.lease.take() {
             // Most buffers record no use: then no move of the list (as for the fields above).
             let fences = if self.fences.is_empty() { Vec::new() } else { std::mem::take(&mut self.fences) };
-            lease.put(Block { ptr: self.ptr.cast(), class: self.class, fences });
+            // SAFETY: the parts `alloc` took from a block of the lease's pool, made again once
+            // (the lease is taken out above).
+            let block = unsafe { lease.block_from_raw_parts(self.ptr.cast(), self.class, fences) };
+            drop(lease.put(block)); // its own pool's block: never refused
         }
     }
 }
@@ -262,7 +264,6 @@ impl<T: Pod> Drop for PooledPinned<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cuda_mem_cache::pinned::fake::fake_block;
 
     /// The whole hit pair of a `PinnedPool` without a GPU (`alloc` + drop of a `PooledPinned`), over
     /// a block of system memory put in by hand: `cargo test --release -p cuda-mem --lib
@@ -271,8 +272,12 @@ mod tests {
     #[ignore = "a measurement, not a check: run it in release mode"]
     fn whole_hit_pair_cost() {
         let pool = PinnedPool::new(HostAllocFlags::empty());
-        let block = fake_block(1 << 20);
-        pool.cache.put(Block { ptr: block.ptr, class: block.class, fences: Vec::new() });
+        let block = system_block(1 << 20);
+        // SAFETY: not the contract's block (system memory, not the pool's): what the contract
+        // protects is the release, and the pool is forgotten below, so it never releases it.
+        pool.cache
+            .put(unsafe { pool.cache.block_from_raw_parts(block, class_of(1 << 20).unwrap(), Vec::new()) })
+            .unwrap();
         let pairs = 1_000_000;
         let mut samples: Vec<f64> = (0..15)
             .map(|_| {
@@ -288,5 +293,12 @@ mod tests {
         println!("pinned pool hit pair, whole: {:.1} ns (median of 15)", samples[7]);
         // The block is system memory: the pool must never hand it to cudaFreeHost.
         std::mem::forget(pool);
+    }
+
+    /// Page-aligned system memory of `bytes`, leaked.
+    fn system_block(bytes: usize) -> NonNull<u8> {
+        let layout = std::alloc::Layout::from_size_align(bytes, 4096).unwrap();
+        // SAFETY: a non-zero size and a valid alignment.
+        NonNull::new(unsafe { std::alloc::alloc(layout) }).unwrap()
     }
 }

@@ -5,7 +5,7 @@
 //! holds, the counters match a model, and every block is released exactly once in the end.
 
 use arbitrary::Arbitrary;
-use cuda_mem_cache::pinned::fake::{FakeBackend, FakeFence, fake_block};
+use cuda_mem_cache::pinned::fake::{FakeBackend, FakeFence};
 use cuda_mem_cache::pinned::{BlockCache, class_of};
 use libfuzzer_sys::fuzz_target;
 use std::sync::atomic::Ordering;
@@ -39,29 +39,27 @@ fuzz_target!(|input: Input| {
                 let class = class_of(usize::from(size % 4096) * 4).unwrap();
                 let block = match cache.take(class) {
                     Some(block) => {
-                        assert!(block.fences.iter().all(|f| f.load(Ordering::Acquire)), "reused with work pending");
+                        assert!(block.fences().iter().all(|f| f.load(Ordering::Acquire)), "reused with work pending");
                         block
                     }
                     None => {
-                        cache.note_miss(class);
-                        made += class.bytes;
-                        fake_block(class.bytes)
+                        made += class.bytes();
+                        cache.allocate(class).expect("the fake allocates")
                     }
                 };
-                assert_eq!(block.class, class);
-                in_use += class.bytes;
+                assert_eq!(block.class(), class);
+                in_use += class.bytes();
                 held.push(block);
             }
             Op::Free { index, fenced } if !held.is_empty() => {
                 let mut block = held.swap_remove(usize::from(index) % held.len());
-                block.fences.clear();
                 if fenced {
                     let fence = FakeFence::default();
                     fences.push(fence.clone());
-                    block.fences.push(fence);
+                    block.record(fence);
                 }
-                in_use -= block.class.bytes;
-                cache.put(block);
+                in_use -= block.class().bytes();
+                cache.put(block).expect("a block of this pool");
                 assert!(cache.stats().cached_bytes <= cap);
             }
             Op::Complete { index } if !fences.is_empty() => {
@@ -78,7 +76,7 @@ fuzz_target!(|input: Input| {
         assert!(stats.peak_in_use_bytes >= in_use);
     }
     for block in held {
-        cache.put(block);
+        cache.put(block).expect("a block of this pool");
     }
     cache.shrink_to(0, None);
     assert_eq!(cache.stats().cached_bytes, 0);

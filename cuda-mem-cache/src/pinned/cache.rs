@@ -30,10 +30,16 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
 
-/// What the cache needs from the memory system.
+/// What the cache needs from the memory system. The cache allocates through it, never
+/// dereferences a block, and releases each allocation once, so a safe implementation is enough:
+/// what the memory is (pinned, mapped, ...) is the backend's and its users' business.
 pub trait PinnedBackend: Send + Sync + 'static {
     /// Marks the end of asynchronous work that used a block (a CUDA event).
     type Fence: Send;
+    /// What [`PinnedBackend::allocate`] fails with.
+    type Error;
+    /// A new block of `bytes` (a size class's bytes, never 0) from the system.
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>, Self::Error>;
     /// True when the work has completed; never blocks.
     fn is_done(&self, fence: &Self::Fence) -> bool;
     /// Blocks until the work has completed.
@@ -41,21 +47,110 @@ pub trait PinnedBackend: Send + Sync + 'static {
     /// Returns a block's memory to the system.
     ///
     /// # Safety
-    /// `ptr` came from this backend's allocation of `bytes` and is released once, with no
-    /// pending work.
+    /// `ptr` came from this backend's `allocate(bytes)`, is released once, and every fence
+    /// recorded on its block was waited for. The cache is the only caller that can promise it:
+    /// blocks are made only by the cache, and return only to the pool that made them.
     unsafe fn release(&self, ptr: NonNull<u8>, bytes: usize);
 }
 
-/// A pinned block and the work that may still use it.
+/// A pinned block and the work that may still use it. Only a [`BlockCache`] makes one (from its
+/// backend's allocation, or from its free lists), and it goes back only to the pool that made it
+/// ([`BlockCache::put`], [`Lease::put`]): neither `Clone` nor constructible outside the cache, so
+/// no block is handed out twice or released against its backend's contract. Dropping a block
+/// instead of putting it back leaks its memory.
+///
+/// A block cannot be forged, copied, or have its fences dropped:
+/// ```compile_fail,E0451
+/// use cuda_mem_cache::pinned::{Block, class_of};
+/// let class = class_of(4096).unwrap();
+/// let _: Block<()> = Block { ptr: std::ptr::NonNull::dangling(), class, fences: Vec::new(), pool: 0 };
+/// ```
+/// ```compile_fail,E0599
+/// fn twice(block: cuda_mem_cache::pinned::Block<()>) -> (cuda_mem_cache::pinned::Block<()>, cuda_mem_cache::pinned::Block<()>) {
+///     (block.clone(), block)
+/// }
+/// ```
+/// ```compile_fail,E0616
+/// fn unfence(block: &mut cuda_mem_cache::pinned::Block<u32>) {
+///     block.fences.clear();
+/// }
+/// ```
+/// and a block put back is gone from its holder:
+/// ```compile_fail,E0382
+/// use cuda_mem_cache::pinned::{BlockCache, PinnedBackend};
+/// fn put_twice<B: PinnedBackend>(cache: &BlockCache<B>, block: cuda_mem_cache::pinned::Block<B::Fence>) {
+///     let _ = cache.put(block);
+///     let _ = cache.put(block);
+/// }
+/// ```
 #[derive(Debug)]
+#[must_use = "a block dropped instead of put back leaks its memory"]
 pub struct Block<F> {
-    pub ptr: NonNull<u8>,
-    pub class: PinnedClass,
-    pub fences: Vec<F>,
+    ptr: NonNull<u8>,
+    class: PinnedClass,
+    fences: Vec<F>,
+    /// The pool that made it (`Shared::id`).
+    pool: u64,
 }
 
-// SAFETY: a block is plain memory owned by exactly one holder at a time (the cache or one buffer).
+// SAFETY: a block is the address of memory owned by exactly one holder at a time (a pool or one
+// user), never dereferenced by the cache; another thread may hold it, put it back or drop it.
 unsafe impl<F: Send> Send for Block<F> {}
+
+impl<F> Block<F> {
+    /// The block's address.
+    #[inline]
+    pub fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// Its size class: its bytes are `class().bytes()`.
+    #[inline]
+    pub fn class(&self) -> PinnedClass {
+        self.class
+    }
+
+    /// Fences of work that may still use the block.
+    pub fn fences(&self) -> &[F] {
+        &self.fences
+    }
+
+    /// Marks asynchronous work that uses the block: once it is back in its pool, the block is
+    /// handed out again only after `fence` is done (released only after a wait for it).
+    pub fn record(&mut self, fence: F) {
+        self.fences.push(fence);
+    }
+
+    /// Takes the block apart, for an owner that keeps its address and class apart (or only its
+    /// address and size, as a resource freed by address does). Only
+    /// [`BlockCache::block_from_raw_parts`] or [`Lease::block_from_raw_parts`] of its pool makes
+    /// it a block again; without that its memory leaks.
+    #[inline]
+    pub fn into_raw_parts(self) -> (NonNull<u8>, PinnedClass, Vec<F>) {
+        (self.ptr, self.class, self.fences)
+    }
+}
+
+/// A block put into a pool that did not make it, given back to the caller.
+#[derive(Debug)]
+pub struct ForeignBlock<F> {
+    block: Block<F>,
+}
+
+impl<F> ForeignBlock<F> {
+    /// The block, to be put into its own pool.
+    pub fn into_block(self) -> Block<F> {
+        self.block
+    }
+}
+
+impl<F> std::fmt::Display for ForeignBlock<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a pinned block of {} bytes put into a pool that did not make it", self.block.class.bytes())
+    }
+}
+
+impl<F: std::fmt::Debug> std::error::Error for ForeignBlock<F> {}
 
 /// Counters of a caching pool. `cached_bytes`, `in_use_bytes`, `hits` and `misses` are exact
 /// whenever no call is in flight (each thread counts its own calls; reading sums them).
@@ -126,14 +221,34 @@ impl<B: PinnedBackend> std::fmt::Debug for Lease<B> {
 impl<B: PinnedBackend> Lease<B> {
     /// Returns `block` to the pool: into this thread's front cache, this lease into the thread's
     /// stock beside it, if the block may park there; else into the shared list of its class.
+    /// A block of another pool is refused and given back (the lease is dropped).
     #[inline(always)]
-    pub fn put(self, block: Block<B::Fence>) {
+    pub fn put(self, block: Block<B::Fence>) -> Result<(), ForeignBlock<B::Fence>> {
+        if block.pool != self.shared.id {
+            return Err(ForeignBlock { block });
+        }
         let lease = ManuallyDrop::new(self);
         if !put_block(&lease.shared, block, true) {
             drop(ManuallyDrop::into_inner(lease));
         }
         // Else the stock owns the lease's reference now, and another thread closing the pool may
         // drop the stock at any moment: the state may be gone.
+        Ok(())
+    }
+
+    /// [`BlockCache::block_from_raw_parts`], for the pool this lease keeps.
+    ///
+    /// # Safety
+    /// As there: `ptr` and `class` are the parts of a block of this lease's pool, and no block
+    /// of them exists now.
+    #[inline(always)]
+    pub unsafe fn block_from_raw_parts(
+        &self,
+        ptr: NonNull<u8>,
+        class: PinnedClass,
+        fences: Vec<B::Fence>,
+    ) -> Block<B::Fence> {
+        Block { ptr, class, fences, pool: self.shared.id }
     }
 
     /// The lease a front cache's stock gave up on a hit (see [`ThreadCache::take`]).
@@ -196,7 +311,7 @@ unsafe fn release_lease<B: PinnedBackend>(state: *const ()) {
 }
 
 fn put_counted<B: PinnedBackend>(shared: &Arc<Shared<B>>, block: Block<B::Fence>) {
-    let bytes = block.class.bytes;
+    let bytes = block.class.bytes();
     count(shared, move |counts| counts.take_back(bytes));
     shared.put_shared(block);
 }
@@ -263,7 +378,7 @@ impl<B: PinnedBackend> BlockCache<B> {
     /// does not need them).
     #[cfg(test)]
     pub(super) fn hold_shared(&self, class: PinnedClass) -> impl Sized + '_ {
-        (lock(&self.shared.classes[class.index]), lock(&self.shared.threads))
+        (lock(&self.shared.classes[class.index()]), lock(&self.shared.threads))
     }
 
     /// A cached block of `class` whose work has completed: this thread's most recently freed
@@ -275,7 +390,7 @@ impl<B: PinnedBackend> BlockCache<B> {
         if shared.fronts {
             let hit = thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |c| c.take(class, false));
             if let Some(Some((ptr, _))) = hit {
-                return Some(Block { ptr, class, fences: Vec::new() });
+                return Some(Block { ptr, class, fences: Vec::new(), pool: shared.id });
             }
         }
         self.take_shared(class)
@@ -291,10 +406,25 @@ impl<B: PinnedBackend> BlockCache<B> {
             if let Some(Some((ptr, stocked))) = hit {
                 // SAFETY: this pool's front cache gave up a stocked reference.
                 let lease = if stocked { unsafe { Lease::from_stock(shared) } } else { self.lease() };
-                return Some((Block { ptr, class, fences: Vec::new() }, lease));
+                return Some((Block { ptr, class, fences: Vec::new(), pool: shared.id }, lease));
             }
         }
         self.take_shared(class).map(|block| (block, self.lease()))
+    }
+
+    /// The block whose parts [`Block::into_raw_parts`] gave, with `fences` (those parts' or
+    /// more).
+    ///
+    /// # Safety
+    /// `ptr` and `class` are the parts of a block of this pool, and no block of them exists
+    /// now: each block taken apart is made again at most once.
+    pub unsafe fn block_from_raw_parts(
+        &self,
+        ptr: NonNull<u8>,
+        class: PinnedClass,
+        fences: Vec<B::Fence>,
+    ) -> Block<B::Fence> {
+        Block { ptr, class, fences, pool: self.shared.id }
     }
 
     /// A new lease of this pool.
@@ -311,28 +441,36 @@ impl<B: PinnedBackend> BlockCache<B> {
             block = shared.take_ready(class);
         }
         let block = block?;
-        count(shared, move |counts| counts.hand_out(class.bytes, true));
+        count(shared, move |counts| counts.hand_out(class.bytes(), true));
         Some(block)
     }
 
-    /// Records a block that had to come from the system.
-    pub fn note_miss(&self, class: PinnedClass) {
+    /// A new block of `class` from the backend, for a request the cache could not serve.
+    pub fn allocate(&self, class: PinnedClass) -> Result<Block<B::Fence>, B::Error> {
         let shared = &self.shared;
-        let held = shared.held_bytes.fetch_add(class.bytes, Ordering::Relaxed) + class.bytes;
+        let ptr = shared.backend.allocate(class.bytes())?;
+        let held = shared.held_bytes.fetch_add(class.bytes(), Ordering::Relaxed) + class.bytes();
         shared.peak_held_bytes.fetch_max(held, Ordering::Relaxed);
-        count(shared, move |counts| counts.hand_out(class.bytes, false));
+        count(shared, move |counts| counts.hand_out(class.bytes(), false));
+        Ok(Block { ptr, class, fences: Vec::new(), pool: shared.id })
     }
 
-    /// Takes a block back without a buffer's lease (see [`Lease::put`] for buffers).
-    pub fn put(&self, block: Block<B::Fence>) {
+    /// Takes a block back without a buffer's lease (see [`Lease::put`] for buffers). A block
+    /// of another pool is refused and given back.
+    pub fn put(&self, block: Block<B::Fence>) -> Result<(), ForeignBlock<B::Fence>> {
+        if block.pool != self.shared.id {
+            return Err(ForeignBlock { block });
+        }
         put_block(&self.shared, block, false);
+        Ok(())
     }
 
     /// Releases cached blocks, every thread's front cache returned first, until at most `target`
     /// bytes stay cached; returns bytes released.
-    pub fn shrink_to(&self, target: usize, first: Option<usize>) -> usize {
+    /// Blocks of `first` go first, then the largest classes.
+    pub fn shrink_to(&self, target: usize, first: Option<PinnedClass>) -> usize {
         self.shared.flush_all();
-        self.shared.shrink_lists(target, first)
+        self.shared.shrink_lists(target, first.map(PinnedClass::index))
     }
 
     /// The pool's counters: the pool's own, the exited threads' and every front cache's, summed.
@@ -374,24 +512,24 @@ impl<B: PinnedBackend> BlockCache<B> {
 impl<B: PinnedBackend> Shared<B> {
     /// The most recently freed block of `class` in its list whose work has completed.
     fn take_ready(&self, class: PinnedClass) -> Option<Block<B::Fence>> {
-        let mut list = lock(&self.classes[class.index]);
+        let mut list = lock(&self.classes[class.index()]);
         let position = list.iter_mut().rposition(|block| {
             block.fences.retain(|fence| !self.backend.is_done(fence));
             block.fences.is_empty()
         })?;
         let block = list.swap_remove(position);
         drop(list);
-        self.cached_bytes.fetch_sub(class.bytes, Ordering::Relaxed);
+        self.cached_bytes.fetch_sub(class.bytes(), Ordering::Relaxed);
         Some(block)
     }
 
     fn put_shared(&self, block: Block<B::Fence>) {
-        let bytes = block.class.bytes;
+        let bytes = block.class.bytes();
         if bytes > self.max_cached_bytes || self.closed.load(Ordering::Relaxed) {
             self.release(block);
             return;
         }
-        let index = block.class.index;
+        let index = block.class.index();
         lock(&self.classes[index]).push(block);
         let cached = self.cached_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if cached > self.max_cached_bytes {
@@ -402,7 +540,7 @@ impl<B: PinnedBackend> Shared<B> {
     /// Returns parked blocks to the lists.
     fn unpark(&self, parked: Vec<Parked>) {
         for Parked { ptr, class } in parked {
-            self.put_shared(Block { ptr, class, fences: Vec::new() });
+            self.put_shared(Block { ptr, class, fences: Vec::new(), pool: self.id });
         }
     }
 
@@ -428,8 +566,8 @@ impl<B: PinnedBackend> Shared<B> {
                 }) else {
                     break;
                 };
-                self.cached_bytes.fetch_sub(block.class.bytes, Ordering::Relaxed);
-                released += block.class.bytes;
+                self.cached_bytes.fetch_sub(block.class.bytes(), Ordering::Relaxed);
+                released += block.class.bytes();
                 self.release(block);
             }
         }
@@ -440,9 +578,9 @@ impl<B: PinnedBackend> Shared<B> {
         for fence in &block.fences {
             self.backend.wait(fence);
         }
-        self.held_bytes.fetch_sub(block.class.bytes, Ordering::Relaxed);
+        self.held_bytes.fetch_sub(block.class.bytes(), Ordering::Relaxed);
         // SAFETY: the block came from the backend, is owned here alone, and its work is done.
-        unsafe { self.backend.release(block.ptr, block.class.bytes) };
+        unsafe { self.backend.release(block.ptr, block.class.bytes()) };
     }
 }
 

@@ -1,7 +1,6 @@
 //! A backend over the system allocator with fences completed by hand, for tests and fuzzing.
 
-use super::cache::{Block, PinnedBackend};
-use super::size_class::class_of;
+use super::cache::PinnedBackend;
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,13 +14,34 @@ pub struct FakeBackend {
     pub released: Arc<Mutex<Vec<usize>>>,
     /// Fences the cache waited for (a real backend blocks until the work completes).
     pub waits: AtomicUsize,
+    /// Allocations still to refuse (as a driver out of memory would), one per call.
+    pub refusals: AtomicUsize,
 }
 
 /// Completed by setting it.
 pub type FakeFence = Arc<AtomicBool>;
 
+/// An allocation the fake refused (see [`FakeBackend::refusals`]), or one the system could not
+/// make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FakeRefusal {
+    /// The bytes asked for.
+    pub bytes: usize,
+}
+
+fn layout(bytes: usize) -> Option<Layout> {
+    Layout::from_size_align(bytes, 4096).ok()
+}
+
 impl PinnedBackend for FakeBackend {
     type Fence = FakeFence;
+    type Error = FakeRefusal;
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>, FakeRefusal> {
+        let refused = self.refusals.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok();
+        let layout = layout(bytes).filter(|l| l.size() > 0 && !refused).ok_or(FakeRefusal { bytes })?;
+        // SAFETY: a non-zero size and a valid alignment.
+        NonNull::new(unsafe { std::alloc::alloc(layout) }).ok_or(FakeRefusal { bytes })
+    }
     fn is_done(&self, fence: &FakeFence) -> bool {
         fence.load(Ordering::Acquire)
     }
@@ -32,15 +52,8 @@ impl PinnedBackend for FakeBackend {
     }
     unsafe fn release(&self, ptr: NonNull<u8>, bytes: usize) {
         self.released.lock().unwrap().push(bytes);
-        // SAFETY: allocated by `fake_block` with this layout.
-        unsafe { std::alloc::dealloc(ptr.as_ptr(), Layout::from_size_align(bytes, 4096).unwrap()) };
+        let layout = layout(bytes).expect("allocate made this layout");
+        // SAFETY: from `allocate(bytes)` with this layout (the caller's guarantee), freed once.
+        unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
     }
-}
-
-/// A new block from the system allocator, as a miss would produce.
-pub fn fake_block(bytes: usize) -> Block<FakeFence> {
-    let class = class_of(bytes).unwrap();
-    // SAFETY: non-zero size, valid alignment.
-    let ptr = unsafe { std::alloc::alloc(Layout::from_size_align(class.bytes, 4096).unwrap()) };
-    Block { ptr: NonNull::new(ptr).unwrap(), class, fences: Vec::new() }
 }

@@ -162,9 +162,9 @@ impl ThreadCache {
     pub fn take(&self, class: PinnedClass, leased: bool) -> Option<(NonNull<u8>, bool)> {
         let mut front = self.front.lock();
         let front = &mut *front;
-        let parked = front.bins.get_mut(class.index)?.pop()?;
-        front.parked_bytes -= class.bytes;
-        front.counts.hand_out(class.bytes, true);
+        let parked = front.bins.get_mut(class.index())?.pop()?;
+        front.parked_bytes -= class.bytes();
+        front.counts.hand_out(class.bytes(), true);
         let stocked = leased && front.leases.count > 0;
         front.leases.count -= usize::from(stocked);
         Some((parked.ptr, stocked))
@@ -179,7 +179,7 @@ impl ThreadCache {
     pub fn put(&self, parked: Parked, leased: bool) -> Put {
         let mut front = self.front.lock();
         let front = &mut *front;
-        let (index, bytes) = (parked.class.index, parked.class.bytes);
+        let (index, bytes) = (parked.class.index(), parked.class.bytes());
         front.counts.take_back(bytes);
         if front.closed {
             return Put::Refused;

@@ -11,5 +11,5 @@ pub mod size_class;
 #[cfg(test)]
 mod tests;
 
-pub use cache::{Block, BlockCache, Lease, PinnedBackend, PinnedPoolStats};
+pub use cache::{Block, BlockCache, ForeignBlock, Lease, PinnedBackend, PinnedPoolStats};
 pub use size_class::{MIN_BLOCK, NUM_CLASSES, PinnedClass, class_of};

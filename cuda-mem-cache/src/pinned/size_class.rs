@@ -9,11 +9,29 @@ const STEPS_PER_DOUBLING: usize = 4;
 /// Number of classes: enough for any block size representable in `usize`.
 pub const NUM_CLASSES: usize = (usize::BITS - MIN_SHIFT) as usize * STEPS_PER_DOUBLING + 1;
 
-/// A size class: its index and the bytes a block of it holds.
+/// A size class: its index and the bytes a block of it holds. Only [`class_of`] makes one, so
+/// the two always agree and the index is below [`NUM_CLASSES`]:
+/// ```compile_fail,E0451
+/// let _ = cuda_mem_cache::pinned::PinnedClass { index: 1000, bytes: 1 };
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PinnedClass {
-    pub index: usize,
-    pub bytes: usize,
+    index: usize,
+    bytes: usize,
+}
+
+impl PinnedClass {
+    /// Its position among the classes, below [`NUM_CLASSES`].
+    #[inline]
+    pub fn index(self) -> usize {
+        self.index
+    }
+
+    /// Bytes of a block of the class.
+    #[inline]
+    pub fn bytes(self) -> usize {
+        self.bytes
+    }
 }
 
 /// The class serving `bytes`, or `None` when the rounded size would overflow `usize`.
@@ -38,14 +56,14 @@ mod tests {
 
     #[test]
     fn classes_step_by_quarters_of_a_power_of_two() {
-        assert_eq!(class_of(4097).unwrap().bytes, 5120);
-        assert_eq!(class_of(5120).unwrap().bytes, 5120);
-        assert_eq!(class_of(5121).unwrap().bytes, 6144);
+        assert_eq!(class_of(4097).unwrap().bytes(), 5120);
+        assert_eq!(class_of(5120).unwrap().bytes(), 5120);
+        assert_eq!(class_of(5121).unwrap().bytes(), 6144);
         assert_eq!(class_of(8192).unwrap(), PinnedClass { index: 4, bytes: 8192 });
-        assert_eq!(class_of(1 << 20).unwrap().bytes, 1 << 20);
-        assert_eq!(class_of((1 << 20) + 1).unwrap().bytes, (1 << 20) + (1 << 18));
-        assert_eq!(class_of(64 << 20).unwrap().bytes, 64 << 20);
-        assert_eq!(class_of(67_121_209).unwrap().bytes, 80 << 20);
+        assert_eq!(class_of(1 << 20).unwrap().bytes(), 1 << 20);
+        assert_eq!(class_of((1 << 20) + 1).unwrap().bytes(), (1 << 20) + (1 << 18));
+        assert_eq!(class_of(64 << 20).unwrap().bytes(), 64 << 20);
+        assert_eq!(class_of(67_121_209).unwrap().bytes(), 80 << 20);
     }
 
     #[test]

@@ -344,15 +344,19 @@ impl<'a> DlpackTensor<'a> {
                 format!("reshaping {} elements to {shape:?} ({count} elements)", self.len()),
             ));
         }
-        let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect(); // each ≤ count, which fits
         if shape.len() > i32::MAX as usize {
             return Err(invalid(
                 "more dimensions than int32 can count",
                 format!("reshaping to {} dimensions", shape.len()),
             ));
         }
+        // An empty shape's extents are not bounded by its count (`[0, usize::MAX]`), and a
+        // consumer reads extents and strides as non-negative int64: refuse what does not fit.
+        let (shape, strides) = compact_layout(shape).ok_or_else(|| {
+            invalid("an extent or row-major stride does not fit int64", format!("reshaping to {shape:?}"))
+        })?;
         let header = self.header_mut();
-        header.strides = compact_strides(&shape);
+        header.strides = strides;
         header.shape = shape;
         header.sync();
         Ok(self)
@@ -375,10 +379,14 @@ impl<'a> DlpackTensor<'a> {
                 format!("viewing {:p} as {}", self.data_ptr(), dtype.name()),
             ));
         }
+        let len = bytes / size;
+        let len_i64 = i64::try_from(len).map_err(|_| {
+            invalid("more elements than int64 can count", format!("viewing {bytes} bytes as {}", dtype.name()))
+        })?;
         let header = self.header_mut();
         header.dtype = dtype;
-        header.len = bytes / size;
-        header.shape = vec![header.len as i64];
+        header.len = len;
+        header.shape = vec![len_i64];
         header.strides = vec![1];
         header.sync();
         Ok(self)
@@ -532,11 +540,13 @@ impl fmt::Debug for DlpackTensor<'_> {
     }
 }
 
-/// Row-major strides (in elements) of `shape`; no overflow, as the element count fits.
-fn compact_strides(shape: &[i64]) -> Vec<i64> {
-    let mut strides = vec![1i64; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1].saturating_mul(shape[i + 1].max(1));
+/// `shape` and its row-major strides (in elements, an extent of 0 counted as 1, as PyTorch
+/// does) as DLPack's int64s, or `None` where an extent or a stride does not fit `i64`.
+fn compact_layout(shape: &[usize]) -> Option<(Vec<i64>, Vec<i64>)> {
+    let extents = shape.iter().map(|&d| i64::try_from(d).ok()).collect::<Option<Vec<i64>>>()?;
+    let mut strides = vec![1i64; extents.len()];
+    for i in (0..extents.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1].checked_mul(extents[i + 1].max(1))?;
     }
-    strides
+    Some((extents, strides))
 }

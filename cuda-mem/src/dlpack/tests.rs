@@ -150,6 +150,34 @@ fn reshape_checks_the_element_count() {
 }
 
 #[test]
+fn reshape_refuses_extents_and_strides_beyond_int64() {
+    let mut none = [0u8; 0];
+    // An empty export's count is 0 whatever the other extents: each must still fit int64.
+    for shape in [&[0, usize::MAX][..], &[0, 1 << 63], &[1 << 63, 0], &[0, 1 << 62, 4], &[0, 3, 1 << 62]] {
+        let (empty, drops) = export_over(&mut none, CUDA0);
+        let err = empty.reshape(shape).unwrap_err();
+        assert_eq!(kind(&err), "an extent or row-major stride does not fit int64", "{shape:?}");
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "the refused reshape released the export");
+    }
+    // The largest that fits: extent i64::MAX, and strides whose product stays within it.
+    let (empty, _) = export_over(&mut none, CUDA0);
+    let top = i64::MAX as usize;
+    let tensor = empty.reshape(&[0, top]).unwrap();
+    assert_eq!(tensor.shape(), [0, i64::MAX]);
+    let t = tensor.as_dl_tensor();
+    // SAFETY: the export's own arrays of `ndim` values.
+    assert_eq!(unsafe { std::slice::from_raw_parts(t.strides, 2) }, [i64::MAX, 1]);
+    let (empty, _) = export_over(&mut none, CUDA0);
+    let tensor = empty.reshape(&[0, 1 << 31, 1 << 31]).unwrap();
+    let t = tensor.as_dl_tensor();
+    // SAFETY: as above.
+    let (shape, strides) =
+        unsafe { (std::slice::from_raw_parts(t.shape, 3), std::slice::from_raw_parts(t.strides, 3)) };
+    assert!(shape.iter().chain(strides).all(|&v| v >= 0), "{shape:?} {strides:?}");
+    assert_eq!(strides, [1 << 62, 1 << 31, 1]);
+}
+
+#[test]
 fn with_dtype_checks_length_and_alignment() {
     #[repr(align(8))]
     struct Aligned([u8; 16]);
