@@ -2,7 +2,7 @@
 //! `TypeError`, a wrong value `ValueError`, each with a message that names the argument.
 
 use crate::dtype;
-use cuda_mem::dlpack::{DLDevice, DataType};
+use cuda_mem::dlpack::{DLDevice, DataType, MAX_NDIM};
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyString};
@@ -52,12 +52,12 @@ pub(crate) fn shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
             )));
         }
     };
-    let extents = items.map(|item| extent(&item?, shape)).collect::<PyResult<Vec<usize>>>()?;
-    if extents.len() > cuda_mem::dlpack::MAX_NDIM {
+    // Read no further than one extent too many: an endless iterator must not grow the vector
+    // until the process runs out of memory (an abort).
+    let extents = items.take(MAX_NDIM + 1).map(|item| extent(&item?, shape)).collect::<PyResult<Vec<usize>>>()?;
+    if extents.len() > MAX_NDIM {
         return Err(PyValueError::new_err(format!(
-            "shape of {} dimensions: at most {} are supported",
-            extents.len(),
-            cuda_mem::dlpack::MAX_NDIM
+            "shape of more than {MAX_NDIM} dimensions: at most {MAX_NDIM} are supported"
         )));
     }
     Ok(extents)
@@ -135,7 +135,8 @@ pub(crate) fn device(device: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize
 fn ordinal(value: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
     match value.extract::<i64>() {
         Ok(n) if n >= 0 => Ok(Some(n as usize)),
-        _ => Err(PyValueError::new_err(format!("device {}: ordinals are non-negative", value.repr()?))),
+        Ok(_) => Err(PyValueError::new_err(format!("device {}: ordinals are non-negative", value.repr()?))),
+        Err(_) => Err(PyValueError::new_err(format!("device {}: no such ordinal", value.repr()?))),
     }
 }
 

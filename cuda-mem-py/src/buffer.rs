@@ -460,7 +460,9 @@ impl Buffer {
     /// The DLPack protocol: a `"dltensor_versioned"` capsule when `max_version` is 1.x or later,
     /// else the legacy `"dltensor"` one. For CUDA memory, the consumer's `stream` (`None` or 1:
     /// legacy default, 2: per-thread default, -1: no ordering, else a `cudaStream_t`) is made to
-    /// wait for the buffer's pending work.
+    /// wait for the buffer's pending work. A handle above 2 is trusted, as the protocol has the
+    /// consumer vouch for it: it must be a live stream of the buffer's device (0 and values below
+    /// -1 are refused with `ValueError`; no call can tell a live handle from a stale one).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,

@@ -80,6 +80,13 @@ pub(crate) fn export<'py>(py: Python<'py>, tensor: DlpackTensor<'static>, legacy
 
 /// Takes the tensor out of a producer's capsule: marks the capsule used, then checks and holds
 /// the tensor (released on error by `DlpackImport`).
+///
+/// Anything else than an unconsumed capsule of those names is a `TypeError`; the tensor's
+/// description (version, null pointers, dtype, shape, strides, sizes) is checked by
+/// `DlpackImport`. What cannot be checked is the name's promise: a capsule named `"dltensor"` or
+/// `"dltensor_versioned"` holds a live tensor of its producer, as the DLPack protocol requires
+/// (making one with another pointer takes `ctypes.pythonapi`, which can write any memory
+/// already).
 pub(crate) fn take(capsule: &Bound<'_, PyAny>) -> PyResult<DlpackImport> {
     let object = capsule.as_ptr();
     // SAFETY: `IsValid` accepts any object; a valid capsule's pointer is the producer's tensor,

@@ -26,8 +26,10 @@ impl View {
 /// Takes `obj` (any object with `__dlpack__`, or a DLPack capsule) as a `View`, whatever its
 /// strides (compact tensors are viewed in place; others are read and written element by element). For CUDA memory
 /// the producer orders `stream` (default 1: the legacy default stream, which the view's blocking
-/// copies use) after its pending work. With `dtype` or `device`, a tensor of another element
-/// type or device is refused with `ValueError`.
+/// copies use) after its pending work; `stream` goes to the producer's `__dlpack__` as given, so a
+/// handle above 2 must be a live stream of the tensor's device. With `dtype` or `device`, a tensor
+/// of another element type or device is refused with `ValueError`. A capsule is trusted to hold
+/// what its name says (see `capsule::take`).
 #[pyfunction]
 #[pyo3(signature = (obj, *, stream=None, dtype=None, device=None))]
 pub(crate) fn from_dlpack(

@@ -147,23 +147,29 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
     }
 
     /// The capture into `pool` has ended (PyTorch's `endAllocateToPool`); after the last one
-    /// underway, the frees held back during the captures reach the backend.
-    pub fn end_capture(&self, pool: PoolId) {
-        let Some(graphs) = &self.graphs else { return };
-        graphs.end(pool, |deferred| {
+    /// underway, the frees held back during the captures reach the backend. An error, changing
+    /// nothing, when no capture into `pool` is underway.
+    pub fn end_capture(&self, pool: PoolId) -> Result<()> {
+        let Some(graphs) = &self.graphs else { return Ok(()) };
+        let ended = graphs.end(pool, |deferred| {
             self.backend.hold_event_queries(false);
             for free in deferred {
                 // SAFETY: freed by PyTorch during the capture with this size and stream, under
                 // the contract of `free` (its accounting was done then); held back until now.
-                unsafe { self.backend.deallocate(free.ptr, free.bytes, free.stream) };
+                // The backend held it then; a refusal now means a second free of it during the
+                // capture, which frees nothing.
+                let _ = unsafe { self.backend.deallocate(free.ptr, free.bytes, free.stream) };
             }
         });
+        if ended { Ok(()) } else { Err(unknown_pool(pool, "ending a capture")) }
     }
 
-    /// The graphs captured into `pool` are gone (PyTorch's `releasePool`).
-    pub fn release_pool(&self, pool: PoolId) {
-        if let Some(graphs) = &self.graphs {
-            graphs.release(pool);
+    /// The graphs captured into `pool` are gone (PyTorch's `releasePool`). An error, changing
+    /// nothing, for a pool no capture began into, or released as often as captured into.
+    pub fn release_pool(&self, pool: PoolId) -> Result<()> {
+        match &self.graphs {
+            Some(graphs) if !graphs.release(pool) => Err(unknown_pool(pool, "releasing a graph pool")),
+            _ => Ok(()),
         }
     }
 
@@ -230,23 +236,33 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
         self.trace.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Frees `ptr` of `size` bytes in stream order on `stream`.
+    /// Frees `ptr` of `size` bytes in stream order on `stream`. A pointer this allocator did not
+    /// hand out (or freed already), or a size other than it was allocated with, is refused with
+    /// an `InvalidArgument` error, and nothing is freed or counted.
     ///
     /// # Safety
-    /// `ptr` came from [`DeviceAllocator::allocate`] with `size`, is freed once, and nothing uses
-    /// it after the work queued on `stream`.
-    pub unsafe fn free(&self, ptr: NonNull<u8>, size: usize, stream: StreamRef<'static>) {
-        // SAFETY: forwarded from the caller.
-        let taken = self.graphs.as_ref().is_some_and(|graphs| unsafe { graphs.free(ptr, size.max(1), stream) });
+    /// Nothing uses the block after the work queued on `stream`.
+    pub unsafe fn free(&self, ptr: NonNull<u8>, size: usize, stream: StreamRef<'static>) -> Result<()> {
+        // `allocate` asked for `size.max(1)`; the pools and the backend check it.
+        let bytes = size.max(1);
+        let taken = match &self.graphs {
+            // SAFETY: forwarded from the caller.
+            Some(graphs) => unsafe { graphs.free(ptr, bytes, stream, || self.backend.check_free(ptr, bytes)) }?,
+            None => false,
+        };
         if !taken {
-            // SAFETY: forwarded from the caller; `allocate` asked the backend for `size.max(1)`.
-            unsafe { self.backend.deallocate(ptr, size.max(1), stream) };
+            // SAFETY: forwarded from the caller; the backend refuses what it did not hand out.
+            unsafe { self.backend.deallocate(ptr, bytes, stream) }?;
         }
         if let Some(trace) = self.recorder() {
             trace.free(ptr.as_ptr() as usize, size, stream.as_raw() as usize);
         }
-        self.allocated.fetch_sub(size, Ordering::Relaxed);
+        // Saturating: a zero-byte block freed as one byte (one byte to the backend either way)
+        // must not wrap the figure.
+        let _ =
+            self.allocated.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| Some(used.saturating_sub(size)));
         self.frees.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Notes that work on `stream` uses the block at `ptr` (PyTorch's `Tensor.record_stream`).
@@ -305,6 +321,12 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
     }
 }
 
+/// The refusal of a pool id no capture uses.
+fn unknown_pool((first, second): PoolId, what: &str) -> CudaError {
+    let kind = ErrorKind::InvalidArgument("a graph pool no capture began into, or released already");
+    CudaError::new(kind, format!("{what} ({first}, {second})"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,10 +351,20 @@ mod tests {
             Ok(ptr)
         }
 
-        unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, _: StreamRef<'static>) {
+        unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, _: StreamRef<'static>) -> Result<()> {
+            self.check_free(ptr, bytes)?;
             let mut held = self.held.lock().unwrap();
-            let at = held.iter().position(|(p, _)| *p == ptr.as_ptr() as usize).expect("allocated here");
-            assert_eq!(held.remove(at).1.len(), bytes);
+            held.retain(|(p, _)| *p != ptr.as_ptr() as usize);
+            Ok(())
+        }
+
+        fn check_free(&self, ptr: NonNull<u8>, bytes: usize) -> Result<()> {
+            let held = self.held.lock().unwrap();
+            match held.iter().find(|(p, _)| *p == ptr.as_ptr() as usize) {
+                Some((_, b)) if b.len() == bytes => Ok(()),
+                Some((_, b)) => Err(crate::backend::wrong_size(ptr, bytes, b.len())),
+                None => Err(crate::backend::unknown_block(ptr, bytes)),
+            }
         }
 
         fn record_stream(&self, _: NonNull<u8>, _: StreamRef<'static>) -> Result<bool> {
@@ -391,17 +423,25 @@ mod tests {
         let captured = a.allocate(100, S).unwrap();
         assert_eq!(a.backend.held.lock().unwrap().len(), 1, "the capture's memory is the pool's");
         // SAFETY: from this allocator, freed once each.
-        unsafe { (a.free(eager, 100, S), a.free(captured, 100, S)) };
+        unsafe {
+            a.free(eager, 100, S).unwrap();
+            a.free(captured, 100, S).unwrap();
+        }
         assert_eq!(a.backend.held.lock().unwrap().len(), 1, "the cache's free waits for the capture's end");
         let s = a.stats();
         assert_eq!((s.allocated_current, s.free_count, s.reserved_current), (0, 2, 100 + 512));
-        a.end_capture((1, 0));
+        a.end_capture((1, 0)).unwrap();
         assert!(a.backend.held.lock().unwrap().is_empty());
         a.release_cached().unwrap();
         assert_eq!(a.stats().reserved_current, 512, "the graph may still replay");
-        a.release_pool((1, 0));
+        a.release_pool((1, 0)).unwrap();
         a.release_cached().unwrap();
         assert_eq!(a.stats().reserved_current, 0);
+        // Pool ids no capture uses (any two integers can come through the C functions).
+        let ended = a.end_capture((1, 0)).unwrap_err().to_string();
+        assert!(ended.contains("a graph pool no capture began into, or released already"), "{ended}");
+        assert!(a.release_pool((1, 0)).unwrap_err().to_string().contains("releasing a graph pool (1, 0)"));
+        assert!(a.release_pool((u64::MAX, 7)).is_err());
     }
 
     #[test]
@@ -413,13 +453,13 @@ mod tests {
         assert_eq!((s.allocated_current, s.allocated_peak, s.alloc_count, s.free_count), (1024, 1024, 2, 0));
         assert_eq!((s.reserved_current, s.limit), (1024, u64::MAX));
         // SAFETY: from this allocator, freed once.
-        unsafe { a.free(x, 1000, S) };
+        unsafe { a.free(x, 1000, S) }.unwrap();
         let s = a.stats();
         assert_eq!((s.allocated_current, s.allocated_peak, s.free_count), (24, 1024, 1));
         a.reset_peaks();
         assert_eq!((a.stats().allocated_peak, a.stats().reserved_peak), (24, 24));
         // SAFETY: as above.
-        unsafe { a.free(y, 24, S) };
+        unsafe { a.free(y, 24, S) }.unwrap();
         assert_eq!(a.stats().to_array(), [0, 24, 0, 24, 2, 2, 0, u64::MAX, 0, 0, 0, 0, 0, 0]);
         let keys = a.stats().pytorch_keys();
         let value = |key: &str| keys.iter().find(|(k, _)| *k == key).map(|&(_, v)| v);
@@ -436,8 +476,69 @@ mod tests {
         assert_ne!(x, y);
         assert_eq!((a.stats().allocated_current, a.stats().reserved_current), (0, 2));
         // SAFETY: from this allocator, freed once each.
-        unsafe { (a.free(x, 0, S), a.free(y, 0, S)) };
+        unsafe {
+            a.free(x, 0, S).unwrap();
+            a.free(y, 0, S).unwrap();
+        }
         assert_eq!(a.stats().reserved_current, 0);
+    }
+
+    /// What the C functions' callers can pass wrong: a pointer never handed out, one freed
+    /// already, another size. Each is refused, and nothing is freed or counted.
+    #[test]
+    fn frees_of_unknown_or_freed_pointers_and_wrong_sizes_are_refused() {
+        let a = DeviceAllocator::new(HostBackend::default(), 0);
+        let x = a.allocate(100, S).unwrap();
+        let refused = |ptr, size| {
+            // SAFETY: nothing uses host memory; a refused free frees nothing.
+            let err = unsafe { a.free(ptr, size, S) }.unwrap_err();
+            assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
+            err.to_string()
+        };
+        let unknown = refused(NonNull::new(0x1000 as *mut u8).unwrap(), 100);
+        assert!(unknown.contains("a pointer this allocator did not hand out, or freed already"), "{unknown}");
+        let interior = refused(NonNull::new(x.as_ptr().wrapping_add(8)).unwrap(), 92);
+        assert!(interior.contains("did not hand out"), "{interior}");
+        let resized = refused(x, 99);
+        assert!(resized.contains("a size other than the block was allocated with"), "{resized}");
+        assert_eq!(
+            (a.stats().allocated_current, a.stats().free_count, a.backend.held.lock().unwrap().len()),
+            (100, 0, 1)
+        );
+        // SAFETY: from this allocator, with its size; nothing uses host memory.
+        unsafe { a.free(x, 100, S) }.unwrap();
+        assert!(refused(x, 100).contains("freed already"));
+        assert_eq!((a.stats().allocated_current, a.stats().free_count), (0, 1));
+        // A zero-byte block is one byte to the backend: freed as one byte, the figure must not wrap.
+        let z = a.allocate(0, S).unwrap();
+        // SAFETY: as above.
+        unsafe { a.free(z, 1, S) }.unwrap();
+        assert_eq!(a.stats().allocated_current, 0);
+    }
+
+    /// During a capture a free of memory that is no pool block is held back for the cache: one
+    /// the cache does not hold is refused at once, as is a pool block with another size.
+    #[test]
+    fn frees_during_a_capture_are_checked_before_they_are_held_back() {
+        let a = DeviceAllocator::new(HostBackend::default(), 0).with_graph_pools(GraphPools::new(Box::new(HostPools)));
+        let eager = a.allocate(100, S).unwrap();
+        a.begin_capture((1, 0), Box::new(Everything)).unwrap();
+        let captured = a.allocate(100, S).unwrap();
+        // SAFETY: nothing uses host memory; a refused free frees nothing.
+        let refused = |ptr, size| unsafe { a.free(ptr, size, S) }.unwrap_err().to_string();
+        assert!(refused(NonNull::new(0x1000 as *mut u8).unwrap(), 100).contains("did not hand out"));
+        assert!(refused(eager, 50).contains("a size other than"));
+        assert!(refused(captured, 50).contains("a size other than"));
+        assert_eq!((a.stats().allocated_current, a.stats().free_count), (200, 0));
+        // SAFETY: from this allocator, with their sizes, freed once each.
+        unsafe {
+            a.free(eager, 100, S).unwrap();
+            a.free(captured, 100, S).unwrap();
+        }
+        assert!(refused(captured, 100).contains("freed already"));
+        a.end_capture((1, 0)).unwrap();
+        assert!(a.backend.held.lock().unwrap().is_empty());
+        assert_eq!((a.stats().allocated_current, a.stats().free_count), (0, 2));
     }
 
     #[test]
@@ -456,7 +557,11 @@ mod tests {
         a.set_limit(NO_LIMIT);
         let z = a.allocate(1 << 20, S).unwrap();
         // SAFETY: from this allocator, freed once each.
-        unsafe { (a.free(x, 60, S), a.free(y, 40, S), a.free(z, 1 << 20, S)) };
+        unsafe {
+            a.free(x, 60, S).unwrap();
+            a.free(y, 40, S).unwrap();
+            a.free(z, 1 << 20, S).unwrap();
+        }
         assert_eq!(a.stats().allocated_current, 0);
     }
 
@@ -470,7 +575,10 @@ mod tests {
         let x = a.allocate(100, S).unwrap();
         assert!(a.allocate(10_000, S).is_err());
         // SAFETY: from this allocator, freed once each.
-        unsafe { (a.free(x, 100, S), a.free(untraced, 8, S)) };
+        unsafe {
+            a.free(x, 100, S).unwrap();
+            a.free(untraced, 8, S).unwrap();
+        }
         let (segments, trace) = a.history().unwrap().snapshot();
         let actions: Vec<&str> = trace.iter().map(|e| e.action.name()).collect();
         assert_eq!(actions, ["alloc", "oom", "free_requested", "free_completed", "free_requested", "free_completed"]);
@@ -491,7 +599,7 @@ mod tests {
                         if let Ok(p) = a.allocate(64, S) {
                             assert!(a.stats().allocated_current <= 6400);
                             // SAFETY: from this allocator, freed once.
-                            unsafe { a.free(p, 64, S) };
+                            unsafe { a.free(p, 64, S) }.unwrap();
                         }
                     }
                 });

@@ -2,8 +2,8 @@
 //! allocator ([`CacheBackend`](crate::CacheBackend), the default) or a retaining pool
 //! ([`PoolBackend`](crate::PoolBackend)); the FFI layer does not depend on which.
 
-use cuda_mem::Result;
 use cuda_mem::resource::StreamRef;
+use cuda_mem::{CudaError, ErrorKind, Result};
 use std::fmt;
 use std::ptr::NonNull;
 
@@ -44,12 +44,17 @@ pub trait AllocatorBackend: Send + Sync + fmt::Debug {
     /// `bytes` (> 0) usable by work on `stream`.
     fn allocate(&self, bytes: usize, stream: StreamRef<'static>) -> Result<NonNull<u8>>;
 
-    /// Frees in stream order on `stream`.
+    /// Frees in stream order on `stream`. A `ptr` that is not a block `allocate` handed out and
+    /// not freed since, or a `bytes` other than it was asked for, is refused (an
+    /// `InvalidArgument` error) and nothing is freed: the C functions' callers can pass anything.
     ///
     /// # Safety
-    /// `ptr` came from `allocate` with `bytes`, is freed once, and nothing uses it after the work
-    /// already queued on `stream`.
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>);
+    /// Nothing uses the block after the work already queued on `stream`.
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>) -> Result<()>;
+
+    /// The refusal `deallocate` would give now, if any, without freeing (checked before a free
+    /// is held back during a CUDA graph capture).
+    fn check_free(&self, ptr: NonNull<u8>, bytes: usize) -> Result<()>;
 
     /// Notes that work on `stream` uses the block at `ptr` (PyTorch's `Tensor.record_stream`), so
     /// that its free waits for that work. `Ok(false)` when `ptr` is not this backend's.
@@ -69,4 +74,16 @@ pub trait AllocatorBackend: Send + Sync + fmt::Debug {
     fn hold_event_queries(&self, hold: bool) {
         let _ = hold;
     }
+}
+
+/// The refusal of a free of memory that is not a live block of the allocator.
+pub(crate) fn unknown_block(ptr: NonNull<u8>, bytes: usize) -> CudaError {
+    let kind = ErrorKind::InvalidArgument("a pointer this allocator did not hand out, or freed already");
+    CudaError::new(kind, format!("freeing {ptr:p} ({bytes} bytes)"))
+}
+
+/// The refusal of a free with another size than the block was allocated with.
+pub(crate) fn wrong_size(ptr: NonNull<u8>, bytes: usize, allocated: usize) -> CudaError {
+    let kind = ErrorKind::InvalidArgument("a size other than the block was allocated with");
+    CudaError::new(kind, format!("freeing {ptr:p} as {bytes} bytes (allocated as {allocated})"))
 }

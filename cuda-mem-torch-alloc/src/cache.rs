@@ -21,11 +21,12 @@
 //! allocations; waited for before the cache is emptied, or when an allocation finds no memory).
 //! Its own stream's uses need no event: work queued there after the return runs after them.
 
-use crate::backend::{AllocatorBackend, Figures, Reserved};
+use crate::backend::{AllocatorBackend, Figures, Reserved, unknown_block, wrong_size};
 use cuda_mem::caching::{CachedBlock, StreamKey};
 use cuda_mem::resource::StreamRef;
 use cuda_mem::{CachingStats, Result};
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -89,6 +90,8 @@ pub trait BlockSource: Send + Sync + fmt::Debug {
 #[derive(Debug)]
 struct Held {
     block: CachedBlock,
+    /// The size asked for, which its free must give.
+    bytes: usize,
     /// Allocated for `cudaStreamPerThread`: its users cannot be named at the free.
     per_thread: bool,
     /// Other streams that use it (`record_stream`).
@@ -174,6 +177,15 @@ impl<S: BlockSource> CacheBackend<S> {
     fn held(&self) -> MutexGuard<'_, FxHashMap<usize, Held>> {
         // The map is consistent at every point a panic could leave it.
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the block at `ptr` out of the held ones, if it was handed out for `bytes`.
+    fn take(&self, ptr: NonNull<u8>, bytes: usize) -> Result<Held> {
+        match self.held().entry(ptr.as_ptr() as usize) {
+            Entry::Occupied(held) if held.get().bytes == bytes => Ok(held.remove()),
+            Entry::Occupied(held) => Err(wrong_size(ptr, bytes, held.get().bytes)),
+            Entry::Vacant(_) => Err(unknown_block(ptr, bytes)),
+        }
     }
 
     fn deferred(&self) -> MutexGuard<'_, Vec<Deferred<S::Fence>>> {
@@ -266,19 +278,17 @@ impl<S: BlockSource> AllocatorBackend for CacheBackend<S> {
             other => other?,
         };
         let ptr = block.ptr();
-        self.held().insert(ptr.as_ptr() as usize, Held { block, per_thread, users: Vec::new() });
+        self.held().insert(ptr.as_ptr() as usize, Held { block, bytes, per_thread, users: Vec::new() });
         Ok(ptr)
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'static>) {
-        let Some(Held { block, per_thread, mut users }) = self.held().remove(&(ptr.as_ptr() as usize)) else {
-            debug_assert!(false, "{ptr:p} was not allocated here");
-            return;
-        };
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>) -> Result<()> {
+        let Held { block, per_thread, mut users, .. } = self.take(ptr, bytes)?;
         let key = key_of(stream);
         if per_thread || key == PER_THREAD || users.iter().any(|&u| key_of(u) == PER_THREAD) {
             // Which thread's per-thread stream used the block cannot be known here.
-            return self.free_after_device(block);
+            self.free_after_device(block);
+            return Ok(());
         }
         if StreamKey(key) != block.stream() && !users.iter().any(|&u| key_of(u) == key) {
             users.push(stream);
@@ -291,6 +301,15 @@ impl<S: BlockSource> AllocatorBackend for CacheBackend<S> {
             // Every use is ordered before the work queued on its own stream or on one of `users`
             // after this call (the caller's contract, `record_stream`'s for the users).
             self.defer(block, &users);
+        }
+        Ok(())
+    }
+
+    fn check_free(&self, ptr: NonNull<u8>, bytes: usize) -> Result<()> {
+        match self.held().get(&(ptr.as_ptr() as usize)) {
+            Some(held) if held.bytes == bytes => Ok(()),
+            Some(held) => Err(wrong_size(ptr, bytes, held.bytes)),
+            None => Err(unknown_block(ptr, bytes)),
         }
     }
 

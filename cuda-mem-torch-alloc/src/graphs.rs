@@ -23,9 +23,11 @@
 //! allocation while captures are underway; the filter that cannot tell puts the memory in its
 //! capture's pool (kept rather than reused under the graph).
 
+use crate::backend::wrong_size;
 use cuda_mem::Result;
 use cuda_mem::resource::StreamRef;
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -59,6 +61,8 @@ pub trait CaptureFilter: Send {
 struct Block {
     ptr: usize,
     bytes: usize,
+    /// The size asked for when last handed out, which its free must give.
+    requested: usize,
     stream: usize,
     /// Held for its drop, which returns the memory.
     _memory: PoolBlock,
@@ -165,32 +169,36 @@ impl GraphPools {
 
     /// The capture into `pool` has ended (PyTorch's `endAllocateToPool`). When it was the last
     /// one underway, `last` gets the frees deferred until then, under the pools' lock (so that no
-    /// capture begins while the cache takes them).
-    pub fn end(&self, pool: PoolId, last: impl FnOnce(Vec<DeferredFree>)) {
+    /// capture begins while the cache takes them). False, changing nothing, when no capture into
+    /// `pool` is underway.
+    pub fn end(&self, pool: PoolId, last: impl FnOnce(Vec<DeferredFree>)) -> bool {
         let mut state = self.state();
-        let Some(at) = state.captures.iter().position(|(id, _)| *id == pool) else { return };
+        let Some(at) = state.captures.iter().position(|(id, _)| *id == pool) else { return false };
         drop(state.captures.remove(at));
         self.underway.store(state.captures.len(), Ordering::Release);
         if state.captures.is_empty() {
             last(std::mem::take(&mut state.deferred));
         }
+        true
     }
 
     /// PyTorch no longer replays graphs of `pool` captured once (PyTorch's `releasePool`, once
     /// per capture). When no capture of it remains, its free blocks, and later its live ones as
-    /// they are freed, wait for [`GraphPools::release_freeable`].
-    pub fn release(&self, pool: PoolId) {
+    /// they are freed, wait for [`GraphPools::release_freeable`]. False, changing nothing, for a
+    /// pool no capture began into, or released as often as captured into.
+    pub fn release(&self, pool: PoolId) -> bool {
         let mut state = self.state();
-        let Some(entry) = state.pools.get_mut(&pool) else { return };
-        entry.uses = entry.uses.saturating_sub(1);
+        let Some(entry) = state.pools.get_mut(&pool).filter(|entry| entry.uses > 0) else { return false };
+        entry.uses -= 1;
         if entry.uses > 0 {
-            return;
+            return true;
         }
         let free = std::mem::take(&mut entry.free);
         if entry.live == 0 {
             state.pools.remove(&pool);
         }
         state.freeable.extend(free);
+        true
     }
 
     /// `bytes` for `stream` from the pool of the capture it belongs to; `None` when no capture
@@ -210,7 +218,7 @@ impl GraphPools {
             .min_by_key(|(_, b)| b.bytes)
             .map(|(at, _)| at);
         let block = match fit {
-            Some(at) => entry.free.swap_remove(at),
+            Some(at) => Block { requested: bytes, ..entry.free.swap_remove(at) },
             None => {
                 let rounded = bytes.div_ceil(GRANULE).saturating_mul(GRANULE);
                 let (ptr, memory) = match self.memory.allocate(rounded) {
@@ -218,7 +226,7 @@ impl GraphPools {
                     Err(err) => return Some(Err(err)),
                 };
                 self.reserved.fetch_add(rounded, Ordering::Relaxed);
-                Block { ptr: ptr.as_ptr() as usize, bytes: rounded, stream: key, _memory: memory }
+                Block { ptr: ptr.as_ptr() as usize, bytes: rounded, requested: bytes, stream: key, _memory: memory }
             }
         };
         entry.live += 1;
@@ -232,33 +240,48 @@ impl GraphPools {
     /// blocks if the pool was released) or when a capture is underway (deferred until the
     /// captures end; [`GraphPools::end`] hands it back). False: the cache frees it now.
     ///
+    /// Refused (an error, nothing freed): a pool block freed with another size than it was
+    /// allocated with, and, during a capture, memory that is no pool block and that `cached`
+    /// (the cache's check of the free) refuses.
+    ///
     /// # Safety
-    /// `ptr` came from [`GraphPools::allocate`] or from the cache, is freed once, and nothing
-    /// uses it after the work queued on `stream` (a pool block goes back to its pool at once).
-    pub unsafe fn free(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>) -> bool {
+    /// Nothing uses the block after the work queued on `stream` (a pool block goes back to its
+    /// pool at once).
+    pub unsafe fn free(
+        &self,
+        ptr: NonNull<u8>,
+        bytes: usize,
+        stream: StreamRef<'static>,
+        cached: impl FnOnce() -> Result<()>,
+    ) -> Result<bool> {
         if self.live.load(Ordering::Acquire) == 0 && !self.capturing() {
-            return false;
+            return Ok(false);
         }
-        let mut state = self.state();
-        let Some((pool, block)) = state.live.remove(&(ptr.as_ptr() as usize)) else {
-            if state.captures.is_empty() {
-                return false;
+        let mut guard = self.state();
+        // Fields borrowed apart: the entry into `live` and the captures and deferred frees.
+        let state = &mut *guard;
+        let (pool, block) = match state.live.entry(ptr.as_ptr() as usize) {
+            Entry::Occupied(live) if live.get().1.requested == bytes => live.remove(),
+            Entry::Occupied(live) => return Err(wrong_size(ptr, bytes, live.get().1.requested)),
+            Entry::Vacant(_) if state.captures.is_empty() => return Ok(false),
+            Entry::Vacant(_) => {
+                cached()?;
+                state.deferred.push(DeferredFree { ptr, bytes, stream });
+                return Ok(true);
             }
-            state.deferred.push(DeferredFree { ptr, bytes, stream });
-            return true;
         };
         self.live.store(state.live.len(), Ordering::Release);
         let entry = state.pools.get_mut(&pool).expect("a live block's pool is kept");
         entry.live -= 1;
         if entry.uses > 0 {
             entry.free.push(block);
-            return true;
+            return Ok(true);
         }
         if entry.live == 0 {
             state.pools.remove(&pool);
         }
         state.freeable.push(block);
-        true
+        Ok(true)
     }
 
     /// Returns the blocks of released pools to the driver, once the device is idle; nothing

@@ -16,6 +16,13 @@
 //! `RuntimeError` with cuda-mem's message. `cuda_mem_torch_try_alloc` returns null instead, for
 //! other callers.
 //!
+//! **Arguments.** What a caller can get wrong and the library can see is refused, with the
+//! message kept for `cuda_mem_torch_last_error`: a free of memory the device's allocator did not
+//! hand out (or freed already) or with another size, a negative size, a device that does not
+//! exist, null strings, output buffers and capture filters, graph pools no capture uses. What it
+//! cannot see is each function's `# Safety` contract: live streams (below), buffers as long as
+//! the length given, NUL-terminated strings, and no use of a block after its free.
+//!
 //! **Streams.** The allocator keeps every stream it is given for as long as it holds memory freed
 //! there, and records events on it: a stream passed in must never be destroyed. PyTorch's default
 //! stream and the streams of its pool never are; a stream wrapped with `torch.cuda.ExternalStream`
@@ -114,13 +121,20 @@ impl AllocatorBackend for DeviceBackend {
     }
 
     #[inline]
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>) {
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, stream: StreamRef<'static>) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe {
             match self {
                 Self::Cache(cache) => cache.deallocate(ptr, bytes, stream),
                 Self::Pool(pool) => pool.deallocate(ptr, bytes, stream),
             }
+        }
+    }
+
+    fn check_free(&self, ptr: NonNull<u8>, bytes: usize) -> Result<()> {
+        match self {
+            Self::Cache(cache) => cache.check_free(ptr, bytes),
+            Self::Pool(pool) => pool.check_free(ptr, bytes),
         }
     }
 
@@ -217,7 +231,9 @@ thread_local! {
 }
 
 fn remember(message: String) {
-    LAST_ERROR.with(|last| *last.borrow_mut() = message);
+    // Not while the thread's storage is torn down (a tensor freed by a thread-local destructor):
+    // `with` would panic, and a panic cannot leave an `extern "C"` function.
+    let _ = LAST_ERROR.try_with(|last| *last.borrow_mut() = message);
 }
 
 /// Runs `f`, turning a panic into an error: nothing unwinds into C.
@@ -389,22 +405,27 @@ pub unsafe extern "C" fn cuda_mem_torch_try_alloc(size: isize, device: c_int, st
 }
 
 /// The free function for `CUDAPluggableAllocator`: the block returns to `stream`'s cache,
-/// reusable there at once (the pool backend: `cudaFreeAsync` on `stream`).
+/// reusable there at once (the pool backend: `cudaFreeAsync` on `stream`). Null is ignored. A
+/// pointer `device`'s allocator did not hand out (or freed already), a size other than it was
+/// allocated with, a negative size or a device that does not exist is refused: nothing is freed,
+/// and the message is remembered for [`cuda_mem_torch_last_error`].
 ///
 /// # Safety
-/// `ptr` came from this allocator with `size` and `device`, is freed once, and nothing uses it
-/// after the work queued on `stream` (PyTorch's contract with its allocators); `stream` is never
-/// destroyed, or is a built-in handle.
+/// Nothing uses the block after the work queued on `stream` (PyTorch's contract with its
+/// allocators); `stream` is a stream of `device` that is never destroyed, or a built-in handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_mem_torch_free(ptr: *mut c_void, size: isize, device: c_int, stream: *mut c_void) {
+    const WHAT: &str = "cuda_mem_torch_free";
     let Some(ptr) = NonNull::new(ptr.cast::<u8>()) else { return };
     // SAFETY: forwarded from the caller.
     let stream = unsafe { pytorch_stream(stream) };
-    let freed = guarded("cuda_mem_torch_free", || {
-        let size = usize::try_from(size).unwrap_or(0);
-        // SAFETY: forwarded from the caller.
-        unsafe { entry(device)?.allocator.free(ptr, size, stream) };
-        Ok(())
+    let freed = guarded(WHAT, || {
+        let size = usize::try_from(size).map_err(|_| {
+            CudaError::new(ErrorKind::InvalidArgument("a negative size"), format!("{WHAT}({ptr:p}, {size})"))
+        })?;
+        // SAFETY: forwarded from the caller; the allocator refuses a pointer or size it did not
+        // hand out.
+        unsafe { entry(device)?.allocator.free(ptr, size, stream) }
     });
     if let Err(err) = freed {
         remember(err.to_string());
@@ -451,24 +472,27 @@ pub unsafe extern "C" fn cuda_mem_torch_select_backend(name: *const c_char) -> c
 }
 
 /// Copies this thread's last error message into `buffer` (at most `len` bytes, NUL-terminated
-/// when room is left) and returns its full length.
+/// when room is left; nothing when `buffer` is null) and returns its full length (0 while the
+/// thread is exiting).
 ///
 /// # Safety
-/// `buffer` is writable for `len` bytes (or null with `len` 0).
+/// `buffer` is null or writable for `len` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_mem_torch_last_error(buffer: *mut c_char, len: usize) -> usize {
-    LAST_ERROR.with(|last| {
+    let copied = LAST_ERROR.try_with(|last| {
         let last = last.borrow();
         // SAFETY: the caller's promise about `buffer` and `len`.
         unsafe { copy_text(&last, buffer, len) };
         last.len()
-    })
+    });
+    copied.unwrap_or(0)
 }
 
-/// Copies as much of `text` as fits into `buffer` (`len` bytes), NUL-terminated when `len > 0`.
+/// Copies as much of `text` as fits into `buffer` (`len` bytes), NUL-terminated when `len > 0`;
+/// nothing when `buffer` is null.
 ///
 /// # Safety
-/// `buffer` is writable for `len` bytes (or null).
+/// `buffer` is null or writable for `len` bytes.
 unsafe fn copy_text(text: &str, buffer: *mut c_char, len: usize) {
     let n = text.len().min(len.saturating_sub(1));
     if !buffer.is_null() && len > 0 {
@@ -499,17 +523,24 @@ fn with_allocator(
 /// Writes up to `len` of the device's figures to `out`, in this order: allocated current and
 /// peak, reserved current and peak (bytes), allocation, free and failure counts, the limit
 /// (`u64::MAX`: none), then requests served from cached memory, requests that took new memory,
-/// and segments held (the last three 0 for the pool backend). Returns 0, or -1 on failure.
+/// and segments held (the last three 0 for the pool backend). Returns 0, or -1 on failure (a
+/// null or misaligned `out` with `len > 0` among them; message in [`cuda_mem_torch_last_error`]).
 ///
 /// # Safety
-/// `out` is writable for `len` values.
+/// `out` is null or writable for `len` values.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_mem_torch_stats(device: c_int, out: *mut u64, len: usize) -> c_int {
-    with_allocator(device, "cuda_mem_torch_stats", |a| {
+    const WHAT: &str = "cuda_mem_torch_stats";
+    let n = len.min(Stats::LEN);
+    if n > 0 && (out.is_null() || !out.is_aligned()) {
+        remember(CudaError::new(ErrorKind::InvalidArgument("a null or misaligned output buffer"), WHAT).to_string());
+        return -1;
+    }
+    with_allocator(device, WHAT, |a| {
         let figures = a.stats().to_array();
-        let n = len.min(Stats::LEN);
-        if n > 0 && !out.is_null() {
-            // SAFETY: the caller gives `len >= n` writable values.
+        if n > 0 {
+            // SAFETY: `out` is non-null and aligned (checked), writable for `len >= n` values
+            // (the caller's promise).
             unsafe { std::ptr::copy_nonoverlapping(figures.as_ptr(), out, n) };
         }
         Ok(())
@@ -517,11 +548,12 @@ pub unsafe extern "C" fn cuda_mem_torch_stats(device: c_int, out: *mut u64, len:
 }
 
 /// Writes the device's figures under `torch.cuda.memory_stats()`'s key names into `buffer` as
-/// `key value` lines (at most `len` bytes, NUL-terminated when room is left) and returns the
-/// text's full length, or -1 on failure (message in [`cuda_mem_torch_last_error`]).
+/// `key value` lines (at most `len` bytes, NUL-terminated when room is left; nothing when
+/// `buffer` is null) and returns the text's full length, or -1 on failure (message in
+/// [`cuda_mem_torch_last_error`]).
 ///
 /// # Safety
-/// `buffer` is writable for `len` bytes (or null with `len` 0).
+/// `buffer` is null or writable for `len` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_mem_torch_memory_stats(device: c_int, buffer: *mut c_char, len: usize) -> isize {
     let mut text = String::new();
@@ -647,6 +679,9 @@ pub unsafe extern "C-unwind" fn cuda_mem_torch_begin_allocate_to_pool(
     filter: *const c_void,
 ) {
     let begun = guarded("cuda_mem_torch_begin_allocate_to_pool", || {
+        if filter.is_null() {
+            return Err(CudaError::new(ErrorKind::InvalidArgument("a null capture filter"), "beginAllocateToPool"));
+        }
         // SAFETY: `filter` points to a live `std::function` (the caller's contract).
         let copy = NonNull::new(unsafe { cuda_mem_torch_filter_copy(filter) }).ok_or_else(|| {
             CudaError::new(ErrorKind::InvalidArgument("a capture filter that cannot be copied"), "beginAllocateToPool")
@@ -661,25 +696,21 @@ pub unsafe extern "C-unwind" fn cuda_mem_torch_begin_allocate_to_pool(
 }
 
 /// The `set_end_allocate_to_pool_fn` hook: the capture into `pool` has ended (PyTorch's
-/// `endAllocateToPool`). Never throws; a failure is remembered for
-/// [`cuda_mem_torch_last_error`].
+/// `endAllocateToPool`). Never throws; a failure (a device that does not exist, a pool no capture
+/// is underway into) is remembered for [`cuda_mem_torch_last_error`].
 #[unsafe(no_mangle)]
 pub extern "C" fn cuda_mem_torch_end_allocate_to_pool(device: c_int, pool: TorchPoolId) {
-    with_allocator(device, "cuda_mem_torch_end_allocate_to_pool", |a| {
-        a.end_capture((pool.first, pool.second));
-        Ok(())
-    });
+    with_allocator(device, "cuda_mem_torch_end_allocate_to_pool", |a| a.end_capture((pool.first, pool.second)));
 }
 
 /// The `set_release_pool` hook: a graph captured into `pool` is gone (PyTorch's `releasePool`,
 /// also called from graph destructors: never throws). Once all are, the pool's memory goes back
-/// to the driver at the next `empty_cache`.
+/// to the driver at the next `empty_cache`. A pool no capture began into (or released as often
+/// as captured into) changes nothing; the message is remembered for
+/// [`cuda_mem_torch_last_error`].
 #[unsafe(no_mangle)]
 pub extern "C" fn cuda_mem_torch_release_pool(device: c_int, pool: TorchPoolId) {
-    with_allocator(device, "cuda_mem_torch_release_pool", |a| {
-        a.release_pool((pool.first, pool.second));
-        Ok(())
-    });
+    with_allocator(device, "cuda_mem_torch_release_pool", |a| a.release_pool((pool.first, pool.second)));
 }
 
 /// Records the last `max_entries` allocations and frees of `device` (0 stops), for
@@ -751,5 +782,141 @@ pub unsafe extern "C" fn cuda_mem_torch_dump_on_oom(path: *const c_char) -> c_in
             remember(err.to_string());
             -1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The C functions given what a caller can get wrong: each refuses with a message for
+    //! `cuda_mem_torch_last_error`, with or without a GPU (without one, finding the device fails
+    //! first where the argument is not checked before).
+    use super::*;
+    use std::ptr::{null, null_mut};
+
+    fn last_error() -> String {
+        let mut buffer = [0u8; 512];
+        // SAFETY: the buffer holds 512 bytes.
+        let len = unsafe { cuda_mem_torch_last_error(buffer.as_mut_ptr().cast(), buffer.len()) };
+        String::from_utf8_lossy(&buffer[..len.min(511)]).into_owned()
+    }
+
+    /// Runs `call` on a clean slate and returns the error it left.
+    fn error_of(call: impl FnOnce()) -> String {
+        remember(String::new());
+        call();
+        last_error()
+    }
+
+    const UNKNOWN: *mut c_void = 0x1000 as *mut c_void;
+
+    /// A free on the legacy default stream (handle 0) of memory no allocator handed out.
+    fn free(ptr: *mut c_void, size: isize, device: c_int) {
+        // SAFETY: the legacy stream's built-in handle; `ptr` is null or not the allocator's, so
+        // nothing is freed (the point of the tests).
+        unsafe { cuda_mem_torch_free(ptr, size, device, null_mut()) }
+    }
+
+    /// The error of a string function that must fail.
+    fn refused(function: unsafe extern "C" fn(*const c_char) -> c_int, text: *const c_char) -> String {
+        // SAFETY: the tests pass null or NUL-terminated strings.
+        error_of(|| assert_eq!(unsafe { function(text) }, -1))
+    }
+
+    #[test]
+    fn null_unknown_and_non_utf8_strings_are_refused() {
+        let select = cuda_mem_torch_select_backend;
+        assert!(refused(select, null()).contains("a null backend name"));
+        assert!(refused(select, c"heap".as_ptr()).contains("an unknown backend"));
+        assert!(refused(select, c"\xff".as_ptr()).contains("an unknown backend"));
+        assert!(refused(cuda_mem_torch_snapshot, null()).contains("a null path"));
+        assert!(refused(cuda_mem_torch_snapshot, c"\xff.pickle".as_ptr()).contains("not UTF-8"));
+        assert!(refused(cuda_mem_torch_dump_on_oom, c"\xff".as_ptr()).contains("not UTF-8"));
+        // SAFETY: null is allowed: no snapshot on out-of-memory.
+        assert_eq!(unsafe { cuda_mem_torch_dump_on_oom(null()) }, 0);
+    }
+
+    #[test]
+    fn frees_of_null_unknown_pointers_and_negative_sizes_free_nothing() {
+        assert_eq!(error_of(|| free(null_mut(), 64, 0)), "", "null is ignored");
+        let negative = error_of(|| free(UNKNOWN, -1, 0));
+        assert!(negative.contains("a negative size"), "{negative}");
+        for device in [0, 1, -1, c_int::MAX] {
+            // With a GPU: "did not hand out" or "does not exist"; without: the driver's error.
+            assert_ne!(error_of(|| free(UNKNOWN, 64, device)), "");
+        }
+        // SAFETY: the legacy default stream's built-in handle.
+        let negative = error_of(|| assert!(unsafe { cuda_mem_torch_try_alloc(-1, 0, null_mut()) }.is_null()));
+        assert!(negative.contains("a negative size"), "{negative}");
+        // Null is ignored by `record_stream` (memory no allocator handed out is left alone).
+        // SAFETY: as above.
+        unsafe { cuda_mem_torch_record_stream(null_mut(), null_mut()) };
+    }
+
+    #[test]
+    fn devices_that_do_not_exist_are_refused() {
+        for device in [-1, c_int::MIN, 1 << 20, c_int::MAX] {
+            let failed = |status: c_int| assert_eq!(status, -1, "device {device}");
+            for error in [
+                error_of(|| failed(cuda_mem_torch_set_limit(device, 1 << 20))),
+                error_of(|| failed(cuda_mem_torch_reset_peaks(device))),
+                error_of(|| failed(cuda_mem_torch_empty_cache(device))),
+                error_of(|| failed(cuda_mem_torch_record_history(device, usize::MAX))),
+                // SAFETY: null with length 0.
+                error_of(|| failed(unsafe { cuda_mem_torch_stats(device, null_mut(), 0) })),
+                // SAFETY: as above.
+                error_of(|| assert_eq!(unsafe { cuda_mem_torch_memory_stats(device, null_mut(), 0) }, -1)),
+                // SAFETY: the legacy default stream's handle.
+                error_of(|| assert!(unsafe { cuda_mem_torch_try_alloc(64, device, null_mut()) }.is_null())),
+                error_of(|| cuda_mem_torch_end_allocate_to_pool(device, TorchPoolId { first: 1, second: 0 })),
+                error_of(|| cuda_mem_torch_release_pool(device, TorchPoolId { first: 1, second: 0 })),
+            ] {
+                assert_ne!(error, "", "device {device}");
+            }
+        }
+    }
+
+    #[test]
+    fn null_short_and_misaligned_buffers_are_refused_or_written_within_their_length() {
+        let mut values = [0u64; 2];
+        let misaligned = values.as_mut_ptr().cast::<u8>().wrapping_add(1).cast::<u64>();
+        for out in [null_mut(), misaligned] {
+            // SAFETY: refused before anything is written.
+            let error = error_of(|| assert_eq!(unsafe { cuda_mem_torch_stats(0, out, 1) }, -1));
+            assert!(error.contains("a null or misaligned output buffer"), "{error}");
+        }
+        // The last error: its full length whatever the room; nothing written to null; cut and
+        // NUL-terminated in a short buffer.
+        remember("0123456789".into());
+        // SAFETY: null is allowed whatever the length.
+        assert_eq!(unsafe { cuda_mem_torch_last_error(null_mut(), 100) }, 10);
+        let mut short = [b'x'; 6];
+        // SAFETY: `short` holds 4 bytes and more.
+        assert_eq!(unsafe { cuda_mem_torch_last_error(short.as_mut_ptr().cast(), 4) }, 10);
+        assert_eq!(&short, b"012\0xx");
+        // SAFETY: null with length 0.
+        assert_eq!(unsafe { cuda_mem_torch_last_error(null_mut(), 0) }, 10);
+    }
+
+    /// A tensor freed by a thread-local destructor: the error is dropped once the thread's last
+    /// error is gone, never a panic (which would abort in an `extern "C"` function).
+    #[test]
+    fn an_error_while_the_thread_exits_is_dropped() {
+        struct FreesOnExit;
+        impl Drop for FreesOnExit {
+            fn drop(&mut self) {
+                // Refused (a negative size) before anything else is looked at.
+                free(UNKNOWN, -1, 0);
+            }
+        }
+        thread_local! {
+            static GUARD: FreesOnExit = const { FreesOnExit };
+        }
+        std::thread::spawn(|| {
+            // Registered before the last error, so destroyed after it.
+            GUARD.with(|_| ());
+            remember("registered".into());
+        })
+        .join()
+        .unwrap();
     }
 }

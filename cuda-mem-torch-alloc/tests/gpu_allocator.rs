@@ -68,6 +68,11 @@ fn gpu_allocations_limits_and_statistics_through_the_c_functions() {
         let again = cuda_mem_torch_try_alloc(3 << 20, 0, raw);
         assert_eq!(again, a, "reused on its stream");
         cuda_mem_torch_free(again, 3 << 20, 0, raw);
+        // A second free, or one with another size, is refused: nothing is freed or counted.
+        cuda_mem_torch_free(again, 3 << 20, 0, raw);
+        assert!(last_error().contains("did not hand out, or freed already"), "{}", last_error());
+        cuda_mem_torch_free(b, 2, 0, std::ptr::null_mut());
+        assert!(last_error().contains("a size other than the block was allocated with"), "{}", last_error());
         // The per-thread default stream: from the legacy stream, its free waits for the device.
         let p = cuda_mem_torch_try_alloc(1000, 0, PER_THREAD);
         assert!(!p.is_null(), "{}", last_error());

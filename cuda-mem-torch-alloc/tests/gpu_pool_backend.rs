@@ -11,6 +11,13 @@ fn stats() -> [u64; Stats::LEN] {
     out
 }
 
+fn last_error() -> String {
+    let mut buffer = [0u8; 512];
+    // SAFETY: the buffer holds 512 bytes.
+    let len = unsafe { cuda_mem_torch_last_error(buffer.as_mut_ptr().cast(), buffer.len()) };
+    String::from_utf8_lossy(&buffer[..len.min(511)]).into_owned()
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_the_pool_backend_serves_and_trims() {
@@ -29,7 +36,12 @@ fn gpu_the_pool_backend_serves_and_trims() {
         assert_eq!((s[0], s[4]), ((3 << 20) + 1000, 2));
         assert!(s[2] >= s[0], "reserved {s:?}");
         assert_eq!((s[8], s[9], s[10]), (0, 0, 0), "a pool counts no hits or segments");
+        // A free with another size, and a second free, never reach `cudaFreeAsync`.
+        cuda_mem_torch_free(b, 999, 0, std::ptr::null_mut());
+        assert!(last_error().contains("a size other than the block was allocated with"), "{}", last_error());
         cuda_mem_torch_free(a, 3 << 20, 0, raw);
+        cuda_mem_torch_free(a, 3 << 20, 0, raw);
+        assert!(last_error().contains("did not hand out, or freed already"), "{}", last_error());
         cuda_mem_torch_free(b, 1000, 0, std::ptr::null_mut());
         cuda_mem::Device::new(0).unwrap().synchronize().unwrap();
         assert_eq!(cuda_mem_torch_empty_cache(0), 0);

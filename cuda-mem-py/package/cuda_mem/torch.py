@@ -190,12 +190,12 @@ class Allocator:
     def snapshot(self, path):
         """Writes a snapshot (live allocations since recording began, and the trace) in the
         format of torch.cuda.memory._snapshot(), for `python -m torch.cuda._memory_viz`."""
-        self._check(self.lib.cuda_mem_torch_snapshot(os.fsencode(path)), "cuda_mem_torch_snapshot")
+        self._check(self.lib.cuda_mem_torch_snapshot(_path(path)), "cuda_mem_torch_snapshot")
 
     def dump_on_oom(self, path):
         """Writes the snapshot to `path` whenever an allocation is refused for lack of memory
         (None: never)."""
-        encoded = None if path is None else os.fsencode(path)
+        encoded = None if path is None else _path(path)
         self._check(self.lib.cuda_mem_torch_dump_on_oom(encoded), "cuda_mem_torch_dump_on_oom")
 
 
@@ -210,6 +210,14 @@ def _non_negative(value, what):
     if value < 0 or value >= 1 << 64:
         raise ValueError(f"{what} must be a non-negative 64-bit integer (got {value})")
     return value
+
+
+def _path(path):
+    """`path` as the library takes it: bytes without a NUL (C would read the path only up to it)."""
+    encoded = os.fsencode(path)
+    if b"\0" in encoded:
+        raise ValueError(f"path {path!r} holds a NUL byte")
+    return encoded
 
 
 def _ordinal(device):

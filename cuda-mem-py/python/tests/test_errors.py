@@ -1,6 +1,8 @@
 """Errors a Python user can act on, checked without a GPU: every bad argument is a ValueError or
 TypeError with cuda-mem's message, raised before any CUDA call; a machine without the NVIDIA
 driver says so (cuda_mem.NoDriverError)."""
+import ctypes
+import itertools
 import os
 import re
 import unittest
@@ -33,6 +35,7 @@ def test_bad_shapes_are_value_or_type_errors():
         raises(TypeError, make, (2, None), match="extents are ints, not NoneType")
         raises(TypeError, make, True, match="extents are ints, not bool")
         raises(ValueError, make, (1,) * 65, match="at most 64")
+        raises(ValueError, make, itertools.repeat(1), match="more than 64 dimensions")
 
 
 def test_bad_dtypes_kinds_devices_and_streams_are_refused_before_any_cuda_call():
@@ -40,6 +43,7 @@ def test_bad_dtypes_kinds_devices_and_streams_are_refused_before_any_cuda_call()
     raises(ValueError, cuda_mem.zeros, 4, dtype=5, match="unknown dtype")
     raises(ValueError, cuda_mem.zeros, 4, kind="texture", match='unknown kind "texture"')
     raises(ValueError, cuda_mem.zeros, 4, device=-1, match="ordinals are non-negative")
+    raises(ValueError, cuda_mem.zeros, 4, device=1 << 70, match="no such ordinal")
     raises(TypeError, cuda_mem.zeros, 4, device=1.0, match="device is an ordinal (int)")
     raises(TypeError, cuda_mem.zeros, 4, device=True, match="not bool")
     raises(ValueError, cuda_mem.zeros, 4, device="cuda:x", match='use "cuda", "cuda:N" or an ordinal')
@@ -137,3 +141,32 @@ def test_the_allocators_controls_refuse_bad_arguments_before_the_library_sees_th
     raises(ValueError, allocator.stats, -1, match="device must be a non-negative")
     raises(TypeError, allocator.empty_cache, "0", match="device is an int, not str")
     raises(ValueError, allocator.record_history, 0, -5, match="max_entries must be a non-negative")
+    raises(ValueError, allocator.snapshot, "snap\0shot.pickle", match="holds a NUL byte")
+    raises(ValueError, allocator.dump_on_oom, b"oom\0.pickle", match="holds a NUL byte")
+
+
+def test_the_allocators_c_functions_refuse_what_they_can_check():
+    """Through ctypes, as cuda_mem.cupy calls them: a wrong argument leaves an error for
+    last_error and frees nothing (none of these calls makes a device's allocator)."""
+    import cuda_mem.torch
+
+    allocator = cuda_mem.torch.Allocator()
+    lib = allocator.lib
+    lib.cuda_mem_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    lib.cuda_mem_torch_free.restype = None
+    lib.cuda_mem_torch_try_alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    lib.cuda_mem_torch_try_alloc.restype = ctypes.c_void_p
+    lib.cuda_mem_torch_free(0x1000, -1, 0, None)
+    assert "a negative size" in allocator.last_error(), allocator.last_error()
+    assert lib.cuda_mem_torch_try_alloc(-1, 0, None) is None
+    assert "a negative size" in allocator.last_error(), allocator.last_error()
+    lib.cuda_mem_torch_free(0x1000, 64, -1, None)   # a device that does not exist (or no driver)
+    assert allocator.last_error() and "negative size" not in allocator.last_error()
+    assert lib.cuda_mem_torch_select_backend(None) == -1
+    assert "a null backend name" in allocator.last_error(), allocator.last_error()
+    assert lib.cuda_mem_torch_snapshot(None) == -1
+    assert "a null path" in allocator.last_error(), allocator.last_error()
+    values = (ctypes.c_uint64 * 4)()
+    assert lib.cuda_mem_torch_stats(0, None, 4) == -1
+    assert "a null or misaligned output buffer" in allocator.last_error(), allocator.last_error()
+    assert lib.cuda_mem_torch_stats(-1, values, 4) == -1

@@ -206,7 +206,7 @@ fn backend() -> CacheBackend<HostSource> {
 
 fn free(backend: &CacheBackend<HostSource>, ptr: NonNull<u8>, bytes: usize, stream: usize) {
     // SAFETY: from this backend, freed once; nothing uses host-source memory.
-    unsafe { backend.deallocate(ptr, bytes, handle(stream)) };
+    unsafe { backend.deallocate(ptr, bytes, handle(stream)) }.unwrap();
 }
 
 #[test]
@@ -337,6 +337,22 @@ fn a_failed_per_thread_wait_returns_the_block_and_reports() {
 }
 
 #[test]
+fn frees_of_unknown_or_freed_pointers_and_wrong_sizes_are_refused_and_free_nothing() {
+    let b = backend();
+    let x = b.allocate(4096, handle(POOLED)).unwrap();
+    // SAFETY: nothing uses host-source memory; a refused free frees nothing.
+    let refused = |ptr, bytes| unsafe { b.deallocate(ptr, bytes, handle(POOLED)) }.unwrap_err().to_string();
+    assert!(refused(NonNull::new(0x1000 as *mut u8).unwrap(), 4096).contains("did not hand out"));
+    assert!(refused(x, 4095).contains("a size other than the block was allocated with"));
+    assert!(b.check_free(x, 4096).is_ok() && b.check_free(x, 4095).is_err());
+    assert_eq!((b.held_blocks(), b.source().take_log()), (1, vec![Call::Alloc(POOLED)]));
+    free(&b, x, 4096, POOLED);
+    assert!(refused(x, 4096).contains("freed already"));
+    assert!(b.check_free(x, 4096).is_err());
+    assert_eq!(b.source().take_log(), [Call::Free(POOLED)], "freed once");
+}
+
+#[test]
 fn a_refused_stream_is_an_error_and_holds_nothing() {
     let b = backend();
     let err = b.allocate(100, handle(FOREIGN)).unwrap_err();
@@ -375,14 +391,14 @@ fn the_allocator_counts_and_limits_over_the_cache() {
     assert_eq!((s.allocated_current, s.alloc_count, s.failed_count, s.cache_misses), (700 << 10, 3, 1, 3));
     // SAFETY: from this allocator, freed once each; nothing uses host-source memory.
     unsafe {
-        a.free(x, 700 << 10, handle(POOLED));
-        a.free(zero[0], 0, handle(0));
-        a.free(zero[1], 0, handle(0));
+        a.free(x, 700 << 10, handle(POOLED)).unwrap();
+        a.free(zero[0], 0, handle(0)).unwrap();
+        a.free(zero[1], 0, handle(0)).unwrap();
     }
     let y = a.allocate(700 << 10, handle(POOLED)).unwrap();
     assert_eq!(y, x);
     // SAFETY: as above.
-    unsafe { a.free(y, 700 << 10, handle(POOLED)) };
+    unsafe { a.free(y, 700 << 10, handle(POOLED)) }.unwrap();
     let s = a.stats();
     assert_eq!((s.allocated_current, s.free_count, s.cache_hits), (0, 4, 1)); // the re-allocation of x is the one hit
     assert_eq!(s.to_array()[8..], [s.cache_hits, s.cache_misses, s.segments, 0, 0, s.inactive_split_bytes]);

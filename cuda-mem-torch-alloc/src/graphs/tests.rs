@@ -80,10 +80,10 @@ fn ended(pools: &GraphPools, pool: PoolId) -> Vec<DeferredFree> {
     handed
 }
 
-/// Frees through the pools.
+/// Frees through the pools (during a capture, memory that is no pool block is the cache's).
 fn free(pools: &GraphPools, ptr: NonNull<u8>, bytes: usize, on: usize) -> bool {
-    // SAFETY: the tests free each block once and use none of them (host memory, never read).
-    unsafe { pools.free(ptr, bytes, stream(on)) }
+    // SAFETY: the tests use none of the blocks (host memory, never read).
+    unsafe { pools.free(ptr, bytes, stream(on), || Ok(())) }.unwrap()
 }
 
 fn alloc(pools: &GraphPools, bytes: usize, on: usize) -> Option<NonNull<u8>> {
@@ -175,10 +175,11 @@ fn a_pool_shared_by_two_graphs_lives_until_both_are_released() {
         assert!(free(&pools, block, 100, S1));
         ended(&pools, P);
     }
-    pools.release(P);
+    assert!(pools.release(P));
     assert_eq!(pools.release_freeable().unwrap(), 0, "the other graph still replays");
-    pools.release(P);
-    pools.release(P); // one release too many is ignored
+    assert!(pools.release(P));
+    assert!(!pools.release(P), "one release too many is refused and changes nothing");
+    assert!(!pools.release(Q), "a pool never captured into");
     assert_eq!(pools.release_freeable().unwrap(), GRANULE);
     assert_eq!(driver.held.load(Ordering::Relaxed), 0);
 }
@@ -192,7 +193,7 @@ fn frees_of_the_caches_memory_wait_until_the_last_capture_ends() {
     pools.begin(Q, capturing(&[S2]), || firsts.set(firsts.get() + 1));
     assert_eq!(firsts.get(), 1, "only the first capture underway holds the cache's event calls");
     let mut lasts = 0;
-    pools.end((9, 9), |_| lasts += 1);
+    assert!(!pools.end((9, 9), |_| lasts += 1));
     assert_eq!(lasts, 0, "an end without its begin changes nothing");
     assert!(free(&pools, foreign, 64, S2));
     assert!(ended(&pools, Q).is_empty(), "P is still being captured");
@@ -200,6 +201,25 @@ fn frees_of_the_caches_memory_wait_until_the_last_capture_ends() {
     assert_eq!(deferred.len(), 1);
     assert_eq!((deferred[0].ptr, deferred[0].bytes, deferred[0].stream.as_raw() as usize), (foreign, 64, S2));
     assert!(!free(&pools, foreign, 64, S2), "with no capture underway the cache frees at once");
+}
+
+#[test]
+fn a_pool_block_with_another_size_and_memory_the_cache_does_not_hold_are_refused() {
+    let (pools, _) = pools();
+    pools.begin(P, capturing(&[S1]), || ());
+    let block = alloc(&pools, 100, S1).unwrap();
+    // SAFETY: the tests use none of the blocks; a refused free frees nothing.
+    let refused =
+        |ptr, bytes, cached: Result<()>| unsafe { pools.free(ptr, bytes, stream(S1), || cached) }.unwrap_err();
+    assert!(refused(block, 200, Ok(())).to_string().contains("a size other than the block was allocated with"));
+    let foreign = NonNull::new(0x1000 as *mut u8).unwrap();
+    let not_cached = CudaError::new(ErrorKind::InvalidArgument("not the cache's"), "a test");
+    assert!(refused(foreign, 64, Err(not_cached)).to_string().contains("not the cache's"));
+    assert!(free(&pools, block, 100, S1), "still live after the refusal");
+    assert_eq!(alloc(&pools, 60, S1), Some(block), "reused, now for 60 bytes");
+    assert!(refused(block, 100, Ok(())).to_string().contains("(allocated as 60)"));
+    assert!(free(&pools, block, 60, S1));
+    assert!(ended(&pools, P).is_empty(), "nothing refused was held back");
 }
 
 #[test]
@@ -239,12 +259,14 @@ fn captures_on_threads_never_share_a_block() {
                     pools.begin(pool, capturing(&[on]), || ());
                     let (mut live, mut received) = (Vec::new(), std::collections::HashSet::new());
                     for round in 0..200 {
-                        let block = alloc(pools, 64 + round % 3 * 200, on).unwrap();
-                        assert!(!live.contains(&block), "handed out twice at once");
+                        let bytes = 64 + round % 3 * 200;
+                        let block = alloc(pools, bytes, on).unwrap();
+                        assert!(!live.iter().any(|&(b, _)| b == block), "handed out twice at once");
                         received.insert(block.as_ptr() as usize);
-                        live.push(block);
+                        live.push((block, bytes));
                         if round % 2 == 1 {
-                            assert!(free(pools, live.swap_remove(0), 64, on));
+                            let (block, bytes) = live.swap_remove(0);
+                            assert!(free(pools, block, bytes, on));
                         }
                     }
                     ended(pools, pool);
