@@ -411,7 +411,9 @@ fn a_block_put_into_another_pool_is_refused_and_given_back() {
         assert_eq!(block.ptr(), ptr, "the caller gets its block back");
         assert_eq!(other.stats(), PinnedPoolStats::default(), "the other pool counted nothing");
         mine.put(block).unwrap();
-        assert_eq!(alloc(&mine, 4096).ptr(), ptr, "its own pool reuses it");
+        let again = alloc(&mine, 4096);
+        assert_eq!(again.ptr(), ptr, "its own pool reuses it");
+        mine.put(again).unwrap();
         drop(other);
         assert!(mine.backend().released.lock().unwrap().is_empty());
     }
@@ -425,9 +427,13 @@ fn a_block_outliving_its_pool_is_refused_by_a_new_one() {
     };
     let next = BlockCache::new(FakeBackend::default(), usize::MAX);
     let refused = next.put(block).unwrap_err();
-    // Nothing can release it now: its memory leaks, as a forgotten block's does.
-    std::mem::forget(refused);
     assert!(next.backend().released.lock().unwrap().is_empty());
+    // No pool can release it now (its memory would leak, as a forgotten block's does): the test
+    // frees it itself, so that Miri's leak check stays on.
+    let (ptr, class, _) = refused.into_block().into_raw_parts();
+    let layout = std::alloc::Layout::from_size_align(class.bytes(), 4096).unwrap();
+    // SAFETY: the fake allocated it with this layout, and nothing else will free it.
+    unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
 }
 
 #[test]
@@ -453,9 +459,13 @@ fn raw_parts_make_the_same_block_again() {
     // SAFETY: the parts of this pool's block, made again once.
     let block = unsafe { cache.lease().block_from_raw_parts(ptr, class, fences) };
     cache.lease().put(block).unwrap();
-    assert_ne!(alloc(&cache, 5000).ptr(), ptr, "its fence still holds it");
+    let other = alloc(&cache, 5000);
+    assert_ne!(other.ptr(), ptr, "its fence still holds it");
     fence.store(true, Ordering::Release);
-    assert_eq!(alloc(&cache, 5000).ptr(), ptr);
+    let again = alloc(&cache, 5000);
+    assert_eq!(again.ptr(), ptr);
+    cache.put(other).unwrap();
+    cache.put(again).unwrap();
 }
 
 #[test]
