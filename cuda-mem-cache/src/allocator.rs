@@ -295,7 +295,12 @@ impl<B: Backend> CachingAllocator<B> {
             reserved += core.figures.reserved;
             assert!(core.arena().segment_owners().all(|s| shard_of(s) == index), "segments in their owner's shard");
         }
-        assert_eq!(reserved, self.shared.totals.reserved().current, "the shards' reserves add up");
+        let kept = self.shared.totals.kept();
+        assert_eq!(
+            reserved + kept,
+            self.shared.totals.reserved().current,
+            "the shards' reserves and kept pages add up"
+        );
     }
 
     /// Keys of the streams the allocator holds a handle of.
@@ -328,9 +333,20 @@ impl<B: Backend> Shared<B> {
         lock(&self.shards[shard_of(stream)])
     }
 
-    /// Releases every shard's idle segments (each shard's lock in turn); returns the bytes.
+    /// Releases every shard's idle segments and free pages (each shard's lock in turn), then the
+    /// pages the backend keeps; returns the bytes given back to the device.
     fn release_all(&self) -> usize {
-        self.shards.iter().map(|shard| lock(shard).release_cached(&self.backend, &self.totals)).sum()
+        let released: usize =
+            self.shards.iter().map(|shard| lock(shard).release_cached(&self.backend, &self.totals)).sum();
+        released + self.release_kept()
+    }
+
+    /// Gives the pages the backend keeps back to the device; returns their bytes.
+    fn release_kept(&self) -> usize {
+        let Some(pages) = self.backend.pages() else { return 0 };
+        let released = pages.release_kept();
+        self.totals.released_kept(released);
+        released
     }
 
     fn threads(&self) -> MutexGuard<'_, Registry> {
@@ -440,7 +456,8 @@ impl<B: Backend> Shared<B> {
         let home = shard_of(on.key);
         let (needed, keep) = lock(&self.shards[home]).pages_to_map(config, pages, on.key, class);
         let budget = config.live_budget(self.active() + class.bytes());
-        let over = totals.over_budget(needed, budget);
+        // Kept pages map without growing the reserve.
+        let over = totals.over_budget(needed.saturating_sub(totals.kept()), budget);
         if config.release_idle_on_miss && over > 0 {
             self.trim_largest(pages, over, (home, keep));
         }
@@ -591,6 +608,7 @@ impl<B: Backend> Shared<B> {
             largest_free_block,
             parked_bytes: totals.parked_bytes,
             pending_bytes: figures.pending_bytes,
+            kept_bytes: self.totals.kept(),
             segments,
             segment_allocations: figures.segment_allocations,
             segment_releases: figures.segment_releases,

@@ -76,8 +76,9 @@ pub unsafe trait Backend: Send + Sync + 'static {
 /// As [`Backend`]'s promises: `page_bytes` is a power of two of at least 512 and `range_bytes` a
 /// multiple of it, both the same at every call; `reserve` returns `bytes` of addresses aligned to `page_bytes`,
 /// overlapping no range it returned before that was not freed; after `map(at, bytes)` returns `Ok`
-/// those bytes are memory of the cache's device that nothing else uses, readable and writable
-/// there, until `unmap` of them.
+/// those bytes are memory of the cache's device that nothing else uses (new, or kept by an
+/// `unmap` and mapped nowhere else), readable and writable there, until `unmap` of them; the
+/// figures `map` and `release_kept` return are exact.
 pub unsafe trait Pages: Send + Sync {
     /// What the calls fail with: the backend's error.
     type Error: BackendError;
@@ -92,20 +93,26 @@ pub unsafe trait Pages: Send + Sync {
     /// Reserves `bytes` (a multiple of `page_bytes`) of addresses with no memory behind them.
     fn reserve(&self, bytes: usize) -> Result<NonNull<u8>, Self::Error>;
 
-    /// Backs `bytes` from `at` with new memory. Out of memory is an error whose
+    /// Backs `bytes` from `at` with memory: pages that `unmap` kept first, then new ones.
+    /// Returns the bytes that came from kept pages. Out of memory is an error whose
     /// [`is_out_of_memory`](BackendError::is_out_of_memory) is true, with nothing of the run left
-    /// mapped.
+    /// mapped and every kept page still kept.
     ///
     /// # Safety
     /// The run lies in one range from `reserve` and none of it is mapped.
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<(), Self::Error>;
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<usize, Self::Error>;
 
-    /// Returns the memory behind `bytes` from `at` to the system.
+    /// Takes the memory behind `bytes` from `at` off those addresses and keeps it, unmapped, for
+    /// later `map`s (a miss then maps memory that exists instead of creating it) until
+    /// `release_kept`.
     ///
     /// # Safety
     /// The run was mapped, page by page, by `map`, and every piece of work that used it has
     /// completed.
     unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize);
+
+    /// Returns every kept page to the system; returns their bytes.
+    fn release_kept(&self) -> usize;
 
     /// Gives back a range from `reserve`.
     ///

@@ -16,25 +16,58 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The reserve of every shard together: changed only when a segment is allocated or released
-/// (under that shard's lock), read without a lock by every shard's decisions.
+/// The reserve of every shard together: changed only when a segment is allocated or released,
+/// or pages are mapped or unmapped (under that shard's lock), and when kept pages are released;
+/// read without a lock by every shard's decisions. The reserve counts the memory taken from the
+/// device: segments, mapped pages, and pages kept unmapped for later maps.
 #[derive(Debug, Default)]
 pub(super) struct Totals {
     reserved: AtomicUsize,
     peak: AtomicUsize,
+    /// Bytes in segments and mapped pages, per pool.
     pool: [AtomicUsize; 2],
+    /// Bytes of pages unmapped and kept by the backend ([`Pages::unmap`]), in no pool.
+    kept: AtomicUsize,
 }
 
 impl Totals {
     fn add(&self, pool: Pool, bytes: usize) {
+        self.grow(bytes);
+        self.pool[pool as usize].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn grow(&self, bytes: usize) {
         let now = self.reserved.fetch_add(bytes, Ordering::Relaxed) + bytes;
         self.peak.fetch_max(now, Ordering::Relaxed);
-        self.pool[pool as usize].fetch_add(bytes, Ordering::Relaxed);
     }
 
     fn sub(&self, pool: Pool, bytes: usize) {
         self.reserved.fetch_sub(bytes, Ordering::Relaxed);
         self.pool[pool as usize].fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// `bytes` mapped into `pool`, `from_kept` of them kept pages: only the rest is new memory.
+    fn mapped(&self, pool: Pool, bytes: usize, from_kept: usize) {
+        self.kept.fetch_sub(from_kept, Ordering::Relaxed);
+        self.grow(bytes - from_kept);
+        self.pool[pool as usize].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// `bytes` of `pool` unmapped and kept: still the device's memory taken, in no pool.
+    fn unmapped(&self, pool: Pool, bytes: usize) {
+        self.pool[pool as usize].fetch_sub(bytes, Ordering::Relaxed);
+        self.kept.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Kept pages of `bytes` given back to the device.
+    pub fn released_kept(&self, bytes: usize) {
+        self.kept.fetch_sub(bytes, Ordering::Relaxed);
+        self.reserved.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes of pages kept unmapped.
+    pub fn kept(&self) -> usize {
+        self.kept.load(Ordering::Relaxed)
     }
 
     /// Bytes of segments held now, and the highest figure.
@@ -364,10 +397,10 @@ impl<B: Backend> Core<B> {
         };
         let at = self.arena.at(run.segment, run.offset);
         // SAFETY: the run is whole pages of an unmapped block of a range from `reserve`.
-        unsafe { pages.map(at, run.bytes)? };
+        let from_kept = unsafe { pages.map(at, run.bytes)? };
         self.arena.mark_mapped(run);
         self.figures.reserved += run.bytes;
-        totals.add(pool, run.bytes);
+        totals.mapped(pool, run.bytes, from_kept);
         self.figures.segment_allocations += 1;
         self.figures.misses += 1;
         let id = self.arena.take(on.key, pool, class.bytes()).expect("mapped pages fit their request");
@@ -422,7 +455,7 @@ impl<B: Backend> Core<B> {
             // that has completed.
             unsafe { pages.unmap(at, run.bytes) };
             self.figures.reserved -= run.bytes;
-            totals.sub(pool, run.bytes);
+            totals.unmapped(pool, run.bytes);
             self.figures.segment_releases += 1;
             unmapped += run.bytes;
         }
@@ -485,14 +518,15 @@ impl<B: Backend> Core<B> {
         self.settle_pending(backend, false);
     }
 
-    /// Releases every idle segment to the backend, after waiting for the pending blocks and for
-    /// the work of each segment's owner (a segment whose owner's fence fails stays cached).
-    /// Blocks the calling thread while that work runs. Returns the bytes released.
+    /// Releases every idle segment to the backend and unmaps every free page (kept by the
+    /// backend until the caller releases them), after waiting for the pending blocks and for
+    /// the work of each owner (a segment or run whose owner's fence fails stays). Blocks the
+    /// calling thread while that work runs. Returns the bytes of segments released.
     pub fn release_cached(&mut self, backend: &B, totals: &Totals) -> usize {
         self.settle_pending(backend, true);
-        let mut released = self.release_idle(backend, totals, usize::MAX, (Pool::Small, 0));
+        let released = self.release_idle(backend, totals, usize::MAX, (Pool::Small, 0));
         if let Some(pages) = backend.pages() {
-            released += self.trim(backend, pages, totals, usize::MAX, None);
+            self.trim(backend, pages, totals, usize::MAX, None);
             self.free_unmapped_ranges(pages);
         }
         released

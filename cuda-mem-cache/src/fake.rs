@@ -79,6 +79,8 @@ struct FakeState {
     ranges: BTreeMap<usize, usize>,
     /// Addresses of the mapped pages.
     mapped: BTreeSet<usize>,
+    /// Bytes of pages unmapped and kept for later maps (`Pages::unmap`).
+    kept: usize,
     maps: u64,
     unmaps: u64,
     range_bytes: usize,
@@ -93,13 +95,13 @@ impl FakeState {
         self.segments.values().map(|&(_, bytes)| bytes).sum()
     }
 
-    /// The out-of-memory error for a request of `bytes`, if it must fail now.
     /// The next free address after `bytes` more of address space, where the space has them
     /// (a real system runs out of addresses as it runs out of memory: a refusal, not a panic).
     fn take_addresses(&self, bytes: Option<usize>) -> Option<usize> {
         bytes.and_then(|bytes| self.next_address.checked_add(bytes)).filter(|&next| next <= ADDRESS_END)
     }
 
+    /// The out-of-memory error for a request of `bytes`, if it must fail now.
     fn refuse(&mut self, bytes: usize, reserved: usize) -> Option<FakeError> {
         let over = self.capacity.is_some_and(|cap| reserved.saturating_add(bytes) > cap);
         if self.fail_next == 0 && !over {
@@ -280,10 +282,15 @@ impl FakeBackend {
         self.state().completed(stream) >= seq
     }
 
-    /// Bytes in live segments and mapped pages.
+    /// Bytes in live segments, mapped pages and kept pages.
     pub fn reserved(&self) -> usize {
         let state = self.state();
-        state.segment_bytes() + self.page.map_or(0, |page| state.mapped_bytes(page))
+        state.segment_bytes() + self.page.map_or(0, |page| state.mapped_bytes(page)) + state.kept
+    }
+
+    /// Bytes of pages unmapped and kept for later maps.
+    pub fn kept_bytes(&self) -> usize {
+        self.state().kept
     }
 
     /// Live segments as (address, bytes).
@@ -344,7 +351,7 @@ unsafe impl Backend for FakeBackend {
 
     fn allocate(&self, bytes: usize) -> Result<NonNull<u8>, FakeError> {
         let mut state = self.state();
-        let reserved = state.segment_bytes() + self.page.map_or(0, |page| state.mapped_bytes(page));
+        let reserved = state.segment_bytes() + self.page.map_or(0, |page| state.mapped_bytes(page)) + state.kept;
         if let Some(err) = state.refuse(bytes, reserved) {
             return Err(err);
         }
@@ -441,7 +448,7 @@ unsafe impl Pages for FakeBackend {
         Ok(NonNull::new(std::ptr::without_provenance_mut(address)).expect("addresses start above 0"))
     }
 
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<(), FakeError> {
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<usize, FakeError> {
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
         assert!(start.is_multiple_of(page) && bytes.is_multiple_of(page) && bytes > 0, "whole pages");
@@ -449,13 +456,17 @@ unsafe impl Pages for FakeBackend {
         let (&base, &len) = state.ranges.range(..=start).next_back().expect("a map inside a range");
         assert!(start + bytes <= base + len, "a map inside one range");
         assert!(state.mapped.range(start..start + bytes).next().is_none(), "a page mapped twice");
-        let reserved = state.segment_bytes() + state.mapped_bytes(page);
-        if let Some(err) = state.refuse(bytes, reserved) {
+        let from_kept = state.kept.min(bytes);
+        let reserved = state.segment_bytes() + state.mapped_bytes(page) + state.kept;
+        if from_kept < bytes
+            && let Some(err) = state.refuse(bytes - from_kept, reserved)
+        {
             return Err(err);
         }
+        state.kept -= from_kept;
         state.mapped.extend((start..start + bytes).step_by(page));
         state.maps += 1;
-        Ok(())
+        Ok(from_kept)
     }
 
     unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize) {
@@ -466,7 +477,12 @@ unsafe impl Pages for FakeBackend {
             assert!(state.mapped.remove(&address), "unmapped a page that is not mapped");
         }
         state.unmaps += 1;
+        state.kept += bytes;
         state.released.push((start, bytes));
+    }
+
+    fn release_kept(&self) -> usize {
+        std::mem::take(&mut self.state().kept)
     }
 
     unsafe fn free(&self, base: NonNull<u8>, bytes: usize) {

@@ -70,6 +70,49 @@ fn a_miss_above_the_peak_unmaps_another_streams_free_pages_after_their_work() {
 }
 
 #[test]
+fn pages_moving_between_streams_are_kept_memory_mapped_again_and_empty_cache_gives_them_back() {
+    let (cache, backend) = paged(no_front());
+    let a = cache.alloc(64 * KIB, &S).unwrap();
+    free(&cache, a);
+    // T's miss unmaps S's free pages (kept by the backend) and maps them: no new memory.
+    let b = cache.alloc(64 * KIB, &T).unwrap();
+    let stats = cache.stats();
+    assert_eq!((stats.reserved.current, stats.reserved.peak, stats.kept_bytes), (64 * KIB, 64 * KIB, 0), "{stats:?}");
+    assert_eq!((backend.reserved(), backend.kept_bytes()), (64 * KIB, 0));
+    free(&cache, b);
+    // S's next miss takes T's pages back the same way.
+    let c = cache.alloc(32 * KIB, &S).unwrap();
+    let stats = cache.stats();
+    assert_eq!((stats.reserved.current, stats.kept_bytes), (64 * KIB, 32 * KIB), "{stats:?}");
+    assert_eq!(backend.kept_bytes(), 32 * KIB, "the whole free run was unmapped; half is kept");
+    cache.check_invariants();
+    free(&cache, c);
+    assert_eq!(cache.empty_cache(), 64 * KIB, "kept and mapped pages, all given back");
+    let stats = cache.stats();
+    assert_eq!((stats.reserved.current, stats.kept_bytes, backend.reserved()), (0, 0, 0), "{stats:?}");
+    cache.check_invariants();
+}
+
+#[test]
+fn out_of_memory_releases_kept_pages_before_it_fails() {
+    let (cache, backend) = paged(no_front());
+    let a = cache.alloc(64 * KIB, &S).unwrap();
+    free(&cache, a);
+    let b = cache.alloc(32 * KIB, &T).unwrap(); // S's 64 KiB unmapped, 32 KiB kept after the map
+    assert_eq!(backend.kept_bytes(), 32 * KIB);
+    // A device with room for nothing more than what is taken: the kept pages are what is left.
+    backend.set_capacity(Some(backend.reserved()));
+    let c = cache.alloc(32 * KIB, &T).unwrap();
+    assert_eq!((backend.kept_bytes(), cache.stats().reserved.current), (0, 64 * KIB), "kept pages served it");
+    let err = cache.alloc(16 * KIB, &S).unwrap_err();
+    assert!(err.is_out_of_memory(), "{err}");
+    assert_eq!(cache.stats().kept_bytes, 0);
+    free(&cache, b);
+    free(&cache, c);
+    cache.check_invariants();
+}
+
+#[test]
 fn without_release_on_miss_the_reserve_grows_instead() {
     let (cache, backend) = paged(Config { release_idle_on_miss: false, ..no_front() });
     let a = cache.alloc(64 * KIB, &S).unwrap();

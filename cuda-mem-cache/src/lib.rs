@@ -24,9 +24,14 @@
 //! call. Memory moves between sizes and streams a page at a time: when mapping would take the
 //! reserve above both its peak and [`Config::live_slack_percent`] (4%) above the bytes allocated,
 //! the whole pages inside free blocks (largest first, any stream's, after a fence on their owner
-//! has completed) are unmapped first; a free block keeps the partial pages at its ends. The
+//! has completed) are unmapped first; a free block keeps the partial pages at its ends. Unmapped
+//! pages stay the cache's memory, kept by the backend ([`Pages::unmap`]) and counted in the
+//! reserve: the miss that unmapped them maps them again, so memory moving between streams or
+//! sizes costs an unmap and a map, never new memory. The
 //! slack spares a workload whose live bytes climb a step at a time (a training run meeting longer
-//! sequences) an unmap and a later map at every step. `empty_cache` unmaps every free page and gives back ranges with nothing mapped.
+//! sequences) an unmap and a later map at every step. `empty_cache` (and out of memory) unmaps
+//! every free page, gives the kept pages back to the device ([`Pages::release_kept`]) and gives
+//! back ranges with nothing mapped.
 //! Without pages (or with [`Config::expandable_segments`] off) the cache works as below.
 //!
 //! **Segments.** Classes up to `small_max` (1 MiB) are carved from small segments, larger ones

@@ -41,9 +41,9 @@ pub struct CachingStats {
     /// Bytes of blocks out of the shared core: held by users, kept in threads' front caches, or
     /// freed on another stream and waiting for that stream's work. Exact, peak included.
     pub active: CurrentPeak,
-    /// Bytes of segments taken from the device. Exact, peak included.
+    /// Bytes taken from the device: segments, mapped pages and kept pages. Exact, peak included.
     pub reserved: CurrentPeak,
-    /// Bytes in the core's free blocks (`reserved - active`).
+    /// Bytes in the core's free blocks (`reserved - active - kept_bytes`).
     pub free_bytes: usize,
     /// Bytes of segments none of whose blocks is out (part of `free_bytes`); the rest of
     /// `free_bytes` is free space split off segments in use (PyTorch's `inactive_split_bytes`).
@@ -54,6 +54,10 @@ pub struct CachingStats {
     pub parked_bytes: usize,
     /// Bytes freed on another stream than their own, waiting for that stream's work.
     pub pending_bytes: usize,
+    /// Bytes of pages unmapped from free blocks and kept for later maps (part of `reserved`):
+    /// a miss maps them again without creating memory; `empty_cache` and out of memory give
+    /// them back to the device.
+    pub kept_bytes: usize,
     /// Segments held.
     pub segments: usize,
     /// Segments taken from the device, ever.

@@ -71,6 +71,18 @@ pub struct VmmPages {
     device: Device,
     page: usize,
     range: usize,
+    store: Mutex<PageStore>,
+}
+
+/// The physical pages of a cache: each a `cuMemCreate` allocation of one page, mapped at one
+/// address or kept unmapped for the next map, so that memory moving between streams costs a
+/// `cuMemUnmap` and a `cuMemMap`, never a `cuMemCreate` and `cuMemRelease`.
+#[derive(Debug, Default)]
+struct PageStore {
+    /// Mapped pages: address -> handle.
+    mapped: HashMap<u64, u64>,
+    /// Handles mapped nowhere, for later maps.
+    kept: Vec<u64>,
 }
 
 impl VmmPages {
@@ -79,15 +91,71 @@ impl VmmPages {
         let _device = CurrentDevice::set(device)?;
         let Some(page) = raw::vmm::page_bytes(device.as_raw())? else { return Ok(None) };
         let (_, total) = raw::device::mem_info()?;
-        Ok(Some(Self { device, page, range: total.next_multiple_of(page) }))
+        Ok(Some(Self { device, page, range: total.next_multiple_of(page), store: Mutex::default() }))
+    }
+
+    fn store(&self) -> std::sync::MutexGuard<'_, PageStore> {
+        // Plain map and vector operations: a panic elsewhere leaves them consistent.
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Maps a handle at every page of the run, `kept` ones first, new ones after; on failure
+    /// unmaps what it mapped and gives back the handles (the created ones released, the kept
+    /// ones kept). Returns the handles in address order.
+    ///
+    /// # Safety
+    /// As `Pages::map`: whole unmapped pages of a reserved range; `kept` mapped nowhere.
+    unsafe fn map_handles(&self, at: u64, bytes: usize, mut kept: Vec<u64>) -> Result<Vec<u64>> {
+        let (page, device) = (self.page, self.device.as_raw());
+        let mut mapped: Vec<u64> = Vec::with_capacity(bytes / page);
+        // Kept handles are mapped first, so `mapped` starts with the kept ones it used.
+        let mut kept_used = 0;
+        let result = (|| {
+            while mapped.len() * page < bytes {
+                let (handle, was_kept) = match kept.pop() {
+                    Some(handle) => (handle, true),
+                    None => (raw::vmm::create(page, device)?, false),
+                };
+                let address = at + (mapped.len() * page) as u64;
+                // SAFETY: an unmapped page of the run (the caller's contract) and a handle of
+                // one page mapped nowhere (kept, or created just now).
+                if let Err(err) = unsafe { raw::vmm::map_page(address, page, handle) } {
+                    if was_kept {
+                        kept.push(handle);
+                    } else {
+                        // SAFETY: created just now, mapped nowhere.
+                        raw::quiet(unsafe { raw::vmm::release(handle) });
+                    }
+                    return Err(err);
+                }
+                kept_used += usize::from(was_kept);
+                mapped.push(handle);
+            }
+            // SAFETY: the run is mapped, just now.
+            unsafe { raw::vmm::set_access(at, bytes, device) }
+        })();
+        if let Err(err) = result {
+            // SAFETY: the pages mapped above, which no work has used.
+            raw::quiet(unsafe { raw::vmm::unmap(at, mapped.len() * page, page) });
+            for &handle in &mapped[kept_used..] {
+                // SAFETY: created by this call, mapped nowhere now.
+                raw::quiet(unsafe { raw::vmm::release(handle) });
+            }
+            mapped.truncate(kept_used);
+            self.store().kept.extend(mapped.into_iter().chain(kept));
+            return Err(err);
+        }
+        Ok(mapped)
     }
 }
 
-// SAFETY: `reserve` returns a fresh range of the driver's, aligned to a page, that overlaps no
-// live range; `map` backs whole pages with new allocations of the cache's device, with
-// read-write access from it, which no other owner has (each page's handle is released once
-// mapped, so nothing else can map it), and leaves nothing mapped when it fails; `unmap` and
-// `free` follow the callers' contracts. Every call runs with the cache's device current.
+// SAFETY: `reserve` returns a fresh range of the driver's, aligned to a page (a power of two,
+// the driver's granularity), that overlaps no live range; `map` backs whole pages with handles
+// of the cache's device that the store holds alone (kept ones mapped nowhere, or new ones), with
+// read-write access from it, returns how many bytes were kept ones, and leaves nothing mapped
+// (and every kept handle kept) when it fails; `unmap` moves handles to the kept list only after
+// the callers' contract (no work uses them) and `release_kept` releases only kept handles;
+// `free` follows the callers' contract. Every call runs with the cache's device current.
 unsafe impl Pages for VmmPages {
     type Error = CudaError;
 
@@ -106,18 +174,53 @@ unsafe impl Pages for VmmPages {
             .ok_or_else(|| CudaError::new(ErrorKind::InvalidArgument("a null range"), "cuMemAddressReserve"))
     }
 
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<()> {
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<usize> {
         let _device = CurrentDevice::set(self.device)?;
-        // SAFETY: whole unmapped pages of a reserved range (the caller's contract).
-        unsafe { raw::vmm::map(at.as_ptr() as u64, bytes, self.page, self.device.as_raw()) }
+        let kept = {
+            let mut store = self.store();
+            let take = store.kept.len().min(bytes / self.page);
+            let from = store.kept.len() - take;
+            store.kept.split_off(from)
+        };
+        let from_kept = kept.len() * self.page;
+        let at = at.as_ptr() as u64;
+        // SAFETY: whole unmapped pages of a reserved range (the caller's contract); the kept
+        // handles are out of the store, mapped nowhere.
+        let handles = unsafe { self.map_handles(at, bytes, kept)? };
+        let mut store = self.store();
+        store.mapped.extend(handles.into_iter().enumerate().map(|(i, handle)| (at + (i * self.page) as u64, handle)));
+        Ok(from_kept)
     }
 
     unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize) {
         let device = CurrentDevice::set(self.device);
+        let at = at.as_ptr() as u64;
         // SAFETY: pages mapped by `map`, each its own mapping, no longer used (the caller's
         // contract).
-        raw::quiet(unsafe { raw::vmm::unmap(at.as_ptr() as u64, bytes, self.page) });
+        let unmapped = unsafe { raw::vmm::unmap(at, bytes, self.page) };
+        let mut store = self.store();
+        let handles: Vec<u64> =
+            (0..bytes / self.page).filter_map(|i| store.mapped.remove(&(at + (i * self.page) as u64))).collect();
+        if unmapped.is_ok() {
+            store.kept.extend(handles);
+        }
+        // Else some page may still be mapped: its handle is dropped from the store (the memory
+        // stays the mapping's, leaked rather than mapped twice).
+        drop(store);
+        raw::quiet(unmapped);
         drop(device);
+    }
+
+    fn release_kept(&self) -> usize {
+        let kept = std::mem::take(&mut self.store().kept);
+        let device = CurrentDevice::set(self.device);
+        for &handle in &kept {
+            // SAFETY: a kept handle: created by `map`, mapped nowhere, released once (taken out
+            // of the store).
+            raw::quiet(unsafe { raw::vmm::release(handle) });
+        }
+        drop(device);
+        kept.len() * self.page
     }
 
     unsafe fn free(&self, base: NonNull<u8>, bytes: usize) {

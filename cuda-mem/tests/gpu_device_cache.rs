@@ -414,6 +414,7 @@ fn gpu_free_pages_move_to_another_stream_only_after_their_work() {
     let stats = cache.stats();
     assert!(stats.reserved.peak <= peak, "the peak held: {stats:?}");
     assert!(stats.segment_releases >= 1, "pages of `a` unmapped for `b`: {stats:?}");
+    assert_eq!(stats.kept_bytes, 0, "`b` mapped the pages `a` gave up, no new ones: {stats:?}");
     a.synchronize().expect("the held memset ran on mapped memory");
     assert_same(&other.as_slice().to_vec().unwrap(), &data);
 }

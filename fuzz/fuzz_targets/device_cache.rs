@@ -145,7 +145,8 @@ impl Model {
         assert!(stats.requested.peak <= stats.allocated.peak);
         assert_eq!(stats.active.current, allocated + stats.parked_bytes + stats.pending_bytes);
         assert_eq!(stats.reserved.current, self.backend.reserved());
-        assert_eq!(stats.free_bytes + stats.active.current, stats.reserved.current);
+        assert_eq!(stats.free_bytes + stats.active.current + stats.kept_bytes, stats.reserved.current);
+        assert_eq!(stats.kept_bytes, self.backend.kept_bytes());
         assert!(stats.largest_free_block <= stats.free_bytes);
         assert!(stats.reserved.peak >= stats.reserved.current && stats.active.peak >= stats.active.current);
         if self.pages {

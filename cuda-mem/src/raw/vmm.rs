@@ -1,7 +1,8 @@
 //! The driver's virtual memory management (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`,
-//! `cuMemSetAccess`, `cuMemUnmap`), reached through the runtime's driver entry points: address
-//! ranges reserved whole and backed a page at a time, each page its own allocation so that any
-//! page can be unmapped (`cuMemUnmap` takes whole mappings only).
+//! `cuMemSetAccess`, `cuMemUnmap`, `cuMemRelease`), reached through the runtime's driver entry
+//! points: address ranges reserved whole and backed a page at a time, each page its own
+//! allocation and mapping so that any page can be unmapped (`cuMemUnmap` takes whole mappings
+//! only) and mapped again elsewhere.
 
 use super::driver_entry::entry_point;
 use crate::error::{CudaError, ErrorKind, OomReport, Result};
@@ -170,48 +171,56 @@ pub(crate) unsafe fn free(base: u64, bytes: usize) -> Result<()> {
     call(code, || format!("cuMemAddressFree({bytes} bytes)"), 0)
 }
 
-/// Backs `bytes` from `at` with new memory of `device`, one allocation per `page`, readable and
-/// writable from `device`. On failure nothing of the run stays mapped.
-///
-/// # Safety
-/// `at` and `bytes` are whole pages of a range from [`reserve`], none of them mapped.
-pub(crate) unsafe fn map(at: u64, bytes: usize, page: usize, device: c_int) -> Result<()> {
+/// A new allocation of physical memory of `page` bytes on `device`, mapped nowhere: its handle.
+pub(crate) fn create(page: usize, device: c_int) -> Result<u64> {
     let driver = driver()?;
     let prop = device_prop(device);
-    let mut mapped = 0;
-    let result = (|| {
-        while mapped < bytes {
-            let mut handle = 0u64;
-            // SAFETY: valid pointers to a written handle and a complete property struct.
-            let code = unsafe { (driver.create)(&mut handle, page, &prop, 0) };
-            call(code, || format!("cuMemCreate({page} bytes on device {device})"), bytes)?;
-            // SAFETY: an unmapped page of a reserved range (the caller's contract) and a handle
-            // of exactly a page.
-            let code = unsafe { (driver.map)(at + mapped as u64, page, 0, handle, 0) };
-            // SAFETY: the handle is ours; once mapped, the mapping keeps its memory until
-            // `cuMemUnmap`, so the handle is released at once either way.
-            let released = unsafe { (driver.release)(handle) };
-            call(code, || "cuMemMap(a page)".into(), bytes)?;
-            call(released, || "cuMemRelease(a mapped page's handle)".into(), 0)?;
-            mapped += page;
-        }
-        let access =
-            AccessDesc { location: Location { kind: LOCATION_TYPE_DEVICE, id: device }, flags: ACCESS_READ_WRITE };
-        // SAFETY: the run is mapped (just now); a valid pointer to one descriptor.
-        let code = unsafe { (driver.set_access)(at, bytes, &access, 1) };
-        call(code, || format!("cuMemSetAccess({bytes} bytes, device {device})"), bytes)
-    })();
-    if result.is_err() {
-        // SAFETY: the pages mapped above, none of which any work has used.
-        super::quiet(unsafe { unmap(at, mapped, page) });
-    }
-    result
+    let mut handle = 0u64;
+    // SAFETY: valid pointers to a written handle and a complete property struct.
+    let code = unsafe { (driver.create)(&mut handle, page, &prop, 0) };
+    call(code, || format!("cuMemCreate({page} bytes on device {device})"), page)?;
+    Ok(handle)
+}
+
+/// Gives an allocation from [`create`] back to the device once nothing maps it.
+///
+/// # Safety
+/// `handle` came from `create`, is released once, and is mapped nowhere that work still uses.
+pub(crate) unsafe fn release(handle: u64) -> Result<()> {
+    let driver = driver()?;
+    // SAFETY: the caller's contract.
+    let code = unsafe { (driver.release)(handle) };
+    call(code, || "cuMemRelease".into(), 0)
+}
+
+/// Maps the allocation `handle` (of `page` bytes) at `at`, as one mapping of its own.
+///
+/// # Safety
+/// `at` is an unmapped page of a range from [`reserve`], and `handle` an allocation of exactly
+/// `page` bytes from [`create`] that is mapped nowhere else.
+pub(crate) unsafe fn map_page(at: u64, page: usize, handle: u64) -> Result<()> {
+    let driver = driver()?;
+    // SAFETY: the caller's contract.
+    let code = unsafe { (driver.map)(at, page, 0, handle, 0) };
+    call(code, || "cuMemMap(a page)".into(), page)
+}
+
+/// Makes `bytes` from `at` readable and writable from `device`.
+///
+/// # Safety
+/// The run is mapped.
+pub(crate) unsafe fn set_access(at: u64, bytes: usize, device: c_int) -> Result<()> {
+    let driver = driver()?;
+    let access = AccessDesc { location: Location { kind: LOCATION_TYPE_DEVICE, id: device }, flags: ACCESS_READ_WRITE };
+    // SAFETY: the run is mapped (the caller's contract); a valid pointer to one descriptor.
+    let code = unsafe { (driver.set_access)(at, bytes, &access, 1) };
+    call(code, || format!("cuMemSetAccess({bytes} bytes, device {device})"), bytes)
 }
 
 /// Unmaps `bytes` from `at`, a page at a time: their memory returns to the device.
 ///
 /// # Safety
-/// Whole pages mapped by [`map`] (each its own mapping), no work using them any more.
+/// Whole pages mapped by [`map_page`] (each its own mapping), no work using them any more.
 pub(crate) unsafe fn unmap(at: u64, bytes: usize, page: usize) -> Result<()> {
     let driver = driver()?;
     if bytes > page {
