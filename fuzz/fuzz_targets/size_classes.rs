@@ -10,13 +10,13 @@ fuzz_target!(|bytes: usize| {
         assert!(bytes > usize::MAX / 4 * 3);
         return;
     };
-    assert!(class.index < NUM_CLASSES);
-    assert!(class.bytes >= bytes.max(1));
+    assert!(class.index() < NUM_CLASSES);
+    assert!(class.bytes() >= bytes.max(1));
     if bytes > MIN_BLOCK {
-        assert!(class.bytes - bytes <= bytes / 4);
+        assert!(class.bytes() - bytes <= bytes / 4);
     }
-    assert_eq!(class_of(class.bytes), Some(class));
-    if let Some(next) = class.bytes.checked_add(1).and_then(class_of) {
-        assert!(next.index > class.index);
+    assert_eq!(class_of(class.bytes()), Some(class));
+    if let Some(next) = class.bytes().checked_add(1).and_then(class_of) {
+        assert!(next.index() > class.index());
     }
 });
