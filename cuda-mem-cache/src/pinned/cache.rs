@@ -248,7 +248,7 @@ impl<B: PinnedBackend> Lease<B> {
         class: PinnedClass,
         fences: Vec<B::Fence>,
     ) -> Block<B::Fence> {
-        Block { ptr, class, fences, pool: self.shared.id }
+        self.shared.block(ptr, class, fences)
     }
 
     /// The lease a front cache's stock gave up on a hit (see [`ThreadCache::take`]).
@@ -390,7 +390,7 @@ impl<B: PinnedBackend> BlockCache<B> {
         if shared.fronts {
             let hit = thread_cache::with_cache(&ENTRIES, shared.id, || register(shared), |c| c.take(class, false));
             if let Some(Some((ptr, _))) = hit {
-                return Some(Block { ptr, class, fences: Vec::new(), pool: shared.id });
+                return Some(shared.block(ptr, class, Vec::new()));
             }
         }
         self.take_shared(class)
@@ -406,7 +406,7 @@ impl<B: PinnedBackend> BlockCache<B> {
             if let Some(Some((ptr, stocked))) = hit {
                 // SAFETY: this pool's front cache gave up a stocked reference.
                 let lease = if stocked { unsafe { Lease::from_stock(shared) } } else { self.lease() };
-                return Some((Block { ptr, class, fences: Vec::new(), pool: shared.id }, lease));
+                return Some((shared.block(ptr, class, Vec::new()), lease));
             }
         }
         self.take_shared(class).map(|block| (block, self.lease()))
@@ -424,7 +424,7 @@ impl<B: PinnedBackend> BlockCache<B> {
         class: PinnedClass,
         fences: Vec<B::Fence>,
     ) -> Block<B::Fence> {
-        Block { ptr, class, fences, pool: self.shared.id }
+        self.shared.block(ptr, class, fences)
     }
 
     /// A new lease of this pool.
@@ -452,7 +452,7 @@ impl<B: PinnedBackend> BlockCache<B> {
         let held = shared.held_bytes.fetch_add(class.bytes(), Ordering::Relaxed) + class.bytes();
         shared.peak_held_bytes.fetch_max(held, Ordering::Relaxed);
         count(shared, move |counts| counts.hand_out(class.bytes(), false));
-        Ok(Block { ptr, class, fences: Vec::new(), pool: shared.id })
+        Ok(shared.block(ptr, class, Vec::new()))
     }
 
     /// Takes a block back without a buffer's lease (see [`Lease::put`] for buffers). A block
@@ -510,6 +510,12 @@ impl<B: PinnedBackend> BlockCache<B> {
 }
 
 impl<B: PinnedBackend> Shared<B> {
+    /// A block of this pool: the one place blocks are made.
+    #[inline(always)]
+    fn block(&self, ptr: NonNull<u8>, class: PinnedClass, fences: Vec<B::Fence>) -> Block<B::Fence> {
+        Block { ptr, class, fences, pool: self.id }
+    }
+
     /// The most recently freed block of `class` in its list whose work has completed.
     fn take_ready(&self, class: PinnedClass) -> Option<Block<B::Fence>> {
         let mut list = lock(&self.classes[class.index()]);
@@ -540,7 +546,7 @@ impl<B: PinnedBackend> Shared<B> {
     /// Returns parked blocks to the lists.
     fn unpark(&self, parked: Vec<Parked>) {
         for Parked { ptr, class } in parked {
-            self.put_shared(Block { ptr, class, fences: Vec::new(), pool: self.id });
+            self.put_shared(self.block(ptr, class, Vec::new()));
         }
     }
 

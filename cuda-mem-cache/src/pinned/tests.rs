@@ -478,3 +478,51 @@ fn shrinking_takes_the_named_class_first() {
     assert_eq!(cache.shrink_to(1 << 20, Some(small_class)), 4096);
     assert_eq!(*cache.backend().released.lock().unwrap(), [4096]);
 }
+
+/// A backend written by a user, safe code only, that lies: every allocation returns the same
+/// dangling address and fences are never done. The cache never dereferences a block, so what it
+/// can still owe is its own contract: each allocation released once, with its bytes, after a wait
+/// for its fences, and never a panic.
+#[test]
+fn a_lying_backend_gets_each_allocation_released_once_after_its_fences() {
+    #[derive(Default)]
+    struct Liar {
+        allocated: std::sync::Mutex<Vec<usize>>,
+        released: std::sync::Mutex<Vec<usize>>,
+        waits: std::sync::atomic::AtomicUsize,
+    }
+    impl super::cache::PinnedBackend for Liar {
+        type Fence = ();
+        type Error = ();
+        fn allocate(&self, bytes: usize) -> Result<std::ptr::NonNull<u8>, ()> {
+            self.allocated.lock().unwrap().push(bytes);
+            Ok(std::ptr::NonNull::dangling())
+        }
+        fn is_done(&self, (): &()) -> bool {
+            false
+        }
+        fn wait(&self, (): &()) {
+            self.waits.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe fn release(&self, _: std::ptr::NonNull<u8>, bytes: usize) {
+            self.released.lock().unwrap().push(bytes);
+        }
+    }
+    for cap in [usize::MAX, 1 << 30] {
+        let cache = BlockCache::new(Liar::default(), cap);
+        let class = class_of(8192).unwrap();
+        let (mut a, b) = (cache.allocate(class).unwrap(), cache.allocate(class).unwrap());
+        assert_eq!(a.ptr(), b.ptr(), "the liar's address, twice");
+        a.record(());
+        cache.put(a).unwrap();
+        cache.put(b).unwrap();
+        // The fenced block is never ready (its fence never completes); the plain one is.
+        let c = cache.take(class).expect("the unfenced block");
+        assert!(cache.take(class).is_none(), "a block whose fence is pending is not handed out");
+        cache.put(c).unwrap();
+        assert_eq!(cache.shrink_to(0, None), 2 * 8192);
+        assert_eq!(*cache.backend().released.lock().unwrap(), [8192, 8192], "each allocation released once");
+        assert_eq!(*cache.backend().allocated.lock().unwrap(), [8192, 8192]);
+        assert_eq!(cache.backend().waits.load(Ordering::Relaxed), 1, "released only after a wait for its fence");
+    }
+}
