@@ -114,6 +114,32 @@ int main(int argc, char** argv) {
     cudaFree(p);
   }
   row("cudaMalloc_run", malloc_run);
+  // 6. Larger handles: the run as handles of `chunk` pages each, created, mapped (one call per
+  // handle) and given one access call; then unmapped and released.
+  for (size_t chunk : {size_t(4), size_t(16), run_pages}) {
+    std::vector<double> map_chunks, unmap_chunks;
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<CUmemGenericAllocationHandle> hs(run_pages / chunk);
+      double t = now_us();
+      for (size_t i = 0; i < hs.size(); ++i) {
+        check(p_cuMemCreate(&hs[i], chunk * page, &prop, 0), "create chunk");
+        check(p_cuMemMap(base + i * chunk * page, chunk * page, 0, hs[i], 0), "map chunk");
+      }
+      check(p_cuMemSetAccess(base, run, &access, 1), "access chunks");
+      map_chunks.push_back(now_us() - t);
+      t = now_us();
+      for (size_t i = 0; i < hs.size(); ++i) {
+        check(p_cuMemUnmap(base + i * chunk * page, chunk * page), "unmap chunk");
+        check(p_cuMemRelease(hs[i]), "release chunk");
+      }
+      unmap_chunks.push_back(now_us() - t);
+    }
+    char name[96];
+    std::snprintf(name, sizeof name, "create_map_access_handles_of_%zu_pages", chunk);
+    row(name, map_chunks);
+    std::snprintf(name, sizeof name, "unmap_release_handles_of_%zu_pages", chunk);
+    row(name, unmap_chunks);
+  }
   check(p_cuMemAddressFree(base, 4 * run), "free");
   return 0;
 }

@@ -60,6 +60,22 @@ pub(super) fn shard_of(stream: StreamKey) -> usize {
     ((stream.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
 }
 
+/// A block taken from the core, and whether it was lent (by a stream of which shard).
+struct Taken {
+    id: BlockId,
+    ptr: NonNull<u8>,
+    lent: Option<u8>,
+}
+
+impl Taken {
+    /// Block `id` of `core`, the requesting stream's own.
+    fn own<B: Backend>(core: &Core<B>, id: BlockId) -> Self {
+        Self { id, ptr: core.arena().ptr(id), lent: None }
+    }
+}
+
+const _: () = assert!(SHARDS <= u8::MAX as usize, "a shard's index fits a lent block's handle");
+
 /// Every thread's front cache, and the figures of threads that exited (or had no cache).
 type Registry = thread_cache::Registry<ThreadCache, ThreadTotals>;
 
@@ -125,7 +141,9 @@ impl<B: Backend> CachingAllocator<B> {
             |cache| cache.take(key, class.bytes(), bytes, shared.limits),
         );
         match hit {
-            Some(Some(parked)) => Ok(shared.handle(parked.ptr, parked.id, class, bytes, key.stream)),
+            Some(Some(parked)) => {
+                Ok(shared.handle(Taken { id: parked.id, ptr: parked.ptr, lent: parked.lent }, class, bytes, key.stream))
+            }
             _ => self.alloc_slow(class, bytes, stream),
         }
     }
@@ -139,7 +157,7 @@ impl<B: Backend> CachingAllocator<B> {
         if let Some(parked) = large {
             shared.give_back(parked);
         }
-        let (id, ptr) = shared.take_from_core(stream, class)?;
+        let taken = shared.take_from_core(stream, class)?;
         let counted = thread_cache::with_cache(
             &ENTRIES,
             shared.id,
@@ -149,7 +167,7 @@ impl<B: Backend> CachingAllocator<B> {
         if counted.is_none() {
             shared.count_without_cache(key, class.bytes(), requested, true);
         }
-        Ok(shared.handle(ptr, id, class, requested, key.stream))
+        Ok(shared.handle(taken, class, requested, key.stream))
     }
 
     /// Returns `block` for reuse on its own stream, at once.
@@ -196,7 +214,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// queued on `stream` after this call.
     pub unsafe fn free_on(&self, block: CachedBlock, stream: &B::Stream) -> Result<(), B::Error> {
         let on = On { key: B::key(stream), stream };
-        if on.key == block.stream {
+        if on.key == block.stream && block.lent.is_none() {
             // SAFETY: the caller's guarantee, for the block's own stream.
             unsafe { self.free(block) };
             return Ok(());
@@ -205,6 +223,9 @@ impl<B: Backend> CachingAllocator<B> {
         if block.allocator != shared.id {
             foreign_block(block);
             return Ok(());
+        }
+        if let Some(shard) = block.lent {
+            return shared.try_return_lent(block, shard, on);
         }
         {
             let mut core = shared.shard(block.stream);
@@ -354,26 +375,42 @@ impl<B: Backend> Shared<B> {
     }
 
     #[inline]
-    fn handle(
-        &self,
-        ptr: NonNull<u8>,
-        id: BlockId,
-        class: SizeClass,
-        requested: usize,
-        stream: StreamKey,
-    ) -> CachedBlock {
-        CachedBlock { ptr, requested, class, stream, id, allocator: self.id }
+    fn handle(&self, taken: Taken, class: SizeClass, requested: usize, stream: StreamKey) -> CachedBlock {
+        let Taken { id, ptr, lent } = taken;
+        CachedBlock { ptr, requested, class, stream, id, lent, allocator: self.id }
+    }
+
+    /// Takes back `block`, lent by a stream of shard `shard`, freed on `on` (`free_on`), and
+    /// counts the free; a block the shard did not lend to its stream is leaked
+    /// rather than trusted (a broken `free` contract).
+    fn try_return_lent(&self, block: CachedBlock, shard: u8, on: On<'_, B::Stream>) -> Result<(), B::Error> {
+        {
+            let mut core = lock(&self.shards[usize::from(shard)]);
+            if !core.is_lent_to(block.id, block.ptr, block.stream) {
+                debug_assert!(false, "{block:?} is not lent by this allocator");
+                return Ok(());
+            }
+            core.return_lent(&self.backend, block.id, Some(on))?;
+        }
+        let key = BinKey { stream: block.stream, class: block.class.index() };
+        let (bytes, requested) = (block.bytes(), block.requested);
+        let counted =
+            thread_cache::with_existing(&ENTRIES, self.id, |cache| cache.note_free(key, bytes, requested, self.limits));
+        if counted.is_none() {
+            self.count_without_cache(key, bytes, requested, false);
+        }
+        Ok(())
     }
 
     /// A block from the core: the stream's free blocks; else, after every front cache is
-    /// returned (parked blocks may be what is missing), adoption or growth; on out of memory,
-    /// once more after releasing everything cached.
-    fn take_from_core(&self, stream: &B::Stream, class: SizeClass) -> Result<(BlockId, NonNull<u8>), B::Error> {
+    /// returned (parked blocks may be what is missing), a lent block, adoption or growth; on out
+    /// of memory, once more after releasing everything cached.
+    fn take_from_core(&self, stream: &B::Stream, class: SizeClass) -> Result<Taken, B::Error> {
         let on = On { key: B::key(stream), stream };
         let cached = || {
             let mut core = self.shard(on.key);
             let id = core.take_cached(&self.backend, &self.config, &self.totals, on.key, class)?;
-            Some((id, core.arena().ptr(id)))
+            Some(Taken::own(&core, id))
         };
         if let Some(found) = cached() {
             return Ok(found);
@@ -396,10 +433,11 @@ impl<B: Backend> Shared<B> {
     }
 
     /// A block for `on`: from its shard (its free blocks, or an idle segment of a stream of the
-    /// shard); else an idle segment of another shard's stream; else a new segment, after idle
-    /// segments anywhere were released if growing would raise the reserve's peak. One shard's
-    /// lock at a time: no lock order between shards to keep.
-    fn take_or_grow(&self, on: &On<'_, B::Stream>, class: SizeClass) -> Result<(BlockId, NonNull<u8>), B::Error> {
+    /// shard); else an idle segment of another shard's stream, or a free block of another
+    /// stream lent; else a new segment, after idle segments anywhere were released if growing
+    /// would raise the reserve's peak. One shard's lock at a time: no lock order between shards
+    /// to keep.
+    fn take_or_grow(&self, on: &On<'_, B::Stream>, class: SizeClass) -> Result<Taken, B::Error> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
         if let Some(pages) = self.pages() {
@@ -407,12 +445,12 @@ impl<B: Backend> Shared<B> {
         }
         let others = || self.shards.iter().enumerate().filter(move |&(i, _)| i != home).map(|(_, shard)| shard);
         // Memory whose last use is known to be complete first, anywhere; then memory `on` waits
-        // for on the device.
+        // for on the device. Whole idle segments before lent blocks: they change owner for good.
         for wait in [false, true] {
             {
                 let mut core = lock(&self.shards[home]);
                 if let Some(id) = core.take_local(backend, config, totals, on, class, wait) {
-                    return Ok((id, core.arena().ptr(id)));
+                    return Ok(Taken::own(&core, id));
                 }
             }
             for shard in others() {
@@ -420,8 +458,11 @@ impl<B: Backend> Shared<B> {
                 if let Some(detached) = detached {
                     let mut core = lock(&self.shards[home]);
                     let id = core.attach(detached, on, class);
-                    return Ok((id, core.arena().ptr(id)));
+                    return Ok(Taken::own(&core, id));
                 }
+            }
+            if let Some(taken) = self.borrow(on, class, wait) {
+                return Ok(taken);
             }
         }
         let bytes = Core::<B>::segment_bytes(config, totals, class)?;
@@ -438,34 +479,69 @@ impl<B: Backend> Shared<B> {
         }
         let mut core = lock(&self.shards[home]);
         if let Some(id) = core.take_cached(backend, config, totals, on.key, class) {
-            return Ok((id, core.arena().ptr(id)));
+            return Ok(Taken::own(&core, id));
         }
-        core.grow(backend, config, totals, on, class, bytes).map(|id| (id, core.arena().ptr(id)))
+        core.grow(backend, config, totals, on, class, bytes).map(|id| Taken::own(&core, id))
     }
 
     /// A block for `on` from its growable segment: new pages, after free pages anywhere were
-    /// unmapped if mapping would raise the reserve's peak. Memory moves between streams this way,
-    /// a page at a time; a stream's own free blocks are reused in its order without any call.
+    /// unmapped if mapping would raise the reserve's peak. Memory moves between streams as lent
+    /// blocks first: a large request borrows a free block whose last use is complete rather
+    /// than map a run of pages, and a request that would raise the peak borrows one (waited for
+    /// on the device if need be) rather than have pages unmapped elsewhere and mapped here. A
+    /// stream's own free blocks are reused in its order without any call.
     fn take_or_map(
         &self,
         pages: &dyn Pages<Error = B::Error>,
         on: &On<'_, B::Stream>,
         class: SizeClass,
-    ) -> Result<(BlockId, NonNull<u8>), B::Error> {
+    ) -> Result<Taken, B::Error> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
         let (needed, keep) = lock(&self.shards[home]).pages_to_map(config, pages, on.key, class);
         let budget = config.live_budget(self.active() + class.bytes());
         // Kept pages map without growing the reserve.
         let over = totals.over_budget(needed.saturating_sub(totals.kept()), budget);
-        if config.release_idle_on_miss && over > 0 {
+        let moving = config.release_idle_on_miss && over > 0;
+        if (moving || class.bytes() > config.small_max)
+            && let Some(taken) = self.borrow(on, class, moving)
+        {
+            return Ok(taken);
+        }
+        if moving {
             self.trim_largest(pages, over, (home, keep));
         }
         let mut core = lock(&self.shards[home]);
         if let Some(id) = core.take_cached(backend, config, totals, on.key, class) {
-            return Ok((id, core.arena().ptr(id)));
+            return Ok(Taken::own(&core, id));
         }
-        core.grow_pages(pages, config, totals, on, class).map(|id| (id, core.arena().ptr(id)))
+        core.grow_pages(pages, config, totals, on, class).map(|id| Taken::own(&core, id))
+    }
+
+    /// A free block of another stream lent to `on`: one whose owner's work on it is known to
+    /// be complete, else, when `wait`, one that `on` waits for on the device; the shards with
+    /// the smallest fitting blocks first, so that lending cuts large free blocks last. One
+    /// shard's lock at a time.
+    fn borrow(&self, on: &On<'_, B::Stream>, class: SizeClass, wait: bool) -> Option<Taken> {
+        let mut order: Vec<(usize, usize)> = (self.shards.iter().enumerate())
+            .filter_map(|(index, shard)| {
+                Some((lock(shard).smallest_lendable(&self.config, &self.totals, on.key, class)?, index))
+            })
+            .collect();
+        if order.is_empty() {
+            return None;
+        }
+        order.sort_unstable();
+        for wait in if wait { &[false, true][..] } else { &[false][..] } {
+            for &(_, index) in &order {
+                let mut core = lock(&self.shards[index]);
+                if let Some(id) = core.lend(&self.backend, &self.config, &self.totals, on, class, *wait) {
+                    let ptr = core.arena().ptr(id);
+                    return Some(Taken { id, ptr, lent: Some(index as u8) });
+                }
+            }
+        }
+        None
     }
 
     /// Bytes out of the core now: in users' hands, parked in front caches, or pending a fence.
@@ -492,7 +568,8 @@ impl<B: Backend> Shared<B> {
                 break;
             }
             let kept = if index == keep.0 { keep.1 } else { None };
-            unmapped += lock(&self.shards[index]).trim(&self.backend, pages, &self.totals, enough - unmapped, kept);
+            let mut core = lock(&self.shards[index]);
+            unmapped += core.trim(&self.backend, pages, &self.totals, enough - unmapped, kept, false);
         }
         unmapped
     }
@@ -520,20 +597,20 @@ impl<B: Backend> Shared<B> {
 
     /// Returns a parked block to the core.
     fn give_back(&self, parked: Parked) {
-        let mut core = self.shard(parked.stream);
-        give_back_to(&mut core, parked);
+        let mut core = lock(&self.shards[parked.shard()]);
+        give_back_to(&self.backend, &mut core, parked);
     }
 
     /// Returns parked blocks to their shards, each shard's lock taken once.
     fn give_back_all(&self, mut parked: Vec<Parked>) {
-        parked.sort_unstable_by_key(|p| shard_of(p.stream));
+        parked.sort_unstable_by_key(Parked::shard);
         let mut parked = parked.into_iter().peekable();
         while let Some(first) = parked.next() {
-            let index = shard_of(first.stream);
+            let index = first.shard();
             let mut core = lock(&self.shards[index]);
-            give_back_to(&mut core, first);
-            while let Some(next) = parked.next_if(|p| shard_of(p.stream) == index) {
-                give_back_to(&mut core, next);
+            give_back_to(&self.backend, &mut core, first);
+            while let Some(next) = parked.next_if(|p| p.shard() == index) {
+                give_back_to(&self.backend, &mut core, next);
             }
         }
     }
@@ -618,6 +695,7 @@ impl<B: Backend> Shared<B> {
             segments_adopted: figures.segments_adopted,
             stream_waits: figures.stream_waits,
             oom_retries: figures.oom_retries,
+            blocks_lent: figures.blocks_lent,
         }
     }
 }
@@ -631,8 +709,16 @@ fn foreign_block(block: CachedBlock) {
 
 /// Returns a parked block to the core, if it is one the core handed out (it always is, unless a
 /// caller broke `free`'s contract; then it is leaked rather than trusted).
-fn give_back_to<B: Backend>(core: &mut Core<B>, parked: Parked) {
-    if core.arena().is_out_at(parked.id, parked.ptr) {
+fn give_back_to<B: Backend>(backend: &B, core: &mut Core<B>, parked: Parked) {
+    if parked.lent.is_some() {
+        if core.is_lent_to(parked.id, parked.ptr, parked.stream) {
+            // The block's uses were ordered on its stream before its free: a fence there now
+            // follows them.
+            core.return_lent_or_retry(backend, parked.id);
+        } else {
+            debug_assert!(false, "{parked:?} is not lent by this allocator");
+        }
+    } else if core.arena().is_out_at(parked.id, parked.ptr) {
         core.give_back(parked.id);
     } else {
         debug_assert!(false, "{parked:?} is not out of this allocator");

@@ -2,9 +2,12 @@
 //! coalescing with free neighbours on the way back. Pure bookkeeping under the core's lock: no
 //! backend calls; fences are only stored here.
 //!
-//! Every segment belongs to one stream (its owner), and so do all its blocks: a free block is
-//! reusable at once by its owner only. A segment moves to another stream only as a whole, while
-//! it is idle (one free block covering all of it), which the core decides with fences.
+//! Every segment belongs to one stream (its owner), and so do all its free blocks: a free block
+//! is reusable at once by its owner only. Another stream gets a free block only lent (cut from
+//! the owner's list, out, and back to it through a fence on the borrower), or a whole segment
+//! while it is idle (one free block covering all of it); the core decides both with fences. A
+//! free block carries the owner's count of returns when it last came back (`freed`), so that a
+//! fence recorded on the owner after that count shows which free blocks it covers.
 
 use super::backend::StreamKey;
 use super::config::Pool;
@@ -35,6 +38,9 @@ pub(super) struct Block {
     pub size: usize,
     pub segment: SegmentId,
     pub state: BlockState,
+    /// The owner's [`StreamLists::returns`] when the block last became free (the latest of its
+    /// merged parts): a fence recorded on the owner at that count or later follows every use.
+    pub freed: u64,
     /// Neighbours in address order within the segment.
     pub(super) prev: Option<BlockId>,
     pub(super) next: Option<BlockId>,
@@ -79,6 +85,10 @@ pub(super) struct StreamLists {
     pub(super) segments: usize,
     /// Blocks freed on this stream whose fences are pending.
     pending: usize,
+    /// Blocks of other streams' segments lent to this stream and out.
+    lent: usize,
+    /// Blocks returned to this stream's free lists so far.
+    returns: u64,
 }
 
 /// Slots reused after removal, so ids stay small and stable while an entry lives.
@@ -200,7 +210,8 @@ impl<F> Arena<F> {
             unmapped,
             first: BlockId::MAX,
         });
-        let block = self.blocks.insert(Block { offset: 0, size: bytes, segment, state, prev: None, next: None });
+        let block =
+            self.blocks.insert(Block { offset: 0, size: bytes, segment, state, freed: 0, prev: None, next: None });
         self.segments.at_mut(segment).first = block;
         let lists = self.streams.entry(owner).or_default();
         lists.segments += 1;
@@ -228,28 +239,43 @@ impl<F> Arena<F> {
         bytes: usize,
         fits: impl Fn(usize, bool) -> bool,
     ) -> Option<BlockId> {
-        let lists = self.streams.get_mut(&stream)?;
-        let list = &mut lists.free[pool as usize];
-        let &(size, id) = list.range((bytes, 0)..).next()?;
-        if !fits(size, self.segments.at(self.blocks.at(id).segment).pages.is_some()) {
-            return None;
-        }
-        list.remove(&(size, id));
-        let segment_id = self.blocks.at(id).segment;
+        let (size, id) = self.best_fit(stream, pool, bytes)?;
+        fits(size, self.is_growable(id)).then(|| self.cut(id, bytes))
+    }
+
+    /// The smallest free block of `stream` in `pool` with at least `bytes`: (size, id).
+    pub fn best_fit(&self, stream: StreamKey, pool: Pool, bytes: usize) -> Option<(usize, BlockId)> {
+        self.streams.get(&stream)?.free[pool as usize].range((bytes, 0)..).next().copied()
+    }
+
+    /// Whether block `id` lies in a growable segment.
+    pub fn is_growable(&self, id: BlockId) -> bool {
+        self.segments.at(self.blocks.at(id).segment).pages.is_some()
+    }
+
+    /// Free block `id`, cut to its first `bytes` (a multiple of 512, at most its size) and
+    /// marked out; the rest stays free in its owner's list.
+    pub fn cut(&mut self, id: BlockId, bytes: usize) -> BlockId {
+        let (size, segment_id) = (self.blocks.at(id).size, self.blocks.at(id).segment);
+        debug_assert!(self.blocks.at(id).state == BlockState::Free && bytes <= size);
         let segment = self.segments.at_mut(segment_id);
+        let (owner, pool) = (segment.owner, segment.pool);
         if segment.is_idle() {
             self.idle.remove(&(segment.pool, segment.bytes, segment_id));
             segment.idle_fence = None;
         }
         segment.free -= bytes;
+        let lists = self.streams.get_mut(&owner).expect("a segment's owner has lists");
+        lists.free[pool as usize].remove(&(size, id));
         if size > bytes {
             let block = self.blocks.at(id);
-            let next = block.next;
+            let (next, freed) = (block.next, block.freed);
             let rest = self.blocks.insert(Block {
                 offset: block.offset + bytes,
                 size: size - bytes,
                 segment: segment_id,
                 state: BlockState::Free,
+                freed,
                 prev: Some(id),
                 next,
             });
@@ -262,7 +288,42 @@ impl<F> Arena<F> {
         let block = self.blocks.at_mut(id);
         block.size = bytes;
         block.state = BlockState::Out;
-        Some(id)
+        id
+    }
+
+    /// The best fit of every stream but `borrower` in `pool` with at least `bytes`, smallest
+    /// first: (size, id, owner).
+    pub fn lendable(&self, borrower: StreamKey, pool: Pool, bytes: usize) -> Vec<(usize, BlockId, StreamKey)> {
+        let mut found: Vec<_> = self
+            .streams
+            .iter()
+            .filter(|&(&owner, _)| owner != borrower)
+            .filter_map(|(&owner, lists)| {
+                let &(size, id) = lists.free[pool as usize].range((bytes, 0)..).next()?;
+                Some((size, id, owner))
+            })
+            .collect();
+        found.sort_unstable();
+        found
+    }
+
+    /// Notes that out block `id` (cut by [`Arena::cut`]) is lent to `borrower`, which this
+    /// arena then knows until [`Arena::end_lend`].
+    pub fn lend(&mut self, id: BlockId, borrower: StreamKey) {
+        debug_assert_eq!(self.blocks.at(id).state, BlockState::Out);
+        self.streams.entry(borrower).or_default().lent += 1;
+    }
+
+    /// A block lent to `borrower` is no longer out to it (it is pending its fence).
+    pub fn end_lend(&mut self, borrower: StreamKey) {
+        let lists = self.streams.get_mut(&borrower).expect("a borrower has lists");
+        lists.lent -= 1;
+    }
+
+    /// Blocks returned to `stream`'s free lists so far: a fence recorded on it now covers every
+    /// free block with [`Block::freed`] up to this.
+    pub fn returns(&self, stream: StreamKey) -> u64 {
+        self.streams.get(&stream).map_or(0, |lists| lists.returns)
     }
 
     /// Marks an out block as freed on `stream`, waiting for a fence there.
@@ -293,6 +354,8 @@ impl<F> Arena<F> {
         segment.free += size;
         let (owner, pool) = (segment.owner, segment.pool);
         let lists = self.streams.get_mut(&owner).expect("a segment's owner has lists");
+        lists.returns += 1;
+        let freed = lists.returns;
         let list = &mut lists.free[pool as usize];
 
         let mut merged = id;
@@ -306,6 +369,7 @@ impl<F> Arena<F> {
             absorb_next(&mut self.blocks, merged);
         }
         list.insert((self.blocks.at(merged).size, merged));
+        self.blocks.at_mut(merged).freed = freed;
         let segment = self.segments.at(segment_id);
         if segment.is_idle() {
             self.idle.insert((pool, segment.bytes, segment_id));
@@ -353,7 +417,7 @@ impl<F> Arena<F> {
 
     /// Drops `stream`'s record when nothing of it is left; true if it did.
     pub fn drop_if_unused(&mut self, stream: StreamKey) -> bool {
-        let unused = self.streams.get(&stream).is_some_and(|l| l.segments == 0 && l.pending == 0);
+        let unused = self.streams.get(&stream).is_some_and(|l| l.segments == 0 && l.pending == 0 && l.lent == 0);
         if unused {
             self.streams.remove(&stream);
         }
@@ -366,6 +430,12 @@ impl<F> Arena<F> {
         let mut keys: Vec<_> = self.streams.keys().copied().collect();
         keys.sort();
         keys
+    }
+
+    /// Blocks lent to `stream` and out, as this arena counts them (tests and fuzzing).
+    #[cfg(any(test, feature = "fake"))]
+    pub fn lent_to(&self, stream: StreamKey) -> usize {
+        self.streams.get(&stream).map_or(0, |lists| lists.lent)
     }
 
     /// Every segment's owner (tests and fuzzing).

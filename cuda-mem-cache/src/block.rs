@@ -18,6 +18,9 @@ pub struct CachedBlock {
     pub(super) class: SizeClass,
     pub(super) stream: StreamKey,
     pub(super) id: BlockId,
+    /// For a block lent by another stream: the core's shard that holds its segment (the
+    /// lender's), where its return from a front cache goes, pending a fence on its stream.
+    pub(super) lent: Option<u8>,
     pub(super) allocator: u64,
 }
 
@@ -46,15 +49,23 @@ impl CachedBlock {
         self.requested
     }
 
-    /// The stream the block was allocated on: it is reusable there as soon as it is freed there.
+    /// The stream the block was allocated on: it is reusable there as soon as it is freed there
+    /// (a block lent by another stream, once the work queued there before its free completes).
     #[inline]
     pub fn stream(&self) -> StreamKey {
         self.stream
     }
 
+    /// Whether the block's memory belongs to another stream that lent it (see
+    /// [`CachingStats::blocks_lent`](super::CachingStats::blocks_lent)).
+    #[inline]
+    pub fn is_lent(&self) -> bool {
+        self.lent.is_some()
+    }
+
     #[inline]
     pub(super) fn parked(&self) -> Parked {
-        Parked { ptr: self.ptr, id: self.id, stream: self.stream }
+        Parked { ptr: self.ptr, id: self.id, stream: self.stream, lent: self.lent }
     }
 }
 
@@ -65,6 +76,7 @@ impl fmt::Debug for CachedBlock {
             .field("bytes", &self.bytes())
             .field("requested", &self.requested)
             .field("stream", &self.stream)
+            .field("lent", &self.lent.is_some())
             .finish()
     }
 }

@@ -111,6 +111,16 @@ struct PendingFree<F> {
     fence: Arc<F>,
 }
 
+/// What the core keeps of a stream it has a record of: a clone of its handle (so that its key
+/// stays that stream's) and the two newest fences recorded on it as an owner of free blocks,
+/// each with the stream's count of returns then ([`Arena::returns`]): a fence follows every use
+/// of the free blocks returned up to its count. Two, so that a fence recorded for blocks
+/// returned since does not hide an older one that has completed.
+struct Held<S, F> {
+    stream: S,
+    fences: [Option<(Arc<F>, u64)>; 2],
+}
+
 /// The stream a call into the core is for: its key and its handle.
 pub(super) struct On<'a, S> {
     pub key: StreamKey,
@@ -131,6 +141,7 @@ pub(super) struct CoreFigures {
     pub segments_adopted: u64,
     pub stream_waits: u64,
     pub oom_retries: u64,
+    pub blocks_lent: u64,
 }
 
 impl CoreFigures {
@@ -148,15 +159,21 @@ impl CoreFigures {
         self.segments_adopted += other.segments_adopted;
         self.stream_waits += other.stream_waits;
         self.oom_retries += other.oom_retries;
+        self.blocks_lent += other.blocks_lent;
     }
 }
 
 pub(super) struct Core<B: Backend> {
     arena: Arena<B::Fence>,
     pending: Vec<PendingFree<B::Fence>>,
-    /// A handle of every stream the arena has a record of (segments or pending blocks), so that
-    /// its key stays that stream's; dropped with the record.
-    streams: FxHashMap<StreamKey, B::Stream>,
+    /// Every stream the arena has a record of (segments, pending or lent blocks); dropped with
+    /// the record.
+    streams: FxHashMap<StreamKey, Held<B::Stream, B::Fence>>,
+    /// Blocks of this shard's segments lent to other streams, by their borrower.
+    lent: FxHashMap<BlockId, StreamKey>,
+    /// Lent blocks their borrower freed whose fence could not be recorded yet: still out and
+    /// lent, counted as pending, tried again at every poll.
+    unfenced: Vec<BlockId>,
     pub figures: CoreFigures,
 }
 
@@ -166,6 +183,8 @@ impl<B: Backend> Core<B> {
             arena: Arena::new(),
             pending: Vec::new(),
             streams: FxHashMap::default(),
+            lent: FxHashMap::default(),
+            unfenced: Vec::new(),
             figures: CoreFigures::default(),
         }
     }
@@ -183,11 +202,124 @@ impl<B: Backend> Core<B> {
     }
 
     fn hold(&mut self, on: &On<'_, B::Stream>) {
-        self.streams.entry(on.key).or_insert_with(|| on.stream.clone());
+        self.streams.entry(on.key).or_insert_with(|| Held { stream: on.stream.clone(), fences: [None, None] });
     }
 
     fn handle(&self, key: StreamKey) -> &B::Stream {
-        self.streams.get(&key).expect("a stream the arena knows has a handle")
+        &self.streams.get(&key).expect("a stream the arena knows has a handle").stream
+    }
+
+    /// A fence on `owner` that follows every use of its free blocks returned up to `freed`:
+    /// the newest one if it does, else one recorded now (kept for later calls, with the one
+    /// before it). `None` when no fence can be recorded.
+    fn owner_fence(&mut self, backend: &B, owner: StreamKey, freed: u64) -> Option<Arc<B::Fence>> {
+        let returns = self.arena.returns(owner);
+        let held = self.streams.get_mut(&owner).expect("a stream the arena knows has a handle");
+        if let Some((fence, at)) = &held.fences[0]
+            && *at >= freed
+        {
+            return Some(Arc::clone(fence));
+        }
+        let fence = Arc::new(backend.record(&held.stream).ok()?);
+        held.fences[1] = held.fences[0].replace((Arc::clone(&fence), returns));
+        Some(fence)
+    }
+
+    /// Whether a fence on `owner` follows every use of a free block returned at `freed` and has
+    /// completed (never blocks, records nothing).
+    fn covered_done(&self, backend: &B, owner: StreamKey, freed: u64) -> bool {
+        let held = self.streams.get(&owner).expect("a stream the arena knows has a handle");
+        held.fences.iter().flatten().any(|(fence, at)| *at >= freed && backend.is_done(fence))
+    }
+
+    /// Bytes of the smallest free block of this shard that [`Core::lend`] could cut `class`
+    /// from for `on`, whatever its fences.
+    pub fn smallest_lendable(
+        &self,
+        config: &Config,
+        totals: &Totals,
+        on: StreamKey,
+        class: SizeClass,
+    ) -> Option<usize> {
+        let (bytes, pool) = (class.bytes(), config.pool_of(class));
+        let target = config.segment_target(pool, totals.pool_reserved(pool));
+        self.arena
+            .lendable(on, pool, bytes)
+            .into_iter()
+            .find(|&(size, id, _)| self.arena.is_growable(id) || config.may_cut(pool, target, size, bytes))
+            .map(|(size, _, _)| size)
+    }
+
+    /// A free block of another stream of this shard for `on`, lent: cut to `class` from the best
+    /// fit of a stream whose work on it is known to be complete (a fence on its owner recorded
+    /// after its return, polled), else, when `wait` and the config allow, one that `on` now waits
+    /// for on the device. The block stays this shard's: [`Core::return_lent`] takes it back,
+    /// pending a fence on the stream it was freed on.
+    pub fn lend(
+        &mut self,
+        backend: &B,
+        config: &Config,
+        totals: &Totals,
+        on: &On<'_, B::Stream>,
+        class: SizeClass,
+        wait: bool,
+    ) -> Option<BlockId> {
+        self.poll_pending(backend);
+        let (bytes, pool) = (class.bytes(), config.pool_of(class));
+        let target = config.segment_target(pool, totals.pool_reserved(pool));
+        let candidates: Vec<_> = self
+            .arena
+            .lendable(on.key, pool, bytes)
+            .into_iter()
+            .filter(|&(size, id, _)| self.arena.is_growable(id) || config.may_cut(pool, target, size, bytes))
+            .map(|(_, id, owner)| (id, owner, self.arena.block(id).freed))
+            .collect();
+        let done = |core: &Self| {
+            candidates.iter().find(|&&(_, owner, freed)| core.covered_done(backend, owner, freed)).copied()
+        };
+        let mut found = done(self);
+        if found.is_none() && !candidates.is_empty() {
+            // One new fence per owner whose newest does not cover its candidate.
+            for &(_, owner, freed) in &candidates {
+                self.owner_fence(backend, owner, freed);
+            }
+            found = done(self);
+            if found.is_none() && wait && config.cross_stream_waits {
+                found = candidates.iter().copied().find(|&(_, owner, freed)| {
+                    let fence = self.owner_fence(backend, owner, freed);
+                    fence.is_some_and(|f| backend.stream_wait(on.stream, &f).is_ok())
+                });
+                self.figures.stream_waits += u64::from(found.is_some());
+            }
+        }
+        let (id, _, _) = found?;
+        let id = self.arena.cut(id, bytes);
+        self.hold(on);
+        self.arena.lend(id, on.key);
+        self.lent.insert(id, on.key);
+        self.figures.active.add(bytes);
+        self.figures.core_hits += 1;
+        self.figures.blocks_lent += 1;
+        Some(id)
+    }
+
+    /// Whether `id` is a block of this shard out to `borrower` as lent at `ptr`.
+    pub fn is_lent_to(&self, id: BlockId, ptr: NonNull<u8>, borrower: StreamKey) -> bool {
+        self.arena.is_out_at(id, ptr) && self.lent.get(&id) == Some(&borrower)
+    }
+
+    /// Takes back a lent block, freed on `on` (its borrower's stream when `None`): free again
+    /// once the work queued there so far completes. When no fence can be recorded the block
+    /// stays out (and lent) for good, as in [`Core::free_pending`].
+    pub fn return_lent(&mut self, backend: &B, id: BlockId, on: Option<On<'_, B::Stream>>) -> Result<(), B::Error> {
+        let borrower = *self.lent.get(&id).expect("a lent block");
+        let own = self.handle(borrower).clone();
+        let on = on.unwrap_or(On { key: borrower, stream: &own });
+        self.free_pending(backend, id, on)?;
+        self.lent.remove(&id);
+        self.arena.end_lend(borrower);
+        self.forget_if_unused(borrower);
+        Ok(())
     }
 
     /// A block of `class` from the stream's own free blocks, without growing.
@@ -414,11 +546,14 @@ impl<B: Backend> Core<B> {
     }
 
     /// Unmaps the whole pages inside free blocks (but `keep`), largest runs first and each run
-    /// whole, until at least `enough` bytes are unmapped, each after its owner's work on it
-    /// (waited for); a run whose fence cannot be recorded or waited for stays mapped. Returns the
-    /// bytes unmapped. Whole runs: each unmap is a driver call that waits, so fewer and larger
-    /// ones cost less (on the H200 on 2026-12-03, unmapping only what a miss lacked doubled the
-    /// serving workload's time per op).
+    /// whole, until at least `enough` bytes are unmapped, each after its owner's work on it: a
+    /// fence on the owner recorded after the block's return that has completed, or, when
+    /// `wait`, that the calling thread waits for. Without `wait` a run whose fence is not done
+    /// stays mapped (a fence is recorded for later calls), so a miss never blocks on another
+    /// stream's work. Returns the bytes unmapped. Whole runs: each unmap is a driver call that
+    /// waits, so fewer and larger ones cost less (on the H200 on 2026-12-03, unmapping only what
+    /// a miss lacked doubled the serving workload's time per op).
+    #[allow(clippy::too_many_arguments)] // the shard's context (backend, pages, totals) and the request
     pub fn trim(
         &mut self,
         backend: &B,
@@ -426,33 +561,30 @@ impl<B: Backend> Core<B> {
         totals: &Totals,
         enough: usize,
         keep: Option<BlockId>,
+        wait: bool,
     ) -> usize {
         let runs: Vec<_> = self.arena.trimmable().into_iter().filter(|run| Some(run.block) != keep).collect();
-        if runs.is_empty() {
-            return 0;
-        }
-        // One fence per owner covers every free block it has: each was freed, so every use of it
-        // was queued on the owner before now (blocks freed on other streams are pending, not free).
-        let mut fences: FxHashMap<StreamKey, Option<Arc<B::Fence>>> = FxHashMap::default();
         let mut unmapped = 0;
         for run in runs {
             if unmapped >= enough {
                 break;
             }
             let owner = self.arena.segment(run.segment).owner;
-            let handle = self.handle(owner);
-            let fence = fences.entry(owner).or_insert_with(|| backend.record(handle).ok().map(Arc::new)).clone();
-            let Some(fence) = fence else { continue };
-            if !backend.is_done(&fence) && backend.wait(&fence).is_err() {
-                continue;
+            let freed = self.arena.block(run.block).freed;
+            if !self.covered_done(backend, owner, freed) {
+                let Some(fence) = self.owner_fence(backend, owner, freed) else { continue };
+                if !(backend.is_done(&fence) || (wait && backend.wait(&fence).is_ok())) {
+                    continue;
+                }
             }
             let at = self.arena.at(run.segment, run.offset);
             let pool = self.arena.segment(run.segment).pool;
             self.arena.mark_unmapped(run);
             // SAFETY: whole pages inside a free block of a growable segment, so mapped by `map`
             // (a block is free only once its pages are mapped) and unmapped once (marked
-            // unmapped just now); the block's every use was queued on its owner before the fence
-            // that has completed.
+            // unmapped just now); every use of the block was queued on its owner before its
+            // return (blocks freed on other streams are pending, not free), and so before the
+            // fence, recorded after that return, that has completed.
             unsafe { pages.unmap(at, run.bytes) };
             self.figures.reserved -= run.bytes;
             totals.unmapped(pool, run.bytes);
@@ -490,9 +622,23 @@ impl<B: Backend> Core<B> {
         Ok(())
     }
 
+    /// Takes back a lent block its borrower freed on its own stream; when no fence can be
+    /// recorded there now, the block waits as pending (out) and the fence is tried again at
+    /// every poll, so that a passing failure loses nothing.
+    pub fn return_lent_or_retry(&mut self, backend: &B, id: BlockId) {
+        if self.return_lent(backend, id, None).is_err() {
+            self.unfenced.push(id);
+            self.figures.pending_bytes += self.arena.block(id).size;
+        }
+    }
+
     /// Frees the pending blocks whose fences have completed (or all of them, waiting, when
     /// `wait`); a fence that cannot be waited for keeps its block pending.
     fn settle_pending(&mut self, backend: &B, wait: bool) {
+        for id in std::mem::take(&mut self.unfenced) {
+            self.figures.pending_bytes -= self.arena.block(id).size;
+            self.return_lent_or_retry(backend, id);
+        }
         if self.pending.is_empty() {
             return;
         }
@@ -526,7 +672,7 @@ impl<B: Backend> Core<B> {
         self.settle_pending(backend, true);
         let released = self.release_idle(backend, totals, usize::MAX, (Pool::Small, 0));
         if let Some(pages) = backend.pages() {
-            self.trim(backend, pages, totals, usize::MAX, None);
+            self.trim(backend, pages, totals, usize::MAX, None, true);
             self.free_unmapped_ranges(pages);
         }
         released
@@ -593,9 +739,20 @@ impl<B: Backend> Core<B> {
         self.arena.check();
         let (_, free, _) = self.arena.free_figures();
         assert_eq!(free + self.figures.active.current, self.figures.reserved, "free + active = reserved");
-        let pending: usize = self.pending.iter().map(|p| self.arena.block(p.block).size).sum();
+        let pending: usize = self
+            .pending
+            .iter()
+            .map(|p| p.block)
+            .chain(self.unfenced.iter().copied())
+            .map(|b| self.arena.block(b).size)
+            .sum();
         assert_eq!(pending, self.figures.pending_bytes);
+        assert!(self.unfenced.iter().all(|b| self.lent.contains_key(b)), "unfenced blocks are lent");
         assert!(self.pending.iter().all(|p| self.arena.block(p.block).state == BlockState::Pending));
         assert_eq!(self.held_streams(), self.arena.streams(), "a handle for every stream known, no other");
+        assert!(self.lent.iter().all(|(&id, _)| self.arena.block(id).state == BlockState::Out), "lent blocks are out");
+        for key in self.arena.streams() {
+            assert_eq!(self.lent.values().filter(|&&b| b == key).count(), self.arena.lent_to(key), "lent to {key:?}");
+        }
     }
 }

@@ -33,7 +33,7 @@ impl std::fmt::Display for Replayed {
         let s = &self.stats;
         write!(
             f,
-            "{}: reserved/live {:.3} (reserved peak {} MiB, live peak {} MiB); pass 2: {} misses, {} releases in {} allocations ({:.3}%); front hits {}, core hits {}, adopted {}, stream waits {}",
+            "{}: reserved/live {:.3} (reserved peak {} MiB, live peak {} MiB); pass 2: {} misses, {} releases in {} allocations ({:.3}%); front hits {}, core hits {}, adopted {}, lent {}, stream waits {}",
             self.name,
             self.reserved_over_live(),
             s.reserved.peak >> 20,
@@ -45,6 +45,7 @@ impl std::fmt::Display for Replayed {
             s.front_hits,
             s.core_hits,
             s.segments_adopted,
+            s.blocks_lent,
             s.stream_waits,
         )
     }
@@ -162,19 +163,20 @@ pub(super) fn replay_threads_over(workload: &Workload, config: Config, backend: 
 }
 
 /// Regression bounds of the default parameters over a backend with pages (as the CUDA one where
-/// the driver manages virtual memory), at the figures the replays gave on 2026-12-03 (with a
+/// the driver manages virtual memory), at the figures the replays gave on 2026-12-06 (with a
 /// little room): (workload, reserved over live, miss rate after warm-up). The targets are 1.05
 /// and 0.1%: serving's misses come from its `EmptyCache` ops (every free page goes, and comes
-/// back on the next misses); mixed's from pages moving between its eight streams, whose partly
-/// used pages (a stream's memory is its own, in pages) keep its reserve above the target.
+/// back on the next misses); lent blocks took its misses from 3.1% to 0.6% and mixed's from
+/// 6.5% to under 0.01%, at a reserve a few hundredths higher (a lent block is cut from its
+/// owner's free space, which the owner's next large request may then lack).
 const BOUNDS: [(&str, f64, f64); 4] =
-    [("training", 1.02, 0.0001), ("serving", 1.05, 0.034), ("churn", 1.10, 0.0003), ("mixed", 1.27, 0.066)];
+    [("training", 1.02, 0.0001), ("serving", 1.09, 0.007), ("churn", 1.10, 0.0003), ("mixed", 1.34, 0.0002)];
 
 /// The same over whole segments (`expandable_segments` off, or a driver without virtual memory
 /// management): training misses one allocation in ten (its shapes change every step, and the
 /// reserve is held at its high-water mark by releasing idle segments).
 const SEGMENT_BOUNDS: [(&str, f64, f64); 4] =
-    [("training", 1.04, 0.11), ("serving", 1.27, 0.023), ("churn", 1.27, 0.0001), ("mixed", 2.27, 0.0003)];
+    [("training", 1.04, 0.11), ("serving", 1.27, 0.023), ("churn", 1.27, 0.0001), ("mixed", 1.60, 0.0003)];
 
 #[test]
 #[cfg_attr(miri, ignore = "long replays; the bookkeeping they use is tested under miri elsewhere")]

@@ -17,8 +17,18 @@ use std::ptr::NonNull;
 pub(super) struct Parked {
     pub ptr: NonNull<u8>,
     pub id: BlockId,
-    /// The block's stream, which names the core's shard that holds its segment.
+    /// The block's stream: its segment's owner, unless lent.
     pub stream: StreamKey,
+    /// For a block lent by another stream, the shard of the lender (see [`Parked::shard`]).
+    pub lent: Option<u8>,
+}
+
+impl Parked {
+    /// The core's shard that holds the block's segment: its stream's, or its lender's.
+    #[inline]
+    pub fn shard(&self) -> usize {
+        self.lent.map_or_else(|| super::allocator::shard_of(self.stream), usize::from)
+    }
 }
 
 // SAFETY: the address of device memory the cache owns, never dereferenced by the cache; the thread

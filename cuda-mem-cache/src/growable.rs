@@ -177,6 +177,7 @@ impl<F> Arena<F> {
                 size: block.size - at,
                 segment: block.segment,
                 state: block.state,
+                freed: block.freed,
                 prev: Some(id),
                 next: block.next,
             },

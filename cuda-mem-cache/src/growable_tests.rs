@@ -51,43 +51,125 @@ fn a_miss_maps_only_the_pages_the_stream_lacks_and_blocks_stay_contiguous() {
     cache.check_invariants();
 }
 
+/// `S` holds [x 32 KiB][y 16 KiB][z 32 KiB] on five pages and frees x and z: two free runs of
+/// two pages each, neither large enough to lend for 64 KiB. Returns y.
+fn two_free_runs(cache: &CachingAllocator<FakeBackend>) -> CachedBlock {
+    let x = cache.alloc(32 * KIB, &S).unwrap();
+    let y = cache.alloc(16 * KIB, &S).unwrap();
+    let z = cache.alloc(32 * KIB, &S).unwrap();
+    free(cache, x);
+    free(cache, z);
+    y
+}
+
 #[test]
-fn a_miss_above_the_peak_unmaps_another_streams_free_pages_after_their_work() {
+fn a_miss_above_the_peak_borrows_another_streams_free_block_waiting_on_the_device() {
     let (cache, backend) = paged(no_front());
     let a = cache.alloc(64 * KIB, &S).unwrap();
+    let a_addr = addr(&a);
     let used = backend.submit(S); // work on `a`, still running when it is freed
     free(&cache, a);
-    assert!(!backend.is_complete(S, used));
     let b = cache.alloc(64 * KIB, &T).unwrap();
-    assert!(backend.is_complete(S, used), "the pages left `S` only after its work on them");
+    assert_eq!(addr(&b), a_addr, "S's free block, lent to T");
+    assert!(b.is_lent() && b.stream() == T);
+    assert!(!backend.is_complete(S, used) && backend.host_waits() == 0, "the host never waited");
+    assert!(backend.is_ordered(S, used, T), "T's work comes after S's work on the block");
     let stats = cache.stats();
-    assert_eq!(stats.reserved.peak, 64 * KIB, "the peak held: {stats:?}");
-    assert_eq!(stats.segment_releases, 1, "{stats:?}");
-    assert!(backend.is_mapped(addr(&b), 64 * KIB));
-    assert_eq!(backend.host_waits(), 1);
+    assert_eq!((stats.reserved.peak, stats.misses, stats.blocks_lent, stats.stream_waits), (64 * KIB, 1, 1, 1));
+    // T's free sends the block home pending T's work: S reuses it only after that.
+    let t_used = backend.submit(T);
     free(&cache, b);
+    assert_eq!(cache.stats().pending_bytes, 64 * KIB);
+    cache.check_invariants();
+    backend.complete_all();
+    let c = cache.alloc(64 * KIB, &S).unwrap();
+    assert!(backend.is_complete(T, t_used));
+    assert_eq!((addr(&c), c.is_lent(), cache.stats().misses), (a_addr, false, 1), "S's own block again");
+    free(&cache, c);
+    assert!(cache.held_streams().iter().all(|&s| s == S), "T is forgotten once its lent block is home");
+    cache.check_invariants();
+}
+
+#[test]
+fn a_large_request_borrows_a_free_block_whose_work_is_done_rather_than_map_pages() {
+    let config = Config { small_max: 16 * KIB, ..no_front() };
+    let (cache, backend) = paged(config);
+    let a = cache.alloc(128 * KIB, &S).unwrap();
+    free(&cache, a);
+    cache.reset_peaks();
+    let held = cache.alloc(64 * KIB, &S).unwrap(); // S's own free block, cut
+    let rest = cache.alloc(64 * KIB, &S).unwrap();
+    free(&cache, rest);
+    // Below the peak T could map pages of its own; a large block done on S is lent instead.
+    let (maps, _) = backend.page_calls();
+    let b = cache.alloc(48 * KIB, &T).unwrap();
+    assert!(b.is_lent());
+    assert_eq!(backend.page_calls().0, maps, "no page mapped");
+    assert_eq!((cache.stats().stream_waits, backend.host_waits()), (0, 0), "S's work was complete");
+    free(&cache, b);
+    free(&cache, held);
+    cache.check_invariants();
+}
+
+#[test]
+fn a_lent_block_freed_on_a_third_stream_waits_for_that_streams_work() {
+    let (cache, backend) = paged(no_front());
+    const U: StreamKey = StreamKey(0x30);
+    let a = cache.alloc(64 * KIB, &S).unwrap();
+    free(&cache, a);
+    let b = cache.alloc(64 * KIB, &T).unwrap();
+    assert!(b.is_lent());
+    let used = backend.submit(U);
+    // SAFETY: fake memory; `b` is this cache's.
+    unsafe { cache.free_on(b, &U).unwrap() };
+    let c = cache.alloc(64 * KIB, &S).unwrap(); // not the pending block: new pages
+    assert!(!backend.is_complete(U, used));
+    assert_eq!(cache.stats().pending_bytes, 64 * KIB);
+    backend.complete(U);
+    free(&cache, c);
+    let d = cache.alloc(128 * KIB, &S).unwrap(); // both blocks home and merged
+    assert_eq!(cache.stats().pending_bytes, 0);
+    free(&cache, d);
+    cache.check_invariants();
+}
+
+#[test]
+fn a_miss_above_the_peak_unmaps_free_pages_whose_work_is_done_and_never_waits_for_the_rest() {
+    let (cache, backend) = paged(no_front());
+    let y = two_free_runs(&cache);
+    // S's work is done: T's 64 KiB miss unmaps both free runs (no block is large enough to
+    // lend) and maps the kept pages: the peak holds.
+    let b = cache.alloc(64 * KIB, &T).unwrap();
+    let stats = cache.stats();
+    assert!(!b.is_lent());
+    assert_eq!((stats.reserved.peak, stats.segment_releases, stats.kept_bytes), (80 * KIB, 2, 0), "{stats:?}");
+    assert!(backend.is_mapped(addr(&b), 64 * KIB));
+    free(&cache, b);
+    // Now T frees while its work runs: S's miss above the peak does not wait for it, it grows.
+    let t_used = backend.submit(T);
+    let c = cache.alloc(64 * KIB, &T).unwrap();
+    free(&cache, c);
+    let d = cache.alloc(80 * KIB, &S).unwrap();
+    assert!(!backend.is_complete(T, t_used) && backend.host_waits() == 0, "no host wait on a miss");
+    assert!(cache.stats().reserved.current > 80 * KIB);
+    free(&cache, d);
+    free(&cache, y);
     cache.check_invariants();
 }
 
 #[test]
 fn pages_moving_between_streams_are_kept_memory_mapped_again_and_empty_cache_gives_them_back() {
     let (cache, backend) = paged(no_front());
-    let a = cache.alloc(64 * KIB, &S).unwrap();
-    free(&cache, a);
-    // T's miss unmaps S's free pages (kept by the backend) and maps them: no new memory.
-    let b = cache.alloc(64 * KIB, &T).unwrap();
+    let y = two_free_runs(&cache);
+    // T's miss unmaps S's free pages (kept by the backend) and maps 48 KiB of them: no new memory.
+    let b = cache.alloc(48 * KIB, &T).unwrap();
     let stats = cache.stats();
-    assert_eq!((stats.reserved.current, stats.reserved.peak, stats.kept_bytes), (64 * KIB, 64 * KIB, 0), "{stats:?}");
-    assert_eq!((backend.reserved(), backend.kept_bytes()), (64 * KIB, 0));
-    free(&cache, b);
-    // S's next miss takes T's pages back the same way.
-    let c = cache.alloc(32 * KIB, &S).unwrap();
-    let stats = cache.stats();
-    assert_eq!((stats.reserved.current, stats.kept_bytes), (64 * KIB, 32 * KIB), "{stats:?}");
-    assert_eq!(backend.kept_bytes(), 32 * KIB, "the whole free run was unmapped; half is kept");
+    assert_eq!((stats.reserved.current, stats.reserved.peak, stats.kept_bytes), (80 * KIB, 80 * KIB, 16 * KIB));
+    assert_eq!((backend.reserved(), backend.kept_bytes()), (80 * KIB, 16 * KIB));
     cache.check_invariants();
-    free(&cache, c);
-    assert_eq!(cache.empty_cache(), 64 * KIB, "kept and mapped pages, all given back");
+    free(&cache, b);
+    free(&cache, y);
+    assert_eq!(cache.empty_cache(), 80 * KIB, "kept and mapped pages, all given back");
     let stats = cache.stats();
     assert_eq!((stats.reserved.current, stats.kept_bytes, backend.reserved()), (0, 0, 0), "{stats:?}");
     cache.check_invariants();
@@ -96,19 +178,19 @@ fn pages_moving_between_streams_are_kept_memory_mapped_again_and_empty_cache_giv
 #[test]
 fn out_of_memory_releases_kept_pages_before_it_fails() {
     let (cache, backend) = paged(no_front());
-    let a = cache.alloc(64 * KIB, &S).unwrap();
-    free(&cache, a);
-    let b = cache.alloc(32 * KIB, &T).unwrap(); // S's 64 KiB unmapped, 32 KiB kept after the map
-    assert_eq!(backend.kept_bytes(), 32 * KIB);
+    let y = two_free_runs(&cache);
+    let b = cache.alloc(48 * KIB, &T).unwrap(); // S's 64 KiB unmapped, 16 KiB kept after the map
+    assert_eq!(backend.kept_bytes(), 16 * KIB);
     // A device with room for nothing more than what is taken: the kept pages are what is left.
     backend.set_capacity(Some(backend.reserved()));
-    let c = cache.alloc(32 * KIB, &T).unwrap();
-    assert_eq!((backend.kept_bytes(), cache.stats().reserved.current), (0, 64 * KIB), "kept pages served it");
+    let c = cache.alloc(16 * KIB, &T).unwrap();
+    assert_eq!((backend.kept_bytes(), cache.stats().reserved.current), (0, 80 * KIB), "kept pages served it");
     let err = cache.alloc(16 * KIB, &S).unwrap_err();
     assert!(err.is_out_of_memory(), "{err}");
     assert_eq!(cache.stats().kept_bytes, 0);
     free(&cache, b);
     free(&cache, c);
+    free(&cache, y);
     cache.check_invariants();
 }
 
@@ -259,4 +341,51 @@ fn within_the_live_slack_a_miss_maps_without_unmapping() {
         free(&cache, held);
         cache.check_invariants();
     }
+}
+
+#[test]
+fn a_lent_block_whose_return_fence_is_refused_waits_as_pending_and_loses_nothing() {
+    let (cache, backend) = paged(no_front());
+    let a = cache.alloc(64 * KIB, &S).unwrap();
+    free(&cache, a);
+    let b = cache.alloc(64 * KIB, &T).unwrap();
+    assert!(b.is_lent());
+    backend.fail_records(true);
+    free(&cache, b); // no fence on T can be recorded: the block stays out, pending
+    let stats = cache.stats();
+    assert_eq!((stats.allocated.current, stats.pending_bytes, stats.active.current), (0, 64 * KIB, 64 * KIB));
+    cache.check_invariants();
+    backend.fail_records(false);
+    // The next poll records the fence; once T's (empty) work is done S has its block back.
+    let c = cache.alloc(64 * KIB, &S).unwrap();
+    assert_eq!((c.is_lent(), cache.stats().pending_bytes, cache.stats().misses), (false, 0, 1));
+    free(&cache, c);
+    assert_eq!(cache.empty_cache(), 64 * KIB);
+    assert!(cache.held_streams().is_empty());
+    cache.check_invariants();
+}
+
+#[test]
+fn a_borrower_reuses_its_lent_block_from_its_front_cache_and_returns_it_when_flushed() {
+    let (cache, backend) = paged(Config { front_depth: 2, ..Config::default() });
+    let a = cache.alloc(64 * KIB, &S).unwrap();
+    free(&cache, a);
+    cache.flush_thread();
+    let b = cache.alloc(64 * KIB, &T).unwrap();
+    let b_addr = addr(&b);
+    assert!(b.is_lent());
+    let used = backend.submit(T);
+    free(&cache, b); // parked in this thread's front cache under T
+    let again = cache.alloc(64 * KIB, &T).unwrap();
+    assert_eq!((addr(&again), again.is_lent(), cache.stats().blocks_lent), (b_addr, true, 1), "a front hit");
+    free(&cache, again);
+    cache.flush_thread(); // home, pending T's work
+    assert_eq!(cache.stats().pending_bytes, 64 * KIB);
+    backend.complete(T);
+    assert!(backend.is_complete(T, used));
+    let c = cache.alloc(64 * KIB, &S).unwrap();
+    assert_eq!((addr(&c), c.is_lent()), (b_addr, false));
+    free(&cache, c);
+    cache.flush_thread();
+    cache.check_invariants();
 }

@@ -21,17 +21,24 @@
 //! current GPUs). A miss maps pages at the start of an unmapped run, extending the free block
 //! before it, so a stream's blocks stay contiguous: a freed block merges with its neighbours
 //! whatever their sizes, and a request of a new size is cut from the merged space without a
-//! call. Memory moves between sizes and streams a page at a time: when mapping would take the
-//! reserve above both its peak and [`Config::live_slack_percent`] (4%) above the bytes allocated,
-//! the whole pages inside free blocks (largest first, any stream's, after a fence on their owner
-//! has completed) are unmapped first; a free block keeps the partial pages at its ends. Unmapped
-//! pages stay the cache's memory, kept by the backend ([`Pages::unmap`]) and counted in the
-//! reserve: the miss that unmapped them maps them again, so memory moving between streams or
-//! sizes costs an unmap and a map, never new memory. The
-//! slack spares a workload whose live bytes climb a step at a time (a training run meeting longer
-//! sequences) an unmap and a later map at every step. `empty_cache` (and out of memory) unmaps
-//! every free page, gives the kept pages back to the device ([`Pages::release_kept`]) and gives
-//! back ranges with nothing mapped.
+//! call. Memory moves between streams first as **lent blocks**: a miss of a large class (above
+//! `small_max`), or one that would take the reserve above both its peak and
+//! [`Config::live_slack_percent`] (4%) above the bytes allocated, borrows the smallest fitting free block of another stream
+//! whose owner's work on it has completed (a fence recorded on the owner after the block's
+//! return, polled, never waited for on the host), or, above the peak and when
+//! [`Config::cross_stream_waits`] allows, one the borrower waits for on the device. A lent block
+//! is the borrower's until freed (its front cache may keep it for the borrower's next request
+//! of its class), then returns to its owner pending a fence on the stream it was freed on. When
+//! no free block fits, the whole pages inside free blocks (largest first, any stream's, whose
+//! owner's work on them has completed) are unmapped and mapped where the miss needs them; a free
+//! block keeps the partial pages at its ends. Unmapped pages stay the cache's memory, kept by
+//! the backend ([`Pages::unmap`]) and counted in the reserve: the miss that unmapped them maps
+//! them again, so memory moving between sizes costs an unmap and a map, never new memory. A
+//! miss never blocks on another stream's work: where no fence has completed it maps new pages.
+//! The slack spares a workload whose live bytes climb a step at a time (a training run meeting
+//! longer sequences) an unmap and a later map at every step. `empty_cache` (and out of memory)
+//! waits for every stream's work, unmaps every free page, gives the kept pages back to the
+//! device ([`Pages::release_kept`]) and gives back ranges with nothing mapped.
 //! Without pages (or with [`Config::expandable_segments`] off) the cache works as below.
 //!
 //! **Segments.** Classes up to `small_max` (1 MiB) are carved from small segments, larger ones
@@ -52,12 +59,14 @@
 //! device anyway). Below the high-water mark idle segments stay cached: misses there cost a
 //! `cudaMalloc` but no `cudaFree`. Neither rule touches the front caches' hot path.
 //!
-//! **Streams.** Every segment belongs to one stream, with all its blocks. A block freed on its
-//! stream is reusable on that stream at once: the caller guarantees that its uses are ordered
-//! before later work there ([`CachingAllocator::free`]). Memory moves to another stream only as
-//! an idle segment, and only after a fence recorded on the owner while the segment was idle has
-//! completed (checked without blocking), or, when [`Config::cross_stream_waits`] allows, after
-//! the new stream was made to wait for that fence on the device. Either way all work that used
+//! **Streams.** Every segment belongs to one stream, with all its free blocks. A block freed on
+//! its stream is reusable on that stream at once: the caller guarantees that its uses are
+//! ordered before later work there ([`CachingAllocator::free`]). Memory moves to another stream
+//! as a lent block or an idle segment (a whole segment changes owner), and only after a fence
+//! recorded on the owner after the block's return (or while the segment was idle) has completed
+//! (checked without blocking), or, when [`Config::cross_stream_waits`] allows, after the new
+//! stream was made to wait for that fence on the device. Lent blocks come back through a fence
+//! on the stream they were freed on, like blocks freed on a foreign stream. Either way all work that used
 //! the memory comes before the new stream's work: the fence follows every use, because every use
 //! was ordered on the owner before its block was freed. Completed fences are preferred (no
 //! dependency between streams); the device-side wait is there because the alternative, growing,
@@ -87,7 +96,8 @@
 //!
 //! **Soundness.** A block is in one place at a time: the core (free, or pending a fence), a
 //! user's [`CachedBlock`] (neither `Clone` nor `Copy`, given back by value), or one front cache's
-//! bin. A shard changes under its mutex and a bin under its thread's lock; a block on its way
+//! bin. A lent block stays in its owner's shard, marked lent to its borrower; its handle and its
+//! front-cache entry name that shard, and only the borrower's stream reuses it before its fence. A shard changes under its mutex and a bin under its thread's lock; a block on its way
 //! between a bin and the core is held by the moving thread alone, so no block is handed out
 //! twice. Only idle segments (all of it one free block in the core) are released, under the
 //! shard's mutex, so no released memory is out. A segment moves between shards only while idle

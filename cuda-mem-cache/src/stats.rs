@@ -72,10 +72,14 @@ pub struct CachingStats {
     pub misses: u64,
     /// Free segments handed from one stream to another.
     pub segments_adopted: u64,
-    /// Times a stream was made to wait for another stream's work to adopt its segment.
+    /// Times a stream was made to wait on the device for another stream's work, to adopt its
+    /// segment or borrow its free block.
     pub stream_waits: u64,
     /// Times an allocation failed for lack of memory, released the cache and tried again.
     pub oom_retries: u64,
+    /// Allocations served by a free block of another stream, lent (part of `core_hits`): the
+    /// block returns to its owner once the work queued before its free has completed.
+    pub blocks_lent: u64,
 }
 
 /// Counts of one size class.

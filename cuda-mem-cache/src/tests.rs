@@ -287,6 +287,7 @@ fn empty_cache_releases_idle_segments_including_front_caches_and_keeps_held_ones
     let (cache, backend) = allocator(small_config());
     let held = cache.alloc(1024, &S).unwrap();
     let parked = cache.alloc(40 * KIB, &S).unwrap();
+    backend.submit(S); // S's free space is not lent to T while S's work runs
     let other_thread = std::thread::scope(|s| {
         s.spawn(|| {
             let block = cache.alloc(64 * KIB, &T).unwrap();
@@ -295,7 +296,6 @@ fn empty_cache_releases_idle_segments_including_front_caches_and_keeps_held_ones
         s.spawn(|| cache.alloc(2048, &T).unwrap()).join().unwrap()
     });
     free(&cache, parked);
-    backend.submit(S);
     assert_eq!(backend.allocations(), 4);
     let reserved = cache.stats().reserved.current;
     let released = cache.empty_cache();
