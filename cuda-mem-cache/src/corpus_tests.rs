@@ -166,11 +166,11 @@ pub(super) fn replay_threads_over(workload: &Workload, config: Config, backend: 
 /// the driver manages virtual memory), at the figures the replays gave on 2026-12-06 (with a
 /// little room): (workload, reserved over live, miss rate after warm-up). The targets are 1.05
 /// and 0.1%: serving's misses come from its `EmptyCache` ops (every free page goes, and comes
-/// back on the next misses); lent blocks took its misses from 3.1% to 0.6% and mixed's from
-/// 6.5% to under 0.01%, at a reserve a few hundredths higher (a lent block is cut from its
-/// owner's free space, which the owner's next large request may then lack).
+/// back on the next misses); lent blocks took its misses from 3.1% to 2.0% and mixed's from
+/// 6.5% to under 0.02%, at a reserve a few hundredths higher for serving (a lent block is cut
+/// from its owner's free space, which the owner's next large request may then lack).
 const BOUNDS: [(&str, f64, f64); 4] =
-    [("training", 1.02, 0.0001), ("serving", 1.09, 0.007), ("churn", 1.10, 0.0003), ("mixed", 1.34, 0.0002)];
+    [("training", 1.02, 0.0001), ("serving", 1.08, 0.022), ("churn", 1.10, 0.0003), ("mixed", 1.26, 0.0003)];
 
 /// The same over whole segments (`expandable_segments` off, or a driver without virtual memory
 /// management): training misses one allocation in ten (its shapes change every step, and the

@@ -21,15 +21,14 @@
 //! current GPUs). A miss maps pages at the start of an unmapped run, extending the free block
 //! before it, so a stream's blocks stay contiguous: a freed block merges with its neighbours
 //! whatever their sizes, and a request of a new size is cut from the merged space without a
-//! call. Memory moves between streams first as **lent blocks**: a miss of a large class (above
-//! `small_max`), or one that would take the reserve above both its peak and
-//! [`Config::live_slack_percent`] (4%) above the bytes allocated, borrows the smallest fitting free block of another stream
-//! whose owner's work on it has completed (a fence recorded on the owner after the block's
-//! return, polled, never waited for on the host), or, above the peak and when
-//! [`Config::cross_stream_waits`] allows, one the borrower waits for on the device. A lent block
-//! is the borrower's until freed (its front cache may keep it for the borrower's next request
-//! of its class), then returns to its owner pending a fence on the stream it was freed on. When
-//! no free block fits, the whole pages inside free blocks (largest first, any stream's, whose
+//! call. Memory moves between streams first as **lent blocks**: a miss that would take the
+//! reserve above both its peak and [`Config::live_slack_percent`] (4%) above the bytes
+//! allocated borrows the smallest fitting free block of another stream whose owner's work on it
+//! has completed (a fence recorded on the owner after the block's return, polled, never waited
+//! for on the host), or, when [`Config::cross_stream_waits`] allows, one the borrower waits for
+//! on the device. A lent block is the borrower's until freed (its front cache may keep it for
+//! the borrower's next request of its class), then returns to its owner pending a fence on the
+//! stream it was freed on. When no free block fits, the whole pages inside free blocks (largest first, any stream's, whose
 //! owner's work on them has completed) are unmapped and mapped where the miss needs them; a free
 //! block keeps the partial pages at its ends. Unmapped pages stay the cache's memory, kept by
 //! the backend ([`Pages::unmap`]) and counted in the reserve: the miss that unmapped them maps
