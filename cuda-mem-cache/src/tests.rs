@@ -715,3 +715,10 @@ fn large_blocks_parked_by_other_threads_come_back_on_exit_and_on_empty_cache() {
     assert!(backend.live_segments().iter().any(|&(base, bytes)| (base..base + bytes).contains(&leaked_at)));
     cache.check_invariants();
 }
+
+#[test]
+#[cfg(target_pointer_width = "64")]
+fn a_lent_blocks_shard_fits_the_handles_padding() {
+    // What a handle carries on the hot path did not grow with lending.
+    assert_eq!(std::mem::size_of::<CachedBlock>(), 56);
+}
