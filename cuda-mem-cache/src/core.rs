@@ -643,10 +643,18 @@ impl<B: Backend> Core<B> {
             return;
         }
         let mut settled = Vec::new();
+        // Fences on one stream complete in the order they were recorded, which is the list's:
+        // after one that has not, the stream's later ones are not queried.
+        let mut running: Vec<StreamKey> = Vec::new();
         self.pending.retain(|p| {
+            if !wait && running.contains(&p.stream) {
+                return true;
+            }
             let done = backend.is_done(&p.fence) || (wait && backend.wait(&p.fence).is_ok());
             if done {
                 settled.push((p.block, p.stream));
+            } else {
+                running.push(p.stream);
             }
             !done
         });
