@@ -103,6 +103,9 @@ fn gpu_pending_operations_refuse_bad_input_with_typed_errors() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_a_forgotten_pending_leaks_its_buffers_instead_of_freeing_them_under_the_copy() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let len = 64 * MIB / 4;
     let pool = MemPool::new(PoolProps::new(Device::current().unwrap())).unwrap();
     let owner = Stream::non_blocking().unwrap();

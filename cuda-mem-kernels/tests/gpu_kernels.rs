@@ -343,6 +343,9 @@ fn gpu_kernels_read_and_write_mapped_pinned_memory_through_its_device_pointer() 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_bad_input_is_a_typed_error_and_later_launches_still_work() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let stream = Stream::non_blocking().unwrap();
     let mut a = DeviceBuffer::<f32>::zeroed(8).unwrap();
     let b = DeviceBuffer::<f32>::zeroed(5).unwrap();

@@ -1,6 +1,9 @@
 //! Two GPUs: a kernel on GPU 1 writes and reads stream-ordered memory from a pool on GPU 0 after
 //! `MemPool::set_access`; kernels on GPU 0's built-in streams while GPU 1 is current. Named
-//! `gpu2_*`: skipped on hosts with fewer than two GPUs.
+//! `gpu2_*`: each skips, with a line on stderr, on hosts with fewer than two GPUs.
+
+#[path = "../../cuda-mem/tests/common/mod.rs"]
+mod common;
 
 use cuda_mem::*;
 use cuda_mem_kernels::{checksum_cpu, checksum_u32, fill_u32};
@@ -8,7 +11,9 @@ use cuda_mem_kernels::{checksum_cpu, checksum_u32, fill_u32};
 #[test]
 #[ignore = "needs two CUDA GPUs"]
 fn gpu2_kernel_on_gpu1_uses_pool_memory_of_gpu0_after_set_access() {
-    assert!(Device::count().unwrap() >= 2, "needs two GPUs");
+    if common::skip_unless_two_gpus() {
+        return;
+    }
     let (d0, d1) = (Device::new(0).unwrap(), Device::new(1).unwrap());
     d1.enable_peer_access(d0).unwrap();
     let pool = MemPool::new(PoolProps::new(d0)).unwrap();
@@ -37,7 +42,9 @@ fn gpu2_kernel_on_gpu1_uses_pool_memory_of_gpu0_after_set_access() {
 #[test]
 #[ignore = "needs two CUDA GPUs"]
 fn gpu2_kernels_on_builtin_streams_of_gpu0_run_there_while_gpu1_is_current() {
-    assert!(Device::count().unwrap() >= 2, "needs two GPUs");
+    if common::skip_unless_two_gpus() {
+        return;
+    }
     let (d0, d1) = (Device::new(0).unwrap(), Device::new(1).unwrap());
     d0.set_current().unwrap();
     let (legacy, per_thread) = (Stream::legacy_default().unwrap(), Stream::per_thread().unwrap());

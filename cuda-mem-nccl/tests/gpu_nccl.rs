@@ -2,13 +2,16 @@
 //!
 //! `gpu_` tests need one GPU: a one-rank communicator, whose all-reduce is a copy, proves the
 //! binding end to end (creation, dtype, stream, borrow, destruction) with sums that can be
-//! checked. `gpu2_` tests need two GPUs (the bundle's `run` skips them on one) and cover both
+//! checked. `gpu2_` tests need two GPUs (on one, each skips with a line on stderr) and cover both
 //! ways to drive them: one process per GPU (this binary re-executed as each rank) and one
 //! process with a clique (a group from one thread, and a thread per GPU).
 //!
 //! The tests of this binary hold one lock each: NCCL kernels of one test waiting for their peers
 //! must not share the device with another test's synchronizing calls. Run with
 //! `NCCL_NVLS_ENABLE=0` where the host's notes ask for it (the bundle's `run` exports it).
+
+#[path = "../../cuda-mem/tests/common/mod.rs"]
+mod common;
 
 use cuda_mem::{
     CachedBuffer, Device, DeviceCache, DeviceSliceMut, ErrorKind, MemPool, PoolProps, Stream, StreamBuffer,
@@ -201,7 +204,6 @@ fn gpu_a_one_device_clique_runs_a_group_and_is_destroyed_after_it() {
 // Two GPUs.
 
 fn two_devices() -> [Device; 2] {
-    assert!(Device::count().unwrap() >= 2, "these tests need two GPUs");
     [Device::new(0).unwrap(), Device::new(1).unwrap()]
 }
 
@@ -223,6 +225,9 @@ fn rank_buffers<'a>(
 #[test]
 #[ignore = "needs two CUDA GPUs and libnccl"]
 fn gpu2_one_process_two_communicators_group_sums_pool_and_cache_buffers() {
+    if common::skip_unless_two_gpus() {
+        return;
+    }
     let _serial = serial();
     let devices = two_devices();
     let clique = Communicator::init_all(&devices).unwrap();
@@ -258,6 +263,9 @@ fn gpu2_one_process_two_communicators_group_sums_pool_and_cache_buffers() {
 #[test]
 #[ignore = "needs two CUDA GPUs and libnccl"]
 fn gpu2_one_thread_per_gpu_scopes_of_a_clique_and_registered_buffers() {
+    if common::skip_unless_two_gpus() {
+        return;
+    }
     let _serial = serial();
     let devices = two_devices();
     let mut clique = Communicator::init_all(&devices).unwrap();
@@ -286,6 +294,9 @@ fn gpu2_one_thread_per_gpu_scopes_of_a_clique_and_registered_buffers() {
 #[test]
 #[ignore = "needs two CUDA GPUs and libnccl"]
 fn gpu2_a_stream_or_buffer_of_another_device_is_refused() {
+    if common::skip_unless_two_gpus() {
+        return;
+    }
     let _serial = serial();
     let [d0, d1] = two_devices();
     let comm = one_rank(d0);
@@ -309,11 +320,13 @@ const PROCESS_TEST: &str = "gpu2_one_process_per_gpu_sums_pool_and_registered_ca
 #[test]
 #[ignore = "needs two CUDA GPUs and libnccl"]
 fn gpu2_one_process_per_gpu_sums_pool_and_registered_cache_buffers() {
+    if common::skip_unless_two_gpus() {
+        return;
+    }
     if let (Ok(rank), Ok(id)) = (std::env::var(RANK_ENV), std::env::var(ID_ENV)) {
         return rank_process(rank.parse().unwrap(), &UniqueId::from_hex(&id).unwrap());
     }
     let _serial = serial();
-    two_devices();
     let id = UniqueId::new().unwrap();
     let children: Vec<_> = (0..2)
         .map(|rank| {

@@ -213,6 +213,9 @@ fn gpu_managed_buffer_cpu_write_advise_prefetch_gpu_modify_cpu_read() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_oversized_allocation_reports_requested_and_free_bytes() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let (_, total) = Device::current().unwrap().mem_get_info().unwrap();
     let requested = total * 2;
     let err = DeviceBuffer::<u8>::zeroed(requested).unwrap_err();

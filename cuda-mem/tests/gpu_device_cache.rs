@@ -186,6 +186,9 @@ fn gpu_bad_requests_are_typed_errors() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_out_of_memory_releases_the_cache_and_retries_once() {
+    if common::skip_unless_alone() {
+        return;
+    }
     // Misses release nothing themselves here, so that the big request finds the device full.
     let config = Config { release_idle_on_miss: false, ..Config::default() };
     let cache = DeviceCache::with_config(device(), config).unwrap();

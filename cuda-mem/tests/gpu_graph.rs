@@ -48,6 +48,9 @@ fn gpu_capture_launch_and_verify_with_new_input_each_launch() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_global_run_queues_many_launches_and_waits_once() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let stream = Stream::non_blocking().unwrap();
     let source = DeviceBuffer::from_slice(&pattern(4096, 9)).unwrap();
     let mut target = DeviceBuffer::<u32>::zeroed(4096).unwrap();
@@ -237,6 +240,9 @@ fn gpu_work_on_the_captured_stream_itself_runs_now_and_stays_out_of_the_graph() 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_global_failed_and_panicking_captures_end_the_capture() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let stream = Stream::non_blocking().unwrap();
     let mut device = DeviceBuffer::<u32>::zeroed(256).unwrap();
     let mut view = device.as_mut_slice();
@@ -267,6 +273,9 @@ fn gpu_alone_global_failed_and_panicking_captures_end_the_capture() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_global_builtin_streams_are_not_captured_and_slots_of_other_graphs_are_refused() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let legacy = Stream::legacy_default().unwrap();
     let err = legacy.capture(CaptureMode::Global, |_| Ok(())).unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{err}");
@@ -286,6 +295,9 @@ fn gpu_alone_global_builtin_streams_are_not_captured_and_slots_of_other_graphs_a
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_graph_memory_figures_follow_temporaries_and_trim() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let device = Device::current().unwrap();
     let stream = Stream::non_blocking().unwrap();
     device.graph_mem_trim().unwrap();
@@ -370,6 +382,9 @@ fn gpu_graph_outputs_hold_each_launch_result_and_are_refused_before_the_first() 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_graph_outputs_do_not_leak_across_launches_or_after_the_drop() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let device = Device::current().unwrap();
     let stream = Stream::non_blocking().unwrap();
     device.graph_mem_trim().unwrap();

@@ -57,6 +57,9 @@ fn gpu_free_waits_for_the_other_streams_work() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_pool_statistics_follow_allocations_and_trim() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let stream = Stream::non_blocking().unwrap();
     let pool = MemPool::new(PoolProps::new(device())).unwrap();
     assert_eq!(pool.release_threshold().unwrap(), usize::MAX, "created pools retain by default");
@@ -89,6 +92,9 @@ fn gpu_alone_pool_statistics_follow_allocations_and_trim() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_release_threshold_zero_returns_memory_at_synchronize() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let stream = Stream::non_blocking().unwrap();
     let pool = MemPool::new(PoolProps::new(device()).release_threshold(0)).unwrap();
     assert_eq!(pool.release_threshold().unwrap(), 0);
@@ -105,6 +111,9 @@ fn gpu_alone_release_threshold_zero_returns_memory_at_synchronize() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_odd_sizes_allocate_and_max_size_is_enforced() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let stream = Stream::non_blocking().unwrap();
     let pool = MemPool::new(PoolProps::new(device()).max_size(256 * MIB)).unwrap();
     for bytes in [1usize, 16441, 67_121_209] {

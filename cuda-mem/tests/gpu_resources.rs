@@ -67,6 +67,9 @@ fn gpu_default_resource_is_the_retaining_pool_and_can_be_replaced() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_out_of_memory_messages_carry_the_figures() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let stream = Stream::non_blocking().unwrap();
     let pool = MemPool::new(PoolProps::new(device())).unwrap();
     let capped: Arc<dyn MemoryResource> =

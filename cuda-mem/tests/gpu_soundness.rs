@@ -58,6 +58,9 @@ fn gpu_per_thread_stream_clone_on_another_thread_is_refused() {
 #[test]
 #[ignore = "needs two CUDA GPUs"]
 fn gpu2_legacy_stream_stays_on_its_device_when_another_is_current() {
+    if common::skip_unless_two_gpus() {
+        return;
+    }
     let (zero, one) = (Device::new(0).unwrap(), Device::new(1).unwrap());
     zero.set_current().unwrap();
     let legacy = Stream::legacy_default().unwrap();
@@ -76,6 +79,9 @@ fn gpu2_legacy_stream_stays_on_its_device_when_another_is_current() {
 #[test]
 #[ignore = "needs two CUDA GPUs"]
 fn gpu2_per_thread_stream_stays_on_its_device_when_another_is_current() {
+    if common::skip_unless_two_gpus() {
+        return;
+    }
     let (zero, one) = (Device::new(0).unwrap(), Device::new(1).unwrap());
     zero.set_current().unwrap();
     let per_thread = Stream::per_thread().unwrap();
@@ -105,6 +111,9 @@ fn gpu2_per_thread_stream_stays_on_its_device_when_another_is_current() {
 #[test]
 #[ignore = "needs two CUDA GPUs"]
 fn gpu2_builtin_handles_are_refused_to_other_code_while_another_device_is_current() {
+    if common::skip_unless_two_gpus() {
+        return;
+    }
     let (zero, one) = (Device::new(0).unwrap(), Device::new(1).unwrap());
     zero.set_current().unwrap();
     let (legacy, per_thread) = (Stream::legacy_default().unwrap(), Stream::per_thread().unwrap());

@@ -78,6 +78,9 @@ fn gpu_pinned_pool_blocks_are_copy_sources_and_mapped_views_work() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_alone_pinned_pool_never_hands_out_a_block_with_dma_in_flight() {
+    if common::skip_unless_alone() {
+        return;
+    }
     let pool = PinnedPool::new(HostAllocFlags::empty());
     let stream = Stream::non_blocking().unwrap();
     let bytes = 256 * MIB;

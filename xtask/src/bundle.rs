@@ -155,11 +155,11 @@ set -u
 cd "$(dirname "$0")"
 # NCCL's NVLink multicast stays off unless the caller chose (the GPU hosts' notes require it).
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-# GPU tests are ignored by default; the no-driver tests assert the absence of a GPU;
-# gpu2_ tests need two GPUs.
-skip=(--skip no_driver_)
+# GPU tests are ignored by default: run with --include-ignored. The tests that cannot pass on
+# this host (no_driver_ ones beside a driver, gpu2_ ones on one GPU) skip themselves with a line
+# on stderr; only --sanitize filters them out (below).
+skip=()
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-[ "$gpus" -ge 2 ] || skip+=(--skip gpu2_)
 fail=0
 threads=4
 # The tests, each executable under the command in "$@" (a sanitizer, or none): all but the
@@ -171,8 +171,8 @@ run_tests() {
   run_pass "$threads" --skip gpu_alone_ -- "$@"
   run_pass 1 gpu_alone_ -- "$@"
 }
-# run_pass THREADS FILTER... -- COMMAND...: in every executable, the tests the skips above and
-# FILTERs select, on THREADS threads.
+# run_pass THREADS FILTER... -- COMMAND...: in every executable, the tests that $skip (empty
+# but under a sanitizer) and FILTERs select, on THREADS threads.
 run_pass() {
   local pass_threads=$1 filters=() t listing started
   shift
@@ -192,8 +192,9 @@ run_pass() {
       case "$t" in tests/cuda_mem_cache-*|tests/cuda_mem_workloads-*|tests/cache_replay-*|tests/suite_report-*) continue ;; esac
       case "$t" in tests/cuda_mem_nccl-*|tests/gpu_nccl-*|tests/nccl_loading-*) continue ;; esac
     fi
-    # An executable whose every test is filtered out (the two-GPU ones on one GPU, most in the
-    # gpu_alone_ pass) makes no CUDA call either: not run.
+    # An executable whose every test is filtered out (most in the gpu_alone_ pass; under a
+    # sanitizer, the no-driver one and, on one GPU, the two-GPU ones) makes no CUDA call either:
+    # not run.
     if ! listing=$("$t" --list --include-ignored "${skip[@]}" "${filters[@]}" 2>&1); then
       echo "== $t --list failed: $listing"
       fail=1
@@ -292,6 +293,10 @@ case "${1:-}" in
     # SANITIZE_TIMEOUT seconds (default 600) per tool.
     export CUDA_MEM_UNDER_SANITIZER=1
     sanitizing=1
+    # A test that skips itself checks nothing under a sanitizer, and an executable left with only
+    # such tests may make no instrumented CUDA call, which fails the sanitizer: filtered out.
+    skip=(--skip no_driver_)
+    [ "$gpus" -ge 2 ] || skip+=(--skip gpu2_)
     for tool in ${2:-memcheck racecheck synccheck}; do
       extra=()
       [ "$tool" = memcheck ] && extra=(--leak-check full)
@@ -528,13 +533,16 @@ echo "{\"replay\":\"$1\",\"resource\":\"$2\",\"events\":2,\"peak_reserved\":1,\"
                 "raw::tests::check_keeps_code threads=4 none",
                 "stats::tests::median threads=4 none",
                 "fake::tests::frees_by_address threads=4 none",
+                // Not filtered out: on one GPU, and beside a driver, these skip themselves.
+                "gpu2_peer_access threads=4 none",
                 "gpu_alloc_on_a threads=4 none",
+                "no_driver_malloc_fails threads=4 none",
                 "gpu_alone_pool_statistics threads=1 none",
                 "gpu_alone_max_size threads=1 none",
             ]
         );
         let (ok, runs) = bundle.run(&[], "gpu_alone_max_size");
-        assert!(!ok && runs.len() == 6, "a failing gpu_alone_ test fails the run: {runs:?}");
+        assert!(!ok && runs.len() == 8, "a failing gpu_alone_ test fails the run: {runs:?}");
     }
 
     #[test]
@@ -542,7 +550,7 @@ echo "{\"replay\":\"$1\",\"resource\":\"$2\",\"events\":2,\"peak_reserved\":1,\"
         let bundle = FakeBundle::new("parts", 1);
         write(&bundle.dir.join("examples/smoke"), "#!/bin/sh\necho example smoke >> \"$FAKE_LOG\"\n");
         let (ok, runs) = bundle.run(&["--tests"], "");
-        assert!(ok && runs.len() == 6 && !runs.iter().any(|r| r.starts_with("example")), "{runs:?}");
+        assert!(ok && runs.len() == 8 && !runs.iter().any(|r| r.starts_with("example")), "{runs:?}");
         let (ok, runs) = bundle.run(&["--examples"], "");
         assert!(ok, "{runs:?}");
         assert_eq!(runs, ["example smoke"]);
@@ -550,11 +558,12 @@ echo "{\"replay\":\"$1\",\"resource\":\"$2\",\"events\":2,\"peak_reserved\":1,\"
         let (ok, _) = bundle.run(&["--examples"], "");
         assert!(!ok, "a failing example fails the run");
         let (ok, runs) = bundle.run(&[], "");
-        assert!(!ok && runs.len() == 7, "the plain run runs both: {runs:?}");
+        assert!(!ok && runs.len() == 9, "the plain run runs both: {runs:?}");
     }
 
-    /// On one GPU the two-GPU executable is left without tests: the sanitizer must not run it,
-    /// nor any executable in the `gpu_alone_` pass that has none, so that clean runs exit 0.
+    /// Under a sanitizer the no-driver tests, and on one GPU the two-GPU ones, are filtered out,
+    /// leaving their executables without tests: the sanitizer must not run those, nor any
+    /// executable in the `gpu_alone_` pass that has none, so that clean runs exit 0.
     #[test]
     fn sanitize_runs_only_executables_left_with_tests() {
         let one_gpu = FakeBundle::new("sanitize1", 1);

@@ -1,12 +1,15 @@
-//! Helpers shared by the GPU test binaries.
+//! Helpers shared by the GPU test binaries (cuda-mem-kernels' and cuda-mem-nccl's include this file
+//! by path).
 //!
 //! GPU tests that need the device to themselves are named `gpu_alone_*`: those that assert on a
 //! pool's reserve (the driver trims every pool of the process when an allocation fails for lack
 //! of memory), those that make an allocation fail so, and those that no other test's synchronizing
-//! call may disturb. `cargo xtask test` and the bundle's `run` run every other test first
-//! (`--skip gpu_alone_`), then the `gpu_alone_` tests one at a time (`gpu_alone_
-//! --test-threads=1`). Test executables run one after another, so nothing else uses the device
-//! meanwhile: the runners enforce it, where a lock would bind only the tests that take it.
+//! call may disturb. Each starts with [`skip_unless_alone`], so that `cargo test --
+//! --include-ignored` passes: there they skip with a line on stderr. `cargo xtask test` and the
+//! bundle's `run` run every other test first (`--skip gpu_alone_`), then the `gpu_alone_` tests
+//! one at a time (`gpu_alone_ --test-threads=1`). Test executables run one after another, so
+//! nothing else uses the device meanwhile: the runners enforce it, where a lock would bind only the
+//! tests that take it. Tests named `gpu2_*` need two GPUs and start with [`skip_unless_two_gpus`].
 #![allow(dead_code)] // each test binary uses a different subset
 
 /// A deterministic, non-trivial pattern (no zeros runs that would hide unwritten memory).
@@ -35,6 +38,52 @@ pub fn assert_same(got: &[u32], want: &[u32]) {
         let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
         panic!("data differs first at element {first}: got {:#x}, want {:#x}", got[first], want[first]);
     }
+}
+
+/// Says on stderr that the running test is skipped and why. Written to the stream itself, past the
+/// harness's capture of `eprintln!`, so that a plain `cargo test` shows it.
+pub fn say_skipped(why: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("this test");
+    let _ = writeln!(std::io::stderr(), "{test}: skipped: {why}");
+}
+
+/// For a `gpu2_` test: true (the test returns at once, having said why) on a host with fewer than
+/// two GPUs, so that `cargo test -- --include-ignored` passes on a one-GPU host.
+pub fn skip_unless_two_gpus() -> bool {
+    let gpus = cuda_mem::Device::count().expect("counting the GPUs");
+    if gpus >= 2 {
+        return false;
+    }
+    say_skipped(&format!("needs two CUDA GPUs, this host has {gpus}"));
+    true
+}
+
+/// For a `gpu_alone_` test: true (the test returns at once, having said how to run it) unless the
+/// harness runs one test at a time, as no other test may use the device meanwhile.
+pub fn skip_unless_alone() -> bool {
+    if harness_runs_one_test_at_a_time() {
+        return false;
+    }
+    say_skipped("needs the device to itself; run alone: cargo test -- --include-ignored gpu_alone_ --test-threads=1");
+    true
+}
+
+/// libtest's thread count is 1: `--test-threads=1` or `--test-threads 1` (which wins over the
+/// environment), else `RUST_TEST_THREADS=1`.
+fn harness_runs_one_test_at_a_time() -> bool {
+    let mut args = std::env::args().skip(1);
+    let mut threads = None;
+    while let Some(arg) = args.next() {
+        if arg == "--test-threads" {
+            threads = args.next();
+        } else if let Some(value) = arg.strip_prefix("--test-threads=") {
+            threads = Some(value.to_owned());
+        }
+    }
+    let threads = threads.or_else(|| std::env::var("RUST_TEST_THREADS").ok());
+    threads.is_some_and(|n| n.parse() == Ok(1usize))
 }
 
 pub const KIB: usize = 1 << 10;
