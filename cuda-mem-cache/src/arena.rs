@@ -12,7 +12,7 @@
 use super::backend::StreamKey;
 use super::config::Pool;
 use rustc_hash::FxHashMap;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -61,6 +61,9 @@ pub(super) struct Segment<F> {
     pub(super) free: usize,
     /// Bytes of unmapped blocks (growable segments only).
     pub(super) unmapped: usize,
+    /// The mappings of a growable segment: offset -> bytes. They tile what is not unmapped, and
+    /// go back only whole.
+    pub(super) mappings: BTreeMap<usize, usize>,
     pub(super) first: BlockId,
 }
 
@@ -208,6 +211,7 @@ impl<F> Arena<F> {
             pages,
             free,
             unmapped,
+            mappings: BTreeMap::new(),
             first: BlockId::MAX,
         });
         let block =
@@ -519,6 +523,17 @@ impl<F> Arena<F> {
                 cursor = block.next;
             }
             assert_eq!((offset, free, unmapped), (segment.bytes, segment.free, segment.unmapped));
+            if let Some(page) = segment.pages {
+                let mut end = 0;
+                for (&at, &bytes) in &segment.mappings {
+                    assert!(at >= end && bytes > 0 && at.is_multiple_of(page) && bytes.is_multiple_of(page));
+                    let holder = self.block_at(id, at);
+                    assert_ne!(self.blocks.at(holder).state, BlockState::Unmapped, "a mapping in an unmapped block");
+                    end = at + bytes;
+                }
+                let mapped: usize = segment.mappings.values().sum();
+                assert_eq!(mapped, segment.bytes - segment.unmapped, "mappings tile what is mapped");
+            }
             let idle = self.idle.contains(&(segment.pool, segment.bytes, id));
             assert_eq!(idle, segment.is_idle());
             assert!(segment.idle_fence.is_none() || idle, "a fence on a segment in use");
@@ -533,6 +548,21 @@ impl<F> Arena<F> {
             .map(|(_, s)| std::iter::successors(Some(s.first), |&b| self.blocks.at(b).next).count())
             .sum();
         assert_eq!(blocks, tiled, "blocks outside any segment");
+    }
+}
+
+impl<F> Arena<F> {
+    /// The block of segment `id` that holds offset `at` (tests and fuzzing).
+    #[cfg(any(test, feature = "fake"))]
+    fn block_at(&self, id: SegmentId, at: usize) -> BlockId {
+        let mut cursor = self.segments.at(id).first;
+        loop {
+            let block = self.blocks.at(cursor);
+            if at < block.offset + block.size {
+                return cursor;
+            }
+            cursor = block.next.expect("an offset inside the segment");
+        }
     }
 }
 

@@ -68,22 +68,26 @@ pub unsafe trait Backend: Send + Sync + 'static {
     }
 }
 
-/// Address ranges reserved up front, backed page by page (`cuMemAddressReserve`, `cuMemCreate`,
-/// `cuMemMap`, `cuMemUnmap`): growth never fragments, and returning pages needs no device-wide
-/// synchronization.
+/// Address ranges reserved up front, backed by mappings of whole pages (`cuMemAddressReserve`,
+/// `cuMemCreate`, `cuMemMap`, `cuMemUnmap`): growth never fragments, and returning memory needs
+/// no device-wide synchronization. A mapping is unmapped whole or not at all (the driver unmaps
+/// whole mappings only, and maps a whole allocation only), so the cache unmaps runs of whole
+/// mappings, as [`Pages::map`] reports them.
 ///
 /// # Safety
 /// As [`Backend`]'s promises: `page_bytes` is a power of two of at least 512 and `range_bytes` a
-/// multiple of it, both the same at every call; `reserve` returns `bytes` of addresses aligned to `page_bytes`,
-/// overlapping no range it returned before that was not freed; after `map(at, bytes)` returns `Ok`
-/// those bytes are memory of the cache's device that nothing else uses (new, or kept by an
-/// `unmap` and mapped nowhere else), readable and writable there, until `unmap` of them; the
-/// figures `map` and `release_kept` return are exact.
+/// multiple of it, both the same at every call; `reserve` returns `bytes` of addresses aligned to
+/// `page_bytes`, overlapping no range it returned before that was not freed; after `map(at,
+/// bytes, room)` returns `Ok(mapped)`, `mapped.bytes` from `at` (at least `bytes`, at most
+/// `room`) are memory of the cache's device that nothing else uses (new, or kept by an `unmap`
+/// and mapped nowhere else), readable and writable there, until `unmap` of them, and
+/// `mapped.mappings` are the sizes of its mappings in address order, adding up to
+/// `mapped.bytes`; the figures `map` and `release_kept` return are exact.
 pub unsafe trait Pages: Send + Sync {
     /// What the calls fail with: the backend's error.
     type Error: BackendError;
 
-    /// Bytes of a page: every mapped and unmapped run is a multiple of it, at a multiple of it.
+    /// Bytes of a page: every mapping is a multiple of it, at a multiple of it.
     fn page_bytes(&self) -> usize;
 
     /// Bytes of a range the cache reserves for a stream's pool: all the memory the device has
@@ -93,25 +97,25 @@ pub unsafe trait Pages: Send + Sync {
     /// Reserves `bytes` (a multiple of `page_bytes`) of addresses with no memory behind them.
     fn reserve(&self, bytes: usize) -> Result<NonNull<u8>, Self::Error>;
 
-    /// Backs `bytes` from `at` with memory: pages that `unmap` kept first, then new ones.
-    /// Returns the bytes that came from kept pages. Out of memory is an error whose
-    /// [`is_out_of_memory`](BackendError::is_out_of_memory) is true, with nothing of the run left
-    /// mapped and every kept page still kept.
+    /// Backs at least `bytes` and at most `room` (multiples of `page_bytes`) from `at` with
+    /// memory, as [`MappingPlan`] lays it out: kept mappings first, new ones for the rest. Out of
+    /// memory is an error whose [`is_out_of_memory`](BackendError::is_out_of_memory) is true,
+    /// with nothing of the run left mapped and every kept mapping still kept.
     ///
     /// # Safety
-    /// The run lies in one range from `reserve` and none of it is mapped.
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<usize, Self::Error>;
+    /// The `room` bytes from `at` lie in one range from `reserve` and none of them is mapped.
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize) -> Result<Mapped, Self::Error>;
 
-    /// Takes the memory behind `bytes` from `at` off those addresses and keeps it, unmapped, for
-    /// later `map`s (a miss then maps memory that exists instead of creating it) until
-    /// `release_kept`.
+    /// Takes the memory behind the mappings of `bytes` from `at` off those addresses and keeps
+    /// it, unmapped, for later `map`s (a miss then maps memory that exists instead of creating
+    /// it) until `release_kept`.
     ///
     /// # Safety
-    /// The run was mapped, page by page, by `map`, and every piece of work that used it has
+    /// The run is whole mappings made by `map`, and every piece of work that used it has
     /// completed.
     unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize);
 
-    /// Returns every kept page to the system; returns their bytes.
+    /// Returns every kept mapping's memory to the system; returns their bytes.
     fn release_kept(&self) -> usize;
 
     /// Gives back a range from `reserve`.
@@ -119,4 +123,76 @@ pub unsafe trait Pages: Send + Sync {
     /// # Safety
     /// `base` and `bytes` are a range from `reserve`, none of it mapped, freed once.
     unsafe fn free(&self, base: NonNull<u8>, bytes: usize);
+}
+
+/// What a [`Pages::map`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapped {
+    /// Bytes mapped from the run's start.
+    pub bytes: usize,
+    /// Bytes of them that were kept memory (the rest is new).
+    pub from_kept: usize,
+    /// The sizes of the mappings made, in address order.
+    pub mappings: Vec<usize>,
+}
+
+/// How a [`Pages`] lays out a run: which kept mappings it maps again and which new ones it
+/// creates, in address order. One rule for every implementation, so that the cache's figures
+/// (and the fake backend's) follow what the device does.
+///
+/// A kept mapping of `bytes` to `room` alone comes first (the smallest such: a miss is then one
+/// remap of memory that exists, and the stream keeps the rest as free space); else kept mappings
+/// no larger than what is left, largest first; then new memory for the rest, in mappings of at
+/// most `max_new` bytes (each one allocation: fewer calls than a page each, and each can still go
+/// back alone).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MappingPlan {
+    /// Sizes of the kept mappings to map again, in address order.
+    pub kept: Vec<usize>,
+    /// Sizes of the new mappings, after them.
+    pub new: Vec<usize>,
+}
+
+impl MappingPlan {
+    /// The plan for at least `bytes` and at most `room` from the kept mappings `kept` (size ->
+    /// count); `bytes`, `room` and every size are multiples of `page`, and `max_new` is at least
+    /// `page`.
+    pub fn new(
+        bytes: usize,
+        room: usize,
+        kept: &std::collections::BTreeMap<usize, usize>,
+        page: usize,
+        max_new: usize,
+    ) -> Self {
+        debug_assert!(bytes <= room && max_new >= page);
+        if let Some((&size, _)) = kept.range(bytes..=room).find(|&(_, &count)| count > 0) {
+            return Self { kept: vec![size], new: Vec::new() };
+        }
+        let mut plan = Self::default();
+        let mut left = bytes;
+        let mut taken: std::collections::BTreeMap<usize, usize> = std::collections::BTreeMap::new();
+        while left > 0 {
+            let fit = kept
+                .range(..=left)
+                .rev()
+                .find(|&(size, &count)| count > taken.get(size).copied().unwrap_or(0))
+                .map(|(&size, _)| size);
+            let Some(size) = fit else { break };
+            *taken.entry(size).or_default() += 1;
+            plan.kept.push(size);
+            left -= size;
+        }
+        let max_new = max_new / page * page;
+        while left > 0 {
+            let size = left.min(max_new);
+            plan.new.push(size);
+            left -= size;
+        }
+        plan
+    }
+
+    /// Bytes the plan maps.
+    pub fn bytes(&self) -> usize {
+        self.kept.iter().chain(&self.new).sum()
+    }
 }

@@ -528,11 +528,17 @@ impl<B: Backend> Core<B> {
             }
         };
         let at = self.arena.at(run.segment, run.offset);
-        // SAFETY: the run is whole pages of an unmapped block of a range from `reserve`.
-        let from_kept = unsafe { pages.map(at, run.bytes)? };
-        self.arena.mark_mapped(run);
+        let room = self.arena.room(run);
+        // SAFETY: `room` is the whole unmapped block the run starts, in a range from `reserve`.
+        let mapped = unsafe { pages.map(at, run.bytes, room)? };
+        assert!(
+            mapped.bytes >= run.bytes && mapped.bytes <= room && mapped.mappings.iter().sum::<usize>() == mapped.bytes,
+            "Pages::map mapped what it was asked for"
+        );
+        let run = super::growable::Run { bytes: mapped.bytes, ..run };
+        self.arena.mark_mapped(run, &mapped.mappings);
         self.figures.reserved += run.bytes;
-        totals.mapped(pool, run.bytes, from_kept);
+        totals.mapped(pool, run.bytes, mapped.from_kept);
         self.figures.segment_allocations += 1;
         self.figures.misses += 1;
         let id = self.arena.take(on.key, pool, class.bytes()).expect("mapped pages fit their request");

@@ -7,7 +7,7 @@
 //! [`FakeBackend::is_ordered`] answers whether work queued on a stream now comes after a given
 //! piece of another stream's work, which is what a test checks when a block changes hands.
 
-use super::backend::{Backend, Pages, StreamKey};
+use super::backend::{Backend, Mapped, MappingPlan, Pages, StreamKey};
 use crate::BackendError;
 use rustc_hash::FxHashMap;
 use std::alloc::Layout;
@@ -81,6 +81,12 @@ struct FakeState {
     mapped: BTreeSet<usize>,
     /// Bytes of pages unmapped and kept for later maps (`Pages::unmap`).
     kept: usize,
+    /// The kept mappings: bytes -> how many.
+    kept_mappings: BTreeMap<usize, usize>,
+    /// Live mappings: address -> bytes.
+    mappings: BTreeMap<usize, usize>,
+    /// The largest new mapping (`MappingPlan`'s `max_new`); 0 means a page.
+    max_mapping: usize,
     maps: u64,
     unmaps: u64,
     range_bytes: usize,
@@ -179,7 +185,19 @@ impl FakeBackend {
         backend
     }
 
-    /// Pages mapped so far, and unmapped.
+    /// The same whose new mappings are up to `max` bytes (a multiple of the page), as the CUDA
+    /// backend makes them, rather than a page each.
+    pub fn with_max_mapping(self, max: usize) -> Self {
+        self.state().max_mapping = max;
+        self
+    }
+
+    /// The sizes of the live mappings, in address order.
+    pub fn mappings(&self) -> Vec<(usize, usize)> {
+        self.state().mappings.iter().map(|(&at, &bytes)| (at, bytes)).collect()
+    }
+
+    /// Calls of `map` and of `unmap` so far.
     pub fn page_calls(&self) -> (u64, u64) {
         let state = self.state();
         (state.maps, state.unmaps)
@@ -448,31 +466,54 @@ unsafe impl Pages for FakeBackend {
         Ok(NonNull::new(std::ptr::without_provenance_mut(address)).expect("addresses start above 0"))
     }
 
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<usize, FakeError> {
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize) -> Result<Mapped, FakeError> {
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
         assert!(start.is_multiple_of(page) && bytes.is_multiple_of(page) && bytes > 0, "whole pages");
+        assert!(room.is_multiple_of(page) && room >= bytes, "room for the run");
         let mut state = self.state();
         let (&base, &len) = state.ranges.range(..=start).next_back().expect("a map inside a range");
-        assert!(start + bytes <= base + len, "a map inside one range");
-        assert!(state.mapped.range(start..start + bytes).next().is_none(), "a page mapped twice");
-        let from_kept = state.kept.min(bytes);
+        assert!(start + room <= base + len, "a map inside one range");
+        assert!(state.mapped.range(start..start + room).next().is_none(), "a page mapped twice");
+        let plan = MappingPlan::new(bytes, room, &state.kept_mappings, page, state.max_mapping.max(page));
+        let (from_kept, new): (usize, usize) = (plan.kept.iter().sum(), plan.new.iter().sum());
         let reserved = state.segment_bytes() + state.mapped_bytes(page) + state.kept;
-        if from_kept < bytes
-            && let Some(err) = state.refuse(bytes - from_kept, reserved)
+        if new > 0
+            && let Some(err) = state.refuse(new, reserved)
         {
             return Err(err);
         }
+        for size in &plan.kept {
+            let count = state.kept_mappings.get_mut(size).expect("a kept mapping of the plan");
+            *count -= 1;
+            if *count == 0 {
+                state.kept_mappings.remove(size);
+            }
+        }
         state.kept -= from_kept;
-        state.mapped.extend((start..start + bytes).step_by(page));
+        let mut address = start;
+        let mappings: Vec<usize> = plan.kept.iter().chain(&plan.new).copied().collect();
+        for &size in &mappings {
+            state.mappings.insert(address, size);
+            address += size;
+        }
+        state.mapped.extend((start..address).step_by(page));
         state.maps += 1;
-        Ok(from_kept)
+        Ok(Mapped { bytes: address - start, from_kept, mappings })
     }
 
     unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize) {
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
         let mut state = self.state();
+        let mut address = start;
+        while address < start + bytes {
+            // The driver unmaps whole mappings only.
+            let size = state.mappings.remove(&address).expect("an unmap starts at a mapping");
+            assert!(address + size <= start + bytes, "an unmap of part of a mapping");
+            *state.kept_mappings.entry(size).or_default() += 1;
+            address += size;
+        }
         for address in (start..start + bytes).step_by(page) {
             assert!(state.mapped.remove(&address), "unmapped a page that is not mapped");
         }
@@ -482,7 +523,9 @@ unsafe impl Pages for FakeBackend {
     }
 
     fn release_kept(&self) -> usize {
-        std::mem::take(&mut self.state().kept)
+        let mut state = self.state();
+        state.kept_mappings.clear();
+        std::mem::take(&mut state.kept)
     }
 
     unsafe fn free(&self, base: NonNull<u8>, bytes: usize) {

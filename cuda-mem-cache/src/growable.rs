@@ -63,8 +63,21 @@ impl<F> Arena<F> {
         self.blocks.at(id).prev.filter(|&p| self.blocks.at(p).state == BlockState::Free)
     }
 
-    /// Marks `run` (from [`Arena::run_to_map`], now mapped) free, merged with its free neighbours.
-    pub fn mark_mapped(&mut self, run: Run) {
+    /// The bytes of the unmapped block a run starts: what a map there may take.
+    pub fn room(&self, run: Run) -> usize {
+        self.blocks.at(run.block).size
+    }
+
+    /// Marks `run` (from [`Arena::run_to_map`], now mapped as `mappings`, its bytes at most
+    /// [`Arena::room`]) free, merged with its free neighbours.
+    pub fn mark_mapped(&mut self, run: Run, mappings: &[usize]) {
+        debug_assert_eq!(mappings.iter().sum::<usize>(), run.bytes);
+        let segment = self.segments.at_mut(run.segment);
+        let mut at = run.offset;
+        for &bytes in mappings {
+            segment.mappings.insert(at, bytes);
+            at += bytes;
+        }
         let block = self.blocks.at(run.block);
         debug_assert_eq!((block.state, block.offset), (BlockState::Unmapped, run.offset));
         let (size, pool) = (block.size, self.segments.at(run.segment).pool);
@@ -81,17 +94,21 @@ impl<F> Arena<F> {
         self.give_back(run.block);
     }
 
-    /// The whole pages inside free block `id` of a growable segment, if it holds any.
+    /// The whole mappings inside free block `id` of a growable segment, if it holds any: one run,
+    /// as mappings tile what is mapped.
     pub fn interior(&self, id: BlockId) -> Option<Run> {
         let block = self.blocks.at(id);
-        let page = self.segments.at(block.segment).pages?;
-        let start = block.offset.next_multiple_of(page);
-        let end = (block.offset + block.size) / page * page;
-        (block.state == BlockState::Free && end > start).then(|| Run {
+        let segment = self.segments.at(block.segment);
+        segment.pages?;
+        let end = block.offset + block.size;
+        let mut inside = segment.mappings.range(block.offset..end).take_while(|&(&at, &bytes)| at + bytes <= end);
+        let (&start, &first) = inside.next()?;
+        let last = inside.last().map_or(start + first, |(&at, &bytes)| at + bytes);
+        (block.state == BlockState::Free).then(|| Run {
             segment: block.segment,
             block: id,
             offset: start,
-            bytes: end - start,
+            bytes: last - start,
         })
     }
 
@@ -116,6 +133,10 @@ impl<F> Arena<F> {
         }
         self.blocks.at_mut(hole).state = BlockState::Unmapped;
         let segment = self.segments.at_mut(run.segment);
+        let gone: Vec<usize> = segment.mappings.range(run.offset..run.offset + run.bytes).map(|(&at, _)| at).collect();
+        for at in gone {
+            segment.mappings.remove(&at);
+        }
         segment.free -= run.bytes;
         segment.unmapped += run.bytes;
         let mut merged = hole;

@@ -385,3 +385,64 @@ fn a_borrower_reuses_its_lent_block_from_its_front_cache_and_returns_it_when_flu
     cache.flush_thread();
     cache.check_invariants();
 }
+
+fn paged_in_mappings(max_pages: usize) -> (CachingAllocator<FakeBackend>, FakeBackend) {
+    let backend = FakeBackend::with_pages(PAGE, 64 * PAGE).with_max_mapping(max_pages * PAGE);
+    (CachingAllocator::new(backend.clone(), no_front()).unwrap(), backend)
+}
+
+#[test]
+fn a_miss_maps_new_memory_in_mappings_of_several_pages() {
+    let (cache, backend) = paged_in_mappings(4);
+    let a = cache.alloc(5 * PAGE, &S).unwrap();
+    let base = addr(&a);
+    assert_eq!(backend.mappings(), [(base, 4 * PAGE), (base + 4 * PAGE, PAGE)]);
+    assert_eq!(backend.page_calls().0, 1, "one map call for the run");
+    free(&cache, a);
+    cache.check_invariants();
+}
+
+#[test]
+fn only_whole_mappings_inside_free_blocks_are_unmapped() {
+    let (cache, backend) = paged_in_mappings(4);
+    // One mapping of 4 pages: `held` keeps its first page in use, so none of it can go back.
+    let whole = cache.alloc(4 * PAGE, &S).unwrap();
+    free(&cache, whole);
+    let held = cache.alloc(PAGE, &S).unwrap();
+    assert_eq!(backend.mappings().len(), 1);
+    // T needs 4 pages above the peak: nothing of S's can be lent (3 pages free) or unmapped (the
+    // mapping is partly in use), so T maps new memory.
+    let b = cache.alloc(4 * PAGE, &T).unwrap();
+    let stats = cache.stats();
+    assert_eq!((stats.segment_releases, stats.reserved.current), (0, 8 * PAGE), "{stats:?}");
+    free(&cache, held);
+    // Now S's mapping is free whole: U's miss above the peak takes it... as a lent block first.
+    const U: StreamKey = StreamKey(0x30);
+    let c = cache.alloc(4 * PAGE, &U).unwrap();
+    assert!(c.is_lent());
+    free(&cache, b);
+    free(&cache, c);
+    assert_eq!(cache.empty_cache(), 8 * PAGE);
+    assert!(backend.mappings().is_empty());
+    cache.check_invariants();
+}
+
+#[test]
+fn the_mapping_plan_remaps_kept_memory_first_and_creates_the_rest_in_few_mappings() {
+    let kept = |sizes: &[(usize, usize)]| sizes.iter().map(|&(pages, n)| (pages * PAGE, n)).collect();
+    let plan = |bytes, room, k: &std::collections::BTreeMap<usize, usize>| {
+        MappingPlan::new(bytes * PAGE, room * PAGE, k, PAGE, 4 * PAGE)
+    };
+    let pages = |v: &[usize]| v.iter().map(|b| b / PAGE).collect::<Vec<_>>();
+    // A kept mapping between the need and the room, alone: the smallest such.
+    let p = plan(2, 10, &kept(&[(4, 1), (8, 1), (1, 3)]));
+    assert_eq!((pages(&p.kept), pages(&p.new)), (vec![4], vec![]));
+    // Else kept mappings no larger than what is left, largest first, then new ones of at most 4.
+    let p = plan(11, 11, &kept(&[(4, 1), (2, 2), (16, 1)]));
+    assert_eq!((pages(&p.kept), pages(&p.new), p.bytes()), (vec![4, 2, 2], vec![3], 11 * PAGE));
+    let p = plan(9, 9, &kept(&[]));
+    assert_eq!((pages(&p.kept), pages(&p.new)), (vec![], vec![4, 4, 1]));
+    // A kept mapping larger than the room is left kept.
+    let p = plan(3, 3, &kept(&[(4, 1)]));
+    assert_eq!((pages(&p.kept), pages(&p.new)), (vec![], vec![3]));
+}

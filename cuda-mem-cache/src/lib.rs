@@ -17,26 +17,28 @@
 //!
 //! **Growable segments** (the default where the backend has [`Pages`]: the CUDA backend when the
 //! driver manages virtual memory, as PyTorch's `expandable_segments`). Each stream reserves one
-//! address range per pool, as large as the device's memory, and backs it page by page (2 MiB on
-//! current GPUs). A miss maps pages at the start of an unmapped run, extending the free block
-//! before it, so a stream's blocks stay contiguous: a freed block merges with its neighbours
-//! whatever their sizes, and a request of a new size is cut from the merged space without a
-//! call. Memory moves between streams first as **lent blocks**: a miss that would take the
-//! reserve above both its peak and [`Config::live_slack_percent`] (4%) above the bytes
-//! allocated borrows the smallest fitting free block of another stream whose owner's work on it
-//! has completed (a fence recorded on the owner after the block's return, polled, never waited
-//! for on the host), or, when [`Config::cross_stream_waits`] allows, one the borrower waits for
-//! on the device. A lent block is the borrower's until freed (its front cache may keep it for
-//! the borrower's next request of its class), then returns to its owner pending a fence on the
-//! stream it was freed on. When no free block fits, the whole pages inside free blocks (largest first, any stream's, whose
-//! owner's work on them has completed) are unmapped and mapped where the miss needs them; a free
-//! block keeps the partial pages at its ends. Unmapped pages stay the cache's memory, kept by
-//! the backend ([`Pages::unmap`]) and counted in the reserve: the miss that unmapped them maps
-//! them again, so memory moving between sizes costs an unmap and a map, never new memory. A
-//! miss never blocks on another stream's work: where no fence has completed it maps new pages.
-//! The slack spares a workload whose live bytes climb a step at a time (a training run meeting
-//! longer sequences) an unmap and a later map at every step. `empty_cache` (and out of memory)
-//! waits for every stream's work, unmaps every free page, gives the kept pages back to the
+//! address range per pool, as large as the device's memory, and backs it with mappings of whole
+//! pages (2 MiB on current GPUs), laid out by [`MappingPlan`]: kept memory first, new memory for
+//! the rest in mappings of at most the backend's size (a page on the CUDA backend). A mapping goes
+//! back only whole (the driver unmaps whole mappings). A miss maps at the start of an unmapped run,
+//! extending the free block before it, so a stream's blocks stay contiguous: a freed block merges
+//! with its neighbours whatever their sizes, and a request of a new size is cut from the merged
+//! space without a call. Memory moves between streams first as **lent blocks**: a miss that would
+//! take the reserve above both its peak and [`Config::live_slack_percent`] (4%) above the bytes
+//! allocated borrows the smallest fitting free block of another stream whose owner's work on it has
+//! completed (a fence recorded on the owner after the block's return, polled, never waited for on
+//! the host), or, when [`Config::cross_stream_waits`] allows, one the borrower waits for on the
+//! device. A lent block is the borrower's until freed (its front cache may keep it for the
+//! borrower's next request of its class), then returns to its owner pending a fence on the stream
+//! it was freed on. When no free block fits, the whole mappings inside free blocks (largest runs
+//! first, any stream's, whose owner's work on them has completed) are unmapped and mapped where the
+//! miss needs them; a free block keeps what lies outside them. Unmapped pages stay the cache's
+//! memory, kept by the backend ([`Pages::unmap`]) and counted in the reserve: the miss that
+//! unmapped them maps them again, so memory moving between sizes costs an unmap and a map, never
+//! new memory. A miss never blocks on another stream's work: where no fence has completed it maps
+//! new pages. The slack spares a workload whose live bytes climb a step at a time (a training run
+//! meeting longer sequences) an unmap and a later map at every step. `empty_cache` (and out of
+//! memory) waits for every stream's work, unmaps every free page, gives the kept pages back to the
 //! device ([`Pages::release_kept`]) and gives back ranges with nothing mapped.
 //! Without pages (or with [`Config::expandable_segments`] off) the cache works as below.
 //!
@@ -145,7 +147,7 @@ mod tests;
 mod thread_cache;
 
 pub use allocator::CachingAllocator;
-pub use backend::{Backend, Pages, StreamKey};
+pub use backend::{Backend, Mapped, MappingPlan, Pages, StreamKey};
 pub use block::CachedBlock;
 pub use config::Config;
 pub use error::{BackendError, Error, Result};

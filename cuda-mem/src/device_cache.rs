@@ -7,7 +7,9 @@
 //! where mapped pages and `cudaMalloc` give memory usable on every stream at once (a pool
 //! allocation is ordered on the stream that made it), and returning memory needs no stream.
 
-use crate::caching::{Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, Pages, StreamKey};
+use crate::caching::{
+    Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, Mapped, MappingPlan, Pages, StreamKey,
+};
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::maybe_owned::MaybeOwned;
@@ -19,7 +21,7 @@ use crate::stream::Event;
 use crate::stream::Stream;
 use crate::stream::uses::StreamUses;
 use bytemuck::Pod;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -42,7 +44,8 @@ impl CudaSegments {
 }
 
 /// Pages of device memory through the driver (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`,
-/// `cuMemSetAccess`, `cuMemUnmap`): each page its own allocation, so any page can go back.
+/// `cuMemSetAccess`, `cuMemUnmap`): a miss maps kept allocations again, or new ones, as
+/// [`MappingPlan`] lays them out; each allocation is mapped whole and goes back whole.
 ///
 /// What this means for what users do with a [`DeviceCache`]'s memory:
 /// - **Other devices** get access only through the driver's access list, which names the cache's
@@ -71,18 +74,45 @@ pub struct VmmPages {
     device: Device,
     page: usize,
     range: usize,
-    store: Mutex<PageStore>,
+    store: Mutex<MappingStore>,
 }
 
-/// The physical pages of a cache: each a `cuMemCreate` allocation of one page, mapped at one
-/// address or kept unmapped for the next map, so that memory moving between streams costs a
+/// Pages of the largest new mapping. One page: every page can go back alone, which keeps the
+/// reserve closest to what is in use. Larger mappings make a large miss fewer driver calls but
+/// return memory only in their size; over the fake backend on 2026-12-06 they took the serving
+/// replay's reserve from 1.07 to 1.13-1.16 times live, and what they save on the device is not
+/// measured yet, so they stay off.
+const MAX_MAPPING_PAGES: usize = 1;
+
+/// The physical memory of a cache: allocations (`cuMemCreate`), each mapped whole at one address
+/// or kept unmapped for a later map, so that memory moving between streams or sizes costs a
 /// `cuMemUnmap` and a `cuMemMap`, never a `cuMemCreate` and `cuMemRelease`.
 #[derive(Debug, Default)]
-struct PageStore {
-    /// Mapped pages: address -> handle.
-    mapped: HashMap<u64, u64>,
-    /// Handles mapped nowhere, for later maps.
-    kept: Vec<u64>,
+struct MappingStore {
+    /// Live mappings: address -> (handle, bytes).
+    mapped: HashMap<u64, (u64, usize)>,
+    /// Allocations mapped nowhere, by bytes.
+    kept: BTreeMap<usize, Vec<u64>>,
+}
+
+impl MappingStore {
+    /// Kept allocations by bytes, counted: what [`MappingPlan`] chooses from.
+    fn kept_counts(&self) -> BTreeMap<usize, usize> {
+        self.kept.iter().map(|(&bytes, handles)| (bytes, handles.len())).collect()
+    }
+
+    fn keep(&mut self, handle: u64, bytes: usize) {
+        self.kept.entry(bytes).or_default().push(handle);
+    }
+
+    fn take_kept(&mut self, bytes: usize) -> Option<u64> {
+        let handles = self.kept.get_mut(&bytes)?;
+        let handle = handles.pop();
+        if handles.is_empty() {
+            self.kept.remove(&bytes);
+        }
+        handle
+    }
 }
 
 impl VmmPages {
@@ -94,68 +124,79 @@ impl VmmPages {
         Ok(Some(Self { device, page, range: total.next_multiple_of(page), store: Mutex::default() }))
     }
 
-    fn store(&self) -> std::sync::MutexGuard<'_, PageStore> {
-        // Plain map and vector operations: a panic elsewhere leaves them consistent.
+    fn store(&self) -> std::sync::MutexGuard<'_, MappingStore> {
+        // Plain map operations: a panic elsewhere leaves them consistent.
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Maps a handle at every page of the run, `kept` ones first, new ones after; on failure
-    /// unmaps what it mapped and gives back the handles (the created ones released, the kept
-    /// ones kept). Returns the handles in address order.
+    /// Maps `kept` allocations (taken out of the store) and then new ones of `new` bytes each,
+    /// one after another from `at`, and gives the run access; on failure unmaps what it mapped
+    /// and gives back the allocations (the created ones released, the kept ones kept). Returns
+    /// each mapping's handle and bytes, in address order.
     ///
     /// # Safety
-    /// As `Pages::map`: whole unmapped pages of a reserved range; `kept` mapped nowhere.
-    unsafe fn map_handles(&self, at: u64, bytes: usize, mut kept: Vec<u64>) -> Result<Vec<u64>> {
-        let (page, device) = (self.page, self.device.as_raw());
-        let mut mapped: Vec<u64> = Vec::with_capacity(bytes / page);
-        // Kept handles are mapped first, so `mapped` starts with the kept ones it used.
-        let mut kept_used = 0;
+    /// As `Pages::map`: the run is unmapped pages of a reserved range; `kept` mapped nowhere.
+    unsafe fn map_run(&self, at: u64, kept: &[(u64, usize)], new: &[usize]) -> Result<Vec<(u64, usize)>> {
+        let device = self.device.as_raw();
+        // (handle, bytes, created by this call), in address order.
+        let mut mapped: Vec<(u64, usize, bool)> = Vec::with_capacity(kept.len() + new.len());
+        let mut end = at;
         let result = (|| {
-            while mapped.len() * page < bytes {
-                let (handle, was_kept) = match kept.pop() {
-                    Some(handle) => (handle, true),
-                    None => (raw::vmm::create(page, device)?, false),
-                };
-                let address = at + (mapped.len() * page) as u64;
-                // SAFETY: an unmapped page of the run (the caller's contract) and a handle of
-                // one page mapped nowhere (kept, or created just now).
-                if let Err(err) = unsafe { raw::vmm::map_page(address, page, handle) } {
-                    if was_kept {
-                        kept.push(handle);
-                    } else {
-                        // SAFETY: created just now, mapped nowhere.
-                        raw::quiet(unsafe { raw::vmm::release(handle) });
-                    }
+            for &(handle, bytes) in kept {
+                // SAFETY: unmapped pages of the run (the caller's contract); a kept allocation of
+                // `bytes`, mapped nowhere.
+                unsafe { raw::vmm::map(end, bytes, handle) }?;
+                mapped.push((handle, bytes, false));
+                end += bytes as u64;
+            }
+            for &bytes in new {
+                let handle = raw::vmm::create(bytes, device)?;
+                // SAFETY: as above, with an allocation of `bytes` created just now.
+                if let Err(err) = unsafe { raw::vmm::map(end, bytes, handle) } {
+                    // SAFETY: created just now, mapped nowhere.
+                    raw::quiet(unsafe { raw::vmm::release(handle) });
                     return Err(err);
                 }
-                kept_used += usize::from(was_kept);
-                mapped.push(handle);
+                mapped.push((handle, bytes, true));
+                end += bytes as u64;
             }
             // SAFETY: the run is mapped, just now.
-            unsafe { raw::vmm::set_access(at, bytes, device) }
+            unsafe { raw::vmm::set_access(at, (end - at) as usize, device) }
         })();
         if let Err(err) = result {
-            // SAFETY: the pages mapped above, which no work has used.
-            raw::quiet(unsafe { raw::vmm::unmap(at, mapped.len() * page, page) });
-            for &handle in &mapped[kept_used..] {
-                // SAFETY: created by this call, mapped nowhere now.
-                raw::quiet(unsafe { raw::vmm::release(handle) });
+            let mut store = self.store();
+            let mut address = at;
+            for &(handle, bytes, created) in &mapped {
+                // SAFETY: a mapping made above, which no work has used.
+                let unmapped = unsafe { raw::vmm::unmap(address, bytes) };
+                address += bytes as u64;
+                if created {
+                    // SAFETY: created by this call and, once unmapped, mapped nowhere (a mapping
+                    // the driver would not unmap keeps its allocation: leaked, not released).
+                    raw::quiet(unmapped.and_then(|()| unsafe { raw::vmm::release(handle) }));
+                } else if unmapped.is_ok() {
+                    store.keep(handle, bytes);
+                }
             }
-            mapped.truncate(kept_used);
-            self.store().kept.extend(mapped.into_iter().chain(kept));
+            let kept_mapped = mapped.iter().filter(|&&(_, _, created)| !created).count();
+            for &(handle, bytes) in &kept[kept_mapped..] {
+                store.keep(handle, bytes);
+            }
             return Err(err);
         }
-        Ok(mapped)
+        Ok(mapped.into_iter().map(|(handle, bytes, _)| (handle, bytes)).collect())
     }
 }
 
 // SAFETY: `reserve` returns a fresh range of the driver's, aligned to a page (a power of two,
-// the driver's granularity), that overlaps no live range; `map` backs whole pages with handles
-// of the cache's device that the store holds alone (kept ones mapped nowhere, or new ones), with
-// read-write access from it, returns how many bytes were kept ones, and leaves nothing mapped
-// (and every kept handle kept) when it fails; `unmap` moves handles to the kept list only after
-// the callers' contract (no work uses them) and `release_kept` releases only kept handles;
-// `free` follows the callers' contract. Every call runs with the cache's device current.
+// the driver's granularity), that overlaps no live range; `map` backs the run (at least `bytes`,
+// at most `room`, as `MappingPlan` lays it out) with allocations of the cache's device that the
+// store holds alone (kept ones mapped nowhere, or new ones), with read-write access from it,
+// returns their sizes in address order and how many bytes were kept ones, and leaves nothing
+// mapped (and every kept allocation kept) when it fails; `unmap` moves allocations to the kept
+// lists only after the callers' contract (no work uses them) and `release_kept` releases only
+// kept ones; `free` follows the callers' contract. Every call runs with the cache's device
+// current.
 unsafe impl Pages for VmmPages {
     type Error = CudaError;
 
@@ -174,53 +215,67 @@ unsafe impl Pages for VmmPages {
             .ok_or_else(|| CudaError::new(ErrorKind::InvalidArgument("a null range"), "cuMemAddressReserve"))
     }
 
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize) -> Result<usize> {
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize) -> Result<Mapped> {
         let _device = CurrentDevice::set(self.device)?;
-        let kept = {
+        let (kept, new) = {
             let mut store = self.store();
-            let take = store.kept.len().min(bytes / self.page);
-            let from = store.kept.len() - take;
-            store.kept.split_off(from)
+            let plan = MappingPlan::new(bytes, room, &store.kept_counts(), self.page, MAX_MAPPING_PAGES * self.page);
+            let kept: Vec<(u64, usize)> = (plan.kept.iter())
+                .map(|&size| (store.take_kept(size).expect("a plan takes kept allocations the store has"), size))
+                .collect();
+            (kept, plan.new)
         };
-        let from_kept = kept.len() * self.page;
+        let from_kept = kept.iter().map(|&(_, size)| size).sum();
         let at = at.as_ptr() as u64;
-        // SAFETY: whole unmapped pages of a reserved range (the caller's contract); the kept
-        // handles are out of the store, mapped nowhere.
-        let handles = unsafe { self.map_handles(at, bytes, kept)? };
+        // SAFETY: unmapped pages of a reserved range, `room` bytes of them (the caller's
+        // contract), of which the plan takes at most `room`; the kept allocations are out of the
+        // store, mapped nowhere.
+        let handles = unsafe { self.map_run(at, &kept, &new)? };
         let mut store = self.store();
-        store.mapped.extend(handles.into_iter().enumerate().map(|(i, handle)| (at + (i * self.page) as u64, handle)));
-        Ok(from_kept)
+        let mut address = at;
+        let mut mappings = Vec::with_capacity(handles.len());
+        for (handle, size) in handles {
+            store.mapped.insert(address, (handle, size));
+            address += size as u64;
+            mappings.push(size);
+        }
+        Ok(Mapped { bytes: (address - at) as usize, from_kept, mappings })
     }
 
     unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize) {
         let device = CurrentDevice::set(self.device);
-        let at = at.as_ptr() as u64;
-        // SAFETY: pages mapped by `map`, each its own mapping, no longer used (the caller's
-        // contract).
-        let unmapped = unsafe { raw::vmm::unmap(at, bytes, self.page) };
-        let mut store = self.store();
-        let handles: Vec<u64> =
-            (0..bytes / self.page).filter_map(|i| store.mapped.remove(&(at + (i * self.page) as u64))).collect();
-        if unmapped.is_ok() {
-            store.kept.extend(handles);
+        let (mut address, end) = (at.as_ptr() as u64, at.as_ptr() as u64 + bytes as u64);
+        while address < end {
+            let Some((handle, size)) = self.store().mapped.remove(&address) else {
+                debug_assert!(false, "an unmap of whole mappings starts at one");
+                break;
+            };
+            // SAFETY: a whole mapping made by `map`, no longer used (the caller's contract).
+            let unmapped = unsafe { raw::vmm::unmap(address, size) };
+            if unmapped.is_ok() {
+                self.store().keep(handle, size);
+            }
+            // Else it may still be mapped: dropped from the store, leaked rather than mapped twice.
+            raw::quiet(unmapped);
+            address += size as u64;
         }
-        // Else some page may still be mapped: its handle is dropped from the store (the memory
-        // stays the mapping's, leaked rather than mapped twice).
-        drop(store);
-        raw::quiet(unmapped);
         drop(device);
     }
 
     fn release_kept(&self) -> usize {
         let kept = std::mem::take(&mut self.store().kept);
         let device = CurrentDevice::set(self.device);
-        for &handle in &kept {
-            // SAFETY: a kept handle: created by `map`, mapped nowhere, released once (taken out
-            // of the store).
-            raw::quiet(unsafe { raw::vmm::release(handle) });
+        let mut bytes = 0;
+        for (size, handles) in kept {
+            for handle in handles {
+                // SAFETY: a kept allocation: created by `map`, mapped nowhere, released once
+                // (taken out of the store).
+                raw::quiet(unsafe { raw::vmm::release(handle) });
+                bytes += size;
+            }
         }
         drop(device);
-        kept.len() * self.page
+        bytes
     }
 
     unsafe fn free(&self, base: NonNull<u8>, bytes: usize) {

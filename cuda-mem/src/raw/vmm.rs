@@ -171,14 +171,15 @@ pub(crate) unsafe fn free(base: u64, bytes: usize) -> Result<()> {
     call(code, || format!("cuMemAddressFree({bytes} bytes)"), 0)
 }
 
-/// A new allocation of physical memory of `page` bytes on `device`, mapped nowhere: its handle.
-pub(crate) fn create(page: usize, device: c_int) -> Result<u64> {
+/// A new allocation of physical memory of `bytes` (whole pages) on `device`, mapped nowhere:
+/// its handle.
+pub(crate) fn create(bytes: usize, device: c_int) -> Result<u64> {
     let driver = driver()?;
     let prop = device_prop(device);
     let mut handle = 0u64;
     // SAFETY: valid pointers to a written handle and a complete property struct.
-    let code = unsafe { (driver.create)(&mut handle, page, &prop, 0) };
-    call(code, || format!("cuMemCreate({page} bytes on device {device})"), page)?;
+    let code = unsafe { (driver.create)(&mut handle, bytes, &prop, 0) };
+    call(code, || format!("cuMemCreate({bytes} bytes on device {device})"), bytes)?;
     Ok(handle)
 }
 
@@ -193,16 +194,17 @@ pub(crate) unsafe fn release(handle: u64) -> Result<()> {
     call(code, || "cuMemRelease".into(), 0)
 }
 
-/// Maps the allocation `handle` (of `page` bytes) at `at`, as one mapping of its own.
+/// Maps the whole allocation `handle` (of `bytes`) at `at`, as one mapping of its own (a part
+/// of an allocation cannot be mapped: the driver refuses an offset).
 ///
 /// # Safety
-/// `at` is an unmapped page of a range from [`reserve`], and `handle` an allocation of exactly
-/// `page` bytes from [`create`] that is mapped nowhere else.
-pub(crate) unsafe fn map_page(at: u64, page: usize, handle: u64) -> Result<()> {
+/// The `bytes` from `at` are unmapped pages of a range from [`reserve`], and `handle` an
+/// allocation of exactly `bytes` from [`create`] that is mapped nowhere else.
+pub(crate) unsafe fn map(at: u64, bytes: usize, handle: u64) -> Result<()> {
     let driver = driver()?;
     // SAFETY: the caller's contract.
-    let code = unsafe { (driver.map)(at, page, 0, handle, 0) };
-    call(code, || "cuMemMap(a page)".into(), page)
+    let code = unsafe { (driver.map)(at, bytes, 0, handle, 0) };
+    call(code, || format!("cuMemMap({bytes} bytes)"), bytes)
 }
 
 /// Makes `bytes` from `at` readable and writable from `device`.
@@ -217,28 +219,15 @@ pub(crate) unsafe fn set_access(at: u64, bytes: usize, device: c_int) -> Result<
     call(code, || format!("cuMemSetAccess({bytes} bytes, device {device})"), bytes)
 }
 
-/// Unmaps `bytes` from `at`, a page at a time: their memory returns to the device.
+/// Unmaps the mapping of `bytes` at `at` (made whole by [`map`]).
 ///
 /// # Safety
-/// Whole pages mapped by [`map_page`] (each its own mapping), no work using them any more.
-pub(crate) unsafe fn unmap(at: u64, bytes: usize, page: usize) -> Result<()> {
+/// One whole mapping made by [`map`], no work using it any more.
+pub(crate) unsafe fn unmap(at: u64, bytes: usize) -> Result<()> {
     let driver = driver()?;
-    if bytes > page {
-        // SAFETY: the run is whole mappings (the caller's contract); a driver that takes only
-        // one mapping per call refuses it, and the loop below does it a page at a time.
-        if unsafe { (driver.unmap)(at, bytes) } == 0 {
-            return Ok(());
-        }
-    }
-    let mut first_error = Ok(());
-    for offset in (0..bytes).step_by(page) {
-        // SAFETY: one whole mapping (a page), per the caller's contract.
-        let code = unsafe { (driver.unmap)(at + offset as u64, page) };
-        if first_error.is_ok() {
-            first_error = call(code, || "cuMemUnmap(a page)".into(), 0);
-        }
-    }
-    first_error
+    // SAFETY: the caller's contract.
+    let code = unsafe { (driver.unmap)(at, bytes) };
+    call(code, || format!("cuMemUnmap({bytes} bytes)"), 0)
 }
 
 #[cfg(test)]
