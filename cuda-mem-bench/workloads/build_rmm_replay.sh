@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # Build rmm_replay (rmm_replay.cu + replay.h) against RAPIDS RMM from PyPI wheels (librmm-cu13 +
-# rapids-logger), CUDA 13 nvcc, static cudart, sm_90, the way /work/shared/peers/rmm/build.sh
-# builds rmmbench. Output: $OUT_DIR (default <checkout>/.gpu/peers/rmm_replay, git-ignored) holding
-# rmm_replay + librmm.so + librapids_logger.so; the binary's rpath is $ORIGIN, so the folder runs
-# as it is on a GPU host that has only the driver.
+# rapids-logger), CUDA 13 nvcc, static cudart, for the GPU targets of CUDA_MEM_ARCHS (default
+# sm_90), the way ../peers/build_rmm.sh (which runs this script first) builds rmmbench. Output:
+# $OUT_DIR (default $CARGO_TARGET_DIR/peers/rmm, else <checkout>/target/peers/rmm, git-ignored)
+# holding rmm_replay + librmm.so + librapids_logger.so; the binary's rpath is $ORIGIN, so the folder
+# runs as it is on a GPU host that has only the driver.
 #
 # Env overrides: CUDA_ROOT (toolkit with bin/nvcc, include/, lib/libcudart_static.a; default the
 #                checkout's target/cuda/13.0/nvidia/cu13 from `cargo xtask provision`),
-#                RMM_VER, LOGGER_VER, OUT_DIR, DEPS (wheel cache; default deps/ beside this
-#                script, git-ignored).
+#                CUDA_MEM_ARCHS (sm_XY / compute_XY list, as cuda-mem-kernels reads it; unset:
+#                -arch=sm_90; see ../peers/nvcc_archs.sh), RMM_VER, LOGGER_VER, OUT_DIR, DEPS
+#                (wheel cache; default deps/ beside this script, git-ignored).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 CUDA_ROOT="${CUDA_ROOT:-$ROOT/target/cuda/13.0/nvidia/cu13}"
 RMM_VER="${RMM_VER:-26.10.0}"
 LOGGER_VER="${LOGGER_VER:-0.3.0}"
-OUT_DIR="${OUT_DIR:-$ROOT/.gpu/peers/rmm_replay}"
+OUT_DIR="${OUT_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/peers/rmm}"
 DEPS="${DEPS:-$HERE/deps}"
+source "$ROOT/cuda-mem-bench/peers/nvcc_archs.sh"
+nvcc_arch_flags
 if [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
   echo "no nvcc under CUDA_ROOT=$CUDA_ROOT (set CUDA_ROOT to a CUDA 13 toolkit; cargo xtask provision puts one at target/cuda/13.0/nvidia/cu13)" >&2
   exit 1
@@ -52,7 +56,7 @@ INC=(-I"$RMM/include/rapids" -I"$RMM/include" -I"$LOG/include" -I"$HERE")
 mkdir -p "$OUT_DIR"
 export PATH="$CUDA_ROOT/bin:$PATH"
 set -x
-nvcc -O2 -std=c++17 -arch=sm_90 -ccbin g++ \
+nvcc -O2 -std=c++17 "${NVCC_ARCH_FLAGS[@]}" -ccbin g++ \
   "${INC[@]}" \
   -cudart static \
   -o "$OUT_DIR/rmm_replay" "$HERE/rmm_replay.cu" \

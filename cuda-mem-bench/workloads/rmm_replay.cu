@@ -10,7 +10,7 @@
 //
 // RMM calls go through rmm::device_async_resource_ref with the 26.x API
 // (allocate(cuda::stream_ref, bytes, alignment) / deallocate(cuda::stream_ref, p, bytes,
-// alignment), alignment 256), as /work/shared/peers/rmm/rmmbench.cu does. Each resource is made
+// alignment), alignment 256), as ../peers/rmm/rmmbench.cu does. Each resource is made
 // fresh for each workload and torn down after it.
 
 #include "replay.h"

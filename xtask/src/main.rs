@@ -7,6 +7,7 @@ mod codegen;
 mod fuzz;
 mod import_circles;
 mod miri;
+mod msrv;
 mod package;
 mod provision;
 mod test;
@@ -35,7 +36,8 @@ enum Command {
         check: bool,
     },
     /// fmt check, clippy -D warnings, the whole test suite (GPU tests too where a GPU exists),
-    /// the allocator core under Miri and a fuzz smoke of every target.
+    /// the published crates on their declared rust-version, the allocator core under Miri and a
+    /// fuzz smoke of every target.
     Test {
         /// On a GPU host: run the GPU test executables under compute-sanitizer memcheck,
         /// racecheck and synccheck instead.
@@ -53,6 +55,9 @@ enum Command {
     },
     /// Run cuda-mem's unit tests under Miri (nightly; its components provisioned through rustup).
     Miri,
+    /// `cargo +MSRV check` of the published crates, every feature on, on the rust-version their
+    /// manifests declare (that toolchain provisioned through rustup).
+    Msrv,
     /// Benchmarks on a GPU host.
     Bench {
         /// Only these sections, comma-separated (paired, cache, threads, workloads, training,
@@ -63,14 +68,17 @@ enum Command {
     /// Build GPU test executables into target/bundle for a GPU host without Rust.
     Bundle,
     /// Build the Python wheel (the cuda_mem package with the PyTorch allocator) into
-    /// target/wheels; with --check, install it into a fresh virtual environment and test it.
+    /// target/wheels, through the PEP 517 backend pip uses; with --check, install it, and the one
+    /// `pip install ./cuda-mem-py` builds, into fresh virtual environments and test them.
     Wheel {
-        /// Install the wheel into a fresh virtual environment, import it, run the Python tests.
+        /// Install the wheel, then `pip install ./cuda-mem-py`, each into a fresh virtual
+        /// environment; import it, check the allocator's library and the tag, run the Python tests.
         #[arg(long)]
         check: bool,
     },
-    /// `cargo publish --dry-run` of cuda-mem-sys, cuda-mem and cuda-mem-kernels (each package
-    /// built from its packaged files), and a check that the sys package carries its bindings.
+    /// `cargo publish --dry-run` of the four published crates, cuda-mem-sys, cuda-mem-cache,
+    /// cuda-mem and cuda-mem-kernels (each package built from its packaged files), and a check that
+    /// each carries the licence texts and the sys package its bindings.
     Package {
         /// Package uncommitted changes too.
         #[arg(long)]
@@ -96,6 +104,7 @@ fn main() -> ExitCode {
         Command::Tidy => tidy::run(),
         Command::Fuzz { runs } => fuzz::run(runs),
         Command::Miri => miri::run(),
+        Command::Msrv => msrv::run(),
         Command::Bench { only } => bench::run(only.as_deref()),
         Command::Bundle => bundle::run().map(|dir| println!("bundle written to {}", dir.display())),
         Command::Wheel { check } => wheel::run().and_then(|wheel| {

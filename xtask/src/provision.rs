@@ -1,7 +1,8 @@
 //! Provisioning without root: the pinned CUDA wheels go under `target/cuda/<version>` through pip;
 //! libclang (for bindgen) comes from Debian's libclang-dev when running as root, else from the
-//! `libclang` wheel plus gcc's builtin headers; rustfmt and clippy, and the nightly toolchain's
-//! components Miri needs, come through rustup; cargo-fuzz from crates.io under `target/tools`.
+//! `libclang` wheel plus gcc's builtin headers; rustfmt and clippy, the nightly toolchain's
+//! components Miri needs, and the published crates' declared rust-version (the MSRV check) come
+//! through rustup; cargo-fuzz from crates.io under `target/tools`.
 
 #[path = "../../cuda-mem-sys/build/find.rs"]
 #[allow(dead_code)] // shared with the build script, which uses all of it
@@ -98,35 +99,40 @@ pub fn rust_components() -> Result {
 /// The toolchain Miri needs (and the fuzz targets' AddressSanitizer): rustup's nightly.
 pub const NIGHTLY: &str = "nightly";
 
-/// The nightly toolchain with `components`, added through rustup where missing (the toolchain
-/// too, in rustup's minimal profile). An error is one line saying what could not be had and why:
-/// some machines cannot fetch a toolchain, and CI then skips the step that needs it.
+/// The nightly toolchain with `components`, added through rustup where missing: [`toolchain`].
 pub fn nightly(components: &[&str]) -> Result {
-    let installed = || rustup(&["component", "list", "--installed", "--toolchain", NIGHTLY]);
+    toolchain(NIGHTLY, components)
+}
+
+/// The toolchain rustup names `name` (`nightly`, `1.88`) with `components`, added through rustup
+/// where missing (the toolchain too, in rustup's minimal profile). An error is one line saying
+/// what could not be had and why: some machines cannot fetch a toolchain, and CI then skips the
+/// step that needs it.
+pub fn toolchain(name: &str, components: &[&str]) -> Result {
+    let installed = || rustup(&["component", "list", "--installed", "--toolchain", name]);
     let Ok(listed) = installed() else {
         let joined = components.join(",");
-        let mut install = vec!["toolchain", "install", NIGHTLY, "--profile", "minimal"];
+        let mut install = vec!["toolchain", "install", name, "--profile", "minimal"];
         if !components.is_empty() {
             install.extend(["--component", &joined]);
         }
         eprintln!("$ rustup {}", install.join(" "));
         return rustup(&install)
             .map(drop)
-            .map_err(|e| format!("no {NIGHTLY} toolchain, and rustup could not install it: {e}"));
+            .map_err(|e| format!("no {name} toolchain, and rustup could not install it: {e}"));
     };
     let missing = lacking(&listed, components);
     if missing.is_empty() {
         return Ok(());
     }
-    let add = [&["component", "add", "--toolchain", NIGHTLY][..], &missing].concat();
+    let add = [&["component", "add", "--toolchain", name][..], &missing].concat();
     eprintln!("$ rustup {}", add.join(" "));
-    rustup(&add).map_err(|e| {
-        format!("the {NIGHTLY} toolchain lacks {}, and rustup could not add it: {e}", missing.join(", "))
-    })?;
+    rustup(&add)
+        .map_err(|e| format!("the {name} toolchain lacks {}, and rustup could not add it: {e}", missing.join(", ")))?;
     match lacking(&installed()?, components)[..] {
         [] => Ok(()),
         ref still => {
-            Err(format!("rustup added {} to {NIGHTLY} but does not list {}", missing.join(", "), still.join(", ")))
+            Err(format!("rustup added {} to {name} but does not list {}", missing.join(", "), still.join(", ")))
         }
     }
 }

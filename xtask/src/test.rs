@@ -1,7 +1,8 @@
 //! `cargo xtask test`: provision CUDA if missing, the tidy rules, fmt check, clippy `-D warnings`, and the whole
 //! test suite (unit, integration, doc tests, the codegen check), the package dry-run, the GPU
 //! bundle's release builds, the Python wheel installed into a fresh virtual environment and
-//! tested, the allocator core under Miri and a fuzz smoke of every target. On a
+//! tested, the published crates checked on their declared rust-version (MSRV), the allocator core
+//! under Miri and a fuzz smoke of every target. On a
 //! host with a GPU the GPU tests (ignored elsewhere) run too.
 
 use crate::provision;
@@ -47,8 +48,10 @@ pub fn run() -> Result {
     // the no-driver errors).
     let wheel = crate::wheel::run()?;
     crate::wheel::check_installed(&wheel)?;
-    // The allocator core under Miri and a short fuzz of every target, each bounded in time; last,
-    // as the slowest and the only steps that need tools a machine may lack (said in one line).
+    // The published crates on their declared rust-version, the allocator core under Miri and a
+    // short fuzz of every target (the last two bounded in time); last, as the only steps that need
+    // toolchains or tools a machine may lack (said in one line), and the slowest.
+    crate::msrv::ci()?;
     crate::miri::ci()?;
     crate::fuzz::smoke()?;
 
