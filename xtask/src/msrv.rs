@@ -1,7 +1,7 @@
 //! `cargo xtask msrv`: the published crates ([`crate::package::PUBLISHED`]) checked, every feature
 //! on, with the toolchain of the `rust-version` their manifests declare (`cargo +1.88 check`), which
 //! rustup installs in its minimal profile where missing. The workspace's own checks use the
-//! toolchain `rust-toolchain.toml` pins; this one proves the declared minimum is true.
+//! machine's toolchain; this one proves the declared minimum is true.
 //!
 //! `cargo xtask test` runs [`ci`]: the same, but where the toolchain cannot be had it says so in
 //! one line and passes (the rest of CI decides); where it can, a failure fails the run.
