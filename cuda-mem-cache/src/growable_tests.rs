@@ -446,3 +446,99 @@ fn the_mapping_plan_remaps_kept_memory_first_and_creates_the_rest_in_few_mapping
     let p = plan(3, 3, &kept(&[(4, 1)]));
     assert_eq!((pages(&p.kept), pages(&p.new)), (vec![], vec![3]));
 }
+
+/// Threads with a stream each allocate, free on their own stream or hand blocks to another
+/// stream, queue and complete work, flush and empty the cache, over mappings of up to three pages:
+/// no two live blocks overlap, every block lies on mapped pages, and every block handed out comes
+/// after the work of every earlier user of its memory (lent or not).
+#[test]
+fn threads_lending_between_their_streams_never_share_memory_or_reuse_it_early() {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    let backend = FakeBackend::with_pages(PAGE, 64 * PAGE).with_max_mapping(3 * PAGE);
+    let cache = CachingAllocator::new(backend.clone(), Config { front_depth: 2, ..Config::default() }).unwrap();
+    let streams = [S, T, StreamKey(0x30), StreamKey(0x40)];
+    // Live blocks by address: end. Last users of freed memory by address: (end, stream, work).
+    let live: Mutex<BTreeMap<usize, usize>> = Mutex::default();
+    let history: Mutex<BTreeMap<usize, (usize, StreamKey, u64)>> = Mutex::default();
+    let steps = if cfg!(miri) { 150 } else { 4000 };
+    std::thread::scope(|scope| {
+        for (index, &stream) in streams.iter().enumerate() {
+            let (cache, backend, live, history) = (&cache, &backend, &live, &history);
+            scope.spawn(move || {
+                let mut seed = 0x9e37_79b9_u64 * (index as u64 + 1);
+                let mut held: Vec<CachedBlock> = Vec::new();
+                for _ in 0..steps {
+                    seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    let r = (seed >> 33) as usize;
+                    match r % 16 {
+                        0..=6 => {
+                            let bytes = 1 + (r >> 4) % (if r & 0x400 != 0 { 96 * KIB } else { 6 * KIB });
+                            let block = cache.alloc(bytes, &stream).unwrap();
+                            let (start, end) = (addr(&block), addr(&block) + block.bytes());
+                            assert!(backend.is_mapped(start, block.bytes()), "{block:?} off the map");
+                            {
+                                let mut live = live.lock().unwrap();
+                                assert!(
+                                    live.range(..end).next_back().is_none_or(|(_, &e)| e <= start),
+                                    "{block:?} overlaps"
+                                );
+                                live.insert(start, end);
+                            }
+                            let history = history.lock().unwrap();
+                            for (_, &(e, from, seq)) in history.range(..end) {
+                                if e > start {
+                                    assert!(
+                                        backend.is_ordered(from, seq, stream),
+                                        "{block:?} reused before {from:?}'s work"
+                                    );
+                                }
+                            }
+                            drop(history);
+                            held.push(block);
+                        }
+                        7..=11 if !held.is_empty() => {
+                            let block = held.swap_remove((r >> 4) % held.len());
+                            let to = if r & 0x800 != 0 { streams[(r >> 12) % streams.len()] } else { stream };
+                            let (start, end) = (addr(&block), addr(&block) + block.bytes());
+                            live.lock().unwrap().remove(&start);
+                            // Recorded before the free: a later holder must come after this work.
+                            let seq = backend.queued(to);
+                            {
+                                let mut history = history.lock().unwrap();
+                                let stale: Vec<usize> =
+                                    history.range(..end).filter(|(_, v)| v.0 > start).map(|(&s, _)| s).collect();
+                                for s in stale {
+                                    history.remove(&s);
+                                }
+                                history.insert(start, (end, to, seq));
+                            }
+                            // SAFETY: fake memory, never touched; every use is ordered on `to`.
+                            unsafe { cache.free_on(block, &to).unwrap() };
+                        }
+                        12 => {
+                            backend.submit(stream);
+                        }
+                        13 => backend.complete(stream),
+                        14 => cache.flush_thread(),
+                        15 if r & 0x3f00 == 0 => {
+                            cache.empty_cache();
+                        }
+                        _ => {}
+                    }
+                }
+                for block in held {
+                    live.lock().unwrap().remove(&addr(&block));
+                    free(cache, block);
+                }
+            });
+        }
+    });
+    backend.complete_all();
+    cache.empty_cache();
+    cache.check_invariants();
+    let stats = cache.stats();
+    assert_eq!((stats.allocated.current, stats.pending_bytes, backend.mapped_bytes()), (0, 0, 0), "{stats:?}");
+    assert!(stats.blocks_lent > 0, "the test lends: {stats:?}");
+    eprintln!("lent {}, stream waits {}, misses {}", stats.blocks_lent, stats.stream_waits, stats.misses);
+}
