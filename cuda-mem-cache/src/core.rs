@@ -241,13 +241,24 @@ impl<B: Backend> Core<B> {
         on: StreamKey,
         class: SizeClass,
     ) -> Option<usize> {
+        self.lendable(config, totals, on, class).next().map(|(size, _, _)| size)
+    }
+
+    /// The best fit of every stream of this shard but `on` that may be cut to `class` (a block of
+    /// a growable segment, or one the pool's fit rules allow), smallest first: (size, id, owner).
+    fn lendable<'a>(
+        &'a self,
+        config: &'a Config,
+        totals: &Totals,
+        on: StreamKey,
+        class: SizeClass,
+    ) -> impl Iterator<Item = (usize, BlockId, StreamKey)> + 'a {
         let (bytes, pool) = (class.bytes(), config.pool_of(class));
         let target = config.segment_target(pool, totals.pool_reserved(pool));
         self.arena
             .lendable(on, pool, bytes)
             .into_iter()
-            .find(|&(size, id, _)| self.arena.is_growable(id) || config.may_cut(pool, target, size, bytes))
-            .map(|(size, _, _)| size)
+            .filter(move |&(size, id, _)| self.arena.is_growable(id) || config.may_cut(pool, target, size, bytes))
     }
 
     /// A free block of another stream of this shard for `on`, lent: cut to `class` from the best
@@ -265,13 +276,7 @@ impl<B: Backend> Core<B> {
         wait: bool,
     ) -> Option<BlockId> {
         self.poll_pending(backend);
-        let (bytes, pool) = (class.bytes(), config.pool_of(class));
-        let target = config.segment_target(pool, totals.pool_reserved(pool));
-        let candidates: Vec<_> = self
-            .arena
-            .lendable(on.key, pool, bytes)
-            .into_iter()
-            .filter(|&(size, id, _)| self.arena.is_growable(id) || config.may_cut(pool, target, size, bytes))
+        let candidates: Vec<_> = (self.lendable(config, totals, on.key, class))
             .map(|(_, id, owner)| (id, owner, self.arena.block(id).freed))
             .collect();
         let done = |core: &Self| {
@@ -293,6 +298,7 @@ impl<B: Backend> Core<B> {
             }
         }
         let (id, _, _) = found?;
+        let bytes = class.bytes();
         let id = self.arena.cut(id, bytes);
         self.hold(on);
         self.arena.lend(id, on.key);
