@@ -164,7 +164,13 @@ impl MappingPlan {
         page: usize,
         max_new: usize,
     ) -> Self {
-        debug_assert!(bytes <= room && max_new >= page);
+        // Any other input still gives a plan, never a panic or an endless loop: a room below the
+        // need is the need, a page of 0 is a byte, a largest new mapping below a page is a page,
+        // and kept mappings of 0 bytes are never taken.
+        let (page, room) = (page.max(1), room.max(bytes));
+        if bytes == 0 {
+            return Self::default();
+        }
         if let Some((&size, _)) = kept.range(bytes..=room).find(|&(_, &count)| count > 0) {
             return Self { kept: vec![size], new: Vec::new() };
         }
@@ -173,7 +179,7 @@ impl MappingPlan {
         let mut taken: std::collections::BTreeMap<usize, usize> = std::collections::BTreeMap::new();
         while left > 0 {
             let fit = kept
-                .range(..=left)
+                .range(1..=left)
                 .rev()
                 .find(|&(size, &count)| count > taken.get(size).copied().unwrap_or(0))
                 .map(|(&size, _)| size);
@@ -182,7 +188,7 @@ impl MappingPlan {
             plan.kept.push(size);
             left -= size;
         }
-        let max_new = max_new / page * page;
+        let max_new = (max_new / page * page).max(page);
         while left > 0 {
             let size = left.min(max_new);
             plan.new.push(size);

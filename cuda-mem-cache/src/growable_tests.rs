@@ -447,6 +447,24 @@ fn the_mapping_plan_remaps_kept_memory_first_and_creates_the_rest_in_few_mapping
     assert_eq!((pages(&p.kept), pages(&p.new)), (vec![], vec![3]));
 }
 
+#[test]
+fn the_mapping_plan_of_any_input_ends_and_covers_the_need() {
+    // Inputs no backend passes (a room below the need, a page of 0, a largest mapping of 0,
+    // kept mappings of 0 bytes) still give a plan that covers the need, without a hang or panic.
+    let zero_kept: std::collections::BTreeMap<usize, usize> = [(0, 3), (PAGE, 1)].into();
+    for (bytes, room, page, max_new) in [
+        (3 * PAGE, PAGE, PAGE, PAGE),
+        (5000, 5000, 0, 0),
+        (3 * PAGE, 3 * PAGE, PAGE, 0),
+        (0, 0, PAGE, PAGE),
+        (usize::MAX, 0, PAGE, usize::MAX),
+    ] {
+        let plan = MappingPlan::new(bytes, room, &zero_kept, page, max_new);
+        assert_eq!(plan.bytes(), bytes, "{bytes} {room} {page} {max_new}: {plan:?}");
+        assert!(plan.kept.iter().chain(&plan.new).all(|&size| size > 0));
+    }
+}
+
 /// Threads with a stream each allocate, free on their own stream or hand blocks to another
 /// stream, queue and complete work, flush and empty the cache, over mappings of up to three pages:
 /// no two live blocks overlap, every block lies on mapped pages, and every block handed out comes
