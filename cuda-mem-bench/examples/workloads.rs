@@ -196,7 +196,11 @@ fn named_config(name: &str) -> Option<Config> {
         "live_slack_5" => Config { live_slack_percent: 5, ..default },
         "no_large_slot" => Config { front_large_slot: false, ..default },
         "neither" => Config { live_slack_percent: 0, front_large_slot: false, ..default },
-        _ => return None,
+        // Mappings of up to N MiB per new physical allocation (`mappings_8`, `mappings_64`, ..).
+        _ => {
+            let mib: usize = name.strip_prefix("mappings_")?.parse().ok()?;
+            Config { max_mapping_bytes: mib << 20, ..default }
+        }
     })
 }
 

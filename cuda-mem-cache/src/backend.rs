@@ -98,13 +98,15 @@ pub unsafe trait Pages: Send + Sync {
     fn reserve(&self, bytes: usize) -> Result<NonNull<u8>, Self::Error>;
 
     /// Backs at least `bytes` and at most `room` (multiples of `page_bytes`) from `at` with
-    /// memory, as [`MappingPlan`] lays it out: kept mappings first, new ones for the rest. Out of
+    /// memory, as [`MappingPlan`] lays it out: kept mappings first, new ones of at most
+    /// `max_new` bytes (the cache's [`Config::max_mapping_bytes`](crate::Config::max_mapping_bytes),
+    /// at least a page) for the rest. Out of
     /// memory is an error whose [`is_out_of_memory`](BackendError::is_out_of_memory) is true,
     /// with nothing of the run left mapped and every kept mapping still kept.
     ///
     /// # Safety
     /// The `room` bytes from `at` lie in one range from `reserve` and none of them is mapped.
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize) -> Result<Mapped, Self::Error>;
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize, max_new: usize) -> Result<Mapped, Self::Error>;
 
     /// Takes the memory behind the mappings of `bytes` from `at` off those addresses and keeps
     /// it, unmapped, for later `map`s (a miss then maps memory that exists instead of creating

@@ -96,6 +96,12 @@ pub struct Config {
     /// when mapping would raise the reserve's peak) rather than by releasing whole segments.
     /// The segment sizes above then do not apply. Off, or without pages: segments allocated whole.
     pub expandable_segments: bool,
+    /// Over [`Pages`](super::Pages), the largest physical allocation a miss creates (rounded
+    /// down to whole pages; 0 or less than a page: a page). A miss that needs new memory creates
+    /// it in allocations of at most this size, each one `cuMemCreate` and `cuMemMap`: larger ones
+    /// cost fewer driver calls, but a mapping returns to the driver only whole, so free memory
+    /// inside a partly used one stays mapped.
+    pub max_mapping_bytes: usize,
 }
 
 impl Default for Config {
@@ -117,6 +123,7 @@ impl Default for Config {
             release_idle_on_miss: true,
             live_slack_percent: 4,
             expandable_segments: true,
+            max_mapping_bytes: 0,
         }
     }
 }

@@ -85,8 +85,6 @@ struct FakeState {
     kept_mappings: BTreeMap<usize, usize>,
     /// Live mappings: address -> bytes.
     mappings: BTreeMap<usize, usize>,
-    /// The largest new mapping (`MappingPlan`'s `max_new`); 0 means a page.
-    max_mapping: usize,
     maps: u64,
     unmaps: u64,
     range_bytes: usize,
@@ -183,13 +181,6 @@ impl FakeBackend {
         state.range_bytes = range;
         drop(state);
         backend
-    }
-
-    /// The same whose new mappings are up to `max` bytes (a multiple of the page), as the CUDA
-    /// backend makes them, rather than a page each.
-    pub fn with_max_mapping(self, max: usize) -> Self {
-        self.state().max_mapping = max;
-        self
     }
 
     /// The sizes of the live mappings, in address order.
@@ -466,7 +457,7 @@ unsafe impl Pages for FakeBackend {
         Ok(NonNull::new(std::ptr::without_provenance_mut(address)).expect("addresses start above 0"))
     }
 
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize) -> Result<Mapped, FakeError> {
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize, max_new: usize) -> Result<Mapped, FakeError> {
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
         assert!(start.is_multiple_of(page) && bytes.is_multiple_of(page) && bytes > 0, "whole pages");
@@ -475,7 +466,7 @@ unsafe impl Pages for FakeBackend {
         let (&base, &len) = state.ranges.range(..=start).next_back().expect("a map inside a range");
         assert!(start + room <= base + len, "a map inside one range");
         assert!(state.mapped.range(start..start + room).next().is_none(), "a page mapped twice");
-        let plan = MappingPlan::new(bytes, room, &state.kept_mappings, page, state.max_mapping.max(page));
+        let plan = MappingPlan::new(bytes, room, &state.kept_mappings, page, max_new);
         let (from_kept, new): (usize, usize) = (plan.kept.iter().sum(), plan.new.iter().sum());
         let reserved = state.segment_bytes() + state.mapped_bytes(page) + state.kept;
         if new > 0

@@ -387,8 +387,9 @@ fn a_borrower_reuses_its_lent_block_from_its_front_cache_and_returns_it_when_flu
 }
 
 fn paged_in_mappings(max_pages: usize) -> (CachingAllocator<FakeBackend>, FakeBackend) {
-    let backend = FakeBackend::with_pages(PAGE, 64 * PAGE).with_max_mapping(max_pages * PAGE);
-    (CachingAllocator::new(backend.clone(), no_front()).unwrap(), backend)
+    let backend = FakeBackend::with_pages(PAGE, 64 * PAGE);
+    let config = Config { max_mapping_bytes: max_pages * PAGE, ..no_front() };
+    (CachingAllocator::new(backend.clone(), config).unwrap(), backend)
 }
 
 #[test]
@@ -473,8 +474,9 @@ fn the_mapping_plan_of_any_input_ends_and_covers_the_need() {
 fn threads_lending_between_their_streams_never_share_memory_or_reuse_it_early() {
     use std::collections::BTreeMap;
     use std::sync::Mutex;
-    let backend = FakeBackend::with_pages(PAGE, 64 * PAGE).with_max_mapping(3 * PAGE);
-    let cache = CachingAllocator::new(backend.clone(), Config { front_depth: 2, ..Config::default() }).unwrap();
+    let backend = FakeBackend::with_pages(PAGE, 64 * PAGE);
+    let config = Config { front_depth: 2, max_mapping_bytes: 3 * PAGE, ..Config::default() };
+    let cache = CachingAllocator::new(backend.clone(), config).unwrap();
     let streams = [S, T, StreamKey(0x30), StreamKey(0x40)];
     // Live blocks by address: end. Last users of freed memory by address: (end, stream, work).
     let live: Mutex<BTreeMap<usize, usize>> = Mutex::default();

@@ -43,6 +43,7 @@ fn config() -> Config {
         release_idle_on_miss: true,
         live_slack_percent: 0,
         expandable_segments: true,
+        max_mapping_bytes: 0,
     }
 }
 

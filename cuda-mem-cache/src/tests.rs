@@ -32,6 +32,7 @@ fn small_config() -> Config {
         release_idle_on_miss: false,
         live_slack_percent: 0,
         expandable_segments: true,
+        max_mapping_bytes: 0,
     }
 }
 

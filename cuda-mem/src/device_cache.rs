@@ -77,13 +77,6 @@ pub struct VmmPages {
     store: Mutex<MappingStore>,
 }
 
-/// Pages of the largest new mapping. One page: every page can go back alone, which keeps the
-/// reserve closest to what is in use. Larger mappings make a large miss fewer driver calls but
-/// return memory only in their size; over the fake backend on 2026-12-06 they took the serving
-/// replay's reserve from 1.07 to 1.13-1.16 times live, and what they save on the device is not
-/// measured yet, so they stay off.
-const MAX_MAPPING_PAGES: usize = 1;
-
 /// The physical memory of a cache: allocations (`cuMemCreate`), each mapped whole at one address
 /// or kept unmapped for a later map, so that memory moving between streams or sizes costs a
 /// `cuMemUnmap` and a `cuMemMap`, never a `cuMemCreate` and `cuMemRelease`.
@@ -215,11 +208,11 @@ unsafe impl Pages for VmmPages {
             .ok_or_else(|| CudaError::new(ErrorKind::InvalidArgument("a null range"), "cuMemAddressReserve"))
     }
 
-    unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize) -> Result<Mapped> {
+    unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize, max_new: usize) -> Result<Mapped> {
         let _device = CurrentDevice::set(self.device)?;
         let (kept, new) = {
             let mut store = self.store();
-            let plan = MappingPlan::new(bytes, room, &store.kept_counts(), self.page, MAX_MAPPING_PAGES * self.page);
+            let plan = MappingPlan::new(bytes, room, &store.kept_counts(), self.page, max_new);
             let kept: Vec<(u64, usize)> = (plan.kept.iter())
                 .map(|&size| (store.take_kept(size).expect("a plan takes kept allocations the store has"), size))
                 .collect();

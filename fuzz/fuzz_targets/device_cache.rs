@@ -182,14 +182,10 @@ fuzz_target!(|input: Input| {
         release_idle_on_miss: input.thrift & 4 != 0,
         live_slack_percent: if input.thrift & 16 != 0 { 25 } else { 0 },
         expandable_segments: true,
+        max_mapping_bytes: (1 + usize::from(input.mapping_pages % 4)) * 16 * KIB,
     };
     let backend =
-        if input.pages {
-            let max_mapping = (1 + usize::from(input.mapping_pages % 4)) * 16 * KIB;
-            FakeDeviceBackend::with_pages(16 * KIB, 1 << 20).with_max_mapping(max_mapping)
-        } else {
-            FakeDeviceBackend::default()
-        };
+        if input.pages { FakeDeviceBackend::with_pages(16 * KIB, 1 << 20) } else { FakeDeviceBackend::default() };
     let cache = CachingAllocator::new(backend.clone(), config).unwrap();
     let mut m = Model {
         cache,
