@@ -97,10 +97,14 @@ pub struct Config {
     /// The segment sizes above then do not apply. Off, or without pages: segments allocated whole.
     pub expandable_segments: bool,
     /// Over [`Pages`](super::Pages), the largest physical allocation a miss creates (rounded
-    /// down to whole pages; 0 or less than a page: a page). A miss that needs new memory creates
-    /// it in allocations of at most this size, each one `cuMemCreate` and `cuMemMap`: larger ones
-    /// cost fewer driver calls, but a mapping returns to the driver only whole, so free memory
-    /// inside a partly used one stays mapped.
+    /// down to whole pages; 0 or less than a page: a page each). A miss that maps at least a
+    /// quarter of this creates its new memory in allocations of up to this size, each one
+    /// `cuMemCreate` and `cuMemMap`; a smaller miss, a page each. The driver's cost is per call
+    /// far more than per byte, so large mappings make a large miss (and the refill after
+    /// `empty_cache`) a few calls; but a mapping goes back to the driver only whole, so free
+    /// memory inside a partly used one stays mapped: small misses keep to pages, because the
+    /// small blocks that later reuse their space would pin a large mapping. Default 64 MiB
+    /// (docs/measurements/2026-12-06-h100-mapping-sizes.txt).
     pub max_mapping_bytes: usize,
 }
 
@@ -123,7 +127,7 @@ impl Default for Config {
             release_idle_on_miss: true,
             live_slack_percent: 4,
             expandable_segments: true,
-            max_mapping_bytes: 0,
+            max_mapping_bytes: 64 << 20,
         }
     }
 }
@@ -185,6 +189,12 @@ impl Config {
                 Pool::Small => self.small_fit_divisor == 0 || rest <= bytes / self.small_fit_divisor,
                 Pool::Large => rest <= self.large_fit_slack,
             }
+    }
+
+    /// The largest new mapping for a miss that maps `run` bytes (0: a page); see
+    /// [`Config::max_mapping_bytes`].
+    pub(super) fn largest_new_mapping(&self, run: usize) -> usize {
+        if run >= self.max_mapping_bytes / 4 { self.max_mapping_bytes } else { 0 }
     }
 
     /// The reserve a miss may grow to without releasing anything, `allocated` bytes being out

@@ -536,7 +536,7 @@ impl<B: Backend> Core<B> {
         let at = self.arena.at(run.segment, run.offset);
         let room = self.arena.room(run);
         // SAFETY: `room` is the whole unmapped block the run starts, in a range from `reserve`.
-        let mapped = unsafe { pages.map(at, run.bytes, room, config.max_mapping_bytes.max(pages.page_bytes()))? };
+        let mapped = unsafe { pages.map(at, run.bytes, room, config.largest_new_mapping(run.bytes))? };
         assert!(
             mapped.bytes >= run.bytes && mapped.bytes <= room && mapped.mappings.iter().sum::<usize>() == mapped.bytes,
             "Pages::map mapped what it was asked for"

@@ -87,6 +87,8 @@ struct FakeState {
     mappings: BTreeMap<usize, usize>,
     maps: u64,
     unmaps: u64,
+    /// Driver calls the CUDA backend would make for these maps, unmaps and releases.
+    driver_calls: u64,
     range_bytes: usize,
 }
 
@@ -192,6 +194,13 @@ impl FakeBackend {
     pub fn page_calls(&self) -> (u64, u64) {
         let state = self.state();
         (state.maps, state.unmaps)
+    }
+
+    /// The driver calls the CUDA backend would have made for the maps, unmaps and releases so
+    /// far: a `cuMemCreate` per new mapping, a `cuMemMap` per mapping, a `cuMemSetAccess` per
+    /// map, a `cuMemUnmap` per mapping unmapped and a `cuMemRelease` per kept one released.
+    pub fn driver_calls(&self) -> u64 {
+        self.state().driver_calls
     }
 
     /// True when every page that `bytes` from `address` touch is mapped.
@@ -490,6 +499,8 @@ unsafe impl Pages for FakeBackend {
         }
         state.mapped.extend((start..address).step_by(page));
         state.maps += 1;
+        // A map per mapping, a create per new one, one access call for the run.
+        state.driver_calls += (mappings.len() + plan.new.len() + 1) as u64;
         Ok(Mapped { bytes: address - start, from_kept, mappings })
     }
 
@@ -503,6 +514,7 @@ unsafe impl Pages for FakeBackend {
             let size = state.mappings.remove(&address).expect("an unmap starts at a mapping");
             assert!(address + size <= start + bytes, "an unmap of part of a mapping");
             *state.kept_mappings.entry(size).or_default() += 1;
+            state.driver_calls += 1;
             address += size;
         }
         for address in (start..start + bytes).step_by(page) {
@@ -515,6 +527,7 @@ unsafe impl Pages for FakeBackend {
 
     fn release_kept(&self) -> usize {
         let mut state = self.state();
+        state.driver_calls += state.kept_mappings.values().sum::<usize>() as u64;
         state.kept_mappings.clear();
         std::mem::take(&mut state.kept)
     }

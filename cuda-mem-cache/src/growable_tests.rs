@@ -16,8 +16,10 @@ fn paged(config: Config) -> (CachingAllocator<FakeBackend>, FakeBackend) {
     (CachingAllocator::new(backend.clone(), config).unwrap(), backend)
 }
 
+/// No front cache, and a mapping per page, so that the tests follow single pages; mappings of
+/// several pages have tests of their own (`paged_in_mappings`).
 fn no_front() -> Config {
-    Config { front_depth: 0, ..Config::default() }
+    Config { front_depth: 0, max_mapping_bytes: PAGE, ..Config::default() }
 }
 
 fn free(cache: &CachingAllocator<FakeBackend>, block: CachedBlock) {
