@@ -1,7 +1,7 @@
 //! `CachingAllocator`: the front caches, the core, and the paths between them.
 
 use super::arena::BlockId;
-use super::backend::{Backend, Pages, StreamKey};
+use super::backend::{Backend, Keep, Pages, StreamKey};
 use super::block::CachedBlock;
 use super::config::{Config, Pool};
 use super::core::{Core, CoreFigures, On, Totals};
@@ -12,6 +12,7 @@ use crate::thread_cache::{self, FrontCache, Registered, ThreadExit};
 use crate::{Error, Result};
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// A caching allocator of device memory over a [`Backend`]. Cloning shares it.
@@ -48,6 +49,10 @@ struct Shared<B: Backend> {
     shards: Box<[Mutex<Core<B>>]>,
     totals: Totals,
     threads: Mutex<Registry>,
+    /// Set while the cache sleeps: allocations are refused (their memory is not mapped).
+    asleep: AtomicBool,
+    /// Held by a sleep or a wake, so that one runs at a time.
+    sleeping: Mutex<()>,
 }
 
 /// Shards of the core: enough that a few dozen streams rarely share one.
@@ -103,6 +108,8 @@ impl<B: Backend> CachingAllocator<B> {
             shards: (0..SHARDS).map(|_| Mutex::new(Core::new())).collect(),
             totals: Totals::default(),
             threads: Mutex::new(Registry::default()),
+            asleep: AtomicBool::new(false),
+            sleeping: Mutex::new(()),
         };
         Ok(Self { shared: Arc::new(shared) })
     }
@@ -133,6 +140,9 @@ impl<B: Backend> CachingAllocator<B> {
             return Err(super::size_overflow(bytes));
         };
         let shared = &*self.shared;
+        if shared.asleep.load(Ordering::Acquire) {
+            return Err(Error::SleepState("an allocation from a sleeping cache: wake it first"));
+        }
         let key = BinKey { stream: B::key(stream), class: class.index() };
         let hit = thread_cache::with_cache(
             &ENTRIES,
@@ -261,6 +271,73 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn empty_cache(&self) -> usize {
         self.shared.flush_all();
         self.shared.release_all()
+    }
+
+    /// Puts the cache to sleep: returns its free memory to the device (as
+    /// [`empty_cache`](Self::empty_cache)), waits for the work queued so far on every stream it
+    /// holds memory of, then gives back the memory behind the blocks still allocated too, keeping
+    /// their addresses reserved and, with [`Keep::Contents`], their bytes in host memory
+    /// ([`Pages::evict`]). Until [`wake`](Self::wake), allocations are refused with
+    /// [`Error::SleepState`]. Returns the bytes the blocks still allocated gave back.
+    ///
+    /// Refused with [`Error::SleepState`] when the cache sleeps already, and with
+    /// [`Error::Refused`] without [`Pages`] (segments from `cudaMalloc` cannot keep their
+    /// addresses). A backend error leaves the cache awake with every block as it was.
+    ///
+    /// # Safety
+    /// From this call until `wake` returns `Ok`, no work uses the memory of any block allocated
+    /// from the cache, and no block is freed; work queued before this call on the streams of the
+    /// cache's blocks is waited for here, work queued elsewhere must have completed.
+    pub unsafe fn sleep(&self, keep: Keep) -> Result<usize, B::Error> {
+        let shared = &*self.shared;
+        let _one = lock(&shared.sleeping);
+        if shared.asleep.load(Ordering::Acquire) {
+            return Err(Error::SleepState("a sleep of a sleeping cache"));
+        }
+        let Some(pages) = shared.pages() else {
+            return Err(Error::Refused("sleep needs pages: this cache's segments come from cudaMalloc"));
+        };
+        shared.flush_all();
+        shared.release_all();
+        for shard in shared.shards.iter() {
+            lock(shard).wait_for_streams(&shared.backend)?;
+        }
+        shared.asleep.store(true, Ordering::Release);
+        // SAFETY: the caller's contract: nothing uses the blocks until the wake, and the cache
+        // makes no map or unmap call while asleep (allocations are refused, frees are not made).
+        match unsafe { pages.evict(keep) } {
+            Ok(bytes) => {
+                shared.totals.slept(bytes);
+                Ok(bytes)
+            }
+            Err(err) => {
+                shared.asleep.store(false, Ordering::Release);
+                Err(Error::Backend(err))
+            }
+        }
+    }
+
+    /// Wakes a sleeping cache: new memory at the addresses of its blocks, with their bytes when
+    /// the sleep kept them ([`Pages::restore`]); allocations work again. Returns the bytes mapped.
+    /// Out of memory is [`Error::OutOfMemory`] with the cache's figures, and leaves the cache
+    /// asleep with everything it kept: the wake can be tried again. Refused with
+    /// [`Error::SleepState`] when the cache is awake.
+    pub fn wake(&self) -> Result<usize, B::Error> {
+        let shared = &*self.shared;
+        let _one = lock(&shared.sleeping);
+        if !shared.asleep.load(Ordering::Acquire) {
+            return Err(Error::SleepState("a wake of an awake cache"));
+        }
+        let pages = shared.pages().expect("a sleeping cache has pages");
+        let bytes = pages.restore().map_err(|err| Error::Backend(err).with_stats(|| shared.stats()))?;
+        shared.totals.woke(bytes);
+        shared.asleep.store(false, Ordering::Release);
+        Ok(bytes)
+    }
+
+    /// True while the cache sleeps ([`CachingAllocator::sleep`]).
+    pub fn is_asleep(&self) -> bool {
+        self.shared.asleep.load(Ordering::Acquire)
     }
 
     /// The allocator's figures. Locks every thread's front cache in turn, then the core.

@@ -125,6 +125,32 @@ pub unsafe trait Pages: Send + Sync {
     /// # Safety
     /// `base` and `bytes` are a range from `reserve`, none of it mapped, freed once.
     unsafe fn free(&self, base: NonNull<u8>, bytes: usize);
+
+    /// Gives the memory behind every live mapping back to the system, keeping its addresses
+    /// reserved and, with [`Keep::Contents`], its bytes elsewhere (host memory), until
+    /// [`restore`](Pages::restore). Returns the bytes given back. On error every mapping is as it
+    /// was, mapped with its contents.
+    ///
+    /// # Safety
+    /// No work uses any mapping from this call until `restore` returns `Ok`, and no other call of
+    /// this trait but `restore`, `page_bytes` and `range_bytes` comes in between.
+    unsafe fn evict(&self, keep: Keep) -> Result<usize, Self::Error>;
+
+    /// Backs every mapping `evict` gave back with new memory at its own address, with its kept
+    /// bytes, readable and writable again as before; returns the bytes mapped. On error (out of
+    /// memory, whose [`is_out_of_memory`](BackendError::is_out_of_memory) is true), nothing of
+    /// them is mapped and every one stays evicted with its kept bytes: the call can be repeated.
+    fn restore(&self) -> Result<usize, Self::Error>;
+}
+
+/// What [`Pages::evict`] (and a cache's sleep) keeps of the memory it gives back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Keep {
+    /// The bytes: copied to host memory, and back at the restore.
+    Contents,
+    /// Nothing: after the restore the memory holds arbitrary bytes (a KV cache that will be
+    /// recomputed, scratch).
+    Nothing,
 }
 
 /// What a [`Pages::map`] did.

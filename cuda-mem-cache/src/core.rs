@@ -59,6 +59,17 @@ impl Totals {
         self.kept.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// Mapped bytes of `bytes` given back to the device by a sleep: out of the reserve until
+    /// the wake.
+    pub fn slept(&self, bytes: usize) {
+        self.reserved.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// The same bytes mapped again by the wake.
+    pub fn woke(&self, bytes: usize) {
+        self.grow(bytes);
+    }
+
     /// Kept pages of `bytes` given back to the device.
     pub fn released_kept(&self, bytes: usize) {
         self.kept.fetch_sub(bytes, Ordering::Relaxed);
@@ -199,6 +210,14 @@ impl<B: Backend> Core<B> {
         let mut keys: Vec<_> = self.streams.keys().copied().collect();
         keys.sort();
         keys
+    }
+
+    /// Waits on the host for the work queued so far on every stream this shard holds (a fence
+    /// recorded on each, all recorded before the first wait).
+    pub fn wait_for_streams(&self, backend: &B) -> Result<(), B::Error> {
+        let fences: Vec<B::Fence> =
+            self.streams.values().map(|held| backend.record(&held.stream)).collect::<std::result::Result<_, _>>()?;
+        Ok(fences.iter().try_for_each(|fence| backend.wait(fence))?)
     }
 
     fn hold(&mut self, on: &On<'_, B::Stream>) {

@@ -24,6 +24,9 @@ pub enum Error<E> {
     InvalidConfig(&'static str),
     /// A call the allocator does not support, and why (a private pool's fences, for one).
     Refused(&'static str),
+    /// A sleep, wake or allocation that the cache's sleep state refuses: a sleep of a sleeping
+    /// cache, a wake of an awake one, an allocation from a sleeping one (the message says which).
+    SleepState(&'static str),
 }
 
 /// The result of the cache's calls.
@@ -68,6 +71,7 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
             Self::SizeOverflow { bytes } => write!(f, "a request of {bytes} bytes: its size class overflows usize"),
             Self::InvalidConfig(why) => write!(f, "invalid cache configuration: {why}"),
             Self::Refused(why) => write!(f, "refused: {why}"),
+            Self::SleepState(why) => write!(f, "refused by the cache's sleep state: {why}"),
         }
     }
 }

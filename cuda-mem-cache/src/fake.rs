@@ -7,7 +7,7 @@
 //! [`FakeBackend::is_ordered`] answers whether work queued on a stream now comes after a given
 //! piece of another stream's work, which is what a test checks when a block changes hands.
 
-use super::backend::{Backend, Mapped, MappingPlan, Pages, StreamKey};
+use super::backend::{Backend, Keep, Mapped, MappingPlan, Pages, StreamKey};
 use crate::BackendError;
 use rustc_hash::FxHashMap;
 use std::alloc::Layout;
@@ -24,6 +24,9 @@ pub enum FakeError {
     OutOfMemory { requested: usize, free: Option<usize>, total: Option<usize> },
     /// A fence refused on purpose ([`FakeBackend::fail_records`]).
     FenceRefused,
+    /// An eviction refused on purpose ([`FakeBackend::fail_next_evictions`]): the host memory
+    /// for the kept bytes, say, could not be had.
+    EvictionRefused,
 }
 
 impl fmt::Display for FakeError {
@@ -31,6 +34,7 @@ impl fmt::Display for FakeError {
         match self {
             Self::OutOfMemory { requested, .. } => write!(f, "fake allocation of {requested} bytes refused"),
             Self::FenceRefused => f.write_str("fake fence refused"),
+            Self::EvictionRefused => f.write_str("fake eviction refused"),
         }
     }
 }
@@ -89,12 +93,28 @@ struct FakeState {
     unmaps: u64,
     /// Driver calls the CUDA backend would make for these maps, unmaps and releases.
     driver_calls: u64,
+    /// What the live mappings hold: tokens that tests stamp at addresses
+    /// ([`FakeBackend::stamp`]) in place of bytes.
+    contents: BTreeMap<usize, u64>,
+    /// Mappings `evict` gave back: address -> (bytes, the tokens kept in it).
+    evicted: BTreeMap<usize, (usize, Vec<(usize, u64)>)>,
+    fail_evictions: usize,
     range_bytes: usize,
 }
 
 impl FakeState {
     fn mapped_bytes(&self, page: usize) -> usize {
         self.mapped.len() * page
+    }
+
+    fn in_mapping(&self, address: usize) -> bool {
+        self.mappings.range(..=address).next_back().is_some_and(|(&start, &bytes)| address < start + bytes)
+    }
+
+    /// Takes the tokens stamped in `bytes` from `start`.
+    fn take_contents(&mut self, start: usize, bytes: usize) -> Vec<(usize, u64)> {
+        let inside: Vec<usize> = self.contents.range(start..start + bytes).map(|(&a, _)| a).collect();
+        inside.into_iter().map(|a| (a, self.contents.remove(&a).expect("a stamped address"))).collect()
     }
 
     fn segment_bytes(&self) -> usize {
@@ -201,6 +221,34 @@ impl FakeBackend {
     /// map, a `cuMemUnmap` per mapping unmapped and a `cuMemRelease` per kept one released.
     pub fn driver_calls(&self) -> u64 {
         self.state().driver_calls
+    }
+
+    /// Writes `token` at `address` (standing for the bytes there); false when no mapping holds
+    /// the address.
+    pub fn stamp(&self, address: usize, token: u64) -> bool {
+        let mut state = self.state();
+        if !state.in_mapping(address) {
+            return false;
+        }
+        state.contents.insert(address, token);
+        true
+    }
+
+    /// The token at `address` (0 where none was stamped, or where a restore did not keep it),
+    /// or `None` when no mapping holds the address.
+    pub fn stamp_of(&self, address: usize) -> Option<u64> {
+        let state = self.state();
+        state.in_mapping(address).then(|| state.contents.get(&address).copied().unwrap_or(0))
+    }
+
+    /// Bytes of the mappings evicted and not restored.
+    pub fn evicted_bytes(&self) -> usize {
+        self.state().evicted.values().map(|&(bytes, _)| bytes).sum()
+    }
+
+    /// Refuses the next `count` evictions (nothing evicted).
+    pub fn fail_next_evictions(&self, count: usize) {
+        self.state().fail_evictions = count;
     }
 
     /// True when every page that `bytes` from `address` touch is mapped.
@@ -472,6 +520,7 @@ unsafe impl Pages for FakeBackend {
         assert!(start.is_multiple_of(page) && bytes.is_multiple_of(page) && bytes > 0, "whole pages");
         assert!(room.is_multiple_of(page) && room >= bytes, "room for the run");
         let mut state = self.state();
+        assert!(state.evicted.is_empty(), "a map while mappings are evicted");
         let (&base, &len) = state.ranges.range(..=start).next_back().expect("a map inside a range");
         assert!(start + room <= base + len, "a map inside one range");
         assert!(state.mapped.range(start..start + room).next().is_none(), "a page mapped twice");
@@ -508,10 +557,12 @@ unsafe impl Pages for FakeBackend {
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
         let mut state = self.state();
+        assert!(state.evicted.is_empty(), "an unmap while mappings are evicted");
         let mut address = start;
         while address < start + bytes {
             // The driver unmaps whole mappings only.
             let size = state.mappings.remove(&address).expect("an unmap starts at a mapping");
+            state.take_contents(address, size);
             assert!(address + size <= start + bytes, "an unmap of part of a mapping");
             *state.kept_mappings.entry(size).or_default() += 1;
             state.driver_calls += 1;
@@ -537,5 +588,49 @@ unsafe impl Pages for FakeBackend {
         let mut state = self.state();
         assert_eq!(state.ranges.remove(&start), Some(bytes), "freed a range that is not live");
         assert!(state.mapped.range(start..start + bytes).next().is_none(), "freed a range with pages mapped");
+        assert!(state.evicted.range(start..start + bytes).next().is_none(), "freed a range with pages evicted");
+    }
+
+    unsafe fn evict(&self, keep: Keep) -> Result<usize, FakeError> {
+        let page = self.page_bytes();
+        let mut state = self.state();
+        assert!(state.evicted.is_empty(), "an eviction before the last one was restored");
+        if state.fail_evictions > 0 {
+            state.fail_evictions -= 1;
+            return Err(FakeError::EvictionRefused);
+        }
+        let mappings = std::mem::take(&mut state.mappings);
+        let mut bytes = 0;
+        for (address, size) in mappings {
+            let tokens = state.take_contents(address, size);
+            state.evicted.insert(address, (size, if keep == Keep::Contents { tokens } else { Vec::new() }));
+            for page_address in (address..address + size).step_by(page) {
+                assert!(state.mapped.remove(&page_address), "a mapping's page is mapped");
+            }
+            // An unmap and a release per mapping.
+            state.driver_calls += 2;
+            bytes += size;
+        }
+        Ok(bytes)
+    }
+
+    fn restore(&self) -> Result<usize, FakeError> {
+        let page = self.page_bytes();
+        let mut state = self.state();
+        let bytes: usize = state.evicted.values().map(|&(bytes, _)| bytes).sum();
+        let reserved = state.segment_bytes() + state.mapped_bytes(page) + state.kept;
+        if bytes > 0
+            && let Some(err) = state.refuse(bytes, reserved)
+        {
+            return Err(err);
+        }
+        for (address, (size, tokens)) in std::mem::take(&mut state.evicted) {
+            state.mappings.insert(address, size);
+            state.mapped.extend((address..address + size).step_by(page));
+            state.contents.extend(tokens);
+            // A create, a map and an access call per mapping.
+            state.driver_calls += 3;
+        }
+        Ok(bytes)
     }
 }

@@ -141,13 +141,15 @@ mod private_pool;
 mod private_pool_tests;
 pub mod size_class;
 mod size_steps;
+#[cfg(test)]
+mod sleep_tests;
 mod stats;
 #[cfg(test)]
 mod tests;
 mod thread_cache;
 
 pub use allocator::CachingAllocator;
-pub use backend::{Backend, Mapped, MappingPlan, Pages, StreamKey};
+pub use backend::{Backend, Keep, Mapped, MappingPlan, Pages, StreamKey};
 pub use block::CachedBlock;
 pub use config::Config;
 pub use error::{BackendError, Error, Result};

@@ -79,6 +79,7 @@ fn in_source_terms<E>(err: Error<PrivateError<E>>) -> Error<E> {
         Error::SizeOverflow { bytes } => Error::SizeOverflow { bytes },
         Error::InvalidConfig(why) => Error::InvalidConfig(why),
         Error::Refused(why) => Error::Refused(why),
+        Error::SleepState(why) => Error::SleepState(why),
     }
 }
 

@@ -8,7 +8,8 @@
 //! allocation is ordered on the stream that made it), and returning memory needs no stream.
 
 use crate::caching::{
-    Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, Mapped, MappingPlan, Pages, StreamKey,
+    Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, Keep, Mapped, MappingPlan, Pages,
+    StreamKey,
 };
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
@@ -26,6 +27,11 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::{Mutex, OnceLock, PoisonError};
+
+mod evictions;
+mod sleep;
+use evictions::Evictions;
+pub use sleep::{SleepError, SleepingCache};
 
 /// The runtime behind a [`DeviceCache`]: pages or `cudaMalloc` segments on one device, events as
 /// fences.
@@ -75,6 +81,8 @@ pub struct VmmPages {
     page: usize,
     range: usize,
     store: Mutex<MappingStore>,
+    /// What a sleep gave back and kept ([`Pages::evict`]).
+    evictions: Mutex<Evictions>,
 }
 
 /// The physical memory of a cache: allocations (`cuMemCreate`), each mapped whole at one address
@@ -114,12 +122,45 @@ impl VmmPages {
         let _device = CurrentDevice::set(device)?;
         let Some(page) = raw::vmm::page_bytes(device.as_raw())? else { return Ok(None) };
         let (_, total) = raw::device::mem_info()?;
-        Ok(Some(Self { device, page, range: total.next_multiple_of(page), store: Mutex::default() }))
+        let range = total.next_multiple_of(page);
+        Ok(Some(Self { device, page, range, store: Mutex::default(), evictions: Mutex::default() }))
     }
 
     fn store(&self) -> std::sync::MutexGuard<'_, MappingStore> {
         // Plain map operations: a panic elsewhere leaves them consistent.
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn evictions(&self) -> std::sync::MutexGuard<'_, Evictions> {
+        // Lists changed only once their copies succeeded: a panic leaves them consistent.
+        self.evictions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Bytes of pinned host memory the sleeps hold: backups of evicted mappings, and spare ones
+    /// kept for the next sleep.
+    pub fn host_backup_bytes(&self) -> usize {
+        self.evictions().host_bytes()
+    }
+
+    /// Unmaps and releases the mappings at `runs`, taking them out of the store; returns the runs
+    /// unmapped (a mapping the driver would not unmap stays mapped and in the store).
+    ///
+    /// # Safety
+    /// No work uses the runs.
+    unsafe fn unmap_and_release(&self, runs: &[(u64, usize)]) -> Vec<(u64, usize)> {
+        let mut store = self.store();
+        let mut unmapped = Vec::with_capacity(runs.len());
+        for &(at, bytes) in runs {
+            let Some(&(handle, _)) = store.mapped.get(&at) else { continue };
+            // SAFETY: a whole mapping of the store, unused (the caller's contract).
+            if unsafe { raw::vmm::unmap(at, bytes) }.is_ok() {
+                store.mapped.remove(&at);
+                // SAFETY: created by `map`, mapped nowhere now, released once.
+                raw::quiet(unsafe { raw::vmm::release(handle) });
+                unmapped.push((at, bytes));
+            }
+        }
+        unmapped
     }
 
     /// Maps `kept` allocations (taken out of the store) and then new ones of `new` bytes each,
@@ -276,6 +317,65 @@ unsafe impl Pages for VmmPages {
         // SAFETY: a range from `reserve`, nothing mapped, freed once (the caller's contract).
         raw::quiet(unsafe { raw::vmm::free(base.as_ptr() as u64, bytes) });
         drop(device);
+    }
+
+    unsafe fn evict(&self, keep: Keep) -> Result<usize> {
+        let _device = CurrentDevice::set(self.device)?;
+        let mut evictions = self.evictions();
+        let runs: Vec<(u64, usize)> = self.store().mapped.iter().map(|(&at, &(_, bytes))| (at, bytes)).collect();
+        if keep == Keep::Contents {
+            // SAFETY: live mappings, unused until the restore (the caller's contract).
+            unsafe { evictions.save(self.device, &runs)? };
+        }
+        // SAFETY: as above. A mapping the driver would not unmap stays mapped, with its contents,
+        // and out of the evicted list: the restore leaves it as it is.
+        let unmapped = unsafe { self.unmap_and_release(&runs) };
+        evictions.keep_only(&unmapped, keep == Keep::Contents);
+        Ok(unmapped.iter().map(|&(_, bytes)| bytes).sum())
+    }
+
+    fn restore(&self) -> Result<usize> {
+        let _device = CurrentDevice::set(self.device)?;
+        let mut evictions = self.evictions();
+        let device = self.device.as_raw();
+        let runs = evictions.runs();
+        let mut mapped: Vec<(u64, u64, usize)> = Vec::with_capacity(runs.len());
+        let result = (|| {
+            for &(at, bytes) in &runs {
+                let handle = raw::vmm::create(bytes, device)?;
+                // SAFETY: the address of an evicted mapping: reserved, mapped nowhere (the store
+                // has no mapping there while it is evicted); an allocation of its size made now.
+                if let Err(err) = unsafe { raw::vmm::map(at, bytes, handle) } {
+                    // SAFETY: created just now, mapped nowhere.
+                    raw::quiet(unsafe { raw::vmm::release(handle) });
+                    return Err(err);
+                }
+                mapped.push((at, handle, bytes));
+                // SAFETY: mapped just now.
+                unsafe { raw::vmm::set_access(at, bytes, device)? };
+            }
+            // SAFETY: every evicted run is mapped again, writable, and used by nothing else: the
+            // cache hands out nothing before the wake returns.
+            unsafe { evictions.restore_contents(self.device) }
+        })();
+        if let Err(err) = result {
+            for (at, handle, bytes) in mapped {
+                // SAFETY: mapped by this call and unused.
+                if unsafe { raw::vmm::unmap(at, bytes) }.is_ok() {
+                    // SAFETY: created by this call, mapped nowhere now, released once (one the
+                    // driver would not unmap is leaked rather than released under its mapping).
+                    raw::quiet(unsafe { raw::vmm::release(handle) });
+                }
+            }
+            return Err(err);
+        }
+        let mut store = self.store();
+        let mut bytes = 0;
+        for (at, handle, size) in mapped {
+            store.mapped.insert(at, (handle, size));
+            bytes += size;
+        }
+        Ok(bytes)
     }
 }
 
@@ -512,6 +612,11 @@ impl DeviceCache {
     /// segments with `cudaMalloc`. Asks the driver on the first call.
     pub fn page_bytes(&self) -> Option<usize> {
         self.allocator.page_bytes()
+    }
+
+    /// The cache's pages, if it has probed them (no CUDA call).
+    fn vmm_pages(&self) -> Option<&VmmPages> {
+        self.allocator.backend().pages.get().and_then(Option::as_ref)
     }
 
     /// Allocated, requested, active and reserved bytes (current and peak), fragmentation (the

@@ -89,6 +89,9 @@ pub enum ErrorKind {
     InvalidArgument(&'static str),
     /// The runtime refused to update an executable graph (`cudaGraphExecUpdate`), for this reason.
     GraphUpdateRefused(crate::UpdateRefusal),
+    /// A sleep, wake or allocation that a cache's sleep state refuses: a sleep of a sleeping
+    /// cache, a wake of an awake one, an allocation from a sleeping one (which, it says).
+    SleepState(&'static str),
     /// A library reached at run time (NCCL, through `cuda-mem-nccl`) returned an error, or could
     /// not be loaded.
     Library {
@@ -292,6 +295,7 @@ impl fmt::Display for CudaError {
             }
             ErrorKind::Unsupported(what) => write!(f, "not supported: {what}")?,
             ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}")?,
+            ErrorKind::SleepState(what) => write!(f, "refused by the cache's sleep state: {what}")?,
             ErrorKind::GraphUpdateRefused(why) => write!(f, "the runtime refused the update: {why}")?,
             ErrorKind::Library { name, code: Some(code), message } => write!(f, "{name} error {code}: {message}")?,
             ErrorKind::Library { name, code: None, message } => write!(f, "{name} unavailable: {message}")?,
@@ -370,7 +374,8 @@ impl From<caching::Error<CudaError>> for CudaError {
             caching::Error::InvalidConfig(why) => {
                 CudaError::new(ErrorKind::InvalidArgument(why), "CachingAllocator::new")
             }
-            caching::Error::Refused(why) => CudaError::new(ErrorKind::InvalidArgument(why), "PrivatePool"),
+            caching::Error::Refused(why) => CudaError::new(ErrorKind::InvalidArgument(why), "CachingAllocator"),
+            caching::Error::SleepState(why) => CudaError::new(ErrorKind::SleepState(why), "DeviceCache"),
         }
     }
 }

@@ -121,6 +121,7 @@ pub mod trace;
 mod watcher;
 
 pub use bytemuck::{Pod, Zeroable};
+pub use caching::Keep;
 pub use caching::{CachingStats, CurrentPeak};
 /// The CUDA-free core of the caching allocators (the `cuda-mem-cache` crate): [`DeviceCache`]
 /// runs its [`CachingAllocator`](caching::CachingAllocator) over the runtime.
@@ -128,7 +129,7 @@ pub use cuda_mem_cache as caching;
 pub use cuda_mem_sys as sys;
 pub use device::{Device, DeviceAttribute, driver_version, runtime_version};
 pub use device_buffer::DeviceBuffer;
-pub use device_cache::{CachedBuffer, CudaSegments, DeviceCache};
+pub use device_cache::{CachedBuffer, CudaSegments, DeviceCache, SleepError, SleepingCache};
 pub use error::{CudaError, ErrorCode, ErrorKind, NO_DRIVER_MESSAGE, OomReport, Result};
 pub use graph::{
     CaptureMode, CaptureScope, Graph, GraphExec, GraphFlags, GraphMemStats, GraphOutput, GraphPool, HostSlot, Launches,

@@ -424,3 +424,151 @@ fn gpu_free_pages_move_to_another_stream_only_after_their_work() {
     a.synchronize().expect("the held memset ran on mapped memory");
     assert_same(&other.as_slice().to_vec().unwrap(), &data);
 }
+
+/// Writes `data` into a raw block's memory, or reads it back, with blocking copies.
+fn block_io(block: &cuda_mem::caching::CachedBlock, data: &mut [u32], to_device: bool) {
+    use cuda_mem::sys;
+    let bytes = std::mem::size_of_val(data);
+    assert!(bytes <= block.bytes());
+    let device = block.ptr().as_ptr().cast::<std::ffi::c_void>();
+    let host = data.as_mut_ptr().cast::<std::ffi::c_void>();
+    // SAFETY: a live block of at least `bytes`, used by no other work; a host slice of `bytes`.
+    let code = unsafe {
+        if to_device {
+            sys::cudaMemcpy(device, host, bytes, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+        } else {
+            sys::cudaMemcpy(host, device, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
+        }
+    };
+    assert_eq!(code, sys::cudaError::cudaSuccess);
+}
+
+/// Raw blocks of several sizes (across mappings of one page and of several), each filled with a
+/// pattern of its own; one more block freed before the sleep.
+fn sleepy_blocks(cache: &DeviceCache, stream: &Stream) -> Vec<(cuda_mem::caching::CachedBlock, Vec<u32>)> {
+    let sizes = [3 * MIB, 256 * 1024, 40 * MIB, 100 * MIB, 5 * MIB];
+    let blocks: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &bytes)| {
+            let block = cache.alloc_block(bytes, stream).unwrap();
+            let mut data = pattern(bytes / 4, 40 + i as u32);
+            block_io(&block, &mut data, true);
+            (block, data)
+        })
+        .collect();
+    let scratch = cache.alloc_block(30 * MIB, stream).unwrap();
+    // SAFETY: never used.
+    unsafe { cache.free_block(scratch) };
+    blocks
+}
+
+/// A sleep gives the device memory of a cache's blocks back and a wake maps it again at the same
+/// addresses, with the same bytes; the cache allocates again afterwards. Alone: it reads the
+/// device's free memory.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_alone_a_sleeping_cache_gives_its_memory_back_and_wakes_with_its_blocks_bytes() {
+    if common::skip_unless_alone() {
+        return;
+    }
+    let cache = DeviceCache::new(device()).unwrap();
+    if cache.page_bytes().is_none() {
+        eprintln!("this device's driver does not manage virtual memory: no sleep");
+        return;
+    }
+    let stream = Stream::non_blocking().unwrap();
+    let blocks = sleepy_blocks(&cache, &stream);
+    let addresses: Vec<usize> = blocks.iter().map(|(b, _)| b.ptr().as_ptr() as usize).collect();
+    let (free_awake, _) = device().mem_get_info().unwrap();
+    let asleep = cache.sleep(cuda_mem::Keep::Contents).unwrap();
+    let (free_asleep, _) = device().mem_get_info().unwrap();
+    let live: usize = blocks.iter().map(|(b, _)| b.bytes()).sum();
+    assert!(asleep.slept_bytes() >= live, "{} slept, {live} live", asleep.slept_bytes());
+    assert!(free_asleep >= free_awake + live, "device memory given back: {free_awake} -> {free_asleep}");
+    assert!(asleep.host_backup_bytes() >= live);
+    assert_eq!(asleep.stats().reserved.current, 0, "{:?}", asleep.stats());
+    let cache = asleep.wake().unwrap();
+    for ((block, data), address) in blocks.iter().zip(&addresses) {
+        assert_eq!(block.ptr().as_ptr() as usize, *address);
+        let mut back = vec![0u32; data.len()];
+        block_io(block, &mut back, false);
+        assert_same(&back, data);
+    }
+    let again = cache.zeroed::<u32>(&stream, MIB).unwrap();
+    assert!(again.as_slice().to_vec().unwrap().iter().all(|&x| x == 0));
+    drop(again);
+    for (block, _) in blocks {
+        // SAFETY: every use above was a blocking copy.
+        unsafe { cache.free_block(block) };
+    }
+}
+
+/// Twenty cycles with new contents each time: every wake gives the bytes of the last sleep back;
+/// pinned backups are reused (their total does not grow), and a cache asleep in place refuses to
+/// allocate, to sleep again, and a wake while awake, with typed errors.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_sleep_and_wake_cycles_keep_the_bytes_and_refuse_what_the_state_forbids() {
+    let cache = DeviceCache::new(device()).unwrap();
+    if cache.page_bytes().is_none() {
+        eprintln!("this device's driver does not manage virtual memory: no sleep");
+        return;
+    }
+    let stream = Stream::non_blocking().unwrap();
+    let mut blocks = sleepy_blocks(&cache, &stream);
+    let state_error = |err: CudaError| assert!(matches!(err.kind(), ErrorKind::SleepState(_)), "{err}");
+    state_error(cache.wake_in_place().unwrap_err());
+    let mut backups = None;
+    for cycle in 0..20u32 {
+        for (i, (block, data)) in blocks.iter_mut().enumerate() {
+            *data = pattern(data.len(), cycle * 100 + i as u32);
+            block_io(block, data, true);
+        }
+        // SAFETY: every use of the blocks was a blocking copy; none is used or freed until the wake.
+        unsafe { cache.sleep_in_place(cuda_mem::Keep::Contents).unwrap() };
+        assert!(cache.is_asleep());
+        state_error(cache.alloc_block(4096, &stream).unwrap_err());
+        // SAFETY: as above.
+        state_error(unsafe { cache.sleep_in_place(cuda_mem::Keep::Nothing) }.unwrap_err());
+        let held = cache.host_backup_bytes();
+        assert_eq!(*backups.get_or_insert(held), held, "cycle {cycle}: backups reused");
+        cache.wake_in_place().unwrap();
+        for (block, data) in &blocks {
+            let mut back = vec![0u32; data.len()];
+            block_io(block, &mut back, false);
+            assert_same(&back, data);
+        }
+    }
+    // Keeping nothing: the blocks are mapped again and writable.
+    // SAFETY: as above.
+    unsafe { cache.sleep_in_place(cuda_mem::Keep::Nothing).unwrap() };
+    cache.wake_in_place().unwrap();
+    for (block, data) in &mut blocks {
+        block_io(block, data, true);
+        let mut back = vec![0u32; data.len()];
+        block_io(block, &mut back, false);
+        assert_same(&back, data);
+    }
+    for (block, _) in blocks {
+        // SAFETY: every use above was a blocking copy.
+        unsafe { cache.free_block(block) };
+    }
+}
+
+/// A cache of `cudaMalloc` segments cannot keep its addresses: its sleep is refused as
+/// unsupported and the cache comes back as it was.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_a_cache_of_whole_segments_refuses_to_sleep_and_stays_usable() {
+    let config = Config { expandable_segments: false, ..Config::default() };
+    let cache = DeviceCache::with_config(device(), config).unwrap();
+    let stream = Stream::non_blocking().unwrap();
+    let kept = cache.zeroed::<u32>(&stream, 1024).unwrap().as_slice().to_vec().unwrap();
+    let err = cache.sleep(cuda_mem::Keep::Contents).unwrap_err();
+    assert!(matches!(err.error.kind(), ErrorKind::Unsupported(_)), "{}", err.error);
+    let cache = err.cache;
+    assert!(!cache.is_asleep());
+    let again = cache.zeroed::<u32>(&stream, 1024).unwrap();
+    assert_eq!(again.as_slice().to_vec().unwrap(), kept);
+}
