@@ -544,7 +544,9 @@ impl DeviceCache {
     /// [`CachedBuffer`] would be in the way. The block is given back with
     /// [`DeviceCache::free_block`] or [`DeviceCache::free_block_on`]; a block never given back
     /// stays allocated, with its segment, for as long as the cache lives. The per-thread default
-    /// stream and streams of other devices are refused, as for buffers.
+    /// stream and streams of other devices are refused, as for buffers. While the cache sleeps
+    /// ([`DeviceCache::sleep`]) no memory backs the block's address: code that uses the address
+    /// (unsafe code, whatever reaches it) must leave it unused from the sleep to the wake.
     #[inline]
     pub fn alloc_block(&self, bytes: usize, stream: &Stream) -> Result<CachedBlock> {
         self.check_stream(stream, "DeviceCache::alloc_block")?;
@@ -556,7 +558,8 @@ impl DeviceCache {
     /// # Safety
     /// `block` came from this cache's [`DeviceCache::alloc_block`], and every use of its memory is
     /// ordered before the work queued on the block's stream after this call (uses on other streams
-    /// included, e.g. through `cudaStreamWaitEvent`; otherwise use [`DeviceCache::free_block_on`]).
+    /// included, e.g. through `cudaStreamWaitEvent`; otherwise use [`DeviceCache::free_block_on`]);
+    /// the cache is awake (see [`DeviceCache::sleep_in_place`]).
     #[inline]
     pub unsafe fn free_block(&self, block: CachedBlock) {
         // SAFETY: forwarded from the caller.

@@ -49,8 +49,10 @@ impl<T> std::error::Error for SleepError<T> {
 }
 
 impl DeviceCache {
-    /// Puts the cache to sleep: waits on the host for the work queued so far on the streams of
-    /// its blocks (events; no device-wide synchronize), returns its free memory to the device
+    /// Puts the cache to sleep: waits for the work queued so far on the device (a
+    /// `cudaDeviceSynchronize`: a buffer used on another stream and then forgotten leaves work
+    /// the cache cannot see; [`DeviceCache::sleep_in_place`] waits only for its streams' work),
+    /// returns its free memory to the device
     /// (as [`DeviceCache::empty_cache`]), copies the bytes of the pages behind the blocks still
     /// allocated (raw blocks, and those out through [`MemoryResource`](crate::resource::MemoryResource))
     /// to pinned host memory when `keep` is [`Keep::Contents`], and gives those pages back to
@@ -67,9 +69,15 @@ impl DeviceCache {
             let error = CudaError::new(kind, "DeviceCache::sleep");
             return Err(SleepError { cache: self, error });
         }
-        // SAFETY: the cache is owned here, so no `CachedBuffer` or view of one lives; raw blocks'
-        // memory is used only by unsafe code, whose contract (`alloc_block`) leaves it unused
-        // while the cache sleeps; the sleep waits for the work queued on the blocks' streams.
+        // Work on a block may be queued on a stream the cache does not know of, by a buffer that
+        // was used there (`use_on`) and then forgotten (`mem::forget` ends its borrow of the
+        // cache): only the device's whole queue covers it.
+        if let Err(error) = self.device.synchronize() {
+            return Err(SleepError { cache: self, error });
+        }
+        // SAFETY: the cache is owned here, so no `CachedBuffer` or view of one lives, and the
+        // device has finished all work queued so far; raw blocks' memory is used only by unsafe
+        // code, whose contract (`alloc_block`) leaves it unused while the cache sleeps.
         match unsafe { self.sleep_in_place(keep) } {
             Ok(slept) => Ok(SleepingCache { cache: self, slept }),
             Err(error) => Err(SleepError { cache: self, error }),
