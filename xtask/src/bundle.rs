@@ -266,6 +266,8 @@ run_examples() {
   example loader
   example async_server
   example decode_graph
+  # Sleep and wake of 4 GiB of tensors, two cycles (exits 1 if a byte changed).
+  example sleep_wake 4 2
   # Pickling a PyTorch memory snapshot of 100k trace entries (prints the time).
   example snapshot_dump
   [ "$gpus" -ge 2 ] && example peer_bandwidth
