@@ -572,3 +572,55 @@ fn gpu_a_cache_of_whole_segments_refuses_to_sleep_and_stays_usable() {
     let again = cache.zeroed::<u32>(&stream, 1024).unwrap();
     assert_eq!(again.as_slice().to_vec().unwrap(), kept);
 }
+
+/// A CUDA graph captured on a cache's blocks replays after a sleep and a wake without being
+/// captured again: the blocks keep their addresses, and the bytes the graph reads were kept.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_a_graph_captured_on_blocks_replays_after_a_wake_without_recapture() {
+    use cuda_mem::sys;
+    let cache = DeviceCache::new(device()).unwrap();
+    if cache.page_bytes().is_none() {
+        eprintln!("this device's driver does not manage virtual memory: no sleep");
+        return;
+    }
+    let stream = Stream::non_blocking().unwrap();
+    let bytes = 24 * MIB;
+    let (from, to) = (cache.alloc_block(bytes, &stream).unwrap(), cache.alloc_block(bytes, &stream).unwrap());
+    let mut source = pattern(bytes / 4, 77);
+    block_io(&from, &mut source, true);
+    let ok = |code: sys::cudaError_t| assert_eq!(code, sys::cudaError::cudaSuccess);
+    let raw = stream.as_raw();
+    let (mut graph, mut exec) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let (dst, src) = (to.ptr().as_ptr().cast::<std::ffi::c_void>(), from.ptr().as_ptr().cast::<std::ffi::c_void>());
+    // SAFETY: a capture on this test's stream of a copy between two live blocks of `bytes`;
+    // the graph and its executable are destroyed below, after their last launch completed.
+    unsafe {
+        ok(sys::cudaStreamBeginCapture(raw, sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal));
+        ok(sys::cudaMemsetAsync(dst, 0, bytes, raw));
+        ok(sys::cudaMemcpyAsync(dst, src, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice, raw));
+        ok(sys::cudaStreamEndCapture(raw, &mut graph));
+        ok(sys::cudaGraphInstantiate(&mut exec, graph, 0));
+    }
+    for round in 0..3 {
+        // SAFETY: the blocks are unused by other work; no launch is pending.
+        unsafe { cache.sleep_in_place(cuda_mem::Keep::Contents).unwrap() };
+        cache.wake_in_place().unwrap();
+        // SAFETY: the executable's nodes name the blocks' addresses, mapped again by the wake.
+        ok(unsafe { sys::cudaGraphLaunch(exec, raw) });
+        stream.synchronize().unwrap();
+        let mut copied = vec![0u32; source.len()];
+        block_io(&to, &mut copied, false);
+        assert_same(&copied, &source);
+        // New contents for the next round, read by the same graph.
+        source = pattern(source.len(), 78 + round);
+        block_io(&from, &mut source, true);
+    }
+    // SAFETY: created above; the last launch was synchronized.
+    unsafe {
+        ok(sys::cudaGraphExecDestroy(exec));
+        ok(sys::cudaGraphDestroy(graph));
+        cache.free_block(from);
+        cache.free_block(to);
+    }
+}
