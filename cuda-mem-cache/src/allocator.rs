@@ -566,9 +566,9 @@ impl<B: Backend> Shared<B> {
     /// blocks first: a request that would raise the peak borrows a free block of another stream
     /// (waited for on the device if need be) rather than have pages unmapped elsewhere and
     /// mapped here. Below the peak a miss maps pages of its own stream: lending there cost more
-    /// time than it saved (on an H100 on 2026-12-06, lending large blocks below the peak too
-    /// took the mixed workload from 1,791 to 2,425 ns per op and serving from 8,953 to 16,923,
-    /// one run each). A stream's own free blocks are reused in its order without any call.
+    /// time than it saved on the mixed and serving workloads
+    /// (docs/measurements/2026-12-06-h100-lending-rules.txt). A stream's own free blocks are
+    /// reused in its order without any call.
     fn take_or_map(
         &self,
         pages: &dyn Pages<Error = B::Error>,

@@ -9,8 +9,8 @@ use crate::{Device, HostAllocFlags, Result, Stream};
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
-/// Copy streams a sleep or wake spreads its copies over: the H100's and H200's copy engines
-/// overlap this many transfers.
+/// Copy streams a sleep or wake spreads its copies over, so that transfers overlap on the copy
+/// engines (not tuned: docs/sleep-wake.md has what this count measured).
 const COPY_STREAMS: usize = 4;
 
 /// The largest piece one copy call moves, so that a large mapping spreads over the streams.
