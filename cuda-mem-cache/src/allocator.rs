@@ -286,8 +286,9 @@ impl<B: Backend> CachingAllocator<B> {
     ///
     /// # Safety
     /// From this call until `wake` returns `Ok`, no work uses the memory of any block allocated
-    /// from the cache, and no block is freed; work queued before this call on the streams of the
-    /// cache's blocks is waited for here, work queued elsewhere must have completed.
+    /// from the cache, no block is freed, and no allocation is in progress when the call starts;
+    /// work queued before this call on the streams of the cache's blocks is waited for here,
+    /// work queued elsewhere must have completed.
     pub unsafe fn sleep(&self, keep: Keep) -> Result<usize, B::Error> {
         let shared = &*self.shared;
         let _one = lock(&shared.sleeping);
@@ -297,24 +298,24 @@ impl<B: Backend> CachingAllocator<B> {
         let Some(pages) = shared.pages() else {
             return Err(Error::Refused("sleep needs pages: this cache's segments come from cudaMalloc"));
         };
-        shared.flush_all();
-        shared.release_all();
-        for shard in shared.shards.iter() {
-            lock(shard).wait_for_streams(&shared.backend)?;
-        }
+        // Allocations are refused from here on, so that none maps pages the eviction would take.
         shared.asleep.store(true, Ordering::Release);
-        // SAFETY: the caller's contract: nothing uses the blocks until the wake, and the cache
-        // makes no map or unmap call while asleep (allocations are refused, frees are not made).
-        match unsafe { pages.evict(keep) } {
-            Ok(bytes) => {
-                shared.totals.slept(bytes);
-                Ok(bytes)
+        let slept = (|| {
+            shared.flush_all();
+            shared.release_all();
+            for shard in shared.shards.iter() {
+                lock(shard).wait_for_streams(&shared.backend)?;
             }
-            Err(err) => {
-                shared.asleep.store(false, Ordering::Release);
-                Err(Error::Backend(err))
-            }
+            // SAFETY: the caller's contract: nothing uses the blocks until the wake, and the
+            // cache makes no map or unmap call while asleep (allocations are refused, frees are
+            // not made).
+            unsafe { pages.evict(keep) }.map_err(Error::Backend)
+        })();
+        match slept {
+            Ok(bytes) => shared.totals.slept(bytes),
+            Err(_) => shared.asleep.store(false, Ordering::Release),
         }
+        slept
     }
 
     /// Wakes a sleeping cache: new memory at the addresses of its blocks, with their bytes when

@@ -91,8 +91,8 @@ impl DeviceCache {
     ///
     /// # Safety
     /// From this call until a wake succeeds, no work uses the memory of any block of the cache,
-    /// and no block is freed; work queued before the call on other streams than the blocks' own
-    /// has completed.
+    /// and no block is freed; no allocation is in progress when the call starts; work queued
+    /// before the call on other streams than the blocks' own has completed.
     pub unsafe fn sleep_in_place(&self, keep: Keep) -> Result<usize> {
         // SAFETY: forwarded from the caller.
         Ok(unsafe { self.allocator.sleep(keep) }?)
