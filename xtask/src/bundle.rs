@@ -387,7 +387,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
 "#;
 
     /// The examples the script runs: each stands in as a program that succeeds.
-    const EXAMPLES: [&str; 24] = [
+    const EXAMPLES: [&str; 25] = [
         "smoke",
         "01_allocate",
         "02_copy_in_a_scope",
@@ -409,6 +409,7 @@ grep -q '^test .* ok$' <<< "$out" || { echo "Target application terminated befor
         "loader",
         "async_server",
         "decode_graph",
+        "sleep_wake",
         "snapshot_dump",
         "peer_bandwidth",
         "allreduce",
