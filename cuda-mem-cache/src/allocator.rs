@@ -267,7 +267,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// Releases every cached segment to the backend: all threads' front caches are returned to
     /// the core first, then every segment none of whose blocks is out is released. Blocks the
     /// calling thread until the last work on those segments (and on blocks freed on other
-    /// streams) has completed. Returns the bytes released.
+    /// streams) has completed. Returns the bytes released: none while the cache sleeps (its
+    /// memory is given back already).
     pub fn empty_cache(&self) -> usize {
         self.shared.flush_all();
         self.shared.release_all()
@@ -302,7 +303,7 @@ impl<B: Backend> CachingAllocator<B> {
         shared.asleep.store(true, Ordering::Release);
         let slept = (|| {
             shared.flush_all();
-            shared.release_all();
+            shared.release_cached_memory();
             for shard in shared.shards.iter() {
                 lock(shard).wait_for_streams(&shared.backend)?;
             }
@@ -433,8 +434,15 @@ impl<B: Backend> Shared<B> {
     }
 
     /// Releases every shard's idle segments and free pages (each shard's lock in turn), then the
-    /// pages the backend keeps; returns the bytes given back to the device.
+    /// pages the backend keeps; returns the bytes given back to the device. Nothing while the
+    /// cache sleeps: its memory is given back already, and no page may be unmapped until the
+    /// wake (`Pages::evict`).
     fn release_all(&self) -> usize {
+        if self.asleep.load(Ordering::Acquire) { 0 } else { self.release_cached_memory() }
+    }
+
+    /// What `release_all` does, whatever the sleep state (a sleep calls it before evicting).
+    fn release_cached_memory(&self) -> usize {
         let released: usize =
             self.shards.iter().map(|shard| lock(shard).release_cached(&self.backend, &self.totals)).sum();
         released + self.release_kept()

@@ -10,11 +10,14 @@
 //!   refuses to unmap part of a mapping, as the driver does);
 //! - the figures match a model (exact: one thread) and the core's bookkeeping is consistent;
 //! - at the end, with every block freed, `empty_cache` releases everything but the segments of
-//!   blocks whose fence could not be recorded.
+//!   blocks whose fence could not be recorded;
+//! - sleep and wake (with evictions refused, fences refused and wakes out of memory): allocations
+//!   refused while asleep, no live block mapped while asleep and every one mapped again after,
+//!   failed sleeps leaving the cache awake and failed wakes leaving it asleep.
 
 use arbitrary::Arbitrary;
 use cuda_mem_cache::fake::FakeBackend as FakeDeviceBackend;
-use cuda_mem_cache::{CachedBlock, CachingAllocator, Config as CachingConfig, StreamKey};
+use cuda_mem_cache::{CachedBlock, CachingAllocator, Config as CachingConfig, Keep, StreamKey};
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
 
@@ -33,6 +36,9 @@ enum Op {
     FailNext { count: u8 },
     Capacity { segments: u8 },
     FailRecords { fail: bool },
+    Sleep { keep: bool },
+    Wake,
+    FailEviction,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -94,6 +100,8 @@ struct Model {
     peak: usize,
     /// The backend has pages (growable segments).
     pages: bool,
+    /// The cache sleeps: no block is freed (the sleep's contract) and allocations are refused.
+    asleep: bool,
 }
 
 impl Model {
@@ -148,14 +156,22 @@ impl Model {
         assert!(stats.requested.peak <= stats.allocated.peak);
         assert_eq!(stats.active.current, allocated + stats.parked_bytes + stats.pending_bytes);
         assert_eq!(stats.reserved.current, self.backend.reserved());
-        assert_eq!(stats.free_bytes + stats.active.current + stats.kept_bytes, stats.reserved.current);
+        // A sleeping cache's blocks and free space lie on evicted mappings, out of the reserve.
+        let evicted = self.backend.evicted_bytes();
+        assert!(self.asleep || evicted == 0, "mappings evicted while awake");
+        assert_eq!(stats.free_bytes + stats.active.current + stats.kept_bytes, stats.reserved.current + evicted);
         assert_eq!(stats.kept_bytes, self.backend.kept_bytes());
         assert!(stats.largest_free_block <= stats.free_bytes);
         assert!(stats.reserved.peak >= stats.reserved.current && stats.active.peak >= stats.active.current);
         if self.pages {
             assert_eq!(stats.segments, self.backend.live_ranges());
             for (&start, &end) in &self.live {
-                assert!(self.backend.is_mapped(start, end - start), "a live block off the map at {start:#x}");
+                let mapped = self.backend.is_mapped(start, end - start);
+                assert!(
+                    mapped != self.asleep,
+                    "a live block on the map {}: {start:#x}",
+                    if mapped { "while asleep" } else { "off it" }
+                );
             }
         } else {
             assert_eq!(stats.segments, self.backend.live_segments().len());
@@ -197,6 +213,7 @@ fuzz_target!(|input: Input| {
         lost_addrs: Vec::new(),
         peak: 0,
         pages: input.pages,
+        asleep: false,
     };
     // DEVICE_CACHE_TRACE=1 prints each step, to follow a crash input.
     let trace = std::env::var_os("DEVICE_CACHE_TRACE").is_some();
@@ -206,6 +223,8 @@ fuzz_target!(|input: Input| {
         }
         match op {
             Op::Alloc { size, stream: s } => match m.cache.alloc(usize::from(size) * 4, &stream(s)) {
+                Ok(_) if m.asleep => panic!("an allocation from a sleeping cache"),
+                Err(err) if m.asleep => assert!(matches!(err, cuda_mem_cache::Error::SleepState(_)), "{err}"),
                 Ok(block) => {
                     if trace {
                         eprintln!("  -> {block:?}");
@@ -219,13 +238,13 @@ fuzz_target!(|input: Input| {
                     assert!(matches!(err, cuda_mem_cache::Error::OutOfMemory { .. }), "{err}");
                 }
             },
-            Op::Free { index } if !m.held.is_empty() => {
+            Op::Free { index } if !m.held.is_empty() && !m.asleep => {
                 let block = m.held.swap_remove(usize::from(index) % m.held.len());
                 m.unclaim(&block, block.stream());
                 // SAFETY: fake memory is never touched; the model's uses are ordered on the stream.
                 unsafe { m.cache.free(block) };
             }
-            Op::FreeOn { index, stream: s } if !m.held.is_empty() => {
+            Op::FreeOn { index, stream: s } if !m.held.is_empty() && !m.asleep => {
                 let block = m.held.swap_remove(usize::from(index) % m.held.len());
                 let (addr, bytes, requested) = (block.ptr().as_ptr().addr(), block.bytes(), block.requested());
                 m.unclaim(&block, stream(s));
@@ -249,8 +268,40 @@ fuzz_target!(|input: Input| {
                 m.backend.set_capacity((segments != 0).then(|| usize::from(segments) * 64 * KIB));
             }
             Op::FailRecords { fail } => m.backend.fail_records(fail),
+            Op::Sleep { keep } => {
+                let keep = if keep { Keep::Contents } else { Keep::Nothing };
+                // SAFETY: fake memory is never touched, and no block is freed while asleep.
+                match unsafe { m.cache.sleep(keep) } {
+                    Ok(_) => {
+                        assert!(m.pages && !m.asleep, "a sleep without pages, or of a sleeping cache");
+                        m.asleep = true;
+                        // The sleep waited for every stream the cache holds memory on.
+                        m.absorb_releases();
+                    }
+                    Err(cuda_mem_cache::Error::SleepState(_)) => assert!(m.asleep),
+                    Err(cuda_mem_cache::Error::Refused(_)) => assert!(!m.pages),
+                    Err(err) => assert!(!m.cache.is_asleep(), "a failed sleep left the cache asleep: {err}"),
+                }
+                assert_eq!(m.cache.is_asleep(), m.asleep);
+            }
+            Op::Wake => {
+                match m.cache.wake() {
+                    Ok(_) => m.asleep = false,
+                    Err(cuda_mem_cache::Error::SleepState(_)) => assert!(!m.asleep),
+                    Err(err) => assert!(m.asleep && err.is_out_of_memory(), "{err}"),
+                }
+                assert_eq!(m.cache.is_asleep(), m.asleep);
+            }
+            Op::FailEviction => m.backend.fail_next_evictions(1),
             _ => {}
         }
+        m.check();
+    }
+    if m.asleep {
+        m.backend.set_capacity(None);
+        m.backend.fail_next_allocations(0);
+        m.cache.wake().expect("a wake with memory to spare");
+        m.asleep = false;
         m.check();
     }
     for block in std::mem::take(&mut m.held) {

@@ -3,8 +3,8 @@
 //! exceeded, statistics equal a model, and tracking lists exactly the live allocations.
 
 use arbitrary::Arbitrary;
-use cuda_mem::testing::HostResource;
 use cuda_mem::resource::{LimitingResource, MemoryResource, StatisticsResource, StreamRef, TrackingResource};
+use cuda_mem::testing::HostResource;
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -52,7 +52,8 @@ fuzz_target!(|input: (u32, u8, Vec<Op>)| {
         let stats = stack.inner().stats();
         assert_eq!((stats.current_bytes, stats.peak_bytes, stats.total_count), (current, peak, total));
     }
-    let mut outstanding: Vec<(usize, usize)> = stack.inner().inner().outstanding().iter().map(|r| (r.ptr, r.bytes)).collect();
+    let mut outstanding: Vec<(usize, usize)> =
+        stack.inner().inner().outstanding().iter().map(|r| (r.ptr, r.bytes)).collect();
     let mut expected: Vec<(usize, usize)> = live.iter().map(|&(p, b)| (p.as_ptr() as usize, b)).collect();
     outstanding.sort_unstable();
     expected.sort_unstable();
