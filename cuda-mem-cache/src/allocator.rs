@@ -395,11 +395,11 @@ impl<B: Backend> CachingAllocator<B> {
             reserved += core.figures.reserved;
             assert!(core.arena().segment_owners().all(|s| shard_of(s) == index), "segments in their owner's shard");
         }
-        let kept = self.shared.totals.kept();
+        let (kept, asleep) = (self.shared.totals.kept(), self.shared.totals.asleep());
         assert_eq!(
             reserved + kept,
-            self.shared.totals.reserved().current,
-            "the shards' reserves and kept pages add up"
+            self.shared.totals.reserved().current + asleep,
+            "the shards' reserves and kept pages add up (with what a sleep gave back)"
         );
     }
 

@@ -224,6 +224,10 @@ impl<F> Arena<F> {
         } else {
             lists.free[pool as usize].insert((bytes, block));
             self.idle.insert((pool, bytes, segment));
+            // Returned to `owner` now: only a fence recorded on it from here on follows the
+            // segment's earlier uses (a segment that changed shard was waited for by `owner`).
+            lists.returns += 1;
+            self.blocks.at_mut(block).freed = lists.returns;
         }
         segment
     }
@@ -404,6 +408,12 @@ impl<F> Arena<F> {
         let new = self.streams.entry(to).or_default();
         new.free[pool as usize].insert((bytes, block));
         new.segments += 1;
+        // The block's count of returns was its old owner's: stamped as returned to `to` now, so
+        // that only a fence recorded on `to` after it waited for the old owner (or after the old
+        // owner's work completed) lends it on. An older fence of `to` follows none of the old
+        // owner's work.
+        new.returns += 1;
+        self.blocks.at_mut(block).freed = new.returns;
         from
     }
 

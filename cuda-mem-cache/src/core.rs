@@ -28,6 +28,9 @@ pub(super) struct Totals {
     pool: [AtomicUsize; 2],
     /// Bytes of pages unmapped and kept by the backend ([`Pages::unmap`]), in no pool.
     kept: AtomicUsize,
+    /// Bytes of mapped pages a sleep gave back ([`Pages::evict`]): out of the reserve, still in
+    /// the shards' figures, until the wake.
+    slept: AtomicUsize,
 }
 
 impl Totals {
@@ -63,11 +66,18 @@ impl Totals {
     /// the wake.
     pub fn slept(&self, bytes: usize) {
         self.reserved.fetch_sub(bytes, Ordering::Relaxed);
+        self.slept.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// The same bytes mapped again by the wake.
     pub fn woke(&self, bytes: usize) {
+        self.slept.fetch_sub(bytes, Ordering::Relaxed);
         self.grow(bytes);
+    }
+
+    /// Bytes a sleep gave back and no wake has mapped again.
+    pub fn asleep(&self) -> usize {
+        self.slept.load(Ordering::Relaxed)
     }
 
     /// Kept pages of `bytes` given back to the device.

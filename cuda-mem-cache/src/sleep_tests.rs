@@ -56,6 +56,7 @@ fn a_sleep_gives_back_every_page_and_a_wake_restores_the_blocks_at_their_address
     assert_eq!(backend.evicted_bytes(), slept);
     assert!(slept <= live_mapped && slept >= live.iter().map(|(b, _)| b.bytes()).sum::<usize>());
     assert_eq!(cache.stats().reserved.current, 0);
+    cache.check_invariants();
     for (block, _) in &live {
         assert_eq!(backend.stamp_of(addr(block)), None, "nothing mapped at a sleeping block");
     }

@@ -723,3 +723,40 @@ fn a_lent_blocks_shard_fits_the_handles_padding() {
     // What a handle carries on the hot path did not grow with lending.
     assert_eq!(std::mem::size_of::<CachedBlock>(), 56);
 }
+
+/// A segment adopted by another stream (waited for on the device) and then cut and lent on:
+/// the lent rest must come after the first owner's work too. Before 2026-12-06 the adopted
+/// block kept its old owner's count of returns (or 0 when it changed shard), so an older fence
+/// of the new owner, recorded before its wait, passed for one that follows the old owner's work
+/// (found by the `device_cache` fuzz target; this is its minimized input).
+#[test]
+fn a_block_lent_from_an_adopted_segment_comes_after_the_first_owners_work() {
+    let config = Config {
+        front_depth: 3,
+        front_max_bytes: 256 * KIB,
+        front_max_block: 8 * KIB,
+        front_large_slot: true,
+        cross_stream_waits: true,
+        small_segment_divisor: 4,
+        ..small_config()
+    };
+    let (cache, backend) = allocator(config);
+    let (a, b, c) = (StreamKey(1), StreamKey(2), StreamKey(3));
+    let c_block = cache.alloc(17412, &c).unwrap();
+    let a_block = cache.alloc(262140, &a).unwrap();
+    let a_work = backend.submit(a);
+    let b_block = cache.alloc(64564, &b).unwrap();
+    let lent_to_a = cache.alloc(19532, &a).unwrap();
+    free(&cache, a_block);
+    // `c` adopts `a`'s idle segment, waiting for `a`'s work on the device.
+    let c_cut = cache.alloc(85068, &c).unwrap();
+    assert!(backend.is_ordered(a, a_work, c));
+    // The rest of the segment, lent to `b`, must come after `a`'s work as well.
+    let lent_to_b = cache.alloc(27724, &b).unwrap();
+    let overlaps_a = addr(&lent_to_b) >= addr(&c_cut) && addr(&lent_to_b) < addr(&c_cut) + 262144;
+    assert!(!overlaps_a || backend.is_ordered(a, a_work, b), "{lent_to_b:?} before {a:?}'s work");
+    for block in [c_block, b_block, lent_to_a, c_cut, lent_to_b] {
+        free(&cache, block);
+    }
+    cache.check_invariants();
+}
