@@ -76,6 +76,7 @@ impl Totals {
     }
 
     /// Bytes a sleep gave back and no wake has mapped again.
+    #[cfg(any(test, feature = "fake"))]
     pub fn asleep(&self) -> usize {
         self.slept.load(Ordering::Relaxed)
     }

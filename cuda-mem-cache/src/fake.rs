@@ -205,6 +205,15 @@ impl FakeBackend {
         backend
     }
 
+    /// The same backend handing out addresses from `address` up (rounded up to its page): fake
+    /// backends that stand for caches of one device must not hand out the same addresses.
+    pub fn starting_at(self, address: usize) -> Self {
+        let mut state = self.state();
+        state.next_address = address.next_multiple_of(self.page.unwrap_or(ALIGN));
+        drop(state);
+        self
+    }
+
     /// The sizes of the live mappings, in address order.
     pub fn mappings(&self) -> Vec<(usize, usize)> {
         self.state().mappings.iter().map(|(&at, &bytes)| (at, bytes)).collect()

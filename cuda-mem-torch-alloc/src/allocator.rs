@@ -1,7 +1,9 @@
 //! One device's allocator: a byte limit and PyTorch-style statistics around a [`AllocatorBackend`].
 
-use crate::backend::{AllocatorBackend, Figures};
+use crate::backend::{AllocatorBackend, Figures, is_unknown_block};
 use crate::graphs::{CaptureFilter, GraphPools, PoolId};
+use crate::regions::{self, NO_TAG, RegionStats, Regions, Tag};
+use cuda_mem::caching::Keep;
 use cuda_mem::resource::StreamRef;
 use cuda_mem::trace::snapshot::{Frames, TraceRecorder};
 use cuda_mem::{CudaError, ErrorKind, OomReport, Result};
@@ -98,6 +100,8 @@ pub struct DeviceAllocator<B> {
     backend: B,
     /// Private pools of CUDA graphs, where the allocator takes part in captures.
     graphs: Option<GraphPools>,
+    /// Caches of tagged regions, where allocations can be tagged.
+    regions: Option<Regions>,
     device: i32,
     /// True while a trace is recorded (checked before taking the lock).
     recording: AtomicBool,
@@ -116,6 +120,7 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
         Self {
             backend,
             graphs: None,
+            regions: None,
             device,
             recording: AtomicBool::new(false),
             trace: Mutex::new(None),
@@ -134,6 +139,12 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
         Self { graphs: Some(pools), ..self }
     }
 
+    /// The same allocator, serving the allocations made with a tag set ([`regions::enter`]) from
+    /// the tag's region (see [`Regions`]).
+    pub fn with_regions(self, regions: Regions) -> Self {
+        Self { regions: Some(regions), ..self }
+    }
+
     /// A capture into `pool` begins: the streams `filter` accepts allocate from the pool (PyTorch's
     /// `beginAllocateToPool`). Without graph pools, an error: the capture must not go on with
     /// memory the cache would hand out again while the graph may replay.
@@ -142,7 +153,7 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
             let kind = ErrorKind::Unsupported("CUDA graph capture without graph pools");
             return Err(CudaError::new(kind, "cuda-mem's PyTorch allocator"));
         };
-        graphs.begin(pool, filter, || self.backend.hold_event_queries(true));
+        graphs.begin(pool, filter, || self.hold_event_queries(true));
         Ok(())
     }
 
@@ -152,13 +163,13 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
     pub fn end_capture(&self, pool: PoolId) -> Result<()> {
         let Some(graphs) = &self.graphs else { return Ok(()) };
         let ended = graphs.end(pool, |deferred| {
-            self.backend.hold_event_queries(false);
+            self.hold_event_queries(false);
             for free in deferred {
                 // SAFETY: freed by PyTorch during the capture with this size and stream, under
                 // the contract of `free` (its accounting was done then); held back until now.
-                // The backend held it then; a refusal now means a second free of it during the
-                // capture, which frees nothing.
-                let _ = unsafe { self.backend.deallocate(free.ptr, free.bytes, free.stream) };
+                // The backend or a region held it then; a refusal now means a second free of it
+                // during the capture, which frees nothing.
+                let _ = unsafe { self.deallocate_outside_pools(free.ptr, free.bytes, free.stream) };
             }
         });
         if ended { Ok(()) } else { Err(unknown_pool(pool, "ending a capture")) }
@@ -192,7 +203,7 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
             }
         };
         let from_pool = self.graphs.as_ref().and_then(|graphs| graphs.allocate(size.max(1), stream));
-        match from_pool.unwrap_or_else(|| self.backend.allocate(size.max(1), stream)) {
+        match from_pool.unwrap_or_else(|| self.allocate_outside_pools(size.max(1), stream)) {
             Ok(ptr) => {
                 self.peak.fetch_max(used + size, Ordering::Relaxed);
                 self.allocs.fetch_add(1, Ordering::Relaxed);
@@ -206,6 +217,109 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
                 Err(self.refused(err, size, stream))
             }
         }
+    }
+
+    /// `bytes` from the calling thread's region, else from the backend. Out of memory where
+    /// regions hold memory releases what all of them cache and tries once more: a cache of one
+    /// may hold what another needs.
+    #[inline]
+    fn allocate_outside_pools(&self, bytes: usize, stream: StreamRef<'static>) -> Result<NonNull<u8>> {
+        let Some(regions) = &self.regions else { return self.backend.allocate(bytes, stream) };
+        let tag = regions::current();
+        let allocate = || match tag {
+            NO_TAG => self.backend.allocate(bytes, stream),
+            tag => regions.allocate(tag, bytes, stream),
+        };
+        match allocate() {
+            Err(err) if err.is_out_of_memory() && regions.any() => {
+                self.release_caches()?;
+                allocate()
+            }
+            other => other,
+        }
+    }
+
+    /// Returns what the backend and the regions cache to the driver (not the graph pools').
+    fn release_caches(&self) -> Result<()> {
+        self.backend.release_cached()?;
+        self.regions.as_ref().map_or(Ok(()), Regions::release_cached)
+    }
+
+    fn hold_event_queries(&self, hold: bool) {
+        self.backend.hold_event_queries(hold);
+        if let Some(regions) = &self.regions {
+            regions.hold_event_queries(hold);
+        }
+    }
+
+    /// Frees a block of the backend's or of a region's.
+    ///
+    /// # Safety
+    /// As [`DeviceAllocator::free`].
+    unsafe fn deallocate_outside_pools(
+        &self,
+        ptr: NonNull<u8>,
+        bytes: usize,
+        stream: StreamRef<'static>,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; the backend refuses what it did not hand out.
+        let err = match unsafe { self.backend.deallocate(ptr, bytes, stream) } {
+            Err(err) if is_unknown_block(&err) => err,
+            other => return other,
+        };
+        match &self.regions {
+            // SAFETY: forwarded from the caller; the regions refuse what they did not hand out.
+            Some(regions) if unsafe { regions.deallocate(ptr, bytes, stream) }? => Ok(()),
+            _ => Err(err),
+        }
+    }
+
+    /// The refusal a free of a block of the backend's or of a region's would get.
+    fn check_free_outside_pools(&self, ptr: NonNull<u8>, bytes: usize) -> Result<()> {
+        let err = match self.backend.check_free(ptr, bytes) {
+            Err(err) if is_unknown_block(&err) => err,
+            other => return other,
+        };
+        match &self.regions {
+            Some(regions) if regions.check_free(ptr, bytes)? => Ok(()),
+            _ => Err(err),
+        }
+    }
+
+    /// Puts region `tag` to sleep on this device ([`Regions::sleep`]): its memory is given back,
+    /// its bytes kept in pinned host memory when `keep` says so. Returns the bytes given back.
+    /// Refused without regions.
+    ///
+    /// # Safety
+    /// As [`Regions::sleep`]: from this call until the wake, no work uses the memory of the
+    /// region's blocks, and work on other streams that used them has completed.
+    pub unsafe fn sleep_region(&self, tag: Tag, keep: Keep) -> Result<usize> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.regions()?.sleep(tag, keep) }
+    }
+
+    /// Wakes region `tag` ([`Regions::wake`]); when the device is out of memory, releases what the
+    /// other caches hold and tries once more. Returns the bytes mapped.
+    pub fn wake_region(&self, tag: Tag) -> Result<usize> {
+        let regions = self.regions()?;
+        match regions.wake(tag) {
+            Err(err) if err.is_out_of_memory() => {
+                self.release_caches()?;
+                regions.wake(tag)
+            }
+            other => other,
+        }
+    }
+
+    /// The regions' figures on this device.
+    pub fn region_stats(&self) -> Vec<RegionStats> {
+        self.regions.as_ref().map_or_else(Vec::new, Regions::stats)
+    }
+
+    pub(crate) fn regions(&self) -> Result<&Regions> {
+        self.regions.as_ref().ok_or_else(|| {
+            CudaError::new(ErrorKind::Unsupported("regions without region caches"), "cuda-mem's PyTorch allocator")
+        })
     }
 
     #[cold]
@@ -247,12 +361,12 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
         let bytes = size.max(1);
         let taken = match &self.graphs {
             // SAFETY: forwarded from the caller.
-            Some(graphs) => unsafe { graphs.free(ptr, bytes, stream, || self.backend.check_free(ptr, bytes)) }?,
+            Some(graphs) => unsafe { graphs.free(ptr, bytes, stream, || self.check_free_outside_pools(ptr, bytes)) }?,
             None => false,
         };
         if !taken {
-            // SAFETY: forwarded from the caller; the backend refuses what it did not hand out.
-            unsafe { self.backend.deallocate(ptr, bytes, stream) }?;
+            // SAFETY: forwarded from the caller.
+            unsafe { self.deallocate_outside_pools(ptr, bytes, stream) }?;
         }
         if let Some(trace) = self.recorder() {
             trace.free(ptr.as_ptr() as usize, size, stream.as_raw() as usize);
@@ -268,7 +382,10 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
     /// Notes that work on `stream` uses the block at `ptr` (PyTorch's `Tensor.record_stream`).
     /// `Ok(false)` when `ptr` is not this allocator's.
     pub fn record_stream(&self, ptr: NonNull<u8>, stream: StreamRef<'static>) -> Result<bool> {
-        self.backend.record_stream(ptr, stream)
+        if self.backend.record_stream(ptr, stream)? {
+            return Ok(true);
+        }
+        self.regions.as_ref().map_or(Ok(false), |regions| regions.record_stream(ptr, stream))
     }
 
     /// The figures now.
@@ -281,7 +398,10 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
             segment_releases,
             alloc_retries,
             inactive_split_bytes,
-        } = self.backend.figures();
+        } = match &self.regions {
+            Some(regions) if regions.any() => self.backend.figures().plus(regions.figures()),
+            _ => self.backend.figures(),
+        };
         let in_pools = self.graphs.as_ref().map_or(0, GraphPools::reserved);
         Stats {
             allocated_current: self.allocated.load(Ordering::Relaxed) as u64,
@@ -311,12 +431,15 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
     pub fn reset_peaks(&self) {
         self.peak.store(self.allocated.load(Ordering::Relaxed), Ordering::Relaxed);
         self.backend.reset_peak();
+        if let Some(regions) = &self.regions {
+            regions.reset_peak();
+        }
     }
 
-    /// Returns the backend's cached memory to the driver, and the memory of released graph pools
+    /// Returns the backend's and the awake regions' cached memory to the driver, and the memory of released graph pools
     /// (after the device is idle; not while a capture is underway).
     pub fn release_cached(&self) -> Result<()> {
-        self.backend.release_cached()?;
+        self.release_caches()?;
         self.graphs.as_ref().map_or(Ok(0), GraphPools::release_freeable).map(drop)
     }
 }

@@ -76,10 +76,35 @@ pub trait AllocatorBackend: Send + Sync + fmt::Debug {
     }
 }
 
+impl Figures {
+    /// The figures of two backends together.
+    pub fn plus(self, other: Figures) -> Figures {
+        Figures {
+            reserved: Reserved {
+                current: self.reserved.current + other.reserved.current,
+                peak: self.reserved.peak + other.reserved.peak,
+            },
+            cache_hits: self.cache_hits + other.cache_hits,
+            cache_misses: self.cache_misses + other.cache_misses,
+            segments: self.segments + other.segments,
+            segment_releases: self.segment_releases + other.segment_releases,
+            alloc_retries: self.alloc_retries + other.alloc_retries,
+            inactive_split_bytes: self.inactive_split_bytes + other.inactive_split_bytes,
+        }
+    }
+}
+
+/// Why a free of memory that is not a live block of the allocator is refused.
+const UNKNOWN_BLOCK: &str = "a pointer this allocator did not hand out, or freed already";
+
 /// The refusal of a free of memory that is not a live block of the allocator.
 pub(crate) fn unknown_block(ptr: NonNull<u8>, bytes: usize) -> CudaError {
-    let kind = ErrorKind::InvalidArgument("a pointer this allocator did not hand out, or freed already");
-    CudaError::new(kind, format!("freeing {ptr:p} ({bytes} bytes)"))
+    CudaError::new(ErrorKind::InvalidArgument(UNKNOWN_BLOCK), format!("freeing {ptr:p} ({bytes} bytes)"))
+}
+
+/// True for [`unknown_block`]'s refusal: the memory may be another backend's.
+pub(crate) fn is_unknown_block(err: &CudaError) -> bool {
+    matches!(err.kind(), ErrorKind::InvalidArgument(why) if *why == UNKNOWN_BLOCK)
 }
 
 /// The refusal of a free with another size than the block was allocated with.

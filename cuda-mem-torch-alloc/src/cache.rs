@@ -22,7 +22,7 @@
 //! Its own stream's uses need no event: work queued there after the return runs after them.
 
 use crate::backend::{AllocatorBackend, Figures, Reserved, unknown_block, wrong_size};
-use cuda_mem::caching::{CachedBlock, StreamKey};
+use cuda_mem::caching::{CachedBlock, Keep, StreamKey};
 use cuda_mem::resource::StreamRef;
 use cuda_mem::{CachingStats, Result};
 use rustc_hash::FxHashMap;
@@ -84,6 +84,23 @@ pub trait BlockSource: Send + Sync + fmt::Debug {
 
     /// Releases the cached memory no block of which is in use; returns the bytes released.
     fn empty_cache(&self) -> usize;
+
+    /// Gives the memory behind the blocks still allocated back to the device, their addresses
+    /// kept (and their bytes in pinned host memory with [`Keep::Contents`]); allocations are
+    /// refused until [`wake`](Self::wake). Returns the bytes given back.
+    ///
+    /// # Safety
+    /// As `DeviceCache::sleep_in_place`: until a wake succeeds no work uses any block's memory
+    /// and no block is freed; no allocation is in progress; work queued on other streams than the
+    /// blocks' own has completed.
+    unsafe fn sleep(&self, keep: Keep) -> Result<usize>;
+
+    /// New memory at the sleeping blocks' addresses, with their kept bytes; returns the bytes
+    /// mapped. Out of memory leaves the source asleep with what it kept.
+    fn wake(&self) -> Result<usize>;
+
+    /// Bytes of pinned host memory the sleeps hold.
+    fn host_backup_bytes(&self) -> usize;
 }
 
 /// A block handed to PyTorch.

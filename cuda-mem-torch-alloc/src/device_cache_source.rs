@@ -1,9 +1,10 @@
 //! `DeviceCacheSource`: cuda-mem's `DeviceCache` of one device as a [`BlockSource`], PyTorch's stream
 //! handles borrowed as cuda-mem streams.
 
-use crate::cache::BlockSource;
+use crate::cache::{BlockSource, CacheBackend};
 use crate::graphs::{PoolBlock, PoolMemory};
-use cuda_mem::caching::{CachedBlock, Config};
+use crate::regions::{RegionBackend, RegionMemory};
+use cuda_mem::caching::{CachedBlock, Config, Keep};
 use cuda_mem::resource::StreamRef;
 use cuda_mem::{CachingStats, Device, DeviceBuffer, DeviceCache, Event, Result, Stream};
 use std::cell::RefCell;
@@ -128,6 +129,35 @@ impl BlockSource for DeviceCacheSource {
 
     fn empty_cache(&self) -> usize {
         self.cache.empty_cache()
+    }
+
+    unsafe fn sleep(&self, keep: Keep) -> Result<usize> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.cache.sleep_in_place(keep) }
+    }
+
+    fn wake(&self) -> Result<usize> {
+        self.cache.wake_in_place()
+    }
+
+    fn host_backup_bytes(&self) -> usize {
+        self.cache.host_backup_bytes()
+    }
+}
+
+/// The caches of tagged regions: a `DeviceCache` each on the device, with the main cache's
+/// configuration.
+#[derive(Debug)]
+pub struct RegionCaches {
+    /// The device.
+    pub device: Device,
+    /// The caches' parameters.
+    pub config: Config,
+}
+
+impl RegionMemory for RegionCaches {
+    fn create(&self) -> Result<Box<dyn RegionBackend>> {
+        Ok(Box::new(CacheBackend::new(DeviceCacheSource::new(self.device, self.config.clone())?)))
     }
 }
 

@@ -35,13 +35,20 @@ mod cache;
 mod device_cache_source;
 pub mod graphs;
 mod pool;
+pub mod regions;
+mod regions_ffi;
 
 pub use allocator::{DeviceAllocator, NO_LIMIT, Stats};
 pub use backend::{AllocatorBackend, Figures, Reserved};
 pub use cache::{BlockSource, CacheBackend};
-pub use device_cache_source::{DeviceCacheSource, FreshMemory};
+pub use device_cache_source::{DeviceCacheSource, FreshMemory, RegionCaches};
 pub use graphs::{CaptureFilter, GraphPools, PoolId, PoolMemory};
 pub use pool::PoolBackend;
+pub use regions::{RegionBackend, RegionMemory, RegionStats, Regions};
+pub use regions_ffi::{
+    cuda_mem_torch_enter_region, cuda_mem_torch_leave_region, cuda_mem_torch_region_stats, cuda_mem_torch_sleep,
+    cuda_mem_torch_wake,
+};
 
 use cuda_mem::resource::StreamRef;
 use cuda_mem::trace::snapshot::{MemorySnapshot, snapshot_of};
@@ -211,7 +218,8 @@ fn entry(ordinal: c_int) -> Result<&'static Entry> {
     // Every device gets the same backend: later devices, and later calls, see this choice.
     BACKEND.store(choice as u8, Ordering::Relaxed);
     let pools = GraphPools::new(Box::new(FreshMemory(device)));
-    let allocator = DeviceAllocator::new(backend, ordinal).with_graph_pools(pools);
+    let regions = Regions::new(Box::new(RegionCaches { device, config: alloc_conf::AllocConf::from_env()?.config }));
+    let allocator = DeviceAllocator::new(backend, ordinal).with_graph_pools(pools).with_regions(regions);
     Ok(slot.get_or_init(|| Entry { allocator }))
 }
 

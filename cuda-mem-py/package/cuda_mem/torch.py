@@ -24,7 +24,18 @@ fraction sets the limit, which bounds the bytes PyTorch holds rather than what i
 and so that CUDA graph captures (`torch.cuda.graph`) allocate from the graph's private pool, as
 with PyTorch's own allocator: memory a graph uses is never handed to other tensors while the
 graph exists, and returns to the driver at an `empty_cache()` after the graph is gone.
+
+Sleep and wake: what a thread allocates inside `with cuda_mem.torch.region("weights"):` comes from
+a cache of that tag's own. `cuda_mem.torch.sleep("weights")` gives its device memory back (the
+bytes copied to pinned host memory; `offload=False` drops them, for a KV cache that will be
+recomputed) and `cuda_mem.torch.wake("weights")` maps new memory at the same addresses with the
+bytes restored: tensors, `data_ptr()`s and captured CUDA graphs stay valid, with no re-capture.
+While a tag sleeps, its allocations raise RuntimeError and its tensors' frees wait for the wake;
+its tensors must not be used (nothing stops a kernel from reading them: it would fault). A sleep
+waits for the work queued on its tensors' streams and those `Tensor.record_stream` named; work on
+other streams that used them must have finished. `region_stats()` shows what sleeps.
 """
+import contextlib
 import ctypes
 import os
 import warnings
@@ -80,6 +91,13 @@ class Allocator:
         self.lib.cuda_mem_torch_select_backend.argtypes = [ctypes.c_char_p]
         self.lib.cuda_mem_torch_memory_stats.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
         self.lib.cuda_mem_torch_memory_stats.restype = ctypes.c_ssize_t
+        self.lib.cuda_mem_torch_enter_region.argtypes = [ctypes.c_char_p]
+        self.lib.cuda_mem_torch_enter_region.restype = ctypes.c_int64
+        self.lib.cuda_mem_torch_leave_region.argtypes = [ctypes.c_int64]
+        self.lib.cuda_mem_torch_sleep.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]
+        self.lib.cuda_mem_torch_wake.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
+        self.lib.cuda_mem_torch_region_stats.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.cuda_mem_torch_region_stats.restype = ctypes.c_ssize_t
         self.torch_allocator = None
         self.backend = None
         self.missing_hooks = None
@@ -192,6 +210,78 @@ class Allocator:
         format of torch.cuda.memory._snapshot(), for `python -m torch.cuda._memory_viz`."""
         self._check(self.lib.cuda_mem_torch_snapshot(_path(path)), "cuda_mem_torch_snapshot")
 
+    @contextlib.contextmanager
+    def region(self, tag):
+        """Tags what this thread allocates inside the `with` block (outside CUDA graph captures,
+        whose memory comes from the graph's pool): it comes from the cache of `tag`, which
+        `sleep` and `wake` act on. Regions nest; leaving one puts back the tag before it."""
+        previous = self.lib.cuda_mem_torch_enter_region(_tag(tag))
+        if previous < 0:
+            raise ValueError(f"region({tag!r}): {self.last_error()}")
+        try:
+            yield
+        finally:
+            self._check(self.lib.cuda_mem_torch_leave_region(previous), "cuda_mem_torch_leave_region")
+
+    def sleep(self, tags=None, offload=True, device=None):
+        """Gives the device memory of the regions `tags` (a tag, a list of them, or None: every
+        awake region on the device) back to the driver, their addresses kept; their bytes go to
+        pinned host memory unless `offload` is False. Returns the bytes given back. A tag no region
+        used, or one asleep already, raises RuntimeError (the tags before it stay asleep)."""
+        names = None if tags is None else _tags(tags)
+        device = _device(device)
+        if names is None:
+            names = self._regions_in("awake", device)
+        total = 0
+        for name in names:
+            slept = ctypes.c_uint64()
+            status = self.lib.cuda_mem_torch_sleep(device, name.encode(), 1 if offload else 0, ctypes.byref(slept))
+            self._check(status, f"sleep({name!r})")
+            total += slept.value
+        return total
+
+    def wake(self, tags=None, device=None):
+        """Maps new device memory at the sleeping regions' addresses (`tags`: a tag, a list, or
+        None: every sleeping region on the device), with their bytes when the sleep kept them.
+        Returns the bytes mapped. Out of memory raises RuntimeError ("out of memory") and leaves
+        the region asleep with everything kept: call again once memory is free. A tag that is
+        awake raises RuntimeError."""
+        names = None if tags is None else _tags(tags)
+        device = _device(device)
+        if names is None:
+            names = [n for state in ("kept", "dropped") for n in self._regions_in(state, device)]
+        total = 0
+        for name in names:
+            woke = ctypes.c_uint64()
+            self._check(self.lib.cuda_mem_torch_wake(device, name.encode(), ctypes.byref(woke)), f"wake({name!r})")
+            total += woke.value
+        return total
+
+    def region_stats(self, device=None):
+        """The regions on the device, by tag: bytes and blocks PyTorch holds, bytes of device
+        memory the region's cache holds (`reserved`), `state` ("awake", or "kept"/"dropped" while
+        asleep with or without its bytes), bytes the sleep gave back (`slept`) and pinned host
+        bytes held for them (`host_backup`)."""
+        device = _device(device)
+        size = 4096
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            n = self.lib.cuda_mem_torch_region_stats(device, buffer, size)
+            if n < 0:
+                raise RuntimeError(f"cuda_mem_torch_region_stats: {self.last_error()}")
+            if n < size:
+                break
+            size = n + 1
+        stats = {}
+        for line in buffer.value.decode().splitlines():
+            name, allocated, blocks, reserved, state, slept, host_backup = line.split()
+            stats[name] = {"allocated": int(allocated), "blocks": int(blocks), "reserved": int(reserved),
+                           "state": state, "slept": int(slept), "host_backup": int(host_backup)}
+        return stats
+
+    def _regions_in(self, state, device):
+        return [name for name, stats in self.region_stats(device).items() if stats["state"] == state]
+
     def dump_on_oom(self, path):
         """Writes the snapshot to `path` whenever an allocation is refused for lack of memory
         (None: never)."""
@@ -228,6 +318,41 @@ def _ordinal(device):
     return value
 
 
+def _tag(tag):
+    """A region tag as the library takes it: a str of 1 to 64 bytes without whitespace."""
+    if not isinstance(tag, str):
+        raise TypeError(f"a region tag is a str, not {type(tag).__name__}")
+    encoded = tag.encode()
+    if b"\0" in encoded:
+        raise ValueError(f"region tag {tag!r} holds a NUL byte")
+    return encoded
+
+
+def _tags(tags):
+    """`tags` (a tag or an iterable of them) as a list of checked names."""
+    if isinstance(tags, str):
+        names = [tags]
+    else:
+        try:
+            names = list(tags)
+        except TypeError:
+            raise TypeError(f"tags are a str or an iterable of str, not {type(tags).__name__}") from None
+    for name in names:
+        _tag(name)
+    return names
+
+
+def _device(device):
+    """The ordinal of `device` (None: PyTorch's current device; an int or a torch.device)."""
+    if device is None:
+        import torch
+
+        return torch.cuda.current_device()
+    if hasattr(device, "index") and not isinstance(device, int):
+        return _ordinal(0 if device.index is None else device.index)
+    return _ordinal(device)
+
+
 def _conf_backend():
     """The backend CUDA_MEM_TORCH_ALLOC_CONF names (checked by the library first), else "cache"."""
     for item in os.environ.get("CUDA_MEM_TORCH_ALLOC_CONF", "").split(","):
@@ -242,6 +367,33 @@ def install(path=DEFAULT_PATH, backend=None):
     global _installed
     _installed = Allocator(path).install(backend)
     return _installed
+
+
+def _allocator():
+    if _installed is None:
+        raise RuntimeError("cuda_mem.torch.install() has not run")
+    return _installed
+
+
+def region(tag):
+    """`with cuda_mem.torch.region("weights"):` tags what this thread allocates inside (see
+    Allocator.region)."""
+    return _allocator().region(tag)
+
+
+def sleep(tags=None, offload=True, device=None):
+    """Puts regions to sleep (see Allocator.sleep); returns the bytes given back."""
+    return _allocator().sleep(tags, offload, device)
+
+
+def wake(tags=None, device=None):
+    """Wakes sleeping regions (see Allocator.wake); returns the bytes mapped."""
+    return _allocator().wake(tags, device)
+
+
+def region_stats(device=None):
+    """The regions' figures by tag (see Allocator.region_stats)."""
+    return _allocator().region_stats(device)
 
 
 def memory_stats(device=0):

@@ -143,6 +143,15 @@ def test_the_allocators_controls_refuse_bad_arguments_before_the_library_sees_th
     raises(ValueError, allocator.record_history, 0, -5, match="max_entries must be a non-negative")
     raises(ValueError, allocator.snapshot, "snap\0shot.pickle", match="holds a NUL byte")
     raises(ValueError, allocator.dump_on_oom, b"oom\0.pickle", match="holds a NUL byte")
+    raises(TypeError, allocator.region(3).__enter__, match="a region tag is a str, not int")
+    raises(ValueError, allocator.region("a\0b").__enter__, match="holds a NUL byte")
+    raises(ValueError, allocator.region("two words").__enter__, match="no whitespace or control characters")
+    raises(ValueError, allocator.region("x" * 65).__enter__, match="1 to 64 bytes")
+    raises(TypeError, allocator.sleep, 3, match="tags are a str or an iterable of str")
+    raises(ValueError, allocator.wake, "weights", device=-1, match="device must be a non-negative")
+    with allocator.region("outer"):                    # no GPU needed to tag
+        with allocator.region("inner"):
+            pass
 
 
 def test_the_allocators_c_functions_refuse_what_they_can_check():
@@ -164,6 +173,14 @@ def test_the_allocators_c_functions_refuse_what_they_can_check():
     assert allocator.last_error() and "negative size" not in allocator.last_error()
     assert lib.cuda_mem_torch_select_backend(None) == -1
     assert "a null backend name" in allocator.last_error(), allocator.last_error()
+    assert lib.cuda_mem_torch_enter_region(None) == -1
+    assert "a null tag" in allocator.last_error(), allocator.last_error()
+    assert lib.cuda_mem_torch_leave_region(1 << 40) == -1
+    assert "a tag no region has" in allocator.last_error(), allocator.last_error()
+    assert lib.cuda_mem_torch_sleep(0, None, 1, None) == -1
+    assert "a null tag" in allocator.last_error(), allocator.last_error()
+    assert lib.cuda_mem_torch_wake(0, b"never-entered-tag", None) == -1
+    assert "no region has this tag" in allocator.last_error(), allocator.last_error()
     assert lib.cuda_mem_torch_snapshot(None) == -1
     assert "a null path" in allocator.last_error(), allocator.last_error()
     values = (ctypes.c_uint64 * 4)()

@@ -189,6 +189,19 @@ impl BlockSource for HostSource {
     fn empty_cache(&self) -> usize {
         self.cache.empty_cache()
     }
+
+    unsafe fn sleep(&self, keep: Keep) -> Result<usize> {
+        // SAFETY: forwarded from the caller (host segments have no pages: always refused).
+        Ok(unsafe { self.cache.sleep(keep) }?)
+    }
+
+    fn wake(&self) -> Result<usize> {
+        Ok(self.cache.wake()?)
+    }
+
+    fn host_backup_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// A handle as PyTorch passes it.
