@@ -51,9 +51,16 @@ def used(torch):
 
 
 def make(torch, sizes):
-    tensors = [torch.empty(size, dtype=torch.uint8, device="cuda") for size in sizes]
+    """The tensors, uninitialized (made inside a tool's region: nothing else is allocated there)."""
+    return [torch.empty(size, dtype=torch.uint8, device="cuda") for size in sizes]
+
+
+def fill(torch, tensors):
+    """Distinct contents in every tensor (outside the region: the temporaries are untagged)."""
     for i, t in enumerate(tensors):
         t.view(torch.int32).copy_(torch.arange(t.numel() // 4, dtype=torch.int32, device="cuda") * (2 * i + 1))
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
     return tensors
 
 
@@ -88,6 +95,7 @@ def run_cuda_mem(torch, sizes, cycles):
 
     with cmt.region("weights"):
         tensors = make(torch, sizes)
+    fill(torch, tensors)
     records, given_back = cycle_times(torch, tensors, lambda: cmt.sleep("weights"), lambda: cmt.wake("weights"), cycles)
     cmt.sleep("weights")
     host = cmt.region_stats()["weights"]["host_backup"]
@@ -101,12 +109,13 @@ def run_tms(torch, sizes, cycles):
     tms.hook_mode = "torch"
     with tms.region(tag="weights", enable_cpu_backup=True):
         tensors = make(torch, sizes)
+    fill(torch, tensors)
     records, given_back = cycle_times(torch, tensors, lambda: tms.pause("weights"), lambda: tms.resume("weights"), cycles)
     return records, given_back, None
 
 
 def run_per_tensor_copy(torch, sizes, cycles):
-    tensors = make(torch, sizes)
+    tensors = fill(torch, make(torch, sizes))
     backups = []
 
     def sleep():
@@ -196,18 +205,24 @@ def main(argv):
     parser.add_argument("--run", choices=RUNS, help="one run in this process (JSON on stdout)")
     args = parser.parse_args(argv)
     if args.run:
-        print(json.dumps(one_run(args.run, args.gib, args.cycles)))
+        print(json.dumps(one_run(args.run, args.gib, args.cycles)), flush=True)
         return 0
     results = []
     for name in args.runs.split(","):
         done = subprocess.run([sys.executable, __file__, "--run", name, "--gib", str(args.gib), "--cycles",
                                str(args.cycles)], capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            results.append({"run": name, "error": (done.stderr.strip().splitlines() or ["failed"])[-1]})
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if lines:
+            results.append(json.loads(lines[-1]))
+            if done.returncode != 0:      # measured, then failed (at exit, say): say so
+                results[-1]["exit"] = f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}"
         else:
-            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            results.append({"run": name, "error": (done.stderr.strip().splitlines() or ["failed"])[-1]})
         print(json.dumps(results[-1]), flush=True)
     print(table(results))
+    for r in results:
+        if "exit" in r:
+            print(f"{r['run']}: measured, then {r['exit']}")
     return 0 if all(all(row["intact"] for row in r.get("records", [])) for r in results) else 1
 
 

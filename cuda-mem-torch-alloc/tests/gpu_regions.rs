@@ -80,8 +80,9 @@ fn region_stats() -> String {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_a_region_sleeps_and_wakes_through_the_c_functions() {
-    let untagged = alloc_in(c"", 0);
-    assert!(untagged.is_null() && last_error().contains("1 to 64 bytes"), "{}", last_error());
+    // SAFETY: a NUL-terminated (empty) tag.
+    assert_eq!(unsafe { cuda_mem_torch_enter_region(c"".as_ptr()) }, -1);
+    assert!(last_error().contains("1 to 64 bytes"), "{}", last_error());
     // SAFETY: the legacy stream; freed once below.
     let plain = unsafe { cuda_mem_torch_try_alloc((8 * MIB) as isize, 0, std::ptr::null_mut()) };
     let sizes = [MIB, 96 * MIB, 300 * 1024, 513 * MIB];

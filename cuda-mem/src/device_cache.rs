@@ -116,6 +116,18 @@ impl MappingStore {
     }
 }
 
+/// The runs `(address, bytes)` (in address order) joined where one ends where the next begins.
+fn contiguous(runs: &[(u64, usize)]) -> Vec<(u64, usize)> {
+    let mut spans: Vec<(u64, usize)> = Vec::with_capacity(runs.len());
+    for &(at, bytes) in runs {
+        match spans.last_mut() {
+            Some((start, len)) if *start + *len as u64 == at => *len += bytes,
+            _ => spans.push((at, bytes)),
+        }
+    }
+    spans
+}
+
 impl VmmPages {
     /// The device's pages, if its driver manages virtual memory.
     fn probe(device: Device) -> Result<Option<Self>> {
@@ -323,14 +335,53 @@ unsafe impl Pages for VmmPages {
         let _device = CurrentDevice::set(self.device)?;
         let mut evictions = self.evictions();
         let runs: Vec<(u64, usize)> = self.store().mapped.iter().map(|(&at, &(_, bytes))| (at, bytes)).collect();
-        if keep == Keep::Contents {
-            // SAFETY: live mappings, unused until the restore (the caller's contract).
-            unsafe { evictions.save(self.device, &runs)? };
+        if keep == Keep::Nothing {
+            // SAFETY: live mappings, unused until the restore (the caller's contract). A mapping
+            // the driver would not unmap stays mapped and out of the evicted list.
+            let unmapped = unsafe { self.unmap_and_release(&runs) };
+            evictions.keep_only(&unmapped, false);
+            return Ok(unmapped.iter().map(|&(_, bytes)| bytes).sum());
         }
-        // SAFETY: as above. A mapping the driver would not unmap stays mapped, with its contents,
-        // and out of the evicted list: the restore leaves it as it is.
-        let unmapped = unsafe { self.unmap_and_release(&runs) };
-        evictions.keep_only(&unmapped, keep == Keep::Contents);
+        // Each batch is unmapped once its bytes are saved, while the next batch's copies run; the
+        // allocations are released only once every copy succeeded, so that an error can map them
+        // back with their bytes.
+        let mut unmapped: Vec<(u64, u64, usize)> = Vec::with_capacity(runs.len());
+        let unmap_batch = |batch: &[(u64, usize)]| {
+            let mut store = self.store();
+            for &(at, bytes) in batch {
+                let Some(&(handle, _)) = store.mapped.get(&at) else { continue };
+                // SAFETY: a whole mapping of the store, unused (the caller's contract) and read
+                // by no copy any more (`save` passes a batch once its copies completed). One the
+                // driver would not unmap stays mapped, with its contents.
+                if unsafe { raw::vmm::unmap(at, bytes) }.is_ok() {
+                    store.mapped.remove(&at);
+                    unmapped.push((at, handle, bytes));
+                }
+            }
+        };
+        // SAFETY: live mappings, unused until the restore (the caller's contract).
+        let saved = unsafe { evictions.save(self.device, &runs, unmap_batch) };
+        if let Err(err) = saved {
+            let device = self.device.as_raw();
+            let mut store = self.store();
+            for (at, handle, bytes) in unmapped {
+                // SAFETY: the allocation unmapped from `at` above, mapped nowhere since, with its
+                // bytes; its address is free. (A driver that refuses this has failed for good:
+                // the allocation is then leaked.)
+                if unsafe { raw::vmm::map(at, bytes, handle).and_then(|()| raw::vmm::set_access(at, bytes, device)) }
+                    .is_ok()
+                {
+                    store.mapped.insert(at, (handle, bytes));
+                }
+            }
+            return Err(err);
+        }
+        for &(_, handle, _) in &unmapped {
+            // SAFETY: unmapped above, mapped nowhere, released once.
+            raw::quiet(unsafe { raw::vmm::release(handle) });
+        }
+        let unmapped: Vec<(u64, usize)> = unmapped.into_iter().map(|(at, _, bytes)| (at, bytes)).collect();
+        evictions.keep_only(&unmapped, true);
         Ok(unmapped.iter().map(|&(_, bytes)| bytes).sum())
     }
 
@@ -338,10 +389,9 @@ unsafe impl Pages for VmmPages {
         let _device = CurrentDevice::set(self.device)?;
         let mut evictions = self.evictions();
         let device = self.device.as_raw();
-        let runs = evictions.runs();
-        let mut mapped: Vec<(u64, u64, usize)> = Vec::with_capacity(runs.len());
-        let result = (|| {
-            for &(at, bytes) in &runs {
+        let mut mapped: Vec<(u64, u64, usize)> = Vec::new();
+        let map_batch = |batch: &[(u64, usize)]| {
+            for &(at, bytes) in batch {
                 let handle = raw::vmm::create(bytes, device)?;
                 // SAFETY: the address of an evicted mapping: reserved, mapped nowhere (the store
                 // has no mapping there while it is evicted); an allocation of its size made now.
@@ -351,16 +401,25 @@ unsafe impl Pages for VmmPages {
                     return Err(err);
                 }
                 mapped.push((at, handle, bytes));
-                // SAFETY: mapped just now.
-                unsafe { raw::vmm::set_access(at, bytes, device)? };
             }
-            // SAFETY: every evicted run is mapped again, writable, and used by nothing else: the
-            // cache hands out nothing before the wake returns.
-            unsafe { evictions.restore_contents(self.device) }
-        })();
+            for (at, bytes) in contiguous(batch) {
+                // SAFETY: mapped just now, every mapping of the span. A span over two reserved
+                // ranges that happen to touch may be refused: then each mapping on its own.
+                if unsafe { raw::vmm::set_access(at, bytes, device) }.is_err() {
+                    for &(at, bytes) in batch.iter().filter(|&&(a, _)| a >= at && a < at + bytes as u64) {
+                        // SAFETY: as above, one mapping.
+                        unsafe { raw::vmm::set_access(at, bytes, device) }?;
+                    }
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: `map_batch` maps each batch, with access, before `restore` copies into it;
+        // nothing else uses it: the cache hands out nothing before the wake returns.
+        let result = unsafe { evictions.restore(self.device, map_batch) };
         if let Err(err) = result {
             for (at, handle, bytes) in mapped {
-                // SAFETY: mapped by this call and unused.
+                // SAFETY: mapped by this call and unused (no copy is pending after the error).
                 if unsafe { raw::vmm::unmap(at, bytes) }.is_ok() {
                     // SAFETY: created by this call, mapped nowhere now, released once (one the
                     // driver would not unmap is leaked rather than released under its mapping).
@@ -869,5 +928,17 @@ unsafe impl MemoryResource for DeviceCache {
             used_current: stats.allocated.current,
             used_high: stats.allocated.peak,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contiguous;
+
+    #[test]
+    fn contiguous_joins_runs_that_touch_and_only_those() {
+        let runs = [(0x1000, 0x1000), (0x2000, 0x3000), (0x6000, 0x1000), (0x8000, 0x1000), (0x9000, 0x800)];
+        assert_eq!(contiguous(&runs), vec![(0x1000, 0x4000), (0x6000, 0x1000), (0x8000, 0x1800)]);
+        assert!(contiguous(&[]).is_empty());
     }
 }

@@ -1,11 +1,12 @@
 //! What a sleeping cache's pages keep: each evicted mapping's address and size and, when the
 //! sleep kept contents, a pinned host copy of its bytes. The copies run on a few copy streams of
-//! their own, in chunks spread over them; the pinned backups stay allocated across cycles and are
-//! reused by the next sleep of the same layout.
+//! their own, in chunks spread over them, a batch of mappings at a time so that the driver calls
+//! on one batch (a sleep's unmaps, a wake's maps) overlap the copies of another; the pinned
+//! backups stay allocated across cycles and are reused by the next sleep of the same layout.
 
 use crate::raw;
 use crate::raw::memory::Direction;
-use crate::{Device, HostAllocFlags, Result, Stream};
+use crate::{Device, Event, HostAllocFlags, Result, Stream};
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
@@ -15,6 +16,10 @@ const COPY_STREAMS: usize = 4;
 
 /// The largest piece one copy call moves, so that a large mapping spreads over the streams.
 const CHUNK_BYTES: usize = 64 << 20;
+
+/// Bytes of mappings a batch gathers (at least one mapping): the copies of one batch run while
+/// the host makes the driver calls of the batch before or after it.
+const BATCH_BYTES: usize = 256 << 20;
 
 /// Pinned host memory that backs up one mapping.
 #[derive(Debug)]
@@ -57,6 +62,8 @@ pub(super) struct Evictions {
     evicted: Vec<Evicted>,
     spare: Vec<Backup>,
     streams: Vec<Stream>,
+    /// Two sets of an event per copy stream: the ends of the last two batches a sleep queued.
+    batch_ends: Vec<Event>,
 }
 
 impl Evictions {
@@ -81,23 +88,67 @@ impl Evictions {
         }
     }
 
-    /// Copies the bytes of the mappings `(at, bytes)` into backups (from the spares where they
-    /// fit) and records them as evicted, without unmapping anything; on error nothing is
-    /// recorded and the backups go back to the spares.
+    fn batch_ends(&mut self, device: Device) -> Result<()> {
+        while self.batch_ends.len() < 2 * COPY_STREAMS {
+            self.batch_ends.push(device.run_on(Event::without_timing)??);
+        }
+        Ok(())
+    }
+
+    /// Copies the bytes of the mappings `(at, bytes)` (in address order) into backups, from the
+    /// spares where they fit, a batch at a time: once a batch's copies have completed, calls
+    /// `done` with its runs (to unmap them) while the next batch's copies run. Records the runs as
+    /// evicted with their backups; on error records nothing, puts the backups back among the
+    /// spares and returns once no copy is pending (`done` may have been called on some batches).
     ///
     /// # Safety
-    /// Each run is mapped and readable on `device`, and no work writes it until this returns.
-    pub unsafe fn save(&mut self, device: Device, runs: &[(u64, usize)]) -> Result<()> {
+    /// Each run is mapped and readable on `device`, and no work writes it until this returns; a
+    /// run passed to `done` is not read by this call any more.
+    pub unsafe fn save(
+        &mut self,
+        device: Device,
+        runs: &[(u64, usize)],
+        mut done: impl FnMut(&[(u64, usize)]),
+    ) -> Result<()> {
         let mut backups = Vec::with_capacity(runs.len());
         let copied = (|| {
             for &(_, bytes) in runs {
                 backups.push(self.backup(bytes)?);
             }
-            let streams = self.copy_streams(device)?;
-            let pieces = runs.iter().zip(&backups).map(|(&(at, bytes), b)| (at, b.ptr.as_ptr(), bytes));
-            // SAFETY: device runs mapped and unwritten (the caller's contract) and backups of their
-            // sizes, all synchronized before `copy` returns.
-            unsafe { copy(streams, pieces, Direction::DeviceToHost) }
+            self.copy_streams(device)?;
+            self.batch_ends(device)?;
+            let mut copier = Copier { streams: &self.streams, next: 0 };
+            let pieces: Vec<_> =
+                runs.iter().zip(&backups).map(|(&(at, bytes), b)| (at, b.ptr.as_ptr(), bytes)).collect();
+            let batches = batches(runs);
+            let ends = &self.batch_ends;
+            // Batch `b`'s end is recorded in set `b % 2`, which batch `b - 2` used and was
+            // waited for before.
+            let queue = |copier: &mut Copier<'_>, b: usize| -> Result<()> {
+                for &piece in &pieces[batches[b].clone()] {
+                    // SAFETY: mapped, unwritten runs (the caller's contract) and backups of their
+                    // sizes, waited for before this call returns.
+                    unsafe { copier.queue(piece, Direction::DeviceToHost) }?;
+                }
+                let set = &ends[(b % 2) * COPY_STREAMS..][..COPY_STREAMS];
+                copier.streams.iter().zip(set).try_for_each(|(stream, end)| end.record(stream))
+            };
+            let result = (|| {
+                if !batches.is_empty() {
+                    queue(&mut copier, 0)?;
+                }
+                for b in 0..batches.len() {
+                    if b + 1 < batches.len() {
+                        queue(&mut copier, b + 1)?;
+                    }
+                    ends[(b % 2) * COPY_STREAMS..][..COPY_STREAMS].iter().try_for_each(Event::synchronize)?;
+                    done(&runs[batches[b].clone()]);
+                }
+                Ok(())
+            })();
+            // Every stream is waited for, even after a failed call: copies queued before it still
+            // run into the backups.
+            result.and(copier.wait())
         })();
         match copied {
             Ok(()) => {
@@ -128,37 +179,67 @@ impl Evictions {
         self.evicted.iter().map(|e| (e.at, e.bytes)).collect()
     }
 
-    /// Copies the kept bytes back into the evicted mappings (mapped again by the caller) and
-    /// empties the list, keeping the backups as spares; on error the list stays as it was.
+    /// Gives every evicted run memory again, a batch at a time through `map` (which maps a
+    /// batch's runs, readable and writable), and copies its kept bytes back while the next batch
+    /// is mapped; then empties the list, keeping the backups as spares. On error returns once no
+    /// copy is pending, with the list as it was (the runs `map` mapped are the caller's to undo).
     ///
     /// # Safety
-    /// Every evicted run is mapped again, writable on `device`, and unused until this returns.
-    pub unsafe fn restore_contents(&mut self, device: Device) -> Result<()> {
-        let pieces: Vec<(u64, *mut c_void, usize)> =
-            (self.evicted.iter()).filter_map(|e| e.backup.as_ref().map(|b| (e.at, b.ptr.as_ptr(), e.bytes))).collect();
-        let streams = self.copy_streams(device)?;
-        // SAFETY: mapped, writable, unused runs (the caller's contract) and their backups, all
-        // synchronized before `copy` returns.
-        unsafe { copy(streams, pieces.into_iter(), Direction::HostToDevice)? };
+    /// A run `map` returns from is mapped, writable on `device`, and unused until this returns.
+    pub unsafe fn restore(&mut self, device: Device, mut map: impl FnMut(&[(u64, usize)]) -> Result<()>) -> Result<()> {
+        let runs = self.runs();
+        let hosts: Vec<_> = self.evicted.iter().map(|e| e.backup.as_ref().map(|b| b.ptr.as_ptr())).collect();
+        self.copy_streams(device)?;
+        let mut copier = Copier { streams: &self.streams, next: 0 };
+        let queued = (|| {
+            for batch in batches(&runs) {
+                map(&runs[batch.clone()])?;
+                for (&(at, bytes), host) in runs[batch.clone()].iter().zip(&hosts[batch]) {
+                    if let Some(host) = *host {
+                        // SAFETY: mapped, writable, unused runs (the caller's contract) and their
+                        // backups, waited for before this call returns.
+                        unsafe { copier.queue((at, host, bytes), Direction::HostToDevice) }?;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        queued.and(copier.wait())?;
         let backups = self.evicted.drain(..).filter_map(|e| e.backup);
         self.spare.extend(backups);
         Ok(())
     }
 }
 
-/// Copies each `(device address, host pointer, bytes)` in the given direction, in chunks of at
-/// most [`CHUNK_BYTES`] dealt round the streams, then waits for every stream; the first error.
-///
-/// # Safety
-/// Both sides of each piece are valid for `bytes` and untouched by other work until this returns.
-unsafe fn copy(
-    streams: &[Stream],
-    pieces: impl Iterator<Item = (u64, *mut c_void, usize)>,
-    direction: Direction,
-) -> Result<()> {
-    let mut next = 0;
-    let mut queued = Ok(());
-    'pieces: for (at, host, bytes) in pieces {
+/// The runs cut into batches of about [`BATCH_BYTES`], as index ranges.
+fn batches(runs: &[(u64, usize)]) -> Vec<std::ops::Range<usize>> {
+    let mut batches = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (index, &(_, size)) in runs.iter().enumerate() {
+        bytes += size;
+        if bytes >= BATCH_BYTES {
+            batches.push(start..index + 1);
+            (start, bytes) = (index + 1, 0);
+        }
+    }
+    if start < runs.len() {
+        batches.push(start..runs.len());
+    }
+    batches
+}
+
+/// Copies dealt round the copy streams in chunks of at most [`CHUNK_BYTES`].
+struct Copier<'a> {
+    streams: &'a [Stream],
+    next: usize,
+}
+
+impl Copier<'_> {
+    /// Queues the copy of `(device address, host pointer, bytes)` in `direction`.
+    ///
+    /// # Safety
+    /// Both sides are valid for `bytes` and untouched by other work until the copy is waited for.
+    unsafe fn queue(&mut self, (at, host, bytes): (u64, *mut c_void, usize), direction: Direction) -> Result<()> {
         let mut offset = 0;
         while offset < bytes {
             let len = (bytes - offset).min(CHUNK_BYTES);
@@ -169,17 +250,32 @@ unsafe fn copy(
                 Direction::DeviceToHost => (host, device.cast_const()),
                 _ => (device, host.cast_const()),
             };
-            let stream = &streams[next % streams.len()];
-            next += 1;
-            // SAFETY: as above; the copy is waited for below, before the ranges can go.
-            if let Err(err) = unsafe { raw::memory::copy_async(dst, src, len, direction, stream.as_raw()) } {
-                queued = Err(err);
-                break 'pieces;
-            }
+            let stream = &self.streams[self.next % self.streams.len()];
+            self.next += 1;
+            // SAFETY: as above; waited for before the ranges can go (the caller's contract).
+            unsafe { raw::memory::copy_async(dst, src, len, direction, stream.as_raw()) }?;
             offset += len;
         }
+        Ok(())
     }
-    // Every stream is waited for, even after a failed call: copies queued before it still run.
-    let waited = streams.iter().map(Stream::synchronize).fold(Ok(()), Result::and);
-    queued.and(waited)
+
+    /// Waits for every stream; the first error.
+    fn wait(&self) -> Result<()> {
+        self.streams.iter().map(Stream::synchronize).fold(Ok(()), Result::and)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_gather_runs_up_to_the_batch_size_and_keep_every_run_once() {
+        const MIB: usize = 1 << 20;
+        let runs: Vec<(u64, usize)> =
+            [2, 2, 300, 64, 64, 64, 64, 2].iter().enumerate().map(|(i, &m)| ((i as u64) << 40, m * MIB)).collect();
+        assert_eq!(batches(&runs), vec![0..3, 3..7, 7..8]);
+        assert_eq!(batches(&runs[..2]), vec![0..2], "a last batch under the size");
+        assert!(batches(&[]).is_empty());
+    }
 }
