@@ -29,6 +29,7 @@ use std::ptr::NonNull;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 mod evictions;
+mod pinned_arena;
 mod sleep;
 use evictions::Evictions;
 pub use sleep::{SleepError, SleepingCache};

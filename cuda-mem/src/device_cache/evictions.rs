@@ -4,11 +4,13 @@
 //! on one batch (a sleep's unmaps, a wake's maps) overlap the copies of another; the pinned
 //! backups stay allocated across cycles and are reused by the next sleep of the same layout.
 
+use super::pinned_arena::PinnedArena;
 use crate::raw;
 use crate::raw::memory::Direction;
-use crate::{Device, Event, HostAllocFlags, Result, Stream};
+use crate::{Device, Event, Result, Stream};
 use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// Copy streams a sleep or wake spreads its copies over, so that transfers overlap on the copy
 /// engines (not tuned: docs/sleep-wake.md has what this count measured).
@@ -21,30 +23,36 @@ const CHUNK_BYTES: usize = 64 << 20;
 /// the host makes the driver calls of the batch before or after it.
 const BATCH_BYTES: usize = 256 << 20;
 
-/// Pinned host memory that backs up one mapping.
+/// Pinned host memory that backs up one mapping: a piece of an arena, which is freed with its
+/// last piece.
 #[derive(Debug)]
 struct Backup {
     ptr: NonNull<c_void>,
     bytes: usize,
+    arena: Arc<PinnedArena>,
 }
 
-// SAFETY: pinned host memory this store alone owns and frees; any thread holding the store
-// (behind its mutex) may copy into or out of it and free it.
+// SAFETY: a piece of pinned host memory no other backup overlaps; any thread holding the store
+// (behind its mutex) may copy into or out of it, and drop it (the arena goes with its last piece).
 unsafe impl Send for Backup {}
 
-impl Backup {
-    fn new(bytes: usize) -> Result<Self> {
-        let ptr = raw::host::alloc(bytes, HostAllocFlags::empty())?;
-        Ok(Self { ptr: NonNull::new(ptr).expect("cudaMallocHost returned memory"), bytes })
+/// Backups of the given sizes, cut from one new arena.
+fn new_backups(sizes: &[usize]) -> Result<Vec<Backup>> {
+    let total: usize = sizes.iter().sum();
+    if total == 0 {
+        return Ok(Vec::new());
     }
-}
-
-impl Drop for Backup {
-    fn drop(&mut self) {
-        // SAFETY: from `raw::host::alloc`, freed once; no copy is pending on it (every copy is
-        // synchronized before the store lets a backup go).
-        raw::quiet(unsafe { raw::host::free(self.ptr.as_ptr(), self.bytes) });
-    }
+    let arena = Arc::new(PinnedArena::new(total)?);
+    let mut offset = 0;
+    Ok(sizes
+        .iter()
+        .map(|&bytes| {
+            // SAFETY: `offset + bytes <= total`: the pieces tile the arena, none overlapping.
+            let ptr = unsafe { arena.ptr().byte_add(offset) };
+            offset += bytes;
+            Backup { ptr, bytes, arena: arena.clone() }
+        })
+        .collect())
 }
 
 /// A mapping given back by a sleep.
@@ -67,10 +75,15 @@ pub(super) struct Evictions {
 }
 
 impl Evictions {
-    /// Bytes of pinned host memory held: backups of evicted mappings and spare ones.
+    /// Bytes of pinned host memory held: the arenas of the backups of evicted mappings and of
+    /// the spare ones.
     pub fn host_bytes(&self) -> usize {
         let held = self.evicted.iter().filter_map(|e| e.backup.as_ref()).chain(&self.spare);
-        held.map(|b| b.bytes).sum()
+        let mut arenas: Vec<*const PinnedArena> = held.map(|b| Arc::as_ptr(&b.arena)).collect();
+        arenas.sort_unstable();
+        arenas.dedup();
+        // SAFETY: each pointer is of an arena a held backup keeps alive.
+        arenas.into_iter().map(|arena| unsafe { (*arena).bytes() }).sum()
     }
 
     fn copy_streams(&mut self, device: Device) -> Result<&[Stream]> {
@@ -80,12 +93,24 @@ impl Evictions {
         Ok(&self.streams)
     }
 
-    /// A backup of `bytes`: a spare one of that size, else a new one.
-    fn backup(&mut self, bytes: usize) -> Result<Backup> {
-        match self.spare.iter().position(|b| b.bytes == bytes) {
-            Some(index) => Ok(self.spare.swap_remove(index)),
-            None => Backup::new(bytes),
+    /// A backup for each of `sizes`: spare ones of those sizes, and the rest from one new
+    /// arena. The spares that fit none are dropped (their arena goes with its last piece).
+    fn backups(&mut self, sizes: &[usize]) -> Result<Vec<Backup>> {
+        let mut spare: std::collections::HashMap<usize, Vec<Backup>> = std::collections::HashMap::new();
+        for backup in self.spare.drain(..) {
+            spare.entry(backup.bytes).or_default().push(backup);
         }
+        let taken: Vec<Option<Backup>> = sizes.iter().map(|bytes| spare.get_mut(bytes).and_then(Vec::pop)).collect();
+        let missing: Vec<usize> = sizes.iter().zip(&taken).filter(|(_, t)| t.is_none()).map(|(&b, _)| b).collect();
+        let mut fresh = match new_backups(&missing) {
+            Ok(fresh) => fresh.into_iter(),
+            Err(err) => {
+                // Nothing lost: the spares stay for a later try.
+                self.spare.extend(taken.into_iter().flatten().chain(spare.into_values().flatten()));
+                return Err(err);
+            }
+        };
+        Ok(taken.into_iter().map(|t| t.unwrap_or_else(|| fresh.next().expect("one per missing size"))).collect())
     }
 
     fn batch_ends(&mut self, device: Device) -> Result<()> {
@@ -110,11 +135,9 @@ impl Evictions {
         runs: &[(u64, usize)],
         mut done: impl FnMut(&[(u64, usize)]),
     ) -> Result<()> {
-        let mut backups = Vec::with_capacity(runs.len());
+        let sizes: Vec<usize> = runs.iter().map(|&(_, bytes)| bytes).collect();
+        let backups = self.backups(&sizes)?;
         let copied = (|| {
-            for &(_, bytes) in runs {
-                backups.push(self.backup(bytes)?);
-            }
             self.copy_streams(device)?;
             self.batch_ends(device)?;
             let mut copier = Copier { streams: &self.streams, next: 0 };
