@@ -93,7 +93,7 @@ print(json.dumps(out))
 
 def test_a_region_sleeps_and_wakes_at_the_same_addresses_with_its_graph():
     need_allocator()
-    r = run_script(CYCLE_SCRIPT % 50)
+    r = run_script(CYCLE_SCRIPT % 1000)
     awake, asleep = r["awake"], r["asleep"]
     assert set(awake) == {"weights", "kv"}, awake
     assert awake["weights"]["state"] == "awake" and awake["weights"]["allocated"] >= r["tagged_bytes"], awake
