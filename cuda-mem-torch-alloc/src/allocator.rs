@@ -311,6 +311,11 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
         }
     }
 
+    /// Frees the pinned host memory the regions keep for their next sleeps; returns its bytes.
+    pub fn release_host_backups(&self) -> usize {
+        self.regions.as_ref().map_or(0, Regions::release_host_backups)
+    }
+
     /// The regions' figures on this device.
     pub fn region_stats(&self) -> Vec<RegionStats> {
         self.regions.as_ref().map_or_else(Vec::new, Regions::stats)

@@ -101,6 +101,9 @@ pub trait BlockSource: Send + Sync + fmt::Debug {
 
     /// Bytes of pinned host memory the sleeps hold.
     fn host_backup_bytes(&self) -> usize;
+
+    /// Frees the pinned host memory kept for the next sleep; returns its bytes.
+    fn release_host_backups(&self) -> usize;
 }
 
 /// A block handed to PyTorch.

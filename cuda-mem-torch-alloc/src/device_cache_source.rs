@@ -143,6 +143,10 @@ impl BlockSource for DeviceCacheSource {
     fn host_backup_bytes(&self) -> usize {
         self.cache.host_backup_bytes()
     }
+
+    fn release_host_backups(&self) -> usize {
+        self.cache.release_host_backups()
+    }
 }
 
 /// The caches of tagged regions: a `DeviceCache` each on the device, with the main cache's

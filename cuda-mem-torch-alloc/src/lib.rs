@@ -46,8 +46,8 @@ pub use graphs::{CaptureFilter, GraphPools, PoolId, PoolMemory};
 pub use pool::PoolBackend;
 pub use regions::{RegionBackend, RegionMemory, RegionStats, Regions};
 pub use regions_ffi::{
-    cuda_mem_torch_enter_region, cuda_mem_torch_leave_region, cuda_mem_torch_region_stats, cuda_mem_torch_sleep,
-    cuda_mem_torch_wake,
+    cuda_mem_torch_enter_region, cuda_mem_torch_leave_region, cuda_mem_torch_region_stats,
+    cuda_mem_torch_release_host_backups, cuda_mem_torch_sleep, cuda_mem_torch_wake,
 };
 
 use cuda_mem::resource::StreamRef;

@@ -124,6 +124,10 @@ pub trait RegionBackend: AllocatorBackend {
 
     /// Bytes of pinned host memory the sleeps hold.
     fn host_backup_bytes(&self) -> usize;
+
+    /// Frees the pinned host memory kept for the next sleep (not what holds a sleeping region's
+    /// bytes); returns its bytes.
+    fn release_host_backups(&self) -> usize;
 }
 
 impl<S: BlockSource> RegionBackend for CacheBackend<S> {
@@ -140,6 +144,10 @@ impl<S: BlockSource> RegionBackend for CacheBackend<S> {
 
     fn host_backup_bytes(&self) -> usize {
         self.source().host_backup_bytes()
+    }
+
+    fn release_host_backups(&self) -> usize {
+        self.source().release_host_backups()
     }
 }
 
@@ -370,6 +378,11 @@ impl Regions {
     pub fn figures(&self) -> Figures {
         let regions = self.lock();
         regions.iter().filter_map(|r| r.backend.as_ref()).fold(Figures::default(), |sum, b| sum.plus(b.figures()))
+    }
+
+    /// Frees the pinned host memory the regions keep for their next sleeps; returns its bytes.
+    pub fn release_host_backups(&self) -> usize {
+        self.lock().iter().filter_map(|r| r.backend.as_ref()).map(|b| b.release_host_backups()).sum()
     }
 
     /// Restarts the regions' reserved peaks.

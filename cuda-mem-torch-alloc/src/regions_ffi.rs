@@ -135,6 +135,20 @@ pub unsafe extern "C" fn cuda_mem_torch_wake(device: c_int, name: *const c_char,
     }))
 }
 
+/// Frees the pinned host memory the regions on `device` keep for their next sleeps (each awake
+/// region keeps the backups of its last sleep, so that the next allocates none; a sleeping one
+/// keeps those that hold its bytes). Returns the bytes freed, or -1 on failure.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mem_torch_release_host_backups(device: c_int) -> i64 {
+    match guarded("cuda_mem_torch_release_host_backups", || Ok(entry(device)?.allocator.release_host_backups())) {
+        Ok(bytes) => i64::try_from(bytes).unwrap_or(i64::MAX),
+        Err(err) => {
+            remember(err.to_string());
+            -1
+        }
+    }
+}
+
 /// Writes the regions' figures on `device` into `buffer`, a line each:
 /// `tag allocated blocks reserved state slept host_backup` (bytes; `state` is `awake`, `kept` or
 /// `dropped`), at most `len` bytes, NUL-terminated when room is left (nothing when `buffer` is

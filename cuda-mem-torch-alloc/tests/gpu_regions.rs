@@ -135,6 +135,14 @@ fn gpu_a_region_sleeps_and_wakes_through_the_c_functions() {
         cuda_mem_torch_free(kv, (256 * MIB) as isize, 0, std::ptr::null_mut());
         cuda_mem_torch_free(plain, (8 * MIB) as isize, 0, std::ptr::null_mut());
     }
+    // The pinned backups kept for the next sleep go back on request; cached device memory at
+    // the empty cache.
+    let kept = region_stats().lines().map(|l| l.split(' ').nth(6).unwrap().parse::<i64>().unwrap()).sum::<i64>();
+    assert!(kept > 0, "an awake region keeps its last sleep's backups: {}", region_stats());
+    assert_eq!(cuda_mem_torch_release_host_backups(0), kept, "{}", last_error());
+    assert_eq!(cuda_mem_torch_release_host_backups(0), 0);
+    assert!(region_stats().lines().all(|l| l.split(' ').nth(6) == Some("0")), "{}", region_stats());
+    assert_eq!(cuda_mem_torch_empty_cache(0), 0);
     let mut out = [0u64; Stats::LEN];
     // SAFETY: `out` holds `Stats::LEN` values.
     assert_eq!(unsafe { cuda_mem_torch_stats(0, out.as_mut_ptr(), out.len()) }, 0);

@@ -155,6 +155,11 @@ impl VmmPages {
         self.evictions().host_bytes()
     }
 
+    /// Frees the pinned backups kept for a later sleep; returns their bytes.
+    fn release_host_backups(&self) -> usize {
+        self.evictions().drop_spares()
+    }
+
     /// Unmaps and releases the mappings at `runs`, taking them out of the store; returns the runs
     /// unmapped (a mapping the driver would not unmap stays mapped and in the store).
     ///

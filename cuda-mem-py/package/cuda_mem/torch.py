@@ -98,6 +98,8 @@ class Allocator:
         self.lib.cuda_mem_torch_wake.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
         self.lib.cuda_mem_torch_region_stats.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
         self.lib.cuda_mem_torch_region_stats.restype = ctypes.c_ssize_t
+        self.lib.cuda_mem_torch_release_host_backups.argtypes = [ctypes.c_int]
+        self.lib.cuda_mem_torch_release_host_backups.restype = ctypes.c_int64
         self.torch_allocator = None
         self.backend = None
         self.missing_hooks = None
@@ -279,6 +281,15 @@ class Allocator:
                            "state": state, "slept": int(slept), "host_backup": int(host_backup)}
         return stats
 
+    def release_host_backups(self, device=None):
+        """Frees the pinned host memory the regions keep for their next sleep (each awake region
+        keeps its last sleep's, so that the next allocates none; a sleeping region keeps what
+        holds its bytes). Returns the bytes freed."""
+        freed = self.lib.cuda_mem_torch_release_host_backups(_device(device))
+        if freed < 0:
+            raise RuntimeError(f"cuda_mem_torch_release_host_backups: {self.last_error()}")
+        return freed
+
     def _regions_in(self, state, device):
         return [name for name, stats in self.region_stats(device).items() if stats["state"] == state]
 
@@ -394,6 +405,12 @@ def wake(tags=None, device=None):
 def region_stats(device=None):
     """The regions' figures by tag (see Allocator.region_stats)."""
     return _allocator().region_stats(device)
+
+
+def release_host_backups(device=None):
+    """Frees the pinned host memory kept for the regions' next sleeps (see
+    Allocator.release_host_backups); returns its bytes."""
+    return _allocator().release_host_backups(device)
 
 
 def memory_stats(device=0):

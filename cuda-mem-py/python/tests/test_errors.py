@@ -149,6 +149,7 @@ def test_the_allocators_controls_refuse_bad_arguments_before_the_library_sees_th
     raises(ValueError, allocator.region("x" * 65).__enter__, match="1 to 64 bytes")
     raises(TypeError, allocator.sleep, 3, match="tags are a str or an iterable of str")
     raises(ValueError, allocator.wake, "weights", device=-1, match="device must be a non-negative")
+    raises(ValueError, allocator.release_host_backups, -1, match="device must be a non-negative")
     with allocator.region("outer"):                    # no GPU needed to tag
         with allocator.region("inner"):
             pass

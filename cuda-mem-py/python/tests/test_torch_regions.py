@@ -87,6 +87,8 @@ out["bad_cycles"] = bad_cycles
 out["used_asleep_spread"] = max(used_asleep) - min(used_asleep) if used_asleep else 0
 out["host_spread"] = max(host) - min(host) if host else 0
 out["final"] = cmt.region_stats()
+out["released_backups"] = cmt.release_host_backups()
+out["after_release"] = cmt.region_stats()
 print(json.dumps(out))
 """
 
@@ -121,6 +123,9 @@ def test_a_region_sleeps_and_wakes_at_the_same_addresses_with_its_graph():
     assert r["bad_cycles"] == 0 and r["graph_after_cycles"], r
     assert r["used_asleep_spread"] <= 2 * MIB and r["host_spread"] == 0, r
     assert r["final"]["weights"]["state"] == "awake", r
+    # The backups kept for the next sleep go back on request.
+    assert r["released_backups"] >= r["final"]["weights"]["host_backup"] > 0, r
+    assert all(stats["host_backup"] == 0 for stats in r["after_release"].values()), r
 
 
 def test_sleeping_between_training_and_inference_changes_no_result():

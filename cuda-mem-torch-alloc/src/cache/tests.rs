@@ -202,6 +202,10 @@ impl BlockSource for HostSource {
     fn host_backup_bytes(&self) -> usize {
         0
     }
+
+    fn release_host_backups(&self) -> usize {
+        0
+    }
 }
 
 /// A handle as PyTorch passes it.

@@ -104,6 +104,10 @@ impl BlockSource for PagesSource {
     fn host_backup_bytes(&self) -> usize {
         0
     }
+
+    fn release_host_backups(&self) -> usize {
+        0
+    }
 }
 
 /// Region caches over fake backends, each kept for the test to look into.

@@ -86,6 +86,15 @@ impl Evictions {
         arenas.into_iter().map(|arena| unsafe { (*arena).bytes() }).sum()
     }
 
+    /// Frees the spare backups (their arenas go with their last piece); returns the bytes of
+    /// pinned host memory that went back. The backups of evicted mappings stay: they hold the
+    /// bytes a wake restores.
+    pub fn drop_spares(&mut self) -> usize {
+        let before = self.host_bytes();
+        self.spare.clear();
+        before - self.host_bytes()
+    }
+
     fn copy_streams(&mut self, device: Device) -> Result<&[Stream]> {
         while self.streams.len() < COPY_STREAMS {
             self.streams.push(Stream::on_device(device)?);

@@ -117,6 +117,14 @@ impl DeviceCache {
     pub fn host_backup_bytes(&self) -> usize {
         self.vmm_pages().map_or(0, |pages| pages.host_backup_bytes())
     }
+
+    /// Gives back the pinned host memory kept for the next sleep (an awake cache keeps the
+    /// backups of its last sleep, so that the next one allocates none); returns its bytes. A
+    /// sleeping cache keeps the backups that hold its bytes. The next sleep allocates what it
+    /// needs again.
+    pub fn release_host_backups(&self) -> usize {
+        self.vmm_pages().map_or(0, |pages| pages.release_host_backups())
+    }
 }
 
 impl SleepingCache {
