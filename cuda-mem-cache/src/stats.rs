@@ -1,7 +1,9 @@
 //! Figures of the device caching allocator, after PyTorch's `memory_stats()`.
 //!
 //! The core's figures (reserved, active, segments, hits and misses of the core) change under its
-//! lock and are exact. The figures of handed-out memory (allocated, requested, front-cache hits,
+//! shard's lock and are exact, with one exception: the active peak is each shard's peak summed
+//! (streams hash to shards), exact with one shard and otherwise an upper bound. The reserved
+//! figures, peak included, are the device's totals and exact. The figures of handed-out memory (allocated, requested, front-cache hits,
 //! per-class counts) change on the hot path, so each thread counts its own in its front cache and
 //! reading sums them: current values are exact whenever no call is in flight; a peak is exact
 //! while one thread allocates and frees, and otherwise an upper bound (threads' own peaks need
@@ -39,7 +41,9 @@ pub struct CachingStats {
     /// Bytes the users asked for: `allocated - requested` is the rounding waste.
     pub requested: CurrentPeak,
     /// Bytes of blocks out of the shared core: held by users, kept in threads' front caches, or
-    /// freed on another stream and waiting for that stream's work. Exact, peak included.
+    /// freed on another stream and waiting for that stream's work. The current value is exact;
+    /// the peak sums the shards' peaks: an upper bound where streams of several shards peak at
+    /// different times.
     pub active: CurrentPeak,
     /// Bytes taken from the device: segments, mapped pages and kept pages. Exact, peak included.
     pub reserved: CurrentPeak,
