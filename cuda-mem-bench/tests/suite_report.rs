@@ -142,7 +142,9 @@ fn sections_and_peers_that_did_not_run_leave_rows_that_say_so() {
     let out = dir.join("report");
     suite.write(&out).unwrap();
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(report.contains("Not in this report: paired, threads, workloads, training, async, staged, snapshot."));
+    assert!(
+        report.contains("Not in this report: paired, threads, workloads, training, async, staged, snapshot, sleep.")
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

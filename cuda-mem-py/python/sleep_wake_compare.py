@@ -170,7 +170,16 @@ def one_run(name, gib, cycles):
               "pinned_copy": run_pinned_copy}[name]
     records, given_back, host = runner(torch, sizes, cycles)
     return {"run": name, "tensors": len(sizes), "bytes": sum(sizes), "records": records, "given_back": given_back,
-            "host_backup": host, "device": torch.cuda.get_device_name()}
+            "host_backup": host, "device": torch.cuda.get_device_name(), "version": version(name, torch)}
+
+
+def version(name, torch):
+    """The measured tool's version, as the report names its peer."""
+    if name == "tms":
+        from importlib.metadata import version as installed
+
+        return f"torch_memory_saver {installed('torch_memory_saver')}"
+    return f"torch {torch.__version__}"
 
 
 def table(results):

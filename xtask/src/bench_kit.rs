@@ -36,6 +36,14 @@ pub fn add(dir: &Path) -> Result {
         std::fs::create_dir_all(to.parent().expect("a file has a folder")).map_err(|e| e.to_string())?;
         std::fs::copy(root.join(from), &to).map_err(|e| format!("copy {from}: {e}"))?;
     }
+    // torch_memory_saver's wheel, the `sleep` section's peer, where one was downloaded.
+    let peers = util::target_dir().join("peers");
+    for entry in std::fs::read_dir(&peers).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("torch_memory_saver-") && name.ends_with(".whl") {
+            std::fs::copy(entry.path(), dir.join("peers").join(&name)).map_err(|e| format!("copy {name}: {e}"))?;
+        }
+    }
     let rmm = util::target_dir().join("peers").join("rmm");
     if rmm.is_dir() {
         std::fs::create_dir_all(dir.join("peers/rmm")).map_err(|e| e.to_string())?;
@@ -72,7 +80,7 @@ mod tests {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 
-    const EXAMPLES: [&str; 9] = [
+    const EXAMPLES: [&str; 10] = [
         "cache_pairs",
         "workloads",
         "decode_graph",
@@ -82,6 +90,7 @@ mod tests {
         "snapshot_dump",
         "allreduce",
         "write_corpus",
+        "sleep_wake",
     ];
 
     impl FakeBench {
@@ -166,7 +175,7 @@ mod tests {
     fn peers_that_cannot_run_leave_a_reason_and_the_section_still_succeeds() {
         let bench = FakeBench::new("peers");
         let out = bench.dir.join("out");
-        let (ok, text) = bench.run(&["--bench", out.to_str().unwrap(), "--only", "cache,threads,workloads,nccl"]);
+        let (ok, text) = bench.run(&["--bench", out.to_str().unwrap(), "--only", "cache,threads,workloads,nccl,sleep"]);
         assert!(ok, "{text}");
         assert_eq!(bench.read("out/cache/cache_pairs.jsonl"), "cache_pairs --only pairs\n");
         assert_eq!(bench.read("out/threads/cache_pairs.jsonl"), "cache_pairs --only threads --threads 1,2,4,8,16\n");
@@ -177,6 +186,9 @@ mod tests {
         assert!(bench.read("out/workloads/torch_exp.missing").starts_with("no peers/workloads/torch_replay.py"));
         assert!(bench.read("out/workloads/cuda_mem.jsonl").starts_with("workloads /"));
         assert!(bench.read("out/nccl/allreduce.missing").starts_with("no libnccl.so.2"));
+        assert_eq!(bench.read("out/sleep/sleep_wake.jsonl"), "sleep_wake 40 3\n");
+        assert!(bench.read("out/sleep/tms.missing").starts_with("no torch_memory_saver wheel in peers"));
+        assert!(bench.read("out/sleep/torch_sleep_wake.missing").contains("sleep_wake_compare.py"));
         assert!(text.contains("== peer not measured: rmm: no peers/rmm/rmmbench"), "{text}");
     }
 

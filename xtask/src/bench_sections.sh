@@ -10,7 +10,7 @@
 # torch_training.py) and rmm/ (rmmbench, rmm_replay and their libraries, built on the build
 # machine by peers/build_rmm.sh). Each program gets at most $BENCH_STEP_TIMEOUT seconds (300).
 
-BENCH_SECTIONS="paired cache threads workloads training graphs async staged snapshot nccl"
+BENCH_SECTIONS="paired cache threads workloads training graphs async staged snapshot nccl sleep"
 peers=${BENCH_PEERS:-peers}
 step_timeout=${BENCH_STEP_TIMEOUT:-300}
 
@@ -161,6 +161,25 @@ section_nccl() {
   step "$d/allreduce.jsonl" examples/allreduce --mode procs
   step "$d/allreduce.jsonl" examples/allreduce --mode threads
   torch_peer "$d/torch_allreduce.jsonl" "$peers/torch_allreduce.py"
+}
+
+# 40 GiB slept and woken (BENCH_SLEEP_GIB to change it): a DeviceCache, then PyTorch's tagged
+# memory beside torch_memory_saver (its wheel from peers/, where the bundle carries one: `pip
+# download torch-memory-saver==0.0.10 --no-deps -d target/peers` before `cargo xtask bundle`),
+# vLLM's per-allocation copies and one pinned copy, each in a process of its own.
+section_sleep() {
+  local d=$1 gib=${BENCH_SLEEP_GIB:-40} wheel saved=${PYTHONPATH:-}
+  step "$d/sleep_wake.jsonl" examples/sleep_wake "$gib" 3
+  wheel=$(ls "$peers"/torch_memory_saver-*.whl 2>/dev/null | head -1)
+  if [ -z "$wheel" ]; then
+    missing "$d/tms.jsonl" "no torch_memory_saver wheel in $peers (pip download torch-memory-saver==0.0.10 --no-deps -d target/peers before cargo xtask bundle)"
+  elif python3 -m pip install --no-deps --no-index --quiet --target "$d/tms-package" "$wheel" > "$d/tms-install.log" 2>&1; then
+    export PYTHONPATH="$d/tms-package${saved:+:$saved}"
+  else
+    missing "$d/tms.jsonl" "its wheel did not install: see tms-install.log"
+  fi
+  torch_peer "$d/torch_sleep_wake.jsonl" python/sleep_wake_compare.py --gib "$gib" --cycles 3
+  if [ -n "$saved" ]; then export PYTHONPATH=$saved; else unset PYTHONPATH; fi
 }
 
 # bench_suite OUT SECTIONS: the named sections (comma-separated, or `all`), then the report.

@@ -61,7 +61,7 @@ enum Command {
     /// Benchmarks on a GPU host.
     Bench {
         /// Only these sections, comma-separated (paired, cache, threads, workloads, training,
-        /// graphs, async, staged, snapshot, nccl); all by default.
+        /// graphs, async, staged, snapshot, nccl, sleep); all by default.
         #[arg(long)]
         only: Option<String>,
     },

@@ -8,6 +8,7 @@
 //! | `cache`, `threads` | `cache_pairs.jsonl`, `torch.jsonl`, `torch_mt.jsonl`, `rmm.jsonl` | [`pairs`] |
 //! | `workloads`, `training` | `cuda_mem.jsonl`, `rmm.jsonl`, `torch*.jsonl`; `training.jsonl` | [`corpus`] |
 //! | `graphs`, `async`, `staged`, `snapshot`, `nccl` | the example's output (`*.txt`, `*.jsonl`) | [`programs`] |
+//! | `sleep` | `sleep_wake.jsonl`, `torch_sleep_wake.jsonl` | [`sleep`] |
 //!
 //! Every section folder may hold `section.json` (`{"seconds":…,"rc":…}`, written by the run
 //! script) and, per peer that could not run, `<peer>.missing` (one line: why). A peer's rows then
@@ -22,14 +23,15 @@ pub mod markdown;
 pub mod paired;
 pub mod pairs;
 pub mod programs;
+pub mod sleep;
 pub mod svg;
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
 /// The sections, in the order the run script runs them and the report lists them.
-pub const SECTIONS: [&str; 10] =
-    ["paired", "cache", "threads", "workloads", "training", "graphs", "async", "staged", "snapshot", "nccl"];
+pub const SECTIONS: [&str; 11] =
+    ["paired", "cache", "threads", "workloads", "training", "graphs", "async", "staged", "snapshot", "nccl", "sleep"];
 
 /// What `results.json` names its format: the figure check tells this report from older ones by it.
 pub const FORMAT: &str = "cuda-mem-bench-suite/1";
@@ -236,6 +238,7 @@ pub fn collect(raw: &Path, date: &str) -> Suite {
             "staged" => programs::staged_rows(&input),
             "snapshot" => programs::snapshot_rows(&input),
             "nccl" => programs::nccl_rows(&input),
+            "sleep" => sleep::sleep_rows(&input),
             _ => unreachable!("section {name}"),
         });
     }
