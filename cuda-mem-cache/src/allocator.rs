@@ -523,9 +523,15 @@ impl<B: Backend> Shared<B> {
     /// stream lent; else a new segment, after idle segments anywhere were released if growing
     /// would raise the reserve's peak. One shard's lock at a time: no lock order between shards
     /// to keep.
+    ///
+    /// First every shard's blocks pending a fence that has completed (lent blocks returned,
+    /// frees on other streams) become free: a shard polls its own only when its streams come to
+    /// the core, so on many streams they would otherwise sit out of reach, counted as active,
+    /// which both hides them from this miss and raises the budget it grows under.
     fn take_or_grow(&self, on: &On<'_, B::Stream>, class: SizeClass) -> Result<Taken, B::Error> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
+        self.poll_all_pending();
         if let Some(pages) = self.pages() {
             return self.take_or_map(pages, on, class);
         }
@@ -628,6 +634,14 @@ impl<B: Backend> Shared<B> {
             }
         }
         None
+    }
+
+    /// Returns every shard's pending blocks whose fences have completed, so that a miss sees
+    /// them free (and out of the budget) before it maps. One shard's lock at a time.
+    fn poll_all_pending(&self) {
+        for shard in self.shards.iter() {
+            lock(shard).poll_pending(&self.backend);
+        }
     }
 
     /// Bytes out of the core now: in users' hands, parked in front caches, or pending a fence.

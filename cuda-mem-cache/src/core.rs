@@ -710,7 +710,8 @@ impl<B: Backend> Core<B> {
         }
     }
 
-    fn poll_pending(&mut self, backend: &B) {
+    /// Returns the pending blocks whose fences have completed (queried, never waited for).
+    pub fn poll_pending(&mut self, backend: &B) {
         self.settle_pending(backend, false);
     }
 

@@ -172,11 +172,14 @@ pub(super) fn replay_threads_over(workload: &Workload, config: Config, backend: 
 /// serving's driver calls from 267,894 (a mapping per page) to 28,379 and its reserve from 1.073
 /// to 1.162 times live, and churn's from 1.093 to 1.133: a mapping goes back only whole. (For
 /// every miss, not only large ones: 20,068 calls at 1.170, churn 1.176 and mixed 1.339.)
+/// A miss that first returns every shard's completed pending blocks took mixed's misses from 60
+/// to 21 and its driver calls from 2,867 to 1,756, its reserve from 1.241 to 1.257 here (and on
+/// threads, below, from 1.44-1.70 to 1.14-1.36 in ten runs each on 2026-12-06).
 const BOUNDS: [(&str, f64, f64, u64); 4] = [
     ("training", 1.02, 0.0001, 2_000),
     ("serving", 1.17, 0.008, 30_000),
     ("churn", 1.14, 0.0003, 3_600),
-    ("mixed", 1.25, 0.0003, 3_000),
+    ("mixed", 1.26, 0.0003, 2_000),
 ];
 
 /// The same over whole segments (`expandable_segments` off, or a driver without virtual memory
@@ -230,9 +233,10 @@ fn the_mixed_workload_on_threads_keeps_its_reserve() {
         "mixed on threads, growable: reserved/live {:.3}, maps {paged_maps}, unmaps {paged_unmaps}",
         paged_reserved as f64 / live as f64
     );
-    // The interleaving of threads decides the figures (segments 2.1-2.45, pages 1.39-2.01 in runs
-    // on 2026-12-03, the highest on a loaded 2-core CI machine): the bounds only catch a blow-up;
-    // the round-robin replay of `the_corpus_stays_within_its_bounds` holds the tight ones.
+    // The interleaving of threads decides the figures (segments 1.44-1.64, pages 1.14-1.36 in ten
+    // runs each on 2026-12-06; before misses returned every shard's completed pending blocks,
+    // 1.45-1.77 and 1.44-1.70): the bounds only catch a blow-up; the round-robin replay of
+    // `the_corpus_stays_within_its_bounds` holds the tight ones.
     assert!(reserved as f64 <= 3.0 * live as f64, "reserved {reserved}, live {live}");
     assert!(paged_reserved as f64 <= 3.0 * live as f64, "growable: reserved {paged_reserved}, live {live}");
     assert!(misses >= 1 && releases <= misses, "{misses} misses, {releases} releases");
