@@ -470,13 +470,7 @@ pub unsafe extern "C" fn cuda_mem_torch_select_backend(name: *const c_char) -> c
         BACKEND.store(choice as u8, Ordering::Relaxed);
         Ok(())
     });
-    match chosen {
-        Ok(()) => 0,
-        Err(err) => {
-            remember(err.to_string());
-            -1
-        }
-    }
+    status(chosen)
 }
 
 /// Copies this thread's last error message into `buffer` (at most `len` bytes, NUL-terminated
@@ -512,6 +506,17 @@ unsafe fn copy_text(text: &str, buffer: *mut c_char, len: usize) {
     }
 }
 
+/// 0 for success; -1 for failure, its message kept for [`cuda_mem_torch_last_error`].
+fn status(result: Result<()>) -> c_int {
+    match result {
+        Ok(()) => 0,
+        Err(err) => {
+            remember(err.to_string());
+            -1
+        }
+    }
+}
+
 /// Runs `f` on device `device`'s allocator: 0 on success, -1 on failure (message in
 /// [`cuda_mem_torch_last_error`]).
 fn with_allocator(
@@ -519,13 +524,7 @@ fn with_allocator(
     what: &'static str,
     f: impl FnOnce(&DeviceAllocator<DeviceBackend>) -> Result<()>,
 ) -> c_int {
-    match guarded(what, || f(&entry(device)?.allocator)) {
-        Ok(()) => 0,
-        Err(err) => {
-            remember(err.to_string());
-            -1
-        }
-    }
+    status(guarded(what, || f(&entry(device)?.allocator)))
 }
 
 /// Writes up to `len` of the device's figures to `out`, in this order: allocated current and
@@ -762,13 +761,7 @@ pub unsafe extern "C" fn cuda_mem_torch_snapshot(path: *const c_char) -> c_int {
             )
         })
     });
-    match written {
-        Ok(()) => 0,
-        Err(err) => {
-            remember(err.to_string());
-            -1
-        }
-    }
+    status(written)
 }
 
 /// Writes the snapshot to `path` whenever an allocation is refused for lack of memory (null:
@@ -784,13 +777,7 @@ pub unsafe extern "C" fn cuda_mem_torch_dump_on_oom(path: *const c_char) -> c_in
         *DUMP_ON_OOM.lock().unwrap_or_else(PoisonError::into_inner) = path;
         Ok(())
     });
-    match set {
-        Ok(()) => 0,
-        Err(err) => {
-            remember(err.to_string());
-            -1
-        }
-    }
+    status(set)
 }
 
 #[cfg(test)]

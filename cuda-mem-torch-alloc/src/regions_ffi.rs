@@ -2,7 +2,7 @@
 //! in [`regions`](crate::regions). Each returns 0 (or a length, or a tag) on success and -1 on
 //! failure, with the message kept for `cuda_mem_torch_last_error`.
 
-use super::{copy_text, entry, guarded, remember};
+use super::{copy_text, entry, guarded, remember, status};
 use crate::regions::{self, Tag};
 use cuda_mem::caching::Keep;
 use cuda_mem::{CudaError, ErrorKind, Result};
@@ -36,16 +36,6 @@ unsafe fn write_out(out: *mut u64, value: usize, what: &'static str) -> Result<(
     // SAFETY: non-null and aligned (checked), writable (the caller's promise).
     unsafe { out.write(value as u64) };
     Ok(())
-}
-
-fn status(result: Result<()>) -> c_int {
-    match result {
-        Ok(()) => 0,
-        Err(err) => {
-            remember(err.to_string());
-            -1
-        }
-    }
 }
 
 /// Makes the tag `name` the calling thread's current tag: what the thread allocates (on any
