@@ -79,11 +79,10 @@ impl Evictions {
     /// the spare ones.
     pub fn host_bytes(&self) -> usize {
         let held = self.evicted.iter().filter_map(|e| e.backup.as_ref()).chain(&self.spare);
-        let mut arenas: Vec<*const PinnedArena> = held.map(|b| Arc::as_ptr(&b.arena)).collect();
-        arenas.sort_unstable();
-        arenas.dedup();
-        // SAFETY: each pointer is of an arena a held backup keeps alive.
-        arenas.into_iter().map(|arena| unsafe { (*arena).bytes() }).sum()
+        let mut arenas: Vec<&Arc<PinnedArena>> = held.map(|b| &b.arena).collect();
+        arenas.sort_unstable_by_key(|arena| Arc::as_ptr(arena));
+        arenas.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        arenas.into_iter().map(|arena| arena.bytes()).sum()
     }
 
     /// Frees the spare backups (their arenas go with their last piece); returns the bytes of
