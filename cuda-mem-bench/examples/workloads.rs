@@ -5,7 +5,12 @@
 //! reserved over both, peak live from the script. Writes the corpus as workload files into OUT
 //! (for the peers) and prints JSON lines.
 //!
-//! `workloads OUT [--only NAME,..] [--extra FILE.cmwl ..]`
+//! `workloads OUT [--only NAME,..] [--extra FILE.cmwl ..] [--configs NAME,..] [--breakdown]`
+//!
+//! `--breakdown` times every operation of the second pass too (which costs the fast paths a
+//! clock read each, so its rows are for finding where time goes, not for comparing) and adds
+//! the time spent in slow allocations, slow frees and `empty_cache`, and the cache's hit and
+//! miss counts.
 
 use cuda_mem::caching::{CachedBlock, Config};
 use cuda_mem::{Device, DeviceCache, MemPool, Result, Stream, StreamBuffer};
@@ -16,9 +21,68 @@ use std::time::{Duration, Instant};
 /// What a replay measured.
 struct Measured {
     ns_per_op: [f64; 2],
+    /// With `--breakdown`: the second pass's time by operation, and the cache's (front hits,
+    /// core hits, misses, blocks lent) over it.
+    breakdown: Option<(Breakdown, Option<[u64; 4]>)>,
     peak_reserved: usize,
     misses_pass2: Option<u64>,
     releases_pass2: Option<u64>,
+}
+
+/// Operations slower than this count as slow in a breakdown: far above a hit (tens to
+/// hundreds of ns), below any driver call that maps or unmaps.
+const SLOW: Duration = Duration::from_micros(4);
+
+/// Where a pass's time went, summed over its threads: (count, ns) per kind of operation.
+#[derive(Default, Clone, Copy)]
+struct Breakdown {
+    allocs: (u64, u128),
+    slow_allocs: (u64, u128),
+    frees: (u64, u128),
+    slow_frees: (u64, u128),
+    empty_caches: (u64, u128),
+}
+
+impl Breakdown {
+    fn add(&mut self, other: &Breakdown) {
+        for (a, b) in [
+            (&mut self.allocs, other.allocs),
+            (&mut self.slow_allocs, other.slow_allocs),
+            (&mut self.frees, other.frees),
+            (&mut self.slow_frees, other.slow_frees),
+            (&mut self.empty_caches, other.empty_caches),
+        ] {
+            a.0 += b.0;
+            a.1 += b.1;
+        }
+    }
+
+    fn note(&mut self, kind: &Op, took: Duration) {
+        let slow = took >= SLOW;
+        let (all, slow_bucket) = match kind {
+            Op::Alloc { .. } => (&mut self.allocs, Some(&mut self.slow_allocs)),
+            Op::Free { .. } | Op::FreeOn { .. } => (&mut self.frees, Some(&mut self.slow_frees)),
+            Op::EmptyCache => (&mut self.empty_caches, None),
+        };
+        all.0 += 1;
+        all.1 += took.as_nanos();
+        if let Some(bucket) = slow_bucket.filter(|_| slow) {
+            bucket.0 += 1;
+            bucket.1 += took.as_nanos();
+        }
+    }
+
+    fn json(&self) -> String {
+        let pair = |(n, ns): (u64, u128)| format!("[{n},{ns}]");
+        format!(
+            "{{\"allocs\":{},\"slow_allocs\":{},\"frees\":{},\"slow_frees\":{},\"empty_caches\":{}}}",
+            pair(self.allocs),
+            pair(self.slow_allocs),
+            pair(self.frees),
+            pair(self.slow_frees),
+            pair(self.empty_caches)
+        )
+    }
 }
 
 /// An allocator under test: a block handle per live id.
@@ -30,6 +94,10 @@ trait Replayer: Sync {
     fn empty_cache(&self) -> Result<()>;
     /// (peak reserved, segment allocations, segment releases) so far.
     fn figures(&self) -> Result<(usize, Option<u64>, Option<u64>)>;
+    /// The cache's counters, for a breakdown: (front hits, core hits, misses, blocks lent).
+    fn counters(&self) -> Option<[u64; 4]> {
+        None
+    }
 }
 
 struct Cache(DeviceCache);
@@ -61,6 +129,11 @@ impl Replayer for Cache {
         let stats = self.0.stats();
         Ok((stats.reserved.peak, Some(stats.segment_allocations), Some(stats.segment_releases)))
     }
+
+    fn counters(&self) -> Option<[u64; 4]> {
+        let s = self.0.stats();
+        Some([s.front_hits, s.core_hits, s.misses, s.blocks_lent])
+    }
 }
 
 struct Pool(MemPool);
@@ -91,28 +164,33 @@ impl Replayer for Pool {
 }
 
 /// Runs `workload` twice through `replayer`.
-fn replay<R: Replayer>(replayer: &R, workload: &Workload) -> Result<Measured> {
+fn replay<R: Replayer>(replayer: &R, workload: &Workload, breakdown: bool) -> Result<Measured> {
     let streams: Vec<Stream> = workload.lanes.iter().map(|_| Stream::non_blocking()).collect::<Result<_>>()?;
     let mut ns_per_op = [0.0; 2];
     let mut before = (0, None, None);
+    let (mut spent_pass2, mut counters_before) = (None, None);
     for (pass, ns) in ns_per_op.iter_mut().enumerate() {
         if pass == 1 {
             before = replayer.figures()?;
+            counters_before = replayer.counters();
         }
+        let timed = breakdown && pass == 1;
         let barrier = Barrier::new(streams.len());
-        let times: Vec<Result<Duration>> = std::thread::scope(|scope| {
+        let times: Vec<Result<(Duration, Breakdown)>> = std::thread::scope(|scope| {
             let handles: Vec<_> = workload
                 .lanes
                 .iter()
                 .enumerate()
                 .map(|(lane, ops)| {
                     let (streams, barrier) = (&streams, &barrier);
-                    scope.spawn(move || -> Result<Duration> {
+                    scope.spawn(move || -> Result<(Duration, Breakdown)> {
                         let stream = &streams[lane];
                         let mut live: Vec<Option<R::Block>> = Vec::new();
+                        let mut spent = Breakdown::default();
                         barrier.wait();
                         let start = Instant::now();
                         for op in &ops.ops {
+                            let op_start = timed.then(Instant::now);
                             match *op {
                                 Op::Alloc { id, bytes } => {
                                     let id = id as usize;
@@ -128,18 +206,27 @@ fn replay<R: Replayer>(replayer: &R, workload: &Workload) -> Result<Measured> {
                                 }
                                 Op::EmptyCache => replayer.empty_cache()?,
                             }
+                            if let Some(op_start) = op_start {
+                                spent.note(op, op_start.elapsed());
+                            }
                         }
                         let elapsed = start.elapsed();
                         stream.synchronize()?;
-                        Ok(elapsed)
+                        Ok((elapsed, spent))
                     })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("a replay thread panicked")).collect()
         });
         let mut total = Duration::ZERO;
+        let mut spent = Breakdown::default();
         for time in times {
-            total += time?;
+            let (elapsed, lane) = time?;
+            total += elapsed;
+            spent.add(&lane);
+        }
+        if timed {
+            spent_pass2 = Some(spent);
         }
         for stream in &streams {
             stream.synchronize()?;
@@ -147,8 +234,16 @@ fn replay<R: Replayer>(replayer: &R, workload: &Workload) -> Result<Measured> {
         *ns = total.as_nanos() as f64 / workload.ops() as f64;
     }
     let (peak_reserved, misses, releases) = replayer.figures()?;
+    let counters = replayer.counters().zip(counters_before).map(|(after, before)| {
+        let mut delta = [0; 4];
+        for (d, (a, b)) in delta.iter_mut().zip(after.iter().zip(before)) {
+            *d = a - b;
+        }
+        delta
+    });
     Ok(Measured {
         ns_per_op,
+        breakdown: spent_pass2.map(|spent| (spent, counters)),
         peak_reserved,
         misses_pass2: misses.zip(before.1).map(|(a, b)| a - b),
         releases_pass2: releases.zip(before.2).map(|(a, b)| a - b),
@@ -169,7 +264,14 @@ fn report(workload: &Workload, allocator: &str, config: &str, measured: Result<M
     );
     match measured {
         Ok(m) => println!(
-            "{head},\"ns_per_op\":{:.1},\"ns_per_op_pass1\":{:.1},\"peak_reserved_bytes\":{},\"peak_live_bytes\":{},\"reserved_over_live\":{:.4},\"misses_pass2\":{},\"releases_pass2\":{},\"allocations_pass2\":{},\"config\":\"{config}\",\"version\":\"cuda-mem {}\"}}",
+            "{head}{},\"ns_per_op\":{:.1},\"ns_per_op_pass1\":{:.1},\"peak_reserved_bytes\":{},\"peak_live_bytes\":{},\"reserved_over_live\":{:.4},\"misses_pass2\":{},\"releases_pass2\":{},\"allocations_pass2\":{},\"config\":\"{config}\",\"version\":\"cuda-mem {}\"}}",
+            m.breakdown.map_or(String::new(), |(spent, counters)| format!(
+                ",\"breakdown\":{},\"counters_pass2\":{}",
+                spent.json(),
+                counters.map_or("null".into(), |[front, core, misses, lent]| format!(
+                    "{{\"front_hits\":{front},\"core_hits\":{core},\"misses\":{misses},\"lent\":{lent}}}"
+                ))
+            )),
             m.ns_per_op[1],
             m.ns_per_op[0],
             m.peak_reserved,
@@ -184,9 +286,17 @@ fn report(workload: &Workload, allocator: &str, config: &str, measured: Result<M
     }
 }
 
-/// The cache's parameters the rows compare: the default, and each with one choice changed.
+/// The cache's parameters the rows compare: the default, and each with one choice changed;
+/// choices joined by `+` apply in turn (`mappings_32+front_block_4`; `throughput` starts over).
 fn named_config(name: &str) -> Option<Config> {
-    let default = Config::default();
+    name.split('+').try_fold(Config::default(), with_choice)
+}
+
+fn with_choice(default: Config, name: &str) -> Option<Config> {
+    let mib = |prefix: &str| -> Option<usize> { Some(name.strip_prefix(prefix)?.parse::<usize>().ok()? << 20) };
+    if let Some(bytes) = mib("front_block_") {
+        return Some(Config { front_max_block: bytes, ..default });
+    }
     Some(match name {
         "default" => default,
         "throughput" => Config::throughput(),
@@ -197,23 +307,21 @@ fn named_config(name: &str) -> Option<Config> {
         "no_large_slot" => Config { front_large_slot: false, ..default },
         "neither" => Config { live_slack_percent: 0, front_large_slot: false, ..default },
         // Mappings of up to N MiB per new physical allocation (`mappings_8`, `mappings_64`, ..).
-        _ => {
-            let mib: usize = name.strip_prefix("mappings_")?.parse().ok()?;
-            Config { max_mapping_bytes: mib << 20, ..default }
-        }
+        _ => Config { max_mapping_bytes: mib("mappings_")?, ..default },
     })
 }
 
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: workloads OUT [--only NAME,..] [--extra FILE..] [--configs NAME,..]";
+    let usage = "usage: workloads OUT [--only NAME,..] [--extra FILE..] [--configs NAME,..] [--breakdown]";
     let out = std::path::PathBuf::from(args.next().ok_or(usage)?);
-    let (mut only, mut extra, mut chosen) = (None, Vec::new(), None);
+    let (mut only, mut extra, mut chosen, mut breakdown) = (None, Vec::new(), None, false);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--only" => only = Some(args.next().ok_or("--only needs names")?),
             "--configs" => chosen = Some(args.next().ok_or("--configs needs names")?),
             "--extra" => extra.push(args.next().ok_or("--extra needs a file")?),
+            "--breakdown" => breakdown = true,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -233,13 +341,13 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         for name in names.split(',') {
             let config = named_config(name).ok_or_else(|| format!("unknown config {name}"))?;
             let cache = Cache(DeviceCache::with_config(device, config)?);
-            report(workload, &format!("cuda_mem_cache_{name}"), name, replay(&cache, workload));
+            report(workload, &format!("cuda_mem_cache_{name}"), name, replay(&cache, workload, breakdown));
         }
         let pool = Pool(MemPool::retaining(device)?);
         // The pool may be one the process made before: start its figures from nothing.
         pool.0.trim_to(0)?;
         pool.0.reset_highs()?;
-        report(workload, "cuda_mem_stream_pool", "MemPool::retaining", replay(&pool, workload));
+        report(workload, "cuda_mem_stream_pool", "MemPool::retaining", replay(&pool, workload, breakdown));
     }
     Ok(())
 }
