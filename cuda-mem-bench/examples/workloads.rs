@@ -9,13 +9,15 @@
 //!
 //! `--breakdown` times every operation of the second pass too (which costs the fast paths a
 //! clock read each, so its rows are for finding where time goes, not for comparing) and adds
-//! the time spent in slow allocations, slow frees and `empty_cache`, and the cache's hit and
-//! miss counts.
+//! the time spent in slow allocations, slow frees and `empty_cache`, the cache's hit and miss
+//! counts, and the most bytes live at once as the threads ran (the script's peak live is the
+//! round-robin order's, which threads running free may exceed).
 
 use cuda_mem::caching::{CachedBlock, Config};
 use cuda_mem::{Device, DeviceCache, MemPool, Result, Stream, StreamBuffer};
 use cuda_mem_workloads::{Op, Workload, format};
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// What a replay measured.
@@ -41,6 +43,9 @@ struct Breakdown {
     frees: (u64, u128),
     slow_frees: (u64, u128),
     empty_caches: (u64, u128),
+    /// The most bytes live at once as the threads interleaved (the script's peak is the
+    /// round-robin order's).
+    live_peak: usize,
 }
 
 impl Breakdown {
@@ -75,12 +80,13 @@ impl Breakdown {
     fn json(&self) -> String {
         let pair = |(n, ns): (u64, u128)| format!("[{n},{ns}]");
         format!(
-            "{{\"allocs\":{},\"slow_allocs\":{},\"frees\":{},\"slow_frees\":{},\"empty_caches\":{}}}",
+            "{{\"allocs\":{},\"slow_allocs\":{},\"frees\":{},\"slow_frees\":{},\"empty_caches\":{},\"live_peak_bytes\":{}}}",
             pair(self.allocs),
             pair(self.slow_allocs),
             pair(self.frees),
             pair(self.slow_frees),
-            pair(self.empty_caches)
+            pair(self.empty_caches),
+            self.live_peak
         )
     }
 }
@@ -176,16 +182,26 @@ fn replay<R: Replayer>(replayer: &R, workload: &Workload, breakdown: bool) -> Re
         }
         let timed = breakdown && pass == 1;
         let barrier = Barrier::new(streams.len());
+        // Bytes live across all threads as they actually interleave (timed pass only).
+        let (live_now, live_peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let times: Vec<Result<(Duration, Breakdown)>> = std::thread::scope(|scope| {
             let handles: Vec<_> = workload
                 .lanes
                 .iter()
                 .enumerate()
                 .map(|(lane, ops)| {
-                    let (streams, barrier) = (&streams, &barrier);
+                    let (streams, barrier, live_now, live_peak) = (&streams, &barrier, &live_now, &live_peak);
+                    let count = |bytes: usize, alloc: bool| {
+                        if alloc {
+                            let now = live_now.fetch_add(bytes, Ordering::Relaxed) + bytes;
+                            live_peak.fetch_max(now, Ordering::Relaxed);
+                        } else {
+                            live_now.fetch_sub(bytes, Ordering::Relaxed);
+                        }
+                    };
                     scope.spawn(move || -> Result<(Duration, Breakdown)> {
                         let stream = &streams[lane];
-                        let mut live: Vec<Option<R::Block>> = Vec::new();
+                        let mut live: Vec<Option<(R::Block, usize)>> = Vec::new();
                         let mut spent = Breakdown::default();
                         barrier.wait();
                         let start = Instant::now();
@@ -197,12 +213,22 @@ fn replay<R: Replayer>(replayer: &R, workload: &Workload, breakdown: bool) -> Re
                                     if live.len() <= id {
                                         live.resize_with(id + 1, || None);
                                     }
-                                    live[id] = Some(replayer.alloc(bytes as usize, stream)?);
+                                    live[id] = Some((replayer.alloc(bytes as usize, stream)?, bytes as usize));
+                                    if timed {
+                                        count(bytes as usize, true);
+                                    }
                                 }
-                                Op::Free { id } => replayer.free(live[id as usize].take().expect("a live id"))?,
-                                Op::FreeOn { id, lane } => {
-                                    let block = live[id as usize].take().expect("a live id");
-                                    replayer.free_on(block, &streams[usize::from(lane)])?;
+                                Op::Free { id } | Op::FreeOn { id, .. } => {
+                                    let (block, bytes) = live[id as usize].take().expect("a live id");
+                                    if timed {
+                                        count(bytes, false);
+                                    }
+                                    match *op {
+                                        Op::FreeOn { lane, .. } => {
+                                            replayer.free_on(block, &streams[usize::from(lane)])?
+                                        }
+                                        _ => replayer.free(block)?,
+                                    }
                                 }
                                 Op::EmptyCache => replayer.empty_cache()?,
                             }
@@ -226,6 +252,7 @@ fn replay<R: Replayer>(replayer: &R, workload: &Workload, breakdown: bool) -> Re
             spent.add(&lane);
         }
         if timed {
+            spent.live_peak = live_peak.load(Ordering::Relaxed);
             spent_pass2 = Some(spent);
         }
         for stream in &streams {

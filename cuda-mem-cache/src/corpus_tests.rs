@@ -241,3 +241,99 @@ fn the_mixed_workload_on_threads_keeps_its_reserve() {
     assert!(paged_reserved as f64 <= 3.0 * live as f64, "growable: reserved {paged_reserved}, live {live}");
     assert!(misses >= 1 && releases <= misses, "{misses} misses, {releases} releases");
 }
+
+#[test]
+fn scratch_serving_configs() {
+    let workload = cuda_mem_workloads::serving::Serving::default().workload();
+    for (name, config) in [
+        ("default", Config::default()),
+        ("front_block_2", Config { front_max_block: 2 << 20, ..Config::default() }),
+        ("front_block_4", Config { front_max_block: 4 << 20, ..Config::default() }),
+        ("front_block_8", Config { front_max_block: 8 << 20, ..Config::default() }),
+        ("front_unbounded", Config { front_max_block: usize::MAX, ..Config::default() }),
+    ] {
+        let backend = paged();
+        let r = replay_over(&workload, config, backend.clone());
+        eprintln!("{name}: {r}; calls {}", backend.driver_calls());
+    }
+}
+
+#[test]
+fn scratch_serving_miss_sizes() {
+    let workload = cuda_mem_workloads::serving::Serving::default().workload();
+    let backend = paged();
+    let cache = CachingAllocator::new(backend.clone(), Config::default()).unwrap();
+    let lanes = workload.lanes.len();
+    let mut live: Vec<Vec<Option<CachedBlock>>> = (0..lanes).map(|_| Vec::new()).collect();
+    let mut hist = std::collections::BTreeMap::<usize, (u64, u64)>::new();
+    let mut since_empty = std::collections::BTreeMap::<usize, u64>::new();
+    let mut ops_since_empty = 0usize;
+    for pass in 0..2 {
+        let mut ops_in_round = 0;
+        for (lane, op) in workload.round_robin() {
+            let stream = lane_stream(lane);
+            match op {
+                Op::Alloc { id, bytes } => {
+                    let before = cache.stats().misses;
+                    let block = cache.alloc(bytes as usize, &stream).unwrap();
+                    let missed = cache.stats().misses > before;
+                    if pass == 1 {
+                        let bucket = (bytes as usize).next_power_of_two() >> 20;
+                        let e = hist.entry(bucket).or_default();
+                        e.0 += 1;
+                        e.1 += missed as u64;
+                        if missed {
+                            *since_empty.entry((ops_since_empty / 60).min(20)).or_default() += 1;
+                        }
+                    }
+                    let slots = &mut live[lane];
+                    if slots.len() <= id as usize {
+                        slots.resize_with(id as usize + 1, || None);
+                    }
+                    slots[id as usize] = Some(block);
+                }
+                Op::Free { id } => unsafe { cache.free(live[lane][id as usize].take().unwrap()) },
+                Op::FreeOn { id, lane: other } => {
+                    let block = live[lane][id as usize].take().unwrap();
+                    backend.submit(lane_stream(other.into()));
+                    unsafe { cache.free_on(block, &lane_stream(other.into())).unwrap() };
+                }
+                Op::EmptyCache => {
+                    cache.empty_cache();
+                    ops_since_empty = 0;
+                }
+            }
+            ops_since_empty += 1;
+            ops_in_round += 1;
+            if ops_in_round == lanes {
+                backend.complete_all();
+                ops_in_round = 0;
+            }
+        }
+        backend.complete_all();
+    }
+    eprintln!("size bucket MiB (pow2 ceil): (allocs, misses)");
+    for (k, v) in &hist {
+        eprintln!("  {k}: {v:?}");
+    }
+    eprintln!("misses by ops since empty_cache / 60: {since_empty:?}");
+}
+
+#[test]
+fn scratch_serving_threads_time() {
+    let workload = cuda_mem_workloads::serving::Serving::default().workload();
+    for (name, config) in [
+        ("default", Config::default()),
+        ("front_unbounded", Config { front_max_block: usize::MAX, ..Config::default() }),
+    ] {
+        let t = std::time::Instant::now();
+        let backend = paged();
+        let (reserved, misses, releases) = replay_threads_over(&workload, config, backend.clone());
+        eprintln!(
+            "{name}: {:.0} ns/op (wall, both passes), reserved/live {:.3}, misses {misses}, releases {releases}, calls {}",
+            t.elapsed().as_nanos() as f64 / (2.0 * workload.ops() as f64),
+            reserved as f64 / workload.shape().peak_live_round_robin as f64,
+            backend.driver_calls()
+        );
+    }
+}
