@@ -2,6 +2,7 @@
 
     cd cuda-mem-bench/workloads && python3 -m unittest -v test_torch_training
 """
+import contextlib
 import io
 import os
 import struct
@@ -10,7 +11,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from torch_training import draw_shapes, encode_workload, snapshot_to_workload  # noqa: E402
+from torch_training import draw_shapes, encode_workload, parse_args, snapshot_to_workload  # noqa: E402
 
 ALLOC, FREE, FREE_ON, EMPTY_CACHE = 0, 1, 2, 3
 
@@ -231,6 +232,14 @@ class ShapesTest(unittest.TestCase):
         self.assertTrue(all(4 <= b <= 16 and 128 <= t <= 1024 and t % 64 == 0 for b, t in shapes))
         self.assertEqual({t for _, t in shapes}, set(range(128, 1025, 64)))
         self.assertEqual({b for b, _ in shapes}, set(range(4, 17)))
+
+
+class ArgumentsTest(unittest.TestCase):
+    def test_hooks_are_cuda_mems_and_default_to_all(self):
+        self.assertEqual(parse_args(["--allocator", "cuda-mem"]).cuda_mem_hooks, "all")
+        self.assertEqual(parse_args(["--allocator", "cuda-mem", "--cuda-mem-hooks", "none"]).cuda_mem_hooks, "none")
+        with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+            parse_args(["--allocator", "native", "--cuda-mem-hooks", "none"])
 
 
 if __name__ == "__main__":

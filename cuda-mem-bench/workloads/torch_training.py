@@ -22,6 +22,7 @@ One JSON line on stdout at the end (everything else goes to stderr):
 writes it in cuda-mem-workloads' file format (`snapshot_to_workload`, importable without torch).
 """
 import argparse
+import ctypes
 import heapq
 import json
 import math
@@ -344,6 +345,10 @@ def parse_args(argv):
                    help="cuda-mem's backend (cache, cache-compact, pool); default: the wrapper's default")
     p.add_argument("--cuda-mem-python", metavar="DIR", default=None,
                    help="the folder holding cuda_mem_torch.py and libcuda_mem_torch_alloc.so (else PYTHONPATH)")
+    p.add_argument("--cuda-mem-hooks", default="all", metavar="all|none|SETTER,..",
+                   help="which of the pluggable allocator's optional hooks to set: all (install(), the "
+                        "default), none (a bare CUDAPluggableAllocator), or a comma list of the setters "
+                        "in cuda_mem.torch.HOOKS; for finding what a hook costs")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup-steps", type=int, default=20, help="the first steps, left out of the step timing")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)
@@ -365,6 +370,8 @@ def parse_args(argv):
         p.error("--record-trace needs --allocator native (the trace is PyTorch's allocator's)")
     if args.backend and args.allocator != "cuda-mem":
         p.error("--backend is cuda-mem's")
+    if args.cuda_mem_hooks != "all" and args.allocator != "cuda-mem":
+        p.error("--cuda-mem-hooks is cuda-mem's")
     if args.steps < 1 or args.warmup_steps < 0:
         p.error("--steps must be >= 1 and --warmup-steps >= 0")
     if args.seq[0] < 64 or args.seq[1] < args.seq[0] or -(-args.seq[0] // 64) > args.seq[1] // 64:
@@ -377,10 +384,37 @@ def install_cuda_mem(args):
         sys.path.insert(0, os.path.abspath(args.cuda_mem_python))
     import cuda_mem_torch
 
-    kwargs = {"backend": args.backend} if args.backend else {}
-    alloc = cuda_mem_torch.install(**kwargs)
-    print(f"cuda-mem: {alloc.path}, backend {alloc.backend}; hooks PyTorch lacks: {alloc.missing_hooks}",
-          file=sys.stderr)
+    if args.cuda_mem_hooks == "all":
+        kwargs = {"backend": args.backend} if args.backend else {}
+        alloc = cuda_mem_torch.install(**kwargs)
+        print(f"cuda-mem: {alloc.path}, backend {alloc.backend}; hooks PyTorch lacks: {alloc.missing_hooks}",
+              file=sys.stderr)
+        return alloc
+    return install_with_hooks(cuda_mem_torch, args.backend, args.cuda_mem_hooks)
+
+
+def install_with_hooks(module, backend, hooks):
+    """cuda-mem's allocator installed with only the named optional hooks ("none": a bare
+    CUDAPluggableAllocator), through the module's own steps otherwise."""
+    wanted = set() if hooks == "none" else set(hooks.split(","))
+    known = {setter for setter, _ in module.HOOKS}
+    if wanted - known:
+        sys.exit(f"--cuda-mem-hooks: unknown setters {sorted(wanted - known)}; known: {sorted(known)}")
+    alloc = module.Allocator()
+    if alloc.lib.cuda_mem_torch_check_conf() != 0:
+        sys.exit(f"CUDA_MEM_TORCH_ALLOC_CONF: {alloc.last_error()}")
+    if backend:
+        alloc.select_backend(backend)
+    else:
+        alloc.backend = module._conf_backend()
+    alloc.torch_allocator = torch.cuda.memory.CUDAPluggableAllocator(
+        alloc.path, "cuda_mem_torch_alloc", "cuda_mem_torch_free")
+    native = alloc.torch_allocator.allocator()
+    for setter, function in module.HOOKS:
+        if setter in wanted:
+            getattr(native, setter)(ctypes.cast(getattr(alloc.lib, function), ctypes.c_void_p).value)
+    torch.cuda.memory.change_current_allocator(alloc.torch_allocator)
+    print(f"cuda-mem: {alloc.path}, backend {alloc.backend}; hooks set: {sorted(wanted) or 'none'}", file=sys.stderr)
     return alloc
 
 
@@ -415,6 +449,8 @@ def main(argv=None):
             print(f"warning: {conf_var}={conf} is set; cuda-mem's allocator ignores it", file=sys.stderr)
         alloc = install_cuda_mem(args)  # before any CUDA allocation
         label = f"cuda_mem:{alloc.backend}"
+        if args.cuda_mem_hooks != "all":
+            label += f" (hooks: {args.cuda_mem_hooks})"
     else:
         label = "torch_expandable" if expandable_from_env() else "torch_native"
     print(f"allocator {label}; {conf_var or 'PYTORCH_CUDA_ALLOC_CONF'}={conf!r}; torch {torch.__version__}",
