@@ -4,7 +4,7 @@ use super::arena::BlockId;
 use super::backend::{Backend, Keep, Pages, StreamKey};
 use super::block::CachedBlock;
 use super::config::{Config, Pool};
-use super::core::{Core, CoreFigures, On, Totals};
+use super::core::{Core, CoreFigures, On, Totals, unmap_claimed};
 use super::front::{BinKey, ENTRIES, FrontLimits, Parked, ThreadCache, ThreadTotals};
 use super::size_class::{SizeClass, class_of};
 use super::stats::{CachingStats, ClassStats, CurrentPeak};
@@ -603,11 +603,26 @@ impl<B: Backend> Shared<B> {
         if moving {
             self.trim_largest(pages, over, (home, keep));
         }
-        let mut core = lock(&self.shards[home]);
-        if let Some(id) = core.take_cached(backend, config, totals, on.key, class) {
-            return Ok(Taken::own(&core, id));
+        // The driver calls run without the shard's lock, so that the stream's other threads and
+        // the shard's other streams (their frees, their hits in the core, other misses' scans)
+        // never wait for them. A free block the mapping extends may be taken meanwhile: then
+        // the mapped pages stay the stream's, and the miss maps again.
+        loop {
+            let claim = {
+                let mut core = lock(&self.shards[home]);
+                if let Some(id) = core.take_cached(backend, config, totals, on.key, class) {
+                    return Ok(Taken::own(&core, id));
+                }
+                core.claim_pages(pages, config, on, class)?
+            };
+            // SAFETY: the claim's `room` bytes are unmapped pages of a range from `reserve`,
+            // which no other call maps, unmaps or frees until `finish_map` (see `MapClaim`).
+            let mapped = unsafe { pages.map(claim.at, claim.bytes(), claim.room, claim.max_new) };
+            let mut core = lock(&self.shards[home]);
+            if let Some(id) = core.finish_map(config, totals, on, class, claim, mapped)? {
+                return Ok(Taken::own(&core, id));
+            }
         }
-        core.grow_pages(pages, config, totals, on, class).map(|id| Taken::own(&core, id))
     }
 
     /// A free block of another stream lent to `on`: one whose owner's work on it is known to
@@ -652,7 +667,7 @@ impl<B: Backend> Shared<B> {
 
     /// Unmaps free pages, from the shards with the largest runs first, until `enough` bytes are
     /// unmapped (or none is left that can be), keeping the free block `keep.1` of shard `keep.0`.
-    /// One shard's lock at a time.
+    /// One shard's lock at a time, and none across the unmaps.
     fn trim_largest(
         &self,
         pages: &dyn Pages<Error = B::Error>,
@@ -668,8 +683,11 @@ impl<B: Backend> Shared<B> {
                 break;
             }
             let kept = if index == keep.0 { keep.1 } else { None };
-            let mut core = lock(&self.shards[index]);
-            unmapped += core.trim(&self.backend, pages, &self.totals, enough - unmapped, kept, false);
+            let claimed = lock(&self.shards[index]).claim_trim(&self.backend, enough - unmapped, kept, false);
+            // SAFETY: claims of `claim_trim`, not finished yet (see `UnmapClaim`); the unmaps run
+            // without the shard's lock.
+            unsafe { unmap_claimed(pages, &claimed) };
+            unmapped += lock(&self.shards[index]).finish_trim(&self.totals, &claimed);
         }
         unmapped
     }

@@ -31,6 +31,10 @@ pub(super) enum BlockState {
     /// Addresses of a growable segment with no memory behind them: whole pages, never next to
     /// another unmapped block.
     Unmapped,
+    /// Whole pages of a growable segment that a thread maps or unmaps without the shard's lock:
+    /// in no list and merged with nothing until that thread finishes ([`Arena::claim_unmapped`],
+    /// [`Arena::claim_mapped`]).
+    Changing,
 }
 
 pub(super) struct Block {
@@ -61,6 +65,8 @@ pub(super) struct Segment<F> {
     pub(super) free: usize,
     /// Bytes of unmapped blocks (growable segments only).
     pub(super) unmapped: usize,
+    /// Bytes of changing blocks: while any, the segment's range stays reserved.
+    pub(super) changing: usize,
     /// The mappings of a growable segment: offset -> bytes. They tile what is not unmapped, and
     /// go back only whole.
     pub(super) mappings: BTreeMap<usize, usize>,
@@ -211,6 +217,7 @@ impl<F> Arena<F> {
             pages,
             free,
             unmapped,
+            changing: 0,
             mappings: BTreeMap::new(),
             first: BlockId::MAX,
         });
@@ -509,7 +516,7 @@ impl<F> Arena<F> {
         }
         let mut free_blocks = 0;
         for (id, segment) in self.segments.iter() {
-            let (mut offset, mut free, mut unmapped) = (0, 0, 0);
+            let (mut offset, mut free, mut unmapped, mut changing) = (0, 0, 0, 0);
             let mut cursor = Some(segment.first);
             let mut prev: Option<(BlockId, BlockState)> = None;
             while let Some(b) = cursor {
@@ -528,21 +535,33 @@ impl<F> Arena<F> {
                     unmapped += block.size;
                     unmapped_blocks += 1;
                 }
+                if block.state == BlockState::Changing {
+                    let page = segment.pages.expect("changing blocks only in growable segments");
+                    assert!(block.offset.is_multiple_of(page) && block.size.is_multiple_of(page), "whole pages");
+                    changing += block.size;
+                }
                 offset += block.size;
                 prev = Some((b, block.state));
                 cursor = block.next;
             }
-            assert_eq!((offset, free, unmapped), (segment.bytes, segment.free, segment.unmapped));
+            assert_eq!(
+                (offset, free, unmapped, changing),
+                (segment.bytes, segment.free, segment.unmapped, segment.changing)
+            );
             if let Some(page) = segment.pages {
                 let mut end = 0;
                 for (&at, &bytes) in &segment.mappings {
                     assert!(at >= end && bytes > 0 && at.is_multiple_of(page) && bytes.is_multiple_of(page));
                     let holder = self.block_at(id, at);
-                    assert_ne!(self.blocks.at(holder).state, BlockState::Unmapped, "a mapping in an unmapped block");
+                    let state = self.blocks.at(holder).state;
+                    assert!(
+                        !matches!(state, BlockState::Unmapped | BlockState::Changing),
+                        "a mapping in a {state:?} block"
+                    );
                     end = at + bytes;
                 }
                 let mapped: usize = segment.mappings.values().sum();
-                assert_eq!(mapped, segment.bytes - segment.unmapped, "mappings tile what is mapped");
+                assert_eq!(mapped, segment.bytes - segment.unmapped - segment.changing, "mappings tile what is mapped");
             }
             let idle = self.idle.contains(&(segment.pool, segment.bytes, id));
             assert_eq!(idle, segment.is_idle());

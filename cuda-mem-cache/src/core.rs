@@ -1,13 +1,15 @@
 //! One shard of the shared core, used under its own lock on front-cache misses and overflows:
 //! the arena of the streams that hash to the shard, blocks freed on a foreign stream and waiting
 //! for its fence, adoption of idle segments across streams, growth, and release. Every backend
-//! call of the allocator happens here, and here the allocator keeps a handle of every stream it
-//! holds something of. [`Totals`] are the figures every shard shares (the reserve and its peak),
-//! read without a lock.
+//! call of the allocator happens here, but for the maps and unmaps of pages a miss makes, which
+//! the allocator makes without the shard's lock on pages claimed here ([`MapClaim`],
+//! [`UnmapClaim`]); and here the allocator keeps a handle of every stream it holds something of.
+//! [`Totals`] are the figures every shard shares (the reserve and its peak), read without a lock.
 
 use super::arena::{Arena, BlockId, BlockState, SegmentId};
-use super::backend::{Backend, Pages, StreamKey};
+use super::backend::{Backend, Mapped, Pages, StreamKey};
 use super::config::{Config, Pool};
+use super::growable::Run;
 use super::size_class::SizeClass;
 use super::stats::CurrentPeak;
 use crate::Result;
@@ -124,6 +126,54 @@ pub(super) struct Detached {
 // SAFETY: the address of device memory the cache owns, never dereferenced by the bookkeeping;
 // the shard that receives it takes it over.
 unsafe impl Send for Detached {}
+
+/// Pages a miss maps without its shard's lock ([`Core::claim_pages`]): the first `room` bytes
+/// from `at`, unmapped pages of a range from [`Pages::reserve`], held out of every list (in a
+/// [`Changing`](super::arena::BlockState::Changing) block) so that no other call maps, unmaps or
+/// frees them until [`Core::finish_map`]. The map asks for `run.bytes` (whole pages) at least.
+pub(super) struct MapClaim {
+    pub at: NonNull<u8>,
+    run: Run,
+    pub room: usize,
+    pub max_new: usize,
+}
+
+impl MapClaim {
+    /// Bytes the map must give at least.
+    pub fn bytes(&self) -> usize {
+        self.run.bytes
+    }
+}
+
+// SAFETY: the address of device memory the cache owns, never dereferenced by the bookkeeping;
+// the claim is ended under the lock of the shard that made it.
+unsafe impl Send for MapClaim {}
+
+/// Whole mappings inside a free block that a trim unmaps ([`Core::claim_trim`]): `bytes` from
+/// `at`, out of every list (a [`Changing`](super::arena::BlockState::Changing) block) so that
+/// nothing hands them out or maps them until [`Core::finish_trim`], and unused: the owner's
+/// fence recorded after their return has completed.
+pub(super) struct UnmapClaim {
+    block: BlockId,
+    at: NonNull<u8>,
+    bytes: usize,
+    pool: Pool,
+}
+
+// SAFETY: as `MapClaim`.
+unsafe impl Send for UnmapClaim {}
+
+/// Unmaps the claimed runs.
+///
+/// # Safety
+/// The claims come from [`Core::claim_trim`] and have not been finished: each is whole
+/// mappings made by `map`, unused (its fence completed), that nothing else maps or unmaps.
+pub(super) unsafe fn unmap_claimed<E: crate::BackendError>(pages: &dyn Pages<Error = E>, claimed: &[UnmapClaim]) {
+    for claim in claimed {
+        // SAFETY: the caller's contract.
+        unsafe { pages.unmap(claim.at, claim.bytes) };
+    }
+}
 
 /// A block freed on a stream other than its owner: reusable once `fence` (recorded on `stream`
 /// at the free) completes.
@@ -541,21 +591,22 @@ impl<B: Backend> Core<B> {
         }
     }
 
-    /// A block of `class` for `on` from newly mapped pages of its growable segment of the pool
-    /// (reserved on the stream's first miss there).
-    pub fn grow_pages(
+    /// Claims the pages a miss of `class` on `on` maps next, in its growable segment of the pool
+    /// (reserved on the stream's first miss there), for a [`Pages::map`] made without the
+    /// shard's lock: see [`MapClaim`]. The claim spans what the miss needs and room for the one
+    /// kept mapping the map may choose instead (never larger than the largest new one).
+    pub fn claim_pages(
         &mut self,
         pages: &dyn Pages<Error = B::Error>,
         config: &Config,
-        totals: &Totals,
         on: &On<'_, B::Stream>,
         class: SizeClass,
-    ) -> Result<BlockId, B::Error> {
+    ) -> Result<MapClaim, B::Error> {
         let pool = config.pool_of(class);
+        let page = pages.page_bytes();
         let run = match self.arena.run_to_map(on.key, pool, class.bytes()) {
             Some(run) => run,
             None => {
-                let page = pages.page_bytes();
                 let range = pages.range_bytes().max(class.bytes()).next_multiple_of(page);
                 let base = pages.reserve(range)?;
                 self.hold(on);
@@ -563,22 +614,49 @@ impl<B: Backend> Core<B> {
                 self.arena.run_to_map(on.key, pool, class.bytes()).expect("a new range fits its request")
             }
         };
-        let at = self.arena.at(run.segment, run.offset);
-        let room = self.arena.room(run);
-        // SAFETY: `room` is the whole unmapped block the run starts, in a range from `reserve`.
-        let mapped = unsafe { pages.map(at, run.bytes, room, config.largest_new_mapping(run.bytes))? };
+        let max_new = config.largest_new_mapping(run.bytes);
+        let largest = max_new.max(config.max_mapping_bytes).max(page);
+        let room = self.arena.room(run).min(run.bytes.saturating_add(largest)) / page * page;
+        self.arena.claim_unmapped(run, room);
+        Ok(MapClaim { at: self.arena.at(run.segment, run.offset), run, room, max_new })
+    }
+
+    /// Ends `claim` with what its [`Pages::map`] did: on success the mapped pages join the
+    /// stream's free memory and a block of `class` is taken for `on` from it, if one fits (a
+    /// free block the mapping extended may have been taken meanwhile: `None`, and the caller
+    /// maps again); on failure the claim is unmapped again and the error returned.
+    pub fn finish_map(
+        &mut self,
+        config: &Config,
+        totals: &Totals,
+        on: &On<'_, B::Stream>,
+        class: SizeClass,
+        claim: MapClaim,
+        mapped: std::result::Result<Mapped, B::Error>,
+    ) -> Result<Option<BlockId>, B::Error> {
+        let mapped = match mapped {
+            Ok(mapped) => mapped,
+            Err(err) => {
+                self.arena.abandon_map(claim.run);
+                return Err(err.into());
+            }
+        };
         assert!(
-            mapped.bytes >= run.bytes && mapped.bytes <= room && mapped.mappings.iter().sum::<usize>() == mapped.bytes,
+            mapped.bytes >= claim.run.bytes
+                && mapped.bytes <= claim.room
+                && mapped.mappings.iter().sum::<usize>() == mapped.bytes,
             "Pages::map mapped what it was asked for"
         );
-        let run = super::growable::Run { bytes: mapped.bytes, ..run };
-        self.arena.mark_mapped(run, &mapped.mappings);
-        self.figures.reserved += run.bytes;
-        totals.mapped(pool, run.bytes, mapped.from_kept);
+        let pool = self.arena.segment(claim.run.segment).pool;
+        self.arena.finish_map(claim.run, &mapped.mappings);
+        self.figures.reserved += mapped.bytes;
+        totals.mapped(pool, mapped.bytes, mapped.from_kept);
         self.figures.segment_allocations += 1;
         self.figures.misses += 1;
-        let id = self.arena.take(on.key, pool, class.bytes()).expect("mapped pages fit their request");
-        self.figures.active.add(class.bytes());
+        let id = self.arena.take(on.key, config.pool_of(class), class.bytes());
+        if id.is_some() {
+            self.figures.active.add(class.bytes());
+        }
         Ok(id)
     }
 
@@ -587,28 +665,20 @@ impl<B: Backend> Core<B> {
         self.arena.trimmable().first().map_or(0, |run| run.bytes)
     }
 
-    /// Unmaps the whole pages inside free blocks (but `keep`), largest runs first and each run
-    /// whole, until at least `enough` bytes are unmapped, each after its owner's work on it: a
-    /// fence on the owner recorded after the block's return that has completed, or, when
-    /// `wait`, that the calling thread waits for. Without `wait` a run whose fence is not done
-    /// stays mapped (a fence is recorded for later calls), so a miss never blocks on another
-    /// stream's work. Returns the bytes unmapped. Whole runs: each unmap is a driver call that
-    /// waits, so fewer and larger ones cost less (on the H200 on 2026-12-03, unmapping only what
-    /// a miss lacked doubled the serving workload's time per op).
-    #[allow(clippy::too_many_arguments)] // the shard's context (backend, pages, totals) and the request
-    pub fn trim(
-        &mut self,
-        backend: &B,
-        pages: &dyn Pages<Error = B::Error>,
-        totals: &Totals,
-        enough: usize,
-        keep: Option<BlockId>,
-        wait: bool,
-    ) -> usize {
+    /// Claims whole mappings inside free blocks (but `keep`) for unmapping, largest runs first
+    /// and each run from its end, until at least `enough` bytes are claimed, each after its
+    /// owner's work on it: a fence on the owner recorded after the block's return that has
+    /// completed, or, when `wait`, that the calling thread waits for. Without `wait` a run whose
+    /// fence is not done stays mapped (a fence is recorded for later calls), so a miss never
+    /// blocks on another stream's work. The claimed runs leave the shard's figures now; the
+    /// caller unmaps them (without the lock, if it likes) and ends the claims with
+    /// [`Core::finish_trim`]. Only what is needed goes: the rest of a run stays mapped for its
+    /// owner, whose next miss would otherwise map it back (the driver's cost is per mapping).
+    pub fn claim_trim(&mut self, backend: &B, enough: usize, keep: Option<BlockId>, wait: bool) -> Vec<UnmapClaim> {
         let runs: Vec<_> = self.arena.trimmable().into_iter().filter(|run| Some(run.block) != keep).collect();
-        let mut unmapped = 0;
+        let (mut claimed, mut bytes) = (Vec::new(), 0);
         for run in runs {
-            if unmapped >= enough {
+            if bytes >= enough {
                 break;
             }
             let owner = self.arena.segment(run.segment).owner;
@@ -619,21 +689,42 @@ impl<B: Backend> Core<B> {
                     continue;
                 }
             }
+            let run = self.arena.tail_of(run, enough - bytes);
             let at = self.arena.at(run.segment, run.offset);
             let pool = self.arena.segment(run.segment).pool;
-            self.arena.mark_unmapped(run);
-            // SAFETY: whole pages inside a free block of a growable segment, so mapped by `map`
-            // (a block is free only once its pages are mapped) and unmapped once (marked
-            // unmapped just now); every use of the block was queued on its owner before its
-            // return (blocks freed on other streams are pending, not free), and so before the
-            // fence, recorded after that return, that has completed.
-            unsafe { pages.unmap(at, run.bytes) };
+            let block = self.arena.claim_mapped(run);
             self.figures.reserved -= run.bytes;
-            totals.unmapped(pool, run.bytes);
             self.figures.segment_releases += 1;
-            unmapped += run.bytes;
+            bytes += run.bytes;
+            claimed.push(UnmapClaim { block, at, bytes: run.bytes, pool });
         }
-        unmapped
+        claimed
+    }
+
+    /// Ends the claims of [`Core::claim_trim`], now unmapped ([`Pages::unmap`]): their pages are
+    /// kept by the backend. Returns the bytes.
+    pub fn finish_trim(&mut self, totals: &Totals, claimed: &[UnmapClaim]) -> usize {
+        for claim in claimed {
+            self.arena.finish_unmap(claim.block);
+            totals.unmapped(claim.pool, claim.bytes);
+        }
+        claimed.iter().map(|claim| claim.bytes).sum()
+    }
+
+    /// [`Core::claim_trim`], the unmaps and [`Core::finish_trim`] under the shard's lock: see
+    /// the first. Returns the bytes unmapped.
+    pub fn trim(
+        &mut self,
+        backend: &B,
+        pages: &dyn Pages<Error = B::Error>,
+        totals: &Totals,
+        enough: usize,
+        wait: bool,
+    ) -> usize {
+        let claimed = self.claim_trim(backend, enough, None, wait);
+        // SAFETY: see `UnmapClaim`.
+        unsafe { unmap_claimed(pages, &claimed) };
+        self.finish_trim(totals, &claimed)
     }
 
     /// Gives back the address ranges of growable segments with nothing mapped.
@@ -723,7 +814,7 @@ impl<B: Backend> Core<B> {
         self.settle_pending(backend, true);
         let released = self.release_idle(backend, totals, usize::MAX, (Pool::Small, 0));
         if let Some(pages) = backend.pages() {
-            self.trim(backend, pages, totals, usize::MAX, None, true);
+            self.trim(backend, pages, totals, usize::MAX, true);
             self.free_unmapped_ranges(pages);
         }
         released

@@ -100,6 +100,47 @@ struct FakeState {
     evicted: BTreeMap<usize, (usize, Vec<(usize, u64)>)>,
     fail_evictions: usize,
     range_bytes: usize,
+    /// Holds `map` and `unmap` calls at their start ([`FakeBackend::hold_page_calls`]).
+    gate: Option<Arc<Gate>>,
+}
+
+/// Holds a fake backend's `map` and `unmap` calls at their start until [`Gate::open`]: tests
+/// of what other threads may do while a driver call is in flight.
+#[derive(Debug, Default)]
+pub struct Gate {
+    /// (open, calls waiting now)
+    state: Mutex<(bool, usize)>,
+    changed: std::sync::Condvar,
+}
+
+impl Gate {
+    /// Lets every held call, and every later one, through.
+    pub fn open(&self) {
+        self.lock().0 = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits until `calls` calls are held, or `timeout` passes; true if they are.
+    pub fn wait_for_held(&self, calls: usize, timeout: std::time::Duration) -> bool {
+        let state = self.lock();
+        let (state, _) =
+            self.changed.wait_timeout_while(state, timeout, |s| s.1 < calls).unwrap_or_else(PoisonError::into_inner);
+        state.1 >= calls
+    }
+
+    fn pass(&self) {
+        let mut state = self.lock();
+        state.1 += 1;
+        self.changed.notify_all();
+        while !state.0 {
+            state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+        state.1 -= 1;
+    }
+
+    fn lock(&self) -> MutexGuard<'_, (bool, usize)> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl FakeState {
@@ -280,6 +321,22 @@ impl FakeBackend {
 
     fn state(&self) -> MutexGuard<'_, FakeState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// From now on every `map` and `unmap` call waits at its start until the returned gate
+    /// opens.
+    pub fn hold_page_calls(&self) -> Arc<Gate> {
+        let gate = Arc::new(Gate::default());
+        self.state().gate = Some(Arc::clone(&gate));
+        gate
+    }
+
+    /// Waits at the gate of [`FakeBackend::hold_page_calls`], if there is one.
+    fn pass_gate(&self) {
+        let gate = self.state().gate.clone();
+        if let Some(gate) = gate {
+            gate.pass();
+        }
     }
 
     /// Refuses allocations that would take the live segments beyond `bytes` (`None`: no limit).
@@ -524,6 +581,7 @@ unsafe impl Pages for FakeBackend {
     }
 
     unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize, max_new: usize) -> Result<Mapped, FakeError> {
+        self.pass_gate();
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
         assert!(start.is_multiple_of(page) && bytes.is_multiple_of(page) && bytes > 0, "whole pages");
@@ -563,6 +621,7 @@ unsafe impl Pages for FakeBackend {
     }
 
     unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize) {
+        self.pass_gate();
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
         let mut state = self.state();

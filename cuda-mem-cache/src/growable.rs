@@ -2,8 +2,10 @@
 //! (see [`Pages`](super::backend::Pages)). Its blocks tile it like any segment's; the runs with no
 //! memory behind them are `Unmapped` blocks, whole pages, in their stream's unmapped lists. A
 //! miss maps pages at the start of an unmapped run (extending the free block before it, so the
-//! stream's blocks stay contiguous and coalesce), and trimming unmaps the whole pages inside a
-//! free block. Pure bookkeeping, like the rest of the arena: the core makes the backend calls.
+//! stream's blocks stay contiguous and coalesce), and trimming unmaps whole mappings inside a
+//! free block. Both claim their pages first (a changing block, in no list), so that the driver
+//! call runs without the shard's lock, and finish after it. Pure bookkeeping, like the rest of
+//! the arena: the core and the allocator make the backend calls.
 
 use super::arena::{Arena, Block, BlockId, BlockState, Segment, SegmentId, StreamLists, absorb_next};
 use super::backend::StreamKey;
@@ -68,30 +70,56 @@ impl<F> Arena<F> {
         self.blocks.at(run.block).size
     }
 
-    /// Marks `run` (from [`Arena::run_to_map`], now mapped as `mappings`, its bytes at most
-    /// [`Arena::room`]) free, merged with its free neighbours.
-    pub fn mark_mapped(&mut self, run: Run, mappings: &[usize]) {
-        debug_assert_eq!(mappings.iter().sum::<usize>(), run.bytes);
-        let segment = self.segments.at_mut(run.segment);
-        let mut at = run.offset;
-        for &bytes in mappings {
-            segment.mappings.insert(at, bytes);
-            at += bytes;
-        }
+    /// Takes the first `claim` bytes (whole pages, at least `run.bytes`, at most [`Arena::room`])
+    /// of the unmapped block that `run` (from [`Arena::run_to_map`]) starts out of every list,
+    /// for a map made without the shard's lock: no other call maps, unmaps or frees them until
+    /// [`Arena::finish_map`] or [`Arena::abandon_map`]. The rest stays unmapped.
+    pub fn claim_unmapped(&mut self, run: Run, claim: usize) {
         let block = self.blocks.at(run.block);
         debug_assert_eq!((block.state, block.offset), (BlockState::Unmapped, run.offset));
+        debug_assert!(claim >= run.bytes && claim <= block.size);
         let (size, pool) = (block.size, self.segments.at(run.segment).pool);
-        let lists = self.lists_of(run.segment);
-        lists.unmapped[pool as usize].remove(&(size, run.block));
-        if run.bytes < size {
-            let rest = self.split(run.block, run.bytes);
-            let lists = self.lists_of(run.segment);
-            lists.unmapped[pool as usize].insert((size - run.bytes, rest));
+        self.lists_of(run.segment).unmapped[pool as usize].remove(&(size, run.block));
+        if claim < size {
+            let rest = self.split(run.block, claim);
+            self.lists_of(run.segment).unmapped[pool as usize].insert((size - claim, rest));
         }
+        self.blocks.at_mut(run.block).state = BlockState::Changing;
         let segment = self.segments.at_mut(run.segment);
-        segment.unmapped -= run.bytes;
+        segment.unmapped -= claim;
+        segment.changing += claim;
+    }
+
+    /// Ends a claim of [`Arena::claim_unmapped`] whose first bytes are now mapped as `mappings`
+    /// (adding up to at most the claim): they become a free block, merged with its free
+    /// neighbours; the rest of the claim is unmapped again.
+    pub fn finish_map(&mut self, run: Run, mappings: &[usize]) {
+        let bytes: usize = mappings.iter().sum();
+        let block = self.blocks.at(run.block);
+        debug_assert_eq!(block.state, BlockState::Changing);
+        debug_assert!(bytes > 0 && bytes <= block.size);
+        let claim = block.size;
+        let segment = self.segments.at_mut(run.segment);
+        segment.changing -= claim;
+        let mut at = run.offset;
+        for &size in mappings {
+            segment.mappings.insert(at, size);
+            at += size;
+        }
+        if bytes < claim {
+            let rest = self.split(run.block, bytes);
+            self.settle_unmapped(rest);
+        }
         self.blocks.at_mut(run.block).state = BlockState::Out;
         self.give_back(run.block);
+    }
+
+    /// Ends a claim of [`Arena::claim_unmapped`] whose map failed: all of it unmapped again.
+    pub fn abandon_map(&mut self, run: Run) {
+        let block = self.blocks.at(run.block);
+        debug_assert_eq!(block.state, BlockState::Changing);
+        self.segments.at_mut(run.segment).changing -= block.size;
+        self.settle_unmapped(run.block);
     }
 
     /// The whole mappings inside free block `id` of a growable segment, if it holds any: one run,
@@ -112,9 +140,27 @@ impl<F> Arena<F> {
         })
     }
 
-    /// Marks `run` (an [`Arena::interior`], being unmapped) unmapped: the free block keeps what
-    /// lies before and after it, and the run merges with unmapped neighbours.
-    pub fn mark_unmapped(&mut self, run: Run) {
+    /// The last whole mappings of `run` (an [`Arena::interior`]) that add up to at least `bytes`,
+    /// or all of it.
+    pub fn tail_of(&self, run: Run, bytes: usize) -> Run {
+        let end = run.offset + run.bytes;
+        let mappings = &self.segments.at(run.segment).mappings;
+        let mut start = end;
+        for (&at, _) in mappings.range(run.offset..end).rev() {
+            start = at;
+            if end - start >= bytes {
+                break;
+            }
+        }
+        Run { offset: start, bytes: end - start, ..run }
+    }
+
+    /// Takes `run` (an [`Arena::interior`], or a [`Arena::tail_of`] one) out of its free block,
+    /// for an unmap made without the shard's lock: the free block keeps what lies before and
+    /// after it, and no other call hands out, maps or frees the run until
+    /// [`Arena::finish_unmap`]. Its mappings leave the segment's record now. Returns the run's
+    /// block.
+    pub fn claim_mapped(&mut self, run: Run) -> BlockId {
         let block = self.blocks.at(run.block);
         debug_assert_eq!(block.state, BlockState::Free);
         let (offset, size, pool) = (block.offset, block.size, self.segments.at(run.segment).pool);
@@ -131,30 +177,50 @@ impl<F> Arena<F> {
             let lists = self.lists_of(run.segment);
             lists.free[pool as usize].insert((offset + size - run.offset - run.bytes, after));
         }
-        self.blocks.at_mut(hole).state = BlockState::Unmapped;
+        self.blocks.at_mut(hole).state = BlockState::Changing;
         let segment = self.segments.at_mut(run.segment);
         let gone: Vec<usize> = segment.mappings.range(run.offset..run.offset + run.bytes).map(|(&at, _)| at).collect();
         for at in gone {
             segment.mappings.remove(&at);
         }
         segment.free -= run.bytes;
-        segment.unmapped += run.bytes;
-        let mut merged = hole;
+        segment.changing += run.bytes;
+        hole
+    }
+
+    /// Ends a claim of [`Arena::claim_mapped`] (block `id`), now unmapped: it merges with its
+    /// unmapped neighbours.
+    pub fn finish_unmap(&mut self, id: BlockId) {
+        let block = self.blocks.at(id);
+        debug_assert_eq!(block.state, BlockState::Changing);
+        self.segments.at_mut(block.segment).changing -= block.size;
+        self.settle_unmapped(id);
+    }
+
+    /// Makes block `id` (changing, in no list, not counted in its segment's figures) unmapped,
+    /// merged with its unmapped neighbours, and lists it.
+    fn settle_unmapped(&mut self, id: BlockId) {
+        let (segment_id, size) = (self.blocks.at(id).segment, self.blocks.at(id).size);
+        self.blocks.at_mut(id).state = BlockState::Unmapped;
+        let segment = self.segments.at_mut(segment_id);
+        segment.unmapped += size;
+        let pool = segment.pool;
         let unmapped =
             |arena: &Self, id: Option<BlockId>| id.filter(|&b| arena.blocks.at(b).state == BlockState::Unmapped);
-        if let Some(prev) = unmapped(self, self.blocks.at(hole).prev) {
+        let mut merged = id;
+        if let Some(prev) = unmapped(self, self.blocks.at(id).prev) {
             let prev_size = self.blocks.at(prev).size;
-            self.lists_of(run.segment).unmapped[pool as usize].remove(&(prev_size, prev));
+            self.lists_of(segment_id).unmapped[pool as usize].remove(&(prev_size, prev));
             absorb_next(&mut self.blocks, prev);
             merged = prev;
         }
         if let Some(next) = unmapped(self, self.blocks.at(merged).next) {
             let next_size = self.blocks.at(next).size;
-            self.lists_of(run.segment).unmapped[pool as usize].remove(&(next_size, next));
+            self.lists_of(segment_id).unmapped[pool as usize].remove(&(next_size, next));
             absorb_next(&mut self.blocks, merged);
         }
         let merged_size = self.blocks.at(merged).size;
-        self.lists_of(run.segment).unmapped[pool as usize].insert((merged_size, merged));
+        self.lists_of(segment_id).unmapped[pool as usize].insert((merged_size, merged));
     }
 
     /// The whole pages inside free blocks of growable segments, every stream's, largest first.

@@ -159,11 +159,14 @@ fn a_miss_above_the_peak_unmaps_free_pages_whose_work_is_done_and_never_waits_fo
 fn pages_moving_between_streams_are_kept_memory_mapped_again_and_empty_cache_gives_them_back() {
     let (cache, backend) = paged(no_front());
     let y = two_free_runs(&cache);
-    // T's miss unmaps S's free pages (kept by the backend) and maps 48 KiB of them: no new memory.
+    // T's miss unmaps 48 KiB of S's free pages (only what it lacks: a whole run and the last
+    // page of the other, kept by the backend) and maps them: no new memory, and S keeps its
+    // other free page mapped.
     let b = cache.alloc(48 * KIB, &T).unwrap();
     let stats = cache.stats();
-    assert_eq!((stats.reserved.current, stats.reserved.peak, stats.kept_bytes), (80 * KIB, 80 * KIB, 16 * KIB));
-    assert_eq!((backend.reserved(), backend.kept_bytes()), (80 * KIB, 16 * KIB));
+    assert_eq!((stats.reserved.current, stats.reserved.peak, stats.kept_bytes), (80 * KIB, 80 * KIB, 0));
+    assert_eq!((backend.reserved(), backend.kept_bytes(), backend.mapped_bytes()), (80 * KIB, 0, 80 * KIB));
+    assert_eq!((stats.segment_releases, stats.free_bytes), (2, 16 * KIB), "{stats:?}");
     cache.check_invariants();
     free(&cache, b);
     free(&cache, y);
@@ -177,17 +180,19 @@ fn pages_moving_between_streams_are_kept_memory_mapped_again_and_empty_cache_giv
 fn out_of_memory_releases_kept_pages_before_it_fails() {
     let (cache, backend) = paged(no_front());
     let y = two_free_runs(&cache);
-    let b = cache.alloc(48 * KIB, &T).unwrap(); // S's 64 KiB unmapped, 16 KiB kept after the map
-    assert_eq!(backend.kept_bytes(), 16 * KIB);
-    // A device with room for nothing more than what is taken: the kept pages are what is left.
+    // A device with room for nothing more than what is taken. T's 96 KiB miss unmaps S's two
+    // free runs (64 KiB, kept) and needs 32 KiB of new memory on top: out of memory. The retry
+    // after releasing everything cached gives the kept pages back first, then fails too.
     backend.set_capacity(Some(backend.reserved()));
-    let c = cache.alloc(16 * KIB, &T).unwrap();
-    assert_eq!((backend.kept_bytes(), cache.stats().reserved.current), (0, 80 * KIB), "kept pages served it");
-    let err = cache.alloc(16 * KIB, &S).unwrap_err();
+    let err = cache.alloc(96 * KIB, &T).unwrap_err();
     assert!(err.is_out_of_memory(), "{err}");
-    assert_eq!(cache.stats().kept_bytes, 0);
+    let stats = cache.stats();
+    assert_eq!((stats.kept_bytes, backend.kept_bytes()), (0, 0), "kept pages given back");
+    assert_eq!((stats.reserved.current, backend.reserved()), (16 * KIB, 16 * KIB), "only y's page is left");
+    assert_eq!(stats.oom_retries, 1);
+    // What fits now is served.
+    let b = cache.alloc(48 * KIB, &T).unwrap();
     free(&cache, b);
-    free(&cache, c);
     free(&cache, y);
     cache.check_invariants();
 }
@@ -474,12 +479,25 @@ fn the_mapping_plan_of_any_input_ends_and_covers_the_need() {
 /// after the work of every earlier user of its memory (lent or not).
 #[test]
 fn threads_lending_between_their_streams_never_share_memory_or_reuse_it_early() {
+    threads_never_share_memory_or_reuse_it_early(&[S, T, StreamKey(0x30), StreamKey(0x40)]);
+}
+
+/// Two threads on each stream: misses of one stream map and trim at once, each without the
+/// shard's lock, and a miss whose extended free block the other thread took maps again.
+#[test]
+fn threads_sharing_streams_never_share_memory_or_reuse_it_early() {
+    threads_never_share_memory_or_reuse_it_early(&[S, S, T, T, StreamKey(0x30), StreamKey(0x30)]);
+}
+
+/// A thread per entry of `streams`, on that stream, allocating and freeing at random (frees on
+/// other streams too), emptying the cache now and then: no two live blocks overlap, every live
+/// block is on mapped pages, and memory is reused only after the work that last used it.
+fn threads_never_share_memory_or_reuse_it_early(streams: &[StreamKey]) {
     use std::collections::BTreeMap;
     use std::sync::Mutex;
     let backend = FakeBackend::with_pages(PAGE, 64 * PAGE);
     let config = Config { front_depth: 2, max_mapping_bytes: 3 * PAGE, ..Config::default() };
     let cache = CachingAllocator::new(backend.clone(), config).unwrap();
-    let streams = [S, T, StreamKey(0x30), StreamKey(0x40)];
     // Live blocks by address: end. Last users of freed memory by address: (end, stream, work).
     let live: Mutex<BTreeMap<usize, usize>> = Mutex::default();
     let history: Mutex<BTreeMap<usize, (usize, StreamKey, u64)>> = Mutex::default();
@@ -563,4 +581,77 @@ fn threads_lending_between_their_streams_never_share_memory_or_reuse_it_early() 
     assert_eq!((stats.allocated.current, stats.pending_bytes, backend.mapped_bytes()), (0, 0, 0), "{stats:?}");
     assert!(stats.blocks_lent > 0, "the test lends: {stats:?}");
     eprintln!("lent {}, stream waits {}, misses {}", stats.blocks_lent, stats.stream_waits, stats.misses);
+}
+
+/// Runs `op` on a thread of its own; true if it returned within ten seconds (else it is left to
+/// finish once whatever holds it lets go).
+fn finishes_soon<T: Send + 'static>(op: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(op()));
+    finished.recv_timeout(std::time::Duration::from_secs(10)).ok()
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "threads held at a gate for real time")]
+fn a_miss_maps_without_the_shards_lock_and_maps_again_if_the_free_block_it_extends_is_taken() {
+    let (cache, backend) = paged(no_front());
+    let a = cache.alloc(16 * KIB, &S).unwrap();
+    free(&cache, a); // a free page at the start of S's range
+    let gate = backend.hold_page_calls();
+    // A 64 KiB miss extends that free page by three pages: its map waits at the gate.
+    let miss = {
+        let cache = cache.clone();
+        std::thread::spawn(move || cache.alloc(64 * KIB, &S).unwrap())
+    };
+    assert!(gate.wait_for_held(1, std::time::Duration::from_secs(10)), "the miss reached its map");
+    // Meanwhile another thread takes that free page on the same stream (the same shard).
+    let other = {
+        let cache = cache.clone();
+        finishes_soon(move || cache.alloc(16 * KIB, &S).unwrap())
+    };
+    gate.open();
+    let other = other.expect("an allocation on the shard waited for a map in flight");
+    let big = miss.join().unwrap();
+    // The miss found its three pages too few and mapped again; nothing overlaps.
+    let (a, b) = (addr(&other), addr(&big));
+    assert!(a + 16 * KIB <= b || b + 64 * KIB <= a, "{a:#x} and {b:#x} overlap");
+    assert!(backend.is_mapped(a, 16 * KIB) && backend.is_mapped(b, 64 * KIB));
+    assert_eq!(cache.stats().misses, 3, "the first page, the map that came too late, the map again");
+    free(&cache, other);
+    free(&cache, big);
+    cache.check_invariants();
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "threads held at a gate for real time")]
+fn a_trim_unmaps_without_the_shards_lock() {
+    let (cache, backend) = paged(no_front());
+    let y = two_free_runs(&cache);
+    let gate = backend.hold_page_calls();
+    // T's miss above the peak unmaps 48 KiB of S's free pages: the unmap waits at the gate,
+    // with S's last free page still free.
+    let miss = {
+        let cache = cache.clone();
+        std::thread::spawn(move || cache.alloc(48 * KIB, &T).unwrap())
+    };
+    assert!(gate.wait_for_held(1, std::time::Duration::from_secs(10)), "the trim reached its unmap");
+    // S allocates that page and frees y while the unmap is held.
+    let on_s = {
+        let cache = cache.clone();
+        finishes_soon(move || {
+            let free_then = cache.stats().free_bytes;
+            let page = cache.alloc(16 * KIB, &S).unwrap();
+            free(&cache, y);
+            (free_then, page)
+        })
+    };
+    gate.open();
+    let (free_then, page) = on_s.expect("S's shard waited for another stream's trim");
+    assert_eq!(free_then, 16 * KIB, "the claimed pages left the free lists before the unmap");
+    let b = miss.join().unwrap();
+    assert!(backend.is_mapped(addr(&page), 16 * KIB) && backend.is_mapped(addr(&b), 48 * KIB));
+    assert_eq!(cache.stats().reserved.peak, 80 * KIB, "the peak held");
+    free(&cache, page);
+    free(&cache, b);
+    cache.check_invariants();
 }

@@ -30,9 +30,13 @@
 //! the host), or, when [`Config::cross_stream_waits`] allows, one the borrower waits for on the
 //! device. A lent block is the borrower's until freed (its front cache may keep it for the
 //! borrower's next request of its class), then returns to its owner pending a fence on the stream
-//! it was freed on. When no free block fits, the whole mappings inside free blocks (largest runs
-//! first, any stream's, whose owner's work on them has completed) are unmapped and mapped where the
-//! miss needs them; a free block keeps what lies outside them. Unmapped pages stay the cache's
+//! it was freed on. When no free block fits, whole mappings inside free blocks (from the largest
+//! runs, any stream's, whose owner's work on them has completed) are unmapped and mapped where the
+//! miss needs them: only as many as the miss lacks, from the end of a run, so that the rest stays
+//! mapped for its owner (the driver's cost is per mapping); a free block keeps what lies outside
+//! them. The driver calls of a miss (map, unmap) run without the core's locks: the pages they
+//! change are held out of every list meanwhile, so other threads' frees, hits and misses never
+//! wait for another thread's driver call. Unmapped pages stay the cache's
 //! memory, kept by the backend ([`Pages::unmap`]) and counted in the reserve: the miss that
 //! unmapped them maps them again, so memory moving between sizes costs an unmap and a map, never
 //! new memory. A miss never blocks on another stream's work: where no fence has completed it maps
