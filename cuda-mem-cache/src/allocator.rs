@@ -53,6 +53,11 @@ struct Shared<B: Backend> {
     asleep: AtomicBool,
     /// Held by a sleep or a wake, so that one runs at a time.
     sleeping: Mutex<()>,
+    /// Held by a miss over pages from its budget decision to the end of its map: misses decide
+    /// and map one at a time (the driver makes their calls one at a time anyway), so that each
+    /// sees what the ones before it mapped and unmapped. Frees, hits and every other use of the
+    /// core never take it.
+    growing: Mutex<()>,
 }
 
 /// Shards of the core: enough that a few dozen streams rarely share one.
@@ -110,6 +115,7 @@ impl<B: Backend> CachingAllocator<B> {
             threads: Mutex::new(Registry::default()),
             asleep: AtomicBool::new(false),
             sleeping: Mutex::new(()),
+            growing: Mutex::new(()),
         };
         Ok(Self { shared: Arc::new(shared) })
     }
@@ -592,6 +598,7 @@ impl<B: Backend> Shared<B> {
     ) -> Result<Taken, B::Error> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
+        let _one_at_a_time = lock(&self.growing);
         let (needed, keep) = lock(&self.shards[home]).pages_to_map(config, pages, on.key, class);
         let budget = config.live_budget(self.active() + class.bytes());
         // Kept pages map without growing the reserve.
@@ -604,9 +611,10 @@ impl<B: Backend> Shared<B> {
             self.trim_largest(pages, over, (home, keep));
         }
         // The driver calls run without the shard's lock, so that the stream's other threads and
-        // the shard's other streams (their frees, their hits in the core, other misses' scans)
-        // never wait for them. A free block the mapping extends may be taken meanwhile: then
-        // the mapped pages stay the stream's, and the miss maps again.
+        // the shard's other streams (their frees, their hits in the core) never wait for them;
+        // other misses wait at `growing`. A free block the mapping extends may be taken
+        // meanwhile (by a hit of another thread on the stream): then the mapped pages stay the
+        // stream's, and the miss maps again.
         loop {
             let claim = {
                 let mut core = lock(&self.shards[home]);

@@ -58,6 +58,8 @@ const ADDRESS_END: usize = 1 << 62;
 #[derive(Debug, Clone, Default)]
 pub struct FakeBackend {
     state: Arc<Mutex<FakeState>>,
+    /// Taken by page calls that have a latency, for that long.
+    driver: Arc<Mutex<()>>,
     /// Page bytes when the backend offers [`Pages`] (address ranges, mapped page by page).
     page: Option<usize>,
 }
@@ -102,6 +104,8 @@ struct FakeState {
     range_bytes: usize,
     /// Holds `map` and `unmap` calls at their start ([`FakeBackend::hold_page_calls`]).
     gate: Option<Arc<Gate>>,
+    /// How long a `map` or `unmap` takes ([`FakeBackend::set_page_call_latency`]).
+    page_call_latency: Option<std::time::Duration>,
 }
 
 /// Holds a fake backend's `map` and `unmap` calls at their start until [`Gate::open`]: tests
@@ -329,6 +333,22 @@ impl FakeBackend {
         let gate = Arc::new(Gate::default());
         self.state().gate = Some(Arc::clone(&gate));
         gate
+    }
+
+    /// From now on every `map` and `unmap` call takes `latency` of one lock that all of them
+    /// share, as the driver's virtual-memory calls run one at a time: threads that miss together
+    /// then wait for each other, as on a device.
+    pub fn set_page_call_latency(&self, latency: std::time::Duration) {
+        self.state().page_call_latency = Some(latency);
+    }
+
+    /// Sleeps for the page-call latency, if any, holding the backend's driver lock.
+    fn take_driver_time(&self) {
+        let latency = self.state().page_call_latency;
+        if let Some(latency) = latency {
+            let _one_at_a_time = self.driver.lock().unwrap_or_else(PoisonError::into_inner);
+            std::thread::sleep(latency);
+        }
     }
 
     /// Waits at the gate of [`FakeBackend::hold_page_calls`], if there is one.
@@ -582,6 +602,7 @@ unsafe impl Pages for FakeBackend {
 
     unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize, max_new: usize) -> Result<Mapped, FakeError> {
         self.pass_gate();
+        self.take_driver_time();
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
         assert!(start.is_multiple_of(page) && bytes.is_multiple_of(page) && bytes > 0, "whole pages");
@@ -622,6 +643,7 @@ unsafe impl Pages for FakeBackend {
 
     unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize) {
         self.pass_gate();
+        self.take_driver_time();
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
         let mut state = self.state();
