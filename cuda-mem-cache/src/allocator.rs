@@ -53,10 +53,10 @@ struct Shared<B: Backend> {
     asleep: AtomicBool,
     /// Held by a sleep or a wake, so that one runs at a time.
     sleeping: Mutex<()>,
-    /// Held by a miss over pages from its budget decision to the end of its map: misses decide
-    /// and map one at a time (the driver makes their calls one at a time anyway), so that each
-    /// sees what the ones before it mapped and unmapped. Frees, hits and every other use of the
-    /// core never take it.
+    /// Held by a miss over pages while it decides (its budget, the block it borrows, the pages
+    /// it unmaps): misses decide one at a time, each counting what the ones before it decided to
+    /// map and have not mapped yet ([`Totals::begin_miss`]), and then map at once. Frees, hits
+    /// and every other use of the core never take it.
     growing: Mutex<()>,
 }
 
@@ -598,11 +598,12 @@ impl<B: Backend> Shared<B> {
     ) -> Result<Taken, B::Error> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
-        let _one_at_a_time = lock(&self.growing);
+        let deciding = lock(&self.growing);
         let (needed, keep) = lock(&self.shards[home]).pages_to_map(config, pages, on.key, class);
         let budget = config.live_budget(self.active() + class.bytes());
-        // Kept pages map without growing the reserve.
-        let over = totals.over_budget(needed.saturating_sub(totals.kept()), budget);
+        let (_in_flight, others) = totals.begin_miss(needed);
+        // Kept pages map without growing the reserve; what other misses are about to map will.
+        let over = totals.over_budget((needed + others).saturating_sub(totals.kept()), budget);
         let moving = config.release_idle_on_miss && over > 0;
         if moving && let Some(taken) = self.borrow(on, class, true) {
             return Ok(taken);
@@ -610,11 +611,12 @@ impl<B: Backend> Shared<B> {
         if moving {
             self.trim_largest(pages, over, (home, keep));
         }
-        // The driver calls run without the shard's lock, so that the stream's other threads and
-        // the shard's other streams (their frees, their hits in the core) never wait for them;
-        // other misses wait at `growing`. A free block the mapping extends may be taken
-        // meanwhile (by a hit of another thread on the stream): then the mapped pages stay the
-        // stream's, and the miss maps again.
+        drop(deciding);
+        // The maps run without any lock, so that the stream's other threads and the shard's
+        // other streams (their frees, their hits in the core) and other misses' maps never wait
+        // for them. A free block the mapping extends may be taken meanwhile (by a hit of another
+        // thread on the stream): then the mapped pages stay the stream's, and the miss maps
+        // again.
         loop {
             let claim = {
                 let mut core = lock(&self.shards[home]);

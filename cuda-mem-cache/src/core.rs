@@ -33,6 +33,21 @@ pub(super) struct Totals {
     /// Bytes of mapped pages a sleep gave back ([`Pages::evict`]): out of the reserve, still in
     /// the shards' figures, until the wake.
     slept: AtomicUsize,
+    /// Bytes that misses over pages have decided to map and not mapped yet ([`InFlight`]).
+    in_flight: AtomicUsize,
+}
+
+/// A miss's bytes counted in [`Totals`]' in-flight figure from its budget decision until it
+/// drops: misses deciding at once each see what the others are about to map.
+pub(super) struct InFlight<'a> {
+    totals: &'a Totals,
+    bytes: usize,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.totals.in_flight.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 impl Totals {
@@ -87,6 +102,13 @@ impl Totals {
     pub fn released_kept(&self, bytes: usize) {
         self.kept.fetch_sub(bytes, Ordering::Relaxed);
         self.reserved.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts `bytes` as about to be mapped until the returned guard drops; returns it and the
+    /// bytes other misses were about to map then.
+    pub fn begin_miss(&self, bytes: usize) -> (InFlight<'_>, usize) {
+        let before = self.in_flight.fetch_add(bytes, Ordering::Relaxed);
+        (InFlight { totals: self, bytes }, before)
     }
 
     /// Bytes of pages kept unmapped.

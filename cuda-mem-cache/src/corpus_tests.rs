@@ -250,10 +250,11 @@ fn the_mixed_workload_on_threads_keeps_its_reserve() {
 }
 
 /// The same with page calls that take time and run one at a time, as the driver's: misses of
-/// the eight threads then overlap. Deciding and mapping them one at a time keeps the reserve:
-/// over three runs a mean of 1.24-1.29 times live on 2026-12-06, where misses that decided at
-/// once (each mapping without a lock, before any saw the others' pages) reserved 1.86 (1.60-2.07
-/// a run), and misses under their shard's lock 1.54.
+/// the eight threads then overlap. Deciding one at a time, each counting what the ones before it
+/// are about to map, keeps the reserve: means of three runs 1.38-1.59 times live in twelve
+/// tries on 2026-12-06, where misses that decided at once reserved 1.84-2.06 (1.57-2.37 a run),
+/// misses under their shard's lock (before 4de150c) 1.54, and misses that decided and mapped
+/// one at a time 1.24-1.34 (but on an H100 that doubled mixed's time per op).
 #[test]
 #[cfg_attr(miri, ignore = "real-time latencies")]
 fn the_mixed_workload_on_threads_with_slow_page_calls_keeps_its_reserve() {
@@ -269,5 +270,5 @@ fn the_mixed_workload_on_threads_with_slow_page_calls_keeps_its_reserve() {
         .collect();
     let mean = runs.iter().sum::<f64>() / runs.len() as f64;
     eprintln!("mixed on threads, slow page calls: reserved/live {runs:.3?}, mean {mean:.3}");
-    assert!(mean <= 1.5, "reserved/live {runs:.3?}");
+    assert!(mean <= 1.7, "reserved/live {runs:.3?}");
 }
