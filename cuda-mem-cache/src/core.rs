@@ -167,10 +167,6 @@ impl MapClaim {
     }
 }
 
-// SAFETY: the address of device memory the cache owns, never dereferenced by the bookkeeping;
-// the claim is ended under the lock of the shard that made it.
-unsafe impl Send for MapClaim {}
-
 /// Whole mappings inside a free block that a trim unmaps ([`Core::claim_trim`]): `bytes` from
 /// `at`, out of every list (a [`Changing`](super::arena::BlockState::Changing) block) so that
 /// nothing hands them out or maps them until [`Core::finish_trim`], and unused: the owner's
@@ -181,9 +177,6 @@ pub(super) struct UnmapClaim {
     bytes: usize,
     pool: Pool,
 }
-
-// SAFETY: as `MapClaim`.
-unsafe impl Send for UnmapClaim {}
 
 /// Unmaps the claimed runs.
 ///
