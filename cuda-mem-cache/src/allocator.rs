@@ -603,7 +603,7 @@ impl<B: Backend> Shared<B> {
         let budget = config.live_budget(self.active() + class.bytes());
         let (_in_flight, others) = totals.begin_miss(needed);
         // Kept pages map without growing the reserve; what other misses are about to map will.
-        let over = totals.over_budget((needed + others).saturating_sub(totals.kept()), budget);
+        let over = totals.over_budget(needed.saturating_add(others).saturating_sub(totals.kept()), budget);
         let moving = config.release_idle_on_miss && over > 0;
         if moving && let Some(taken) = self.borrow(on, class, true) {
             return Ok(taken);
