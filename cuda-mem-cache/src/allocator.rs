@@ -53,10 +53,11 @@ struct Shared<B: Backend> {
     asleep: AtomicBool,
     /// Held by a sleep or a wake, so that one runs at a time.
     sleeping: Mutex<()>,
-    /// Held by a miss over pages while it decides (its budget, the block it borrows, the pages
-    /// it unmaps): misses decide one at a time, each counting what the ones before it decided to
-    /// map and have not mapped yet ([`Totals::begin_miss`]), and then map at once. Frees, hits
-    /// and every other use of the core never take it.
+    /// Held by a miss over pages that would take the reserve past its budget while it decides
+    /// (the block it borrows, the pages it unmaps): such misses decide one at a time, each
+    /// counting what the misses before it decided to map and have not mapped yet
+    /// ([`Totals::begin_miss`]), and then map at once. A miss within the budget
+    /// ([`Totals::begin_miss_within`]), frees, hits and every other use of the core never take it.
     growing: Mutex<()>,
 }
 
@@ -391,6 +392,12 @@ impl<B: Backend> CachingAllocator<B> {
         classes
     }
 
+    /// Holds the lock under which misses that move memory decide, until the guard drops.
+    #[cfg(test)]
+    pub(super) fn hold_deciding(&self) -> MutexGuard<'_, ()> {
+        lock(&self.shared.growing)
+    }
+
     /// Panics if the core's bookkeeping is inconsistent.
     #[cfg(any(test, feature = "fake"))]
     pub fn check_invariants(&self) {
@@ -598,20 +605,31 @@ impl<B: Backend> Shared<B> {
     ) -> Result<Taken, B::Error> {
         let (backend, config, totals) = (&self.backend, &self.config, &self.totals);
         let home = shard_of(on.key);
-        let deciding = lock(&self.growing);
-        let (needed, keep) = lock(&self.shards[home]).pages_to_map(config, pages, on.key, class);
+        let needed = |core: &Core<B>| core.pages_to_map(config, pages, on.key, class);
+        let (bytes, _) = needed(&lock(&self.shards[home]));
         let budget = config.live_budget(self.active() + class.bytes());
-        let (_in_flight, others) = totals.begin_miss(needed);
-        // Kept pages map without growing the reserve; what other misses are about to map will.
-        let over = totals.over_budget(needed.saturating_add(others).saturating_sub(totals.kept()), budget);
-        let moving = config.release_idle_on_miss && over > 0;
-        if moving && let Some(taken) = self.borrow(on, class, true) {
-            return Ok(taken);
-        }
-        if moving {
-            self.trim_largest(pages, over, (home, keep));
-        }
-        drop(deciding);
+        // A miss that fits the budget with what the others are about to map maps at once;
+        // only misses that would move memory (borrow, trim) decide in order.
+        let _in_flight = match totals.begin_miss_within(bytes, budget) {
+            Some(in_flight) => in_flight,
+            None => {
+                let _deciding = lock(&self.growing);
+                let (bytes, keep) = needed(&lock(&self.shards[home]));
+                let budget = config.live_budget(self.active() + class.bytes());
+                let (in_flight, others) = totals.begin_miss(bytes);
+                // Kept pages map without growing the reserve; what other misses are about to
+                // map will.
+                let over = totals.over_budget(bytes.saturating_add(others).saturating_sub(totals.kept()), budget);
+                let moving = config.release_idle_on_miss && over > 0;
+                if moving && let Some(taken) = self.borrow(on, class, true) {
+                    return Ok(taken);
+                }
+                if moving {
+                    self.trim_largest(pages, over, (home, keep));
+                }
+                in_flight
+            }
+        };
         // The maps run without any lock, so that the stream's other threads and the shard's
         // other streams (their frees, their hits in the core) and other misses' maps never wait
         // for them. A free block the mapping extends may be taken meanwhile (by a hit of another

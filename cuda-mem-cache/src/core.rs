@@ -111,6 +111,25 @@ impl Totals {
         (InFlight { totals: self, bytes }, before)
     }
 
+    /// Counts `bytes` as about to be mapped, as [`begin_miss`](Self::begin_miss), if they keep
+    /// the reserve within its budget ([`over_budget`](Self::over_budget) of `live_budget`)
+    /// together with what other misses are about to map: such a miss needs no decision in
+    /// order with others. `None` otherwise, with nothing counted.
+    pub fn begin_miss_within(&self, bytes: usize, live_budget: usize) -> Option<InFlight<'_>> {
+        let mut others = self.in_flight.load(Ordering::Relaxed);
+        loop {
+            let total = others.checked_add(bytes)?;
+            // Kept pages map without growing the reserve.
+            if self.over_budget(total.saturating_sub(self.kept()), live_budget) > 0 {
+                return None;
+            }
+            match self.in_flight.compare_exchange_weak(others, total, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(InFlight { totals: self, bytes }),
+                Err(now) => others = now,
+            }
+        }
+    }
+
     /// Bytes of pages kept unmapped.
     pub fn kept(&self) -> usize {
         self.kept.load(Ordering::Relaxed)

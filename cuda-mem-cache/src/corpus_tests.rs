@@ -254,7 +254,9 @@ fn the_mixed_workload_on_threads_keeps_its_reserve() {
 /// are about to map, keeps the reserve: means of three runs 1.38-1.59 times live in twelve
 /// tries on 2026-12-06, where misses that decided at once reserved 1.84-2.06 (1.57-2.37 a run),
 /// misses under their shard's lock (before 4de150c) 1.54, and misses that decided and mapped
-/// one at a time 1.24-1.34 (but on an H100 that doubled mixed's time per op).
+/// one at a time 1.24-1.34 (but on an H100 that doubled mixed's time per op). Misses within the
+/// budget map without waiting for the others' decisions (only misses past it decide in turn):
+/// means 1.44-1.54 in four tries on 2026-12-06.
 #[test]
 #[cfg_attr(miri, ignore = "real-time latencies")]
 fn the_mixed_workload_on_threads_with_slow_page_calls_keeps_its_reserve() {

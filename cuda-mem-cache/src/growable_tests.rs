@@ -655,3 +655,70 @@ fn a_trim_unmaps_without_the_shards_lock() {
     free(&cache, b);
     cache.check_invariants();
 }
+
+#[test]
+#[cfg_attr(miri, ignore = "threads held at a lock for real time")]
+fn a_miss_within_the_budget_maps_while_another_decides_and_one_above_it_waits_its_turn() {
+    let (cache, backend) = paged(no_front());
+    let deciding = cache.hold_deciding();
+    // An empty cache: one page for 16 KiB is within the budget, and needs no decision in order.
+    let within = {
+        let cache = cache.clone();
+        finishes_soon(move || cache.alloc(16 * KIB, &S).unwrap())
+    };
+    let a = within.expect("a miss within the budget waited for another miss deciding");
+    free(&cache, a);
+    // Now nothing is allocated and a page is free: two more pages on T would take the reserve
+    // above its peak and above the bytes allocated, so that miss decides (what to trim) in turn.
+    let (done, finished) = std::sync::mpsc::channel();
+    let above = {
+        let cache = cache.clone();
+        std::thread::spawn(move || done.send(cache.alloc(32 * KIB, &T).unwrap()))
+    };
+    let waited = finished.recv_timeout(std::time::Duration::from_millis(200));
+    assert!(waited.is_err(), "a miss above the budget decided while another held the decision");
+    drop(deciding);
+    let b = finished.recv_timeout(std::time::Duration::from_secs(10)).expect("the miss went on");
+    above.join().unwrap().expect("the result was received");
+    assert_eq!(cache.stats().reserved.peak, 2 * PAGE, "S's free page moved to T: the peak held");
+    assert!(backend.is_mapped(addr(&b), 32 * KIB));
+    free(&cache, b);
+    cache.check_invariants();
+}
+
+#[test]
+fn misses_within_the_budget_count_what_the_others_are_about_to_map() {
+    use super::core::Totals;
+    let totals = Totals::default();
+    let first = totals.begin_miss_within(64 * KIB, 100 * KIB).expect("64 KiB within 100");
+    assert!(totals.begin_miss_within(64 * KIB, 100 * KIB).is_none(), "64 more with 64 in flight");
+    let second = totals.begin_miss_within(32 * KIB, 100 * KIB).expect("32 more with 64 in flight");
+    drop(first);
+    let third = totals.begin_miss_within(64 * KIB, 100 * KIB).expect("64 more with 32 in flight");
+    assert!(totals.begin_miss_within(usize::MAX, usize::MAX).is_none(), "a sum past usize::MAX");
+    drop((second, third));
+    assert!(totals.begin_miss_within(100 * KIB, 100 * KIB).is_some(), "every guard gave its bytes back");
+}
+
+#[test]
+fn misses_within_the_budget_at_once_never_exceed_it_together() {
+    use super::core::Totals;
+    const THREADS: usize = 16;
+    let totals = Totals::default();
+    let barrier = std::sync::Barrier::new(THREADS);
+    let admitted = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..THREADS {
+            scope.spawn(|| {
+                let guard = totals.begin_miss_within(10 * KIB, 100 * KIB);
+                if guard.is_some() {
+                    admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                // Every thread tries while the admitted ones still count.
+                barrier.wait();
+                drop(guard);
+            });
+        }
+    });
+    assert_eq!(admitted.into_inner(), 10, "exactly the misses the budget holds");
+}

@@ -36,8 +36,10 @@
 //! mapped for its owner (the driver's cost is per mapping); a free block keeps what lies outside
 //! them. The driver calls of a miss (map, unmap) run without the core's locks: the pages they
 //! change are held out of every list meanwhile, so other threads' frees and hits never wait for
-//! another thread's driver call; misses over pages decide one at a time (each counting what the
-//! ones before it are about to map) and then map at once. Unmapped pages stay the cache's
+//! another thread's driver call. A miss whose pages fit the reserve's budget together with what
+//! other misses are about to map maps at once; misses that would take it past the budget decide
+//! one at a time (what to borrow or unmap, each counting what the ones before it are about to
+//! map) and then map at once. Unmapped pages stay the cache's
 //! memory, kept by the backend ([`Pages::unmap`]) and counted in the reserve: the miss that
 //! unmapped them maps them again, so memory moving between sizes costs an unmap and a map, never
 //! new memory. A miss never blocks on another stream's work: where no fence has completed it maps
