@@ -405,14 +405,14 @@ impl<B: Backend> CachingAllocator<B> {
         for (index, shard) in self.shared.shards.iter().enumerate() {
             let core = lock(shard);
             core.check();
-            reserved += core.figures.reserved;
+            reserved += core.figures.reserved + core.figures.unmapping;
             assert!(core.arena().segment_owners().all(|s| shard_of(s) == index), "segments in their owner's shard");
         }
         let (kept, asleep) = (self.shared.totals.kept(), self.shared.totals.asleep());
         assert_eq!(
             reserved + kept,
             self.shared.totals.reserved().current + asleep,
-            "the shards' reserves and kept pages add up (with what a sleep gave back)"
+            "the shards' reserves (pages being unmapped included) and kept pages add up (with what a sleep gave back)"
         );
     }
 

@@ -236,8 +236,12 @@ pub(super) struct On<'a, S> {
 /// Figures kept under the shard's lock, exact for the shard.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct CoreFigures {
-    /// Bytes of this shard's segments (their sum over shards is [`Totals::reserved`]).
+    /// Bytes of this shard's segments, but pages claimed for an unmap (their sum over shards,
+    /// with `unmapping` and the kept pages, is [`Totals::reserved`]).
     pub reserved: usize,
+    /// Bytes of pages claimed for an unmap ([`Core::claim_trim`]) that no [`Core::finish_trim`]
+    /// has ended: still mapped (or, after a backend's `unmap` panicked, mapped or not).
+    pub unmapping: usize,
     pub active: CurrentPeak,
     pub pending_bytes: usize,
     pub segment_allocations: u64,
@@ -255,6 +259,7 @@ impl CoreFigures {
     /// sum (exact with one shard in use, as with one stream).
     pub fn absorb(&mut self, other: &CoreFigures) {
         self.reserved += other.reserved;
+        self.unmapping += other.unmapping;
         self.active.current += other.active.current;
         self.active.peak += other.active.peak;
         self.pending_bytes += other.pending_bytes;
@@ -728,6 +733,7 @@ impl<B: Backend> Core<B> {
             let pool = self.arena.segment(run.segment).pool;
             let block = self.arena.claim_mapped(run);
             self.figures.reserved -= run.bytes;
+            self.figures.unmapping += run.bytes;
             self.figures.segment_releases += 1;
             bytes += run.bytes;
             claimed.push(UnmapClaim { block, at, bytes: run.bytes, pool });
@@ -740,6 +746,7 @@ impl<B: Backend> Core<B> {
     pub fn finish_trim(&mut self, totals: &Totals, claimed: &[UnmapClaim]) -> usize {
         for claim in claimed {
             self.arena.finish_unmap(claim.block);
+            self.figures.unmapping -= claim.bytes;
             totals.unmapped(claim.pool, claim.bytes);
         }
         claimed.iter().map(|claim| claim.bytes).sum()

@@ -74,6 +74,8 @@ struct FakeState {
     /// Refuse this many allocations whatever the capacity.
     fail_next: usize,
     fail_records: bool,
+    /// Whether the next `map` or `unmap` panics (a user's backend gone wrong).
+    panic_next_page_call: bool,
     allocations: u64,
     released: Vec<(usize, usize)>,
     host_waits: u64,
@@ -351,12 +353,21 @@ impl FakeBackend {
         }
     }
 
-    /// Waits at the gate of [`FakeBackend::hold_page_calls`], if there is one.
+    /// Waits at the gate of [`FakeBackend::hold_page_calls`], if there is one; then panics if
+    /// [`FakeBackend::panic_next_page_call`] asked for it.
     fn pass_gate(&self) {
         let gate = self.state().gate.clone();
         if let Some(gate) = gate {
             gate.pass();
         }
+        let panics = std::mem::take(&mut self.state().panic_next_page_call);
+        assert!(!panics, "the next page call panics (FakeBackend::panic_next_page_call)");
+    }
+
+    /// Makes the next `map` or `unmap` panic before it changes anything, as a backend written by
+    /// a user might.
+    pub fn panic_next_page_call(&self) {
+        self.state().panic_next_page_call = true;
     }
 
     /// Refuses allocations that would take the live segments beyond `bytes` (`None`: no limit).

@@ -722,3 +722,39 @@ fn misses_within_the_budget_at_once_never_exceed_it_together() {
     });
     assert_eq!(admitted.into_inner(), 10, "exactly the misses the budget holds");
 }
+
+#[test]
+#[cfg_attr(miri, ignore = "unwinds through the allocator")]
+fn a_backend_that_panics_in_a_map_or_an_unmap_leaves_the_cache_usable() {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let (cache, backend) = paged(no_front());
+    backend.panic_next_page_call();
+    let mapping = catch_unwind(AssertUnwindSafe(|| cache.alloc(16 * KIB, &S)));
+    assert!(mapping.is_err(), "the map panicked through the allocation");
+    // The pages that map claimed may or may not be mapped now: they are never handed out again.
+    let a = cache.alloc(16 * KIB, &S).unwrap();
+    assert!(backend.is_mapped(addr(&a), 16 * KIB));
+    free(&cache, a);
+    let y = two_free_runs(&cache);
+    // T's miss above the peak unmaps S's free pages: the unmap panics, under the lock of deciding.
+    backend.panic_next_page_call();
+    let trim = catch_unwind(AssertUnwindSafe(|| cache.alloc(48 * KIB, &T)));
+    assert!(trim.is_err(), "the unmap panicked through the allocation");
+    // The lock recovers, the claimed pages stay out of every list, and nothing is handed out twice.
+    let b = cache.alloc(48 * KIB, &T).unwrap();
+    let c = cache.alloc(16 * KIB, &S).unwrap();
+    let blocks = [(addr(&y), 16 * KIB), (addr(&b), 48 * KIB), (addr(&c), 16 * KIB)];
+    for (i, &(at, bytes)) in blocks.iter().enumerate() {
+        assert!(backend.is_mapped(at, bytes), "block {i} is mapped");
+        for &(other, other_bytes) in &blocks[i + 1..] {
+            assert!(at + bytes <= other || other + other_bytes <= at, "{at:#x} and {other:#x} overlap");
+        }
+    }
+    for block in [y, b, c] {
+        free(&cache, block);
+    }
+    cache.check_invariants();
+    cache.empty_cache();
+    cache.check_invariants();
+    assert_eq!(cache.stats().allocated.current, 0);
+}
