@@ -591,27 +591,39 @@ fn finishes_soon<T: Send + 'static>(op: impl FnOnce() -> T + Send + 'static) -> 
     finished.recv_timeout(std::time::Duration::from_secs(10)).ok()
 }
 
+/// Runs `held` on a thread of its own until its page call waits at `backend`'s gate (`what` is
+/// that call, for the message), then `meanwhile` on another (`None` if it did not finish within
+/// ten seconds), then lets the page call go: the results of both.
+fn while_a_page_call_waits<H: Send + 'static, M: Send + 'static>(
+    backend: &FakeBackend,
+    what: &str,
+    held: impl FnOnce() -> H + Send + 'static,
+    meanwhile: impl FnOnce() -> M + Send + 'static,
+) -> (H, Option<M>) {
+    let gate = backend.hold_page_calls();
+    let held = std::thread::spawn(held);
+    assert!(gate.wait_for_held(1, std::time::Duration::from_secs(10)), "{what} reached the gate");
+    let meanwhile = finishes_soon(meanwhile);
+    gate.open();
+    (held.join().unwrap(), meanwhile)
+}
+
 #[test]
 #[cfg_attr(miri, ignore = "threads held at a gate for real time")]
 fn a_miss_maps_without_the_shards_lock_and_maps_again_if_the_free_block_it_extends_is_taken() {
     let (cache, backend) = paged(no_front());
     let a = cache.alloc(16 * KIB, &S).unwrap();
     free(&cache, a); // a free page at the start of S's range
-    let gate = backend.hold_page_calls();
-    // A 64 KiB miss extends that free page by three pages: its map waits at the gate.
-    let miss = {
-        let cache = cache.clone();
-        std::thread::spawn(move || cache.alloc(64 * KIB, &S).unwrap())
-    };
-    assert!(gate.wait_for_held(1, std::time::Duration::from_secs(10)), "the miss reached its map");
-    // Meanwhile another thread takes that free page on the same stream (the same shard).
-    let other = {
-        let cache = cache.clone();
-        finishes_soon(move || cache.alloc(16 * KIB, &S).unwrap())
-    };
-    gate.open();
+    // A 64 KiB miss extends that free page by three pages: its map waits at the gate, while
+    // another thread takes that free page on the same stream (the same shard).
+    let (miss, meanwhile) = (cache.clone(), cache.clone());
+    let (big, other) = while_a_page_call_waits(
+        &backend,
+        "the miss's map",
+        move || miss.alloc(64 * KIB, &S).unwrap(),
+        move || meanwhile.alloc(16 * KIB, &S).unwrap(),
+    );
     let other = other.expect("an allocation on the shard waited for a map in flight");
-    let big = miss.join().unwrap();
     // The miss found its three pages too few and mapped again; nothing overlaps.
     let (a, b) = (addr(&other), addr(&big));
     assert!(a + 16 * KIB <= b || b + 64 * KIB <= a, "{a:#x} and {b:#x} overlap");
@@ -627,28 +639,22 @@ fn a_miss_maps_without_the_shards_lock_and_maps_again_if_the_free_block_it_exten
 fn a_trim_unmaps_without_the_shards_lock() {
     let (cache, backend) = paged(no_front());
     let y = two_free_runs(&cache);
-    let gate = backend.hold_page_calls();
     // T's miss above the peak unmaps 48 KiB of S's free pages: the unmap waits at the gate,
-    // with S's last free page still free.
-    let miss = {
-        let cache = cache.clone();
-        std::thread::spawn(move || cache.alloc(48 * KIB, &T).unwrap())
-    };
-    assert!(gate.wait_for_held(1, std::time::Duration::from_secs(10)), "the trim reached its unmap");
-    // S allocates that page and frees y while the unmap is held.
-    let on_s = {
-        let cache = cache.clone();
-        finishes_soon(move || {
-            let free_then = cache.stats().free_bytes;
-            let page = cache.alloc(16 * KIB, &S).unwrap();
-            free(&cache, y);
+    // with S's last free page still free, while S allocates that page and frees y.
+    let (miss, on_s) = (cache.clone(), cache.clone());
+    let (b, on_s) = while_a_page_call_waits(
+        &backend,
+        "the trim's unmap",
+        move || miss.alloc(48 * KIB, &T).unwrap(),
+        move || {
+            let free_then = on_s.stats().free_bytes;
+            let page = on_s.alloc(16 * KIB, &S).unwrap();
+            free(&on_s, y);
             (free_then, page)
-        })
-    };
-    gate.open();
+        },
+    );
     let (free_then, page) = on_s.expect("S's shard waited for another stream's trim");
     assert_eq!(free_then, 16 * KIB, "the claimed pages left the free lists before the unmap");
-    let b = miss.join().unwrap();
     assert!(backend.is_mapped(addr(&page), 16 * KIB) && backend.is_mapped(addr(&b), 48 * KIB));
     assert_eq!(cache.stats().reserved.peak, 80 * KIB, "the peak held");
     free(&cache, page);
