@@ -58,7 +58,7 @@ struct Shared<B: Backend> {
     /// counting what the misses before it decided to map and have not mapped yet
     /// ([`Totals::begin_miss`]), and then map at once. A miss within the budget
     /// ([`Totals::begin_miss_within`]), frees, hits and every other use of the core never take it.
-    growing: Mutex<()>,
+    deciding: Mutex<()>,
 }
 
 /// Shards of the core: enough that a few dozen streams rarely share one.
@@ -116,7 +116,7 @@ impl<B: Backend> CachingAllocator<B> {
             threads: Mutex::new(Registry::default()),
             asleep: AtomicBool::new(false),
             sleeping: Mutex::new(()),
-            growing: Mutex::new(()),
+            deciding: Mutex::new(()),
         };
         Ok(Self { shared: Arc::new(shared) })
     }
@@ -395,7 +395,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// Holds the lock under which misses that move memory decide, until the guard drops.
     #[cfg(test)]
     pub(super) fn hold_deciding(&self) -> MutexGuard<'_, ()> {
-        lock(&self.shared.growing)
+        lock(&self.shared.deciding)
     }
 
     /// Panics if the core's bookkeeping is inconsistent.
@@ -613,7 +613,8 @@ impl<B: Backend> Shared<B> {
         let _in_flight = match totals.begin_miss_within(bytes, budget) {
             Some(in_flight) => in_flight,
             None => {
-                let _deciding = lock(&self.growing);
+                let _deciding = lock(&self.deciding);
+                // Misses before it may have mapped, trimmed or freed meanwhile: decide on now.
                 let (bytes, keep) = needed(&lock(&self.shards[home]));
                 let budget = config.live_budget(self.active() + class.bytes());
                 let (in_flight, others) = totals.begin_miss(bytes);

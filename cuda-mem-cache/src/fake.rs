@@ -355,7 +355,7 @@ impl FakeBackend {
 
     /// Waits at the gate of [`FakeBackend::hold_page_calls`], if there is one; then panics if
     /// [`FakeBackend::panic_next_page_call`] asked for it.
-    fn pass_gate(&self) {
+    fn before_page_call(&self) {
         let gate = self.state().gate.clone();
         if let Some(gate) = gate {
             gate.pass();
@@ -612,7 +612,7 @@ unsafe impl Pages for FakeBackend {
     }
 
     unsafe fn map(&self, at: NonNull<u8>, bytes: usize, room: usize, max_new: usize) -> Result<Mapped, FakeError> {
-        self.pass_gate();
+        self.before_page_call();
         self.take_driver_time();
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
@@ -653,7 +653,7 @@ unsafe impl Pages for FakeBackend {
     }
 
     unsafe fn unmap(&self, at: NonNull<u8>, bytes: usize) {
-        self.pass_gate();
+        self.before_page_call();
         self.take_driver_time();
         let page = self.page_bytes();
         let start = at.as_ptr().addr();
