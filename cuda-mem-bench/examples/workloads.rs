@@ -324,6 +324,9 @@ fn with_choice(default: Config, name: &str) -> Option<Config> {
     if let Some(bytes) = mib("front_block_") {
         return Some(Config { front_max_block: bytes, ..default });
     }
+    if let Some(bytes) = mib("ahead_") {
+        return Some(Config { map_ahead_bytes: bytes, ..default });
+    }
     Some(match name {
         "default" => default,
         "throughput" => Config::throughput(),

@@ -608,11 +608,19 @@ impl<B: Backend> Shared<B> {
         let needed = |core: &Core<B>| core.pages_to_map(config, pages, on.key, class);
         let (bytes, _) = needed(&lock(&self.shards[home]));
         let budget = config.live_budget(self.active() + class.bytes());
+        // Below the reserve's peak a large miss maps ahead for the stream's next ones.
+        let mut ahead = match config.pool_of(class) {
+            Pool::Large => {
+                config.map_ahead_bytes.min(totals.room_below_peak(bytes)) / pages.page_bytes() * pages.page_bytes()
+            }
+            Pool::Small => 0,
+        };
         // A miss that fits the budget with what the others are about to map maps at once;
         // only misses that would move memory (borrow, trim) decide in order.
-        let _in_flight = match totals.begin_miss_within(bytes, budget) {
+        let _in_flight = match totals.begin_miss_within(bytes.saturating_add(ahead), budget) {
             Some(in_flight) => in_flight,
             None => {
+                ahead = 0;
                 let _deciding = lock(&self.deciding);
                 // Misses before it may have mapped, trimmed or freed meanwhile: decide on now.
                 let (bytes, keep) = needed(&lock(&self.shards[home]));
@@ -642,14 +650,18 @@ impl<B: Backend> Shared<B> {
                 if let Some(id) = core.take_cached(backend, config, totals, on.key, class) {
                     return Ok(Taken::own(&core, id));
                 }
-                core.claim_pages(pages, config, on, class)?
+                core.claim_pages(pages, config, on, class, ahead)?
             };
             // SAFETY: the claim's `room` bytes are unmapped pages of a range from `reserve`,
             // which no other call maps, unmaps or frees until `finish_map` (see `MapClaim`).
             let mapped = unsafe { pages.map(claim.at, claim.bytes(), claim.room, claim.max_new) };
             let mut core = lock(&self.shards[home]);
-            if let Some(id) = core.finish_map(config, totals, on, class, claim, mapped)? {
-                return Ok(Taken::own(&core, id));
+            match core.finish_map(config, totals, on, class, claim, mapped) {
+                Ok(Some(id)) => return Ok(Taken::own(&core, id)),
+                Ok(None) => {}
+                // What the device lacks may be the extra alone: the request maps by itself.
+                Err(err) if err.is_out_of_memory() && ahead > 0 => ahead = 0,
+                Err(err) => return Err(err),
             }
         }
     }

@@ -106,6 +106,15 @@ pub struct Config {
     /// small blocks that later reuse their space would pin a large mapping. Default 64 MiB
     /// (docs/measurements/2026-12-06-h100-mapping-sizes.txt).
     pub max_mapping_bytes: usize,
+    /// Over [`Pages`](super::Pages), what a miss of the large pool maps beyond its request while
+    /// the reserve is below its peak (after `empty_cache`, a trim or blocks given back): up to
+    /// this many bytes more, never above the peak, in allocations of up to
+    /// [`max_mapping_bytes`](Self::max_mapping_bytes). Memory up to the peak costs nothing the
+    /// peak has not cost already, and the stream's next large misses find it mapped: a refill
+    /// after `empty_cache` takes a few misses instead of one per request. If the device has too
+    /// little memory for the extra, the miss maps its request alone. 0: a miss maps only what it
+    /// needs (for a process that empties the cache to leave memory to others). Default 64 MiB.
+    pub map_ahead_bytes: usize,
 }
 
 impl Default for Config {
@@ -128,6 +137,7 @@ impl Default for Config {
             live_slack_percent: 4,
             expandable_segments: true,
             max_mapping_bytes: 64 << 20,
+            map_ahead_bytes: 64 << 20,
         }
     }
 }

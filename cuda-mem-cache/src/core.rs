@@ -130,6 +130,14 @@ impl Totals {
         }
     }
 
+    /// Bytes the reserve may still grow by, besides `bytes` and what other misses are about to
+    /// map, without passing its peak.
+    pub fn room_below_peak(&self, bytes: usize) -> usize {
+        let reserved = self.reserved();
+        let in_flight = self.in_flight.load(Ordering::Relaxed);
+        reserved.peak.saturating_sub(reserved.current.saturating_add(in_flight).saturating_add(bytes))
+    }
+
     /// Bytes of pages kept unmapped.
     pub fn kept(&self) -> usize {
         self.kept.load(Ordering::Relaxed)
@@ -632,7 +640,8 @@ impl<B: Backend> Core<B> {
 
     /// Claims the pages a miss of `class` on `on` maps next, in its growable segment of the pool
     /// (reserved on the stream's first miss there), for a [`Pages::map`] made without the
-    /// shard's lock: see [`MapClaim`]. The claim spans what the miss needs and room for the one
+    /// shard's lock: see [`MapClaim`]. The claim spans what the miss needs, up to `ahead` bytes
+    /// more where the unmapped run has them ([`Config::map_ahead_bytes`]), and room for the one
     /// kept mapping the map may choose instead (never larger than the largest new one).
     pub fn claim_pages(
         &mut self,
@@ -640,6 +649,7 @@ impl<B: Backend> Core<B> {
         config: &Config,
         on: &On<'_, B::Stream>,
         class: SizeClass,
+        ahead: usize,
     ) -> Result<MapClaim, B::Error> {
         let pool = config.pool_of(class);
         let page = pages.page_bytes();
@@ -653,6 +663,7 @@ impl<B: Backend> Core<B> {
                 self.arena.run_to_map(on.key, pool, class.bytes()).expect("a new range fits its request")
             }
         };
+        let run = Run { bytes: run.bytes.saturating_add(ahead).min(self.arena.room(run)) / page * page, ..run };
         let max_new = config.largest_new_mapping(run.bytes);
         let largest = max_new.max(config.max_mapping_bytes).max(page);
         let room = self.arena.room(run).min(run.bytes.saturating_add(largest)) / page * page;

@@ -182,9 +182,13 @@ pub(super) fn replay_threads_over(workload: &Workload, config: Config, backend: 
 /// that change only block numbering). Over six seeds of each (2026-12-06): serving 1.154 to
 /// 1.147 times live at 27,519 to 25,900 calls, churn 1.108 to 1.113 at 3,246 to 2,800, mixed
 /// 1.221 to 1.208.
+/// A large miss below the reserve's peak mapping up to 64 MiB ahead (`Config::map_ahead_bytes`)
+/// took serving's misses after warm-up from 1,606 to 642 and its driver calls from 25,900 to
+/// 15,918 over six seeds, at 1.147 to 1.151 times live (here 1.177 to 1.171, 24,260 to 14,395
+/// calls); the other workloads never sit below their peak in a round robin.
 const BOUNDS: [(&str, f64, f64, u64); 4] = [
     ("training", 1.02, 0.0001, 2_000),
-    ("serving", 1.19, 0.009, 26_000),
+    ("serving", 1.19, 0.0035, 16_000),
     ("churn", 1.14, 0.0003, 3_600),
     ("mixed", 1.29, 0.0003, 2_200),
 ];

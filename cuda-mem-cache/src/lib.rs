@@ -142,6 +142,8 @@ mod front;
 mod growable;
 #[cfg(test)]
 mod growable_tests;
+#[cfg(test)]
+mod map_ahead_tests;
 pub mod pinned;
 mod private_pool;
 #[cfg(test)]

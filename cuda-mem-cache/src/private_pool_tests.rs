@@ -44,6 +44,7 @@ fn config() -> Config {
         live_slack_percent: 0,
         expandable_segments: true,
         max_mapping_bytes: 0,
+        map_ahead_bytes: 0,
     }
 }
 

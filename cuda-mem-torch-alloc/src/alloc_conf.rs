@@ -12,6 +12,7 @@
 //! | `release_idle_on_miss` | `True`/`False` | unmap free pages (or release idle segments) before growing past the reserve's peak |
 //! | `live_slack_percent` | integer ≤ 100 | with pages, map without unmapping while the reserve stays this many percent above the allocated bytes (default 4) |
 //! | `cross_stream_waits` | `True`/`False` | a stream may wait on the device for another stream's idle segment |
+//! | `map_ahead_mb` | integer | with pages, MiB a large miss maps beyond its request while the reserve is below its peak (after `empty_cache`), never above the peak (default 64; 0: none) |
 //!
 //! A bad key or value is refused with a message naming it; nothing is half-applied.
 
@@ -62,6 +63,7 @@ impl AllocConf {
                 "release_idle_on_miss" => c.release_idle_on_miss = boolean(key, value)?,
                 "live_slack_percent" => c.live_slack_percent = integer(key, value)?,
                 "cross_stream_waits" => c.cross_stream_waits = boolean(key, value)?,
+                "map_ahead_mb" => c.map_ahead_bytes = mib(key, value)?,
                 _ => return Err(refused(format!("unknown key {key:?}"))),
             }
         }
@@ -97,14 +99,14 @@ mod tests {
     #[test]
     fn keys_set_their_fields() {
         let conf = AllocConf::parse(
-            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0,expandable_segments:False,live_slack_percent:10",
+            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0,expandable_segments:False,live_slack_percent:10,map_ahead_mb:0",
         )
         .unwrap();
         assert_eq!(conf.backend, Some(BackendChoice::Pool));
         let c = conf.config;
         assert_eq!((c.front_depth, c.front_max_bytes, c.large_fit_slack), (2, 64 << 20, 8 << 20));
         assert!(!c.release_idle_on_miss && !c.cross_stream_waits && !c.expandable_segments);
-        assert_eq!(c.live_slack_percent, 10);
+        assert_eq!((c.live_slack_percent, c.map_ahead_bytes), (10, 0));
         assert_eq!(AllocConf::parse("").unwrap(), AllocConf { backend: None, config: Config::default() });
     }
 
@@ -119,6 +121,7 @@ mod tests {
             ("front_depth", "not key:value"),
             ("live_slack_percent:101", "live_slack_percent above 100"),
             ("front_max_mb:99999999999999999", "too large"),
+            ("map_ahead_mb:-64", "map_ahead_mb:-64: expected a non-negative integer"),
         ] {
             let err = AllocConf::parse(text).unwrap_err();
             assert!(matches!(err.kind(), ErrorKind::InvalidArgument(_)), "{text}: {err}");

@@ -1,0 +1,96 @@
+//! A large miss below the reserve's peak maps ahead (`Config::map_ahead_bytes`): never above
+//! the peak, never for the small pool, never at the cost of the request itself.
+
+use super::fake::FakeBackend;
+use super::*;
+
+const MIB: usize = 1 << 20;
+const S: StreamKey = StreamKey(0x10);
+
+/// Pages of the driver's size in a range larger than any test, no front cache, so that every
+/// request reaches the core.
+fn paged(config: Config) -> (CachingAllocator<FakeBackend>, FakeBackend) {
+    let backend = FakeBackend::with_pages(2 * MIB, 1 << 40);
+    (CachingAllocator::new(backend.clone(), Config { front_depth: 0, ..config }).unwrap(), backend)
+}
+
+fn free(cache: &CachingAllocator<FakeBackend>, block: CachedBlock) {
+    // SAFETY: the fake backend's memory is never touched; blocks come from `cache`.
+    unsafe { cache.free(block) };
+}
+
+/// Raises the reserve's peak to `bytes` and empties the cache: the reserve is back at 0.
+fn emptied_after_a_peak_of(cache: &CachingAllocator<FakeBackend>, bytes: usize) {
+    let block = cache.alloc(bytes, &S).unwrap();
+    free(cache, block);
+    cache.empty_cache();
+    let reserved = cache.stats().reserved;
+    assert_eq!((reserved.current, reserved.peak), (0, bytes));
+}
+
+#[test]
+fn a_large_miss_below_the_peak_maps_ahead_and_the_streams_next_misses_find_it_mapped() {
+    let (cache, backend) = paged(Config::default());
+    emptied_after_a_peak_of(&cache, 256 * MIB);
+    let misses = cache.stats().misses;
+    let a = cache.alloc(24 * MIB, &S).unwrap();
+    assert_eq!(cache.stats().reserved.current, 88 * MIB, "24 MiB asked, 64 MiB more mapped");
+    assert_eq!(backend.mapped_bytes(), 88 * MIB);
+    let b = cache.alloc(32 * MIB, &S).unwrap();
+    let c = cache.alloc(30 * MIB, &S).unwrap();
+    assert_eq!(cache.stats().misses, misses + 1, "the next two found their memory mapped");
+    for block in [a, b, c] {
+        free(&cache, block);
+    }
+    cache.check_invariants();
+}
+
+#[test]
+fn mapping_ahead_stops_at_the_reserves_peak() {
+    let (cache, _backend) = paged(Config::default());
+    emptied_after_a_peak_of(&cache, 100 * MIB);
+    let a = cache.alloc(60 * MIB, &S).unwrap();
+    let reserved = cache.stats().reserved;
+    assert_eq!((reserved.current, reserved.peak), (100 * MIB, 100 * MIB), "40 MiB ahead, not 64");
+    let b = cache.alloc(40 * MIB, &S).unwrap();
+    assert_eq!(cache.stats().reserved.current, 100 * MIB);
+    free(&cache, a);
+    free(&cache, b);
+    cache.check_invariants();
+}
+
+#[test]
+fn at_the_peak_and_in_the_small_pool_a_miss_maps_only_what_it_needs() {
+    let (cache, _backend) = paged(Config::default());
+    let a = cache.alloc(24 * MIB, &S).unwrap();
+    assert_eq!(cache.stats().reserved.current, 24 * MIB, "the first miss raises the peak: nothing ahead");
+    free(&cache, a);
+    cache.empty_cache();
+    let small = cache.alloc(64 << 10, &S).unwrap();
+    assert_eq!(cache.stats().reserved.current, 2 * MIB, "the small pool maps its page alone");
+    free(&cache, small);
+    cache.check_invariants();
+}
+
+#[test]
+fn with_map_ahead_bytes_0_a_miss_below_the_peak_maps_only_what_it_needs() {
+    let (cache, _backend) = paged(Config { map_ahead_bytes: 0, ..Config::default() });
+    emptied_after_a_peak_of(&cache, 256 * MIB);
+    let a = cache.alloc(24 * MIB, &S).unwrap();
+    assert_eq!(cache.stats().reserved.current, 24 * MIB);
+    free(&cache, a);
+}
+
+#[test]
+fn a_device_without_memory_for_the_extra_still_maps_the_request() {
+    let (cache, backend) = paged(Config::default());
+    emptied_after_a_peak_of(&cache, 256 * MIB);
+    // Another process took the memory empty_cache gave back: 30 MiB are left.
+    backend.set_capacity(Some(30 * MIB));
+    let a = cache.alloc(24 * MIB, &S).unwrap();
+    let stats = cache.stats();
+    assert_eq!((stats.reserved.current, backend.mapped_bytes()), (24 * MIB, 24 * MIB));
+    assert_eq!(stats.oom_retries, 0, "the extra was dropped before any release and retry");
+    free(&cache, a);
+    cache.check_invariants();
+}
