@@ -4,7 +4,7 @@ use super::arena::BlockId;
 use super::backend::{Backend, Keep, Pages, StreamKey};
 use super::block::CachedBlock;
 use super::config::{Config, Pool};
-use super::core::{Core, CoreFigures, On, Totals, unmap_claimed};
+use super::core::{Ahead, Core, CoreFigures, On, Totals, unmap_claimed};
 use super::front::{BinKey, ENTRIES, FrontLimits, Parked, ThreadCache, ThreadTotals};
 use super::size_class::{SizeClass, class_of};
 use super::stats::{CachingStats, ClassStats, CurrentPeak};
@@ -609,18 +609,15 @@ impl<B: Backend> Shared<B> {
         let (bytes, _) = needed(&lock(&self.shards[home]));
         let budget = config.live_budget(self.active() + class.bytes());
         // Below the reserve's peak a large miss maps ahead for the stream's next ones.
-        let mut ahead = match config.pool_of(class) {
-            Pool::Large => {
-                config.map_ahead_bytes.min(totals.room_below_peak(bytes)) / pages.page_bytes() * pages.page_bytes()
-            }
-            Pool::Small => 0,
+        let ahead = match config.pool_of(class) {
+            Pool::Large => Ahead { most: config.map_ahead_bytes, page: pages.page_bytes() },
+            Pool::Small => Ahead::NONE,
         };
         // A miss that fits the budget with what the others are about to map maps at once;
         // only misses that would move memory (borrow, trim) decide in order.
-        let _in_flight = match totals.begin_miss_within(bytes.saturating_add(ahead), budget) {
+        let in_flight = match totals.begin_miss_within(bytes, ahead, budget) {
             Some(in_flight) => in_flight,
             None => {
-                ahead = 0;
                 let _deciding = lock(&self.deciding);
                 // Misses before it may have mapped, trimmed or freed meanwhile: decide on now.
                 let (bytes, keep) = needed(&lock(&self.shards[home]));
@@ -639,6 +636,7 @@ impl<B: Backend> Shared<B> {
                 in_flight
             }
         };
+        let mut ahead = in_flight.ahead();
         // The maps run without any lock, so that the stream's other threads and the shard's
         // other streams (their frees, their hits in the core) and other misses' maps never wait
         // for them. A free block the mapping extends may be taken meanwhile (by a hit of another

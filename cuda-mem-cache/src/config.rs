@@ -108,8 +108,9 @@ pub struct Config {
     pub max_mapping_bytes: usize,
     /// Over [`Pages`](super::Pages), what a miss of the large pool maps beyond its request while
     /// the reserve is below its peak (after `empty_cache`, a trim or blocks given back): up to
-    /// this many bytes more, never above the peak, in allocations of up to
-    /// [`max_mapping_bytes`](Self::max_mapping_bytes). Memory up to the peak costs nothing the
+    /// this many bytes more, never within this many bytes of the peak (that room stays for
+    /// other misses' requests), in allocations of up to
+    /// [`max_mapping_bytes`](Self::max_mapping_bytes). Memory below the peak costs nothing the
     /// peak has not cost already, and the stream's next large misses find it mapped: a refill
     /// after `empty_cache` takes a few misses instead of one per request. If the device has too
     /// little memory for the extra, the miss maps its request alone. 0: a miss maps only what it

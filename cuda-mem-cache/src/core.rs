@@ -42,6 +42,26 @@ pub(super) struct Totals {
 pub(super) struct InFlight<'a> {
     totals: &'a Totals,
     bytes: usize,
+    ahead: usize,
+}
+
+impl InFlight<'_> {
+    /// Bytes admitted beyond the miss's own ([`Totals::begin_miss_within`]).
+    pub fn ahead(&self) -> usize {
+        self.ahead
+    }
+}
+
+/// What a miss may map beyond its request ([`Config::map_ahead_bytes`]): at most `most` bytes,
+/// in whole `page`s, where the reserve stays at or below its peak.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ahead {
+    pub most: usize,
+    pub page: usize,
+}
+
+impl Ahead {
+    pub const NONE: Ahead = Ahead { most: 0, page: 1 };
 }
 
 impl Drop for InFlight<'_> {
@@ -108,14 +128,17 @@ impl Totals {
     /// bytes other misses were about to map then.
     pub fn begin_miss(&self, bytes: usize) -> (InFlight<'_>, usize) {
         let before = self.in_flight.fetch_add(bytes, Ordering::Relaxed);
-        (InFlight { totals: self, bytes }, before)
+        (InFlight { totals: self, bytes, ahead: 0 }, before)
     }
 
     /// Counts `bytes` as about to be mapped, as [`begin_miss`](Self::begin_miss), if they keep
     /// the reserve within its budget ([`over_budget`](Self::over_budget) of `live_budget`)
     /// together with what other misses are about to map: such a miss needs no decision in
-    /// order with others. `None` otherwise, with nothing counted.
-    pub fn begin_miss_within(&self, bytes: usize, live_budget: usize) -> Option<InFlight<'_>> {
+    /// order with others. `None` otherwise, with nothing counted. Counts up to `ahead.most` more
+    /// ([`InFlight::ahead`]) where the reserve, with what the others are about to map, stays at
+    /// least `ahead.most` below its peak: extras never take the reserve above the peak, nor the
+    /// room below it that misses at once need.
+    pub fn begin_miss_within(&self, bytes: usize, ahead: Ahead, live_budget: usize) -> Option<InFlight<'_>> {
         let mut others = self.in_flight.load(Ordering::Relaxed);
         loop {
             let total = others.checked_add(bytes)?;
@@ -123,19 +146,16 @@ impl Totals {
             if self.over_budget(total.saturating_sub(self.kept()), live_budget) > 0 {
                 return None;
             }
-            match self.in_flight.compare_exchange_weak(others, total, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Some(InFlight { totals: self, bytes }),
+            let reserved = self.reserved();
+            // The last `most` bytes below the peak stay for other misses' requests: an extra
+            // never takes the room a request at once would need.
+            let below_peak = reserved.peak.saturating_sub(reserved.current.saturating_add(total));
+            let extra = ahead.most.min(below_peak.saturating_sub(ahead.most)) / ahead.page * ahead.page;
+            match self.in_flight.compare_exchange_weak(others, total + extra, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(InFlight { totals: self, bytes: bytes + extra, ahead: extra }),
                 Err(now) => others = now,
             }
         }
-    }
-
-    /// Bytes the reserve may still grow by, besides `bytes` and what other misses are about to
-    /// map, without passing its peak.
-    pub fn room_below_peak(&self, bytes: usize) -> usize {
-        let reserved = self.reserved();
-        let in_flight = self.in_flight.load(Ordering::Relaxed);
-        reserved.peak.saturating_sub(reserved.current.saturating_add(in_flight).saturating_add(bytes))
     }
 
     /// Bytes of pages kept unmapped.

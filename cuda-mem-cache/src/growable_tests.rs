@@ -694,21 +694,21 @@ fn a_miss_within_the_budget_maps_while_another_decides_and_one_above_it_waits_it
 
 #[test]
 fn misses_within_the_budget_count_what_the_others_are_about_to_map() {
-    use super::core::Totals;
+    use super::core::{Ahead, Totals};
     let totals = Totals::default();
-    let first = totals.begin_miss_within(64 * KIB, 100 * KIB).expect("64 KiB within 100");
-    assert!(totals.begin_miss_within(64 * KIB, 100 * KIB).is_none(), "64 more with 64 in flight");
-    let second = totals.begin_miss_within(32 * KIB, 100 * KIB).expect("32 more with 64 in flight");
+    let first = totals.begin_miss_within(64 * KIB, Ahead::NONE, 100 * KIB).expect("64 KiB within 100");
+    assert!(totals.begin_miss_within(64 * KIB, Ahead::NONE, 100 * KIB).is_none(), "64 more with 64 in flight");
+    let second = totals.begin_miss_within(32 * KIB, Ahead::NONE, 100 * KIB).expect("32 more with 64 in flight");
     drop(first);
-    let third = totals.begin_miss_within(64 * KIB, 100 * KIB).expect("64 more with 32 in flight");
-    assert!(totals.begin_miss_within(usize::MAX, usize::MAX).is_none(), "a sum past usize::MAX");
+    let third = totals.begin_miss_within(64 * KIB, Ahead::NONE, 100 * KIB).expect("64 more with 32 in flight");
+    assert!(totals.begin_miss_within(usize::MAX, Ahead::NONE, usize::MAX).is_none(), "a sum past usize::MAX");
     drop((second, third));
-    assert!(totals.begin_miss_within(100 * KIB, 100 * KIB).is_some(), "every guard gave its bytes back");
+    assert!(totals.begin_miss_within(100 * KIB, Ahead::NONE, 100 * KIB).is_some(), "every guard gave its bytes back");
 }
 
 #[test]
 fn misses_within_the_budget_at_once_never_exceed_it_together() {
-    use super::core::Totals;
+    use super::core::{Ahead, Totals};
     const THREADS: usize = 16;
     let totals = Totals::default();
     let barrier = std::sync::Barrier::new(THREADS);
@@ -716,7 +716,7 @@ fn misses_within_the_budget_at_once_never_exceed_it_together() {
     std::thread::scope(|scope| {
         for _ in 0..THREADS {
             scope.spawn(|| {
-                let guard = totals.begin_miss_within(10 * KIB, 100 * KIB);
+                let guard = totals.begin_miss_within(10 * KIB, Ahead::NONE, 100 * KIB);
                 if guard.is_some() {
                     admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }

@@ -46,14 +46,14 @@ fn a_large_miss_below_the_peak_maps_ahead_and_the_streams_next_misses_find_it_ma
 }
 
 #[test]
-fn mapping_ahead_stops_at_the_reserves_peak() {
+fn mapping_ahead_leaves_the_last_map_ahead_bytes_below_the_peak() {
     let (cache, _backend) = paged(Config::default());
     emptied_after_a_peak_of(&cache, 100 * MIB);
-    let a = cache.alloc(60 * MIB, &S).unwrap();
+    let a = cache.alloc(20 * MIB, &S).unwrap();
     let reserved = cache.stats().reserved;
-    assert_eq!((reserved.current, reserved.peak), (100 * MIB, 100 * MIB), "40 MiB ahead, not 64");
-    let b = cache.alloc(40 * MIB, &S).unwrap();
-    assert_eq!(cache.stats().reserved.current, 100 * MIB);
+    assert_eq!((reserved.current, reserved.peak), (36 * MIB, 100 * MIB), "16 MiB ahead: 64 stay below the peak");
+    let b = cache.alloc(16 * MIB, &S).unwrap();
+    assert_eq!(cache.stats().reserved.current, 36 * MIB, "found mapped");
     free(&cache, a);
     free(&cache, b);
     cache.check_invariants();
@@ -92,5 +92,31 @@ fn a_device_without_memory_for_the_extra_still_maps_the_request() {
     assert_eq!((stats.reserved.current, backend.mapped_bytes()), (24 * MIB, 24 * MIB));
     assert_eq!(stats.oom_retries, 0, "the extra was dropped before any release and retry");
     free(&cache, a);
+    cache.check_invariants();
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "threads held at a gate for real time")]
+fn misses_mapping_ahead_at_once_never_take_the_reserve_above_its_peak_together() {
+    let (cache, backend) = paged(Config::default());
+    emptied_after_a_peak_of(&cache, 256 * MIB);
+    // Four streams miss 24 MiB each while every map waits at the gate: each counts what the
+    // others are about to map, and an extra leaves the last 64 MiB below the peak to the
+    // others' requests: 64 + 64 + 0 + 0 MiB of extras, and every request fits below the peak.
+    let gate = backend.hold_page_calls();
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let cache = cache.clone();
+            std::thread::spawn(move || cache.alloc(24 * MIB, &StreamKey(0x100 + i)).unwrap())
+        })
+        .collect();
+    assert!(gate.wait_for_held(4, std::time::Duration::from_secs(10)), "the four maps reached the gate");
+    gate.open();
+    let blocks: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let reserved = cache.stats().reserved;
+    assert_eq!((reserved.current, reserved.peak), (224 * MIB, 256 * MIB));
+    for block in blocks {
+        free(&cache, block);
+    }
     cache.check_invariants();
 }
