@@ -12,7 +12,7 @@
 //! | `release_idle_on_miss` | `True`/`False` | unmap free pages (or release idle segments) before growing past the reserve's peak |
 //! | `live_slack_percent` | integer ≤ 100 | with pages, map without unmapping while the reserve stays this many percent above the allocated bytes (default 4) |
 //! | `cross_stream_waits` | `True`/`False` | a stream may wait on the device for another stream's idle segment |
-//! | `map_ahead_mb` | integer | with pages, MiB a large miss maps beyond its request while the reserve is below its peak (after `empty_cache`), never above the peak (default 64; 0: none) |
+//! | `map_ahead_mb` | integer | with pages, MiB a large miss maps beyond its request while the reserve is at least that far below its peak (after `empty_cache`), never closer to the peak than that (default 64; 0: none) |
 //!
 //! A bad key or value is refused with a message naming it; nothing is half-applied.
 
