@@ -656,7 +656,9 @@ impl<B: Backend> Shared<B> {
             let mut core = lock(&self.shards[home]);
             match core.finish_map(config, totals, on, class, claim, mapped) {
                 Ok(Some(id)) => return Ok(Taken::own(&core, id)),
-                Ok(None) => {}
+                // The extra is mapped (the stream's free memory now): a map again is the
+                // request's alone, within what was admitted.
+                Ok(None) => ahead = 0,
                 // What the device lacks may be the extra alone: the request maps by itself.
                 Err(err) if err.is_out_of_memory() && ahead > 0 => ahead = 0,
                 Err(err) => return Err(err),

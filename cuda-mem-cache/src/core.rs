@@ -53,7 +53,8 @@ impl InFlight<'_> {
 }
 
 /// What a miss may map beyond its request ([`Config::map_ahead_bytes`]): at most `most` bytes,
-/// in whole `page`s, where the reserve stays at or below its peak.
+/// in whole `page`s, leaving `most` bytes below the reserve's peak
+/// ([`Totals::begin_miss_within`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ahead {
     pub most: usize,

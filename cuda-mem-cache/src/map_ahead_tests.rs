@@ -120,3 +120,33 @@ fn misses_mapping_ahead_at_once_never_take_the_reserve_above_its_peak_together()
     }
     cache.check_invariants();
 }
+
+#[test]
+#[cfg_attr(miri, ignore = "a thread held at a gate for real time")]
+fn a_miss_that_maps_again_maps_no_second_extra() {
+    let config = Config { map_ahead_bytes: 16 * MIB, front_large_slot: false, ..Config::default() };
+    let (cache, backend) = paged(config);
+    emptied_after_a_peak_of(&cache, 1 << 30);
+    // [a 40][b 56][16 free] mapped: freeing b leaves 72 MiB free at the end of S's memory.
+    let a = cache.alloc(40 * MIB, &S).unwrap();
+    let b = cache.alloc(56 * MIB, &S).unwrap();
+    free(&cache, b);
+    assert_eq!(cache.stats().reserved.current, 112 * MIB);
+    // An 80 MiB miss extends those 72 MiB by 8 and maps 16 ahead; while its map waits, another
+    // thread takes the 72 MiB, so the 24 mapped fall short and the miss maps again: the 56 it
+    // lacks, without a second extra.
+    let gate = backend.hold_page_calls();
+    let miss = {
+        let cache = cache.clone();
+        std::thread::spawn(move || cache.alloc(80 * MIB, &S).unwrap())
+    };
+    assert!(gate.wait_for_held(1, std::time::Duration::from_secs(10)), "the miss's map reached the gate");
+    let taken = cache.alloc(72 * MIB, &S).unwrap();
+    gate.open();
+    let big = miss.join().unwrap();
+    assert_eq!(cache.stats().reserved.current, (112 + 24 + 56) * MIB);
+    for block in [a, taken, big] {
+        free(&cache, block);
+    }
+    cache.check_invariants();
+}
