@@ -57,7 +57,8 @@ struct Shared<B: Backend> {
     /// (the block it borrows, the pages it unmaps): such misses decide one at a time, each
     /// counting what the misses before it decided to map and have not mapped yet
     /// ([`Totals::begin_miss`]), and then map at once. A miss within the budget
-    /// ([`Totals::begin_miss_within`]), frees, hits and every other use of the core never take it.
+    /// ([`Totals::begin_miss_within`]), one above it that borrows a block whose last use is known
+    /// to be complete, frees, hits and every other use of the core never take it.
     deciding: Mutex<()>,
 }
 
@@ -618,6 +619,13 @@ impl<B: Backend> Shared<B> {
         let in_flight = match totals.begin_miss_within(bytes, ahead, budget) {
             Some(in_flight) => in_flight,
             None => {
+                // A free block of another stream whose last use is known to be complete moves
+                // nothing in or out of the reserve: it needs no decision in order.
+                if config.release_idle_on_miss
+                    && let Some(taken) = self.borrow(on, class, false)
+                {
+                    return Ok(taken);
+                }
                 let _deciding = lock(&self.deciding);
                 // Misses before it may have mapped, trimmed or freed meanwhile: decide on now.
                 let (bytes, keep) = needed(&lock(&self.shards[home]));
@@ -636,7 +644,7 @@ impl<B: Backend> Shared<B> {
                 in_flight
             }
         };
-        let mut ahead = in_flight.ahead();
+        let mut extra = in_flight.ahead();
         // The maps run without any lock, so that the stream's other threads and the shard's
         // other streams (their frees, their hits in the core) and other misses' maps never wait
         // for them. A free block the mapping extends may be taken meanwhile (by a hit of another
@@ -648,7 +656,7 @@ impl<B: Backend> Shared<B> {
                 if let Some(id) = core.take_cached(backend, config, totals, on.key, class) {
                     return Ok(Taken::own(&core, id));
                 }
-                core.claim_pages(pages, config, on, class, ahead)?
+                core.claim_pages(pages, config, on, class, extra)?
             };
             // SAFETY: the claim's `room` bytes are unmapped pages of a range from `reserve`,
             // which no other call maps, unmaps or frees until `finish_map` (see `MapClaim`).
@@ -658,9 +666,9 @@ impl<B: Backend> Shared<B> {
                 Ok(Some(id)) => return Ok(Taken::own(&core, id)),
                 // The extra is mapped (the stream's free memory now): a map again is the
                 // request's alone, within what was admitted.
-                Ok(None) => ahead = 0,
+                Ok(None) => extra = 0,
                 // What the device lacks may be the extra alone: the request maps by itself.
-                Err(err) if err.is_out_of_memory() && ahead > 0 => ahead = 0,
+                Err(err) if err.is_out_of_memory() && extra > 0 => extra = 0,
                 Err(err) => return Err(err),
             }
         }
