@@ -57,8 +57,7 @@ struct Shared<B: Backend> {
     /// (the block it borrows, the pages it unmaps): such misses decide one at a time, each
     /// counting what the misses before it decided to map and have not mapped yet
     /// ([`Totals::begin_miss`]), and then map at once. A miss within the budget
-    /// ([`Totals::begin_miss_within`]), one above it that borrows a block whose last use is known
-    /// to be complete, frees, hits and every other use of the core never take it.
+    /// ([`Totals::begin_miss_within`]), frees, hits and every other use of the core never take it.
     deciding: Mutex<()>,
 }
 
@@ -619,13 +618,6 @@ impl<B: Backend> Shared<B> {
         let in_flight = match totals.begin_miss_within(bytes, ahead, budget) {
             Some(in_flight) => in_flight,
             None => {
-                // A free block of another stream whose last use is known to be complete moves
-                // nothing in or out of the reserve: it needs no decision in order.
-                if config.release_idle_on_miss
-                    && let Some(taken) = self.borrow(on, class, false)
-                {
-                    return Ok(taken);
-                }
                 let _deciding = lock(&self.deciding);
                 // Misses before it may have mapped, trimmed or freed meanwhile: decide on now.
                 let (bytes, keep) = needed(&lock(&self.shards[home]));

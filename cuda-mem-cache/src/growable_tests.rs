@@ -693,29 +693,6 @@ fn a_miss_within_the_budget_maps_while_another_decides_and_one_above_it_waits_it
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "threads held at a lock for real time")]
-fn a_miss_above_the_peak_borrows_a_block_whose_work_is_done_while_another_miss_decides() {
-    let (cache, backend) = paged(no_front());
-    let a = cache.alloc(64 * KIB, &S).unwrap();
-    let a_addr = addr(&a);
-    backend.submit(S);
-    free(&cache, a);
-    backend.complete(S);
-    let deciding = cache.hold_deciding();
-    let b = {
-        let cache = cache.clone();
-        finishes_soon(move || cache.alloc(64 * KIB, &T).unwrap())
-    };
-    let b = b.expect("a borrow of a block whose work is done waited for another miss's decision");
-    drop(deciding);
-    assert!(b.is_lent() && addr(&b) == a_addr, "S's free block, lent to T");
-    let stats = cache.stats();
-    assert_eq!((stats.reserved.peak, stats.stream_waits, backend.host_waits()), (64 * KIB, 0, 0));
-    free(&cache, b);
-    cache.check_invariants();
-}
-
-#[test]
 fn misses_within_the_budget_count_what_the_others_are_about_to_map() {
     use super::core::{Ahead, Totals};
     let totals = Totals::default();
