@@ -781,11 +781,14 @@ impl<B: Backend> Shared<B> {
         self.give_back_all(parked);
     }
 
-    /// Returns every thread's front cache to the core (under the registry's lock: see
-    /// [`thread_cache::Registry::drain_all`]).
+    /// Returns every thread's front cache to the core. The caches are emptied under the
+    /// registry's lock and their blocks returned after it: returning takes shard locks and may
+    /// record events (lent blocks), and misses of every thread flush, so holding the registry
+    /// across the returns queued each miss behind the others' (see
+    /// [`thread_cache::Registry::drain_all`] for what a flush sees).
     fn flush_all(&self) {
-        let registry = self.threads();
-        self.give_back_all(registry.drain_all());
+        let parked = self.threads().drain_all();
+        self.give_back_all(parked);
     }
 
     /// Counts an allocation or free of a thread without a front cache (at thread exit).
