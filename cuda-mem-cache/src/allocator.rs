@@ -431,6 +431,20 @@ impl<B: Backend> CachingAllocator<B> {
         self.shared.shards.iter().map(lock).collect::<Vec<_>>()
     }
 
+    /// Bytes parked in the calling thread's front cache (no lock but that cache's).
+    #[cfg(test)]
+    pub(super) fn parked_on_this_thread(&self) -> usize {
+        let mut totals = ThreadTotals::default();
+        thread_cache::with_existing(&ENTRIES, self.shared.id, |cache| cache.read(&mut totals));
+        totals.parked_bytes
+    }
+
+    /// Returns every thread's front cache to the core, as a miss does.
+    #[cfg(test)]
+    pub(super) fn flush_every_thread(&self) {
+        self.shared.flush_all();
+    }
+
     fn register(&self) -> Registered<ThreadCache> {
         thread_cache::register(&self.shared, &self.shared.threads, ThreadCache::new())
     }
