@@ -88,7 +88,7 @@ pub enum ErrorKind {
     /// An argument the runtime would reject or misinterpret (e.g. flags wrong for the operation).
     InvalidArgument(&'static str),
     /// The runtime refused to update an executable graph (`cudaGraphExecUpdate`), for this reason.
-    GraphUpdateRefused(crate::UpdateRefusal),
+    GraphUpdateRefused(UpdateRefusal),
     /// A sleep, wake or allocation that a cache's sleep state refuses: a sleep of a sleeping
     /// cache, a wake of an awake one, an allocation from a sleeping one (which, it says).
     SleepState(&'static str),
@@ -376,6 +376,43 @@ impl From<caching::Error<CudaError>> for CudaError {
             }
             caching::Error::Refused(why) => CudaError::new(ErrorKind::InvalidArgument(why), "CachingAllocator"),
             caching::Error::SleepState(why) => CudaError::new(ErrorKind::SleepState(why), "DeviceCache"),
+        }
+    }
+}
+
+/// Why the runtime refused [`GraphExec::update`](crate::GraphExec::update) (`cudaGraphExecUpdateResult`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UpdateRefusal {
+    /// The graphs' topologies differ.
+    TopologyChanged,
+    /// A node changed type.
+    NodeTypeChanged,
+    /// A kernel node's function changed in a way that cannot be updated.
+    FunctionChanged,
+    /// Node parameters changed in a way that cannot be updated.
+    ParametersChanged,
+    /// Something about the nodes cannot be updated at all (memory nodes, for one).
+    NotSupported,
+    /// A kernel node's function changed to one of another kind (device-side launches).
+    UnsupportedFunctionChange,
+    /// Node attributes changed in a way that cannot be updated.
+    AttributesChanged,
+    /// Another refusal: `cudaGraphExecUpdateError`, or a value newer than these bindings.
+    Other(u32),
+}
+
+impl fmt::Display for UpdateRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TopologyChanged => f.write_str("the topology changed"),
+            Self::NodeTypeChanged => f.write_str("a node changed type"),
+            Self::FunctionChanged => f.write_str("a kernel node's function changed"),
+            Self::ParametersChanged => f.write_str("node parameters changed in a way that cannot be updated"),
+            Self::NotSupported => f.write_str("the nodes cannot be updated"),
+            Self::UnsupportedFunctionChange => f.write_str("a kernel node's function changed kind"),
+            Self::AttributesChanged => f.write_str("node attributes changed in a way that cannot be updated"),
+            Self::Other(code) => write!(f, "cudaGraphExecUpdateResult {code}"),
         }
     }
 }

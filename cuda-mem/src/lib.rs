@@ -130,10 +130,9 @@ pub use cuda_mem_sys as sys;
 pub use device::{Device, DeviceAttribute, driver_version, runtime_version};
 pub use device_buffer::DeviceBuffer;
 pub use device_cache::{CachedBuffer, CudaSegments, DeviceCache, SleepError, SleepingCache};
-pub use error::{CudaError, ErrorCode, ErrorKind, NO_DRIVER_MESSAGE, OomReport, Result};
+pub use error::{CudaError, ErrorCode, ErrorKind, NO_DRIVER_MESSAGE, OomReport, Result, UpdateRefusal};
 pub use graph::{
     CaptureMode, CaptureScope, Graph, GraphExec, GraphFlags, GraphMemStats, GraphOutput, GraphPool, HostSlot, Launches,
-    UpdateRefusal,
 };
 pub use ipc::{
     EXPORT_BYTES, ExportedDeviceBuffer, ExportedStreamBuffer, ImportedSlice, IpcMapping, IpcMemHandle,

@@ -54,15 +54,5 @@ impl<'a, T> From<&'a mut T> for MaybeOwned<'a, T> {
     }
 }
 
-/// Owned forms: one per handle type, so that `&T` and `T` never overlap.
-macro_rules! owned_from {
-    ($($type:ty),*) => {$(
-        impl<'a> From<$type> for MaybeOwned<'a, $type> {
-            fn from(value: $type) -> Self {
-                Self::Owned(value)
-            }
-        }
-    )*};
-}
-
-owned_from!(crate::Stream, crate::MemPool);
+// Owned forms are one `From` per handle type, beside the type (stream/mod.rs, pool.rs), so that
+// `&T` and `T` never overlap and this module names no type above it.

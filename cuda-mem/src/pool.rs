@@ -17,6 +17,7 @@
 
 use crate::device::Device;
 use crate::error::{CudaError, ErrorKind, Result};
+use crate::maybe_owned::MaybeOwned;
 use crate::pool_stats::PoolStats;
 use crate::raw;
 use std::collections::HashMap;
@@ -389,6 +390,13 @@ pub(crate) fn require_pools(device: Device) -> Result<()> {
         ErrorKind::Unsupported("memory pools / stream-ordered allocation (memoryPoolsSupported = 0)"),
         format!("using memory pools on {device}"),
     ))
+}
+
+/// A `MemPool` given by value to what takes `impl Into<MaybeOwned<MemPool>>`: kept alive by it.
+impl From<MemPool> for MaybeOwned<'_, MemPool> {
+    fn from(pool: MemPool) -> Self {
+        Self::Owned(pool)
+    }
 }
 
 #[cfg(test)]

@@ -15,35 +15,9 @@ use std::path::Path;
 /// The circles tolerated, each as its crate and its modules in order; an entry here needs a
 /// reason beside it.
 pub const KNOWN: &[(&str, &[&str])] = &[
-    // Counted since 2026-12-06, when items the root re-exports (`crate::Stream`) became edges.
-    // It runs through error.rs, which every module's `Result` names and which names graph's
-    // `UpdateRefusal` (`ErrorKind::GraphUpdateRefused`) and the cache's statistics, and through
-    // maybe_owned.rs, which names `Stream` and `MemPool` while stream/uses.rs names it. Breaking
-    // it is the restructuring of the owner trait and module map; the list then shrinks to none.
-    (
-        "cuda-mem",
-        &[
-            "device",
-            "device_buffer",
-            "device_cache",
-            "error",
-            "graph",
-            "ipc",
-            "managed",
-            "maybe_owned",
-            "pending",
-            "pinned",
-            "pinned_pool",
-            "pool",
-            "raw",
-            "resource",
-            "scope",
-            "slice",
-            "stream",
-            "stream_buffer",
-            "watcher",
-        ],
-    ),
+    // Empty since 2026-12-07: the circle of nineteen cuda-mem modules through error.rs (which
+    // named graph's `UpdateRefusal`, now its own) and maybe_owned.rs (which named `Stream` and
+    // `MemPool`, whose `From` impls now sit beside them) is gone.
 ];
 
 /// The crates whose `src/` is checked.

@@ -6,7 +6,7 @@ use super::outputs::{GraphOutput, Outputs};
 use super::pool::{GraphPool, Turns, merge_pools};
 use super::slots::{HostSlot, SlotRecord};
 use crate::device::Device;
-use crate::error::{CudaError, ErrorKind, Result};
+use crate::error::{CudaError, ErrorKind, Result, UpdateRefusal};
 use crate::pending::Pending;
 use crate::raw::{self, graphs};
 use crate::scope::{StreamScope, merge};
@@ -14,7 +14,6 @@ use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Stream;
 use bytemuck::Pod;
 use std::cell::Cell;
-use std::fmt;
 use std::marker::PhantomData;
 
 bitflags::bitflags! {
@@ -31,28 +30,6 @@ bitflags::bitflags! {
     }
 }
 
-/// Why the runtime refused [`GraphExec::update`] (`cudaGraphExecUpdateResult`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum UpdateRefusal {
-    /// The graphs' topologies differ.
-    TopologyChanged,
-    /// A node changed type.
-    NodeTypeChanged,
-    /// A kernel node's function changed in a way that cannot be updated.
-    FunctionChanged,
-    /// Node parameters changed in a way that cannot be updated.
-    ParametersChanged,
-    /// Something about the nodes cannot be updated at all (memory nodes, for one).
-    NotSupported,
-    /// A kernel node's function changed to one of another kind (device-side launches).
-    UnsupportedFunctionChange,
-    /// Node attributes changed in a way that cannot be updated.
-    AttributesChanged,
-    /// Another refusal: `cudaGraphExecUpdateError`, or a value newer than these bindings.
-    Other(u32),
-}
-
 impl UpdateRefusal {
     fn from_raw(result: graphs::cudaGraphExecUpdateResult) -> Self {
         use graphs::cudaGraphExecUpdateResult as R;
@@ -65,21 +42,6 @@ impl UpdateRefusal {
             R::cudaGraphExecUpdateErrorUnsupportedFunctionChange => Self::UnsupportedFunctionChange,
             R::cudaGraphExecUpdateErrorAttributesChanged => Self::AttributesChanged,
             other => Self::Other(other.0),
-        }
-    }
-}
-
-impl fmt::Display for UpdateRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::TopologyChanged => f.write_str("the topology changed"),
-            Self::NodeTypeChanged => f.write_str("a node changed type"),
-            Self::FunctionChanged => f.write_str("a kernel node's function changed"),
-            Self::ParametersChanged => f.write_str("node parameters changed in a way that cannot be updated"),
-            Self::NotSupported => f.write_str("the nodes cannot be updated"),
-            Self::UnsupportedFunctionChange => f.write_str("a kernel node's function changed kind"),
-            Self::AttributesChanged => f.write_str("node attributes changed in a way that cannot be updated"),
-            Self::Other(code) => write!(f, "cudaGraphExecUpdateResult {code}"),
         }
     }
 }

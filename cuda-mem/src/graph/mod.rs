@@ -88,7 +88,7 @@ mod pool;
 mod slots;
 
 pub use capture::{CaptureMode, CaptureScope, Graph};
-pub use exec::{GraphExec, GraphFlags, Launches, UpdateRefusal};
+pub use exec::{GraphExec, GraphFlags, Launches};
 pub use memory::GraphMemStats;
 pub use outputs::GraphOutput;
 pub use pool::GraphPool;

@@ -12,6 +12,7 @@ pub use stream_ref::StreamRef;
 
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
+use crate::maybe_owned::MaybeOwned;
 use crate::raw;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -485,6 +486,13 @@ impl Drop for StreamInner {
             // after destruction; scopes have already waited for any work that borrowed memory.
             raw::quiet(unsafe { raw::streams::destroy(self.raw) });
         }
+    }
+}
+
+/// A `Stream` given by value to what takes `impl Into<MaybeOwned<Stream>>`: kept alive by it.
+impl From<Stream> for MaybeOwned<'_, Stream> {
+    fn from(stream: Stream) -> Self {
+        Self::Owned(stream)
     }
 }
 
