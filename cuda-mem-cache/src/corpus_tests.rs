@@ -229,6 +229,25 @@ fn the_corpus_stays_within_its_bounds() {
     assert!(failures.is_empty(), "out of bounds:\n{}", failures.join("\n"));
 }
 
+/// What holds churn's and mixed's reserve above 1.05 times live in the round robin is the page:
+/// the same defaults over pages of 64 KiB (finer than any driver's granularity for device
+/// memory, 2 MiB on current GPUs) reserve 1.047 and 1.046 times live (2026-12-07), against
+/// 1.099 and 1.208 over 2 MiB pages (at more misses: mixed's after warm-up 2,631 against 29):
+/// free memory goes back only in whole pages, and what lies between live blocks is mostly parts
+/// of pages. (Mixed with all eight lanes on one stream, over
+/// 2 MiB pages: 1.192; so memory kept per stream is not what holds it.)
+#[test]
+#[cfg_attr(miri, ignore = "long replays; the bookkeeping they use is tested under miri elsewhere")]
+fn over_finer_pages_churn_and_mixed_stay_within_five_percent() {
+    for workload in cuda_mem_workloads::corpus().into_iter().filter(|w| w.name == "churn" || w.name == "mixed") {
+        let fine = replay_over(&workload, Config::default(), FakeBackend::with_pages(64 << 10, 1 << 40));
+        let pages = replay_over(&workload, Config::default(), paged());
+        eprintln!("64 KiB pages: {fine}\n2 MiB pages: {pages}");
+        assert!(fine.reserved_over_live() <= 1.05, "{fine}");
+        assert!(fine.reserved_over_live() < pages.reserved_over_live(), "{fine}\n{pages}");
+    }
+}
+
 #[test]
 #[cfg_attr(miri, ignore = "long replays; the bookkeeping they use is tested under miri elsewhere")]
 fn the_mixed_workload_on_threads_keeps_its_reserve() {
