@@ -431,20 +431,6 @@ impl<B: Backend> CachingAllocator<B> {
         self.shared.shards.iter().map(lock).collect::<Vec<_>>()
     }
 
-    /// Bytes parked in the calling thread's front cache (no lock but that cache's).
-    #[cfg(test)]
-    pub(super) fn parked_on_this_thread(&self) -> usize {
-        let mut totals = ThreadTotals::default();
-        thread_cache::with_existing(&ENTRIES, self.shared.id, |cache| cache.read(&mut totals));
-        totals.parked_bytes
-    }
-
-    /// Returns every thread's front cache to the core, as a miss does.
-    #[cfg(test)]
-    pub(super) fn flush_every_thread(&self) {
-        self.shared.flush_all();
-    }
-
     fn register(&self) -> Registered<ThreadCache> {
         thread_cache::register(&self.shared, &self.shared.threads, ThreadCache::new())
     }
@@ -795,14 +781,11 @@ impl<B: Backend> Shared<B> {
         self.give_back_all(parked);
     }
 
-    /// Returns every thread's front cache to the core. The caches are emptied under the
-    /// registry's lock and their blocks returned after it: returning takes shard locks and may
-    /// record events (lent blocks), and misses of every thread flush, so holding the registry
-    /// across the returns queued each miss behind the others' (see
-    /// [`thread_cache::Registry::drain_all`] for what a flush sees).
+    /// Returns every thread's front cache to the core (under the registry's lock: see
+    /// [`thread_cache::Registry::drain_all`]).
     fn flush_all(&self) {
-        let parked = self.threads().drain_all();
-        self.give_back_all(parked);
+        let registry = self.threads();
+        self.give_back_all(registry.drain_all());
     }
 
     /// Counts an allocation or free of a thread without a front cache (at thread exit).

@@ -80,12 +80,9 @@ impl<C, T: Default> Default for Registry<C, T> {
 }
 
 impl<C: FrontCache> Registry<C, C::Totals> {
-    /// Every thread's parked blocks, taken out of their caches. A flush sees every block a
-    /// finished thread parked: its exit is either done (blocks returned under the registry's
-    /// lock, [`Registry::retire`]) or not begun (cache in the registry). Blocks another flush
-    /// has taken and not yet returned are not seen: a caller that must see every block (a
-    /// release of everything cached) runs when no other call of the allocator is in progress,
-    /// or accepts missing blocks that a concurrent call holds anyway.
+    /// Every thread's parked blocks. The caller returns them to the shared state before it
+    /// unlocks the registry, so a flush sees every block a finished thread parked (its exit is
+    /// either done, blocks returned, or not begun, cache in the registry).
     pub fn drain_all(&self) -> Vec<C::Parked> {
         let mut parked = Vec::new();
         for cache in &self.caches {
