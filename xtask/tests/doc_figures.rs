@@ -401,6 +401,24 @@ fn unsourced(root: &Path, doc: &Path) -> Vec<String> {
     let mut sources = cited_sources(root, doc, &text);
     let name = doc.strip_prefix(root).unwrap_or(doc).display().to_string();
     let mut missing = key_quotes(root, doc, &text);
+    // Every document quotes one main report, the latest: an older one's report, results and rows
+    // are no source (raw rows of single calls kept in folders inside it still are).
+    if let Some(latest) = latest_suite(root) {
+        let older_report = |s: &PathBuf| {
+            let folder = s.parent().unwrap();
+            folder.parent() == Some(root.join("docs/bench").as_path()) && folder != latest && suite_rows(folder).is_some()
+        };
+        let (older, kept): (BTreeSet<PathBuf>, BTreeSet<PathBuf>) = sources.into_iter().partition(older_report);
+        let named: BTreeSet<&Path> = older.iter().map(|s| s.parent().unwrap()).collect();
+        for folder in named.into_iter().filter(|f| links_report_itself(doc, &text, f)) {
+            missing.push(format!(
+                "{name}: quotes {}; the documents quote only the latest report, {}",
+                folder.strip_prefix(root).unwrap_or(folder).display(),
+                latest.strip_prefix(root).unwrap_or(&latest).display()
+            ));
+        }
+        sources = kept;
+    }
     // Once a main report exists, the headline documents cite the latest one only.
     if let Some(latest) = latest_suite(root).filter(|_| HEADLINE_DOCS.contains(&name.as_str())) {
         let (kept, older): (BTreeSet<PathBuf>, BTreeSet<PathBuf>) =
@@ -425,6 +443,17 @@ fn unsourced(root: &Path, doc: &Path) -> Vec<String> {
             .push(format!("{name}: cites no results file (docs/bench/<date>/, docs/measurements/, docs/reference/)"));
     }
     missing
+}
+
+/// Whether `text` links the report folder `report` itself, or its report.md or results.json (not
+/// only a folder of raw rows inside it).
+fn links_report_itself(doc: &Path, text: &str, report: &Path) -> bool {
+    LINK.captures_iter(text).any(|caps| {
+        let target = caps[1].split('#').next().unwrap();
+        doc.parent().unwrap().join(target).canonicalize().is_ok_and(|path| {
+            path == report || (path.parent() == Some(report) && path.is_file())
+        })
+    })
 }
 
 fn repo_root() -> PathBuf {
