@@ -4,12 +4,14 @@ mod bench;
 mod bench_kit;
 mod bundle;
 mod codegen;
+mod figures;
 mod fuzz;
 mod import_circles;
 mod miri;
 mod msrv;
 mod package;
 mod provision;
+mod requote;
 mod test;
 mod tidy;
 mod util;
@@ -67,6 +69,15 @@ enum Command {
     },
     /// Build GPU test executables into target/bundle for a GPU host without Rust.
     Bundle,
+    /// Move the documents' quotes of the previous main report to a new one (its dated folder under docs/bench):
+    /// figures quoted by row key take the new rows' values; lists what needs a person.
+    Requote {
+        /// The new report's folder.
+        report: std::path::PathBuf,
+        /// Rewrite the documents (without it, only print the changes).
+        #[arg(long)]
+        write: bool,
+    },
     /// Build the Python wheel (the cuda_mem package with the PyTorch allocator) into
     /// target/wheels, through the PEP 517 backend pip uses; with --check, install it, and the one
     /// `pip install ./cuda-mem-py` builds, into fresh virtual environments and test them.
@@ -106,6 +117,7 @@ fn main() -> ExitCode {
         Command::Miri => miri::run(),
         Command::Msrv => msrv::run(),
         Command::Bench { only } => bench::run(only.as_deref()),
+        Command::Requote { report, write } => requote::run(&report, write),
         Command::Bundle => bundle::run().map(|dir| println!("bundle written to {}", dir.display())),
         Command::Wheel { check } => wheel::run().and_then(|wheel| {
             println!("wheel written to {}", wheel.display());

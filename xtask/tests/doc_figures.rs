@@ -24,98 +24,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Family {
-    Time,
-    Bandwidth,
-    Rate,
-    Ratio,
-}
+#[path = "../src/figures.rs"]
+mod figures;
+use figures::{Figure, NUM, NUMBER, Number, Unit, figures, number, unit};
 
-/// A unit: its family and its size in the family's base unit (µs, GB/s, M/s, ×), the units the
-/// report's tables and results.json use.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Unit {
-    family: Family,
-    scale: f64,
-}
-
-fn unit(text: &str) -> Unit {
-    let (family, scale) = match text {
-        "ns" => (Family::Time, 1e-3),
-        "µs" | "μs" | "us" => (Family::Time, 1.0),
-        "ms" => (Family::Time, 1e3),
-        "MB/s" => (Family::Bandwidth, 1e-3),
-        "GB/s" => (Family::Bandwidth, 1.0),
-        "TB/s" => (Family::Bandwidth, 1e3),
-        "M/s" => (Family::Rate, 1.0),
-        "×" | "x" | "倍" => (Family::Ratio, 1.0),
-        other => unreachable!("unit {other}"),
-    };
-    Unit { family, scale }
-}
-
-/// A number as printed: its value and the step of its last printed digit.
-#[derive(Debug, Clone, Copy)]
-struct Number {
-    value: f64,
-    step: f64,
-}
-
-fn number(text: &str) -> Number {
-    let plain = text.replace(',', "");
-    let decimals = plain.split_once('.').map_or(0, |(_, frac)| frac.len());
-    Number { value: plain.parse().unwrap(), step: 10f64.powi(-(decimals as i32)) }
-}
-
-const NUM: &str = r"\d+(?:,\d{3})*(?:\.\d+)?";
-
-/// A chain of numbers that share the unit after the last one: `0.71–0.84 / 29–33 ms`,
-/// `6.4 (H2D) / 10.4 (D2H) GB/s`, `55.3 vs 55.2 GB/s`.
-static FIGURE: LazyLock<Regex> = LazyLock::new(|| {
-    let paren = r"(?:\s*[(（][^()（）]*[)）])?";
-    let sep = r"(?:\s*(?:–|—|-|/|、|,|，|对|到|至)\s*|\s+(?:to|vs\.?|and|or)\s+)";
-    let unit = r"(?:\s*(µs|μs|us|ms|ns|MB/s|GB/s|TB/s|M/s|×|倍)|(x))";
-    Regex::new(&format!(r"(?:^|[^A-Za-z0-9_.^])({NUM}{paren}(?:{sep}{NUM}{paren})*){unit}")).unwrap()
-});
-static NUMBER: LazyLock<Regex> = LazyLock::new(|| Regex::new(NUM).unwrap());
 static LINK: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\]\(([^)\s]+)\)").unwrap());
-
-/// A quoted figure: one number of a chain, with the chain's unit.
-#[derive(Debug, Clone)]
-struct Figure {
-    /// Byte offset in the line.
-    at: usize,
-    text: String,
-    unit: Unit,
-    unit_text: String,
-}
-
-fn figures(line: &str) -> Vec<Figure> {
-    let mut found = Vec::new();
-    for caps in FIGURE.captures_iter(line) {
-        // The unit ends a word ("4 usize" and "16x86" are not figures).
-        if line[caps.get(0).unwrap().end()..].chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
-            continue;
-        }
-        let chain = caps.get(1).unwrap();
-        let unit_text = caps.get(2).or(caps.get(3)).unwrap().as_str();
-        for m in NUMBER.find_iter(chain.as_str()) {
-            // Numbers inside a parenthesis of the chain ("(4 KiB)") are not this unit's figures.
-            let before = &chain.as_str()[..m.start()];
-            if before.matches(['(', '（']).count() > before.matches([')', '）']).count() {
-                continue;
-            }
-            found.push(Figure {
-                at: chain.start() + m.start(),
-                text: m.as_str().to_string(),
-                unit: unit(unit_text),
-                unit_text: unit_text.to_string(),
-            });
-        }
-    }
-    found
-}
 
 /// What a results file prints right after a number.
 #[derive(Debug, Clone, Copy)]
@@ -406,7 +319,9 @@ fn unsourced(root: &Path, doc: &Path) -> Vec<String> {
     if let Some(latest) = latest_suite(root) {
         let older_report = |s: &PathBuf| {
             let folder = s.parent().unwrap();
-            folder.parent() == Some(root.join("docs/bench").as_path()) && folder != latest && suite_rows(folder).is_some()
+            folder.parent() == Some(root.join("docs/bench").as_path())
+                && folder != latest
+                && suite_rows(folder).is_some()
         };
         let (older, kept): (BTreeSet<PathBuf>, BTreeSet<PathBuf>) = sources.into_iter().partition(older_report);
         let named: BTreeSet<&Path> = older.iter().map(|s| s.parent().unwrap()).collect();
@@ -450,9 +365,11 @@ fn unsourced(root: &Path, doc: &Path) -> Vec<String> {
 fn links_report_itself(doc: &Path, text: &str, report: &Path) -> bool {
     LINK.captures_iter(text).any(|caps| {
         let target = caps[1].split('#').next().unwrap();
-        doc.parent().unwrap().join(target).canonicalize().is_ok_and(|path| {
-            path == report || (path.parent() == Some(report) && path.is_file())
-        })
+        doc.parent()
+            .unwrap()
+            .join(target)
+            .canonicalize()
+            .is_ok_and(|path| path == report || (path.parent() == Some(report) && path.is_file()))
     })
 }
 
