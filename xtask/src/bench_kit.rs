@@ -122,9 +122,15 @@ mod tests {
 
         /// Runs `./run ARGS`: whether it succeeded, and its output.
         fn run(&self, args: &[&str]) -> (bool, String) {
+            self.run_with(&[], args)
+        }
+
+        /// Runs `./run ARGS` with more environment variables.
+        fn run_with(&self, env: &[(&str, &str)], args: &[&str]) -> (bool, String) {
             let path = crate::bundle::path_with_first(&self.dir.join("bin"));
             let output = Command::new(self.dir.join("run"))
                 .args(args)
+                .envs(env.iter().copied())
                 .env("PATH", path)
                 .env("BENCH_LOG", self.dir.join("report.log"))
                 .env_remove("CUDA_MEM_NCCL_LIB")
@@ -190,6 +196,54 @@ mod tests {
         assert!(bench.read("out/sleep/tms.missing").starts_with("no torch_memory_saver wheel in peers"));
         assert!(bench.read("out/sleep/torch_sleep_wake.missing").contains("sleep_wake_compare.py"));
         assert!(text.contains("== peer not measured: rmm: no peers/rmm/rmmbench"), "{text}");
+    }
+
+    /// A section that failed (or was cut off) goes on, with BENCH_RESUME=1, from its first step
+    /// that did not finish: steps that finished are not run again, the failed one's partial output
+    /// is dropped; a section that succeeded is kept whole.
+    #[test]
+    fn a_resumed_section_keeps_its_finished_steps_and_redoes_the_cut_one() {
+        let bench = FakeBench::new("resume");
+        let runs = bench.dir.join("raw_reference.runs");
+        write(
+            &bench.dir.join("bench/raw_reference"),
+            &format!("#!/bin/sh\necho run >> {}\necho '{{\"key\":\"raw\"}}'\n", runs.display()),
+        );
+        // The paired program prints a row, then dies until a file says otherwise.
+        let healed = bench.dir.join("healed");
+        write(
+            &bench.dir.join("bench/paired-2"),
+            &format!("#!/bin/sh\necho '{{\"key\":\"paired\"}}'\n[ -f {} ] || exit 9\n", healed.display()),
+        );
+        let out = bench.dir.join("out");
+        let args = ["--bench", out.to_str().unwrap(), "--only", "paired,snapshot"];
+        let resume = [("BENCH_RESUME", "1"), ("BENCH_REPORT", "0")];
+        let (ok, text) = bench.run_with(&resume, &args);
+        assert!(!ok, "{text}");
+        assert!(bench.read("out/paired/section.json").contains("\"rc\":1"));
+        std::fs::write(&healed, "").unwrap();
+        // raw_reference runs twice in the section (its rows, then a second pass over two families).
+        assert_eq!(bench.read("raw_reference.runs"), "run\nrun\n");
+        let snapshot_before = bench.read("out/snapshot/section.json");
+        let (ok, text) = bench.run_with(&resume, &args);
+        assert!(ok, "{text}");
+        assert!(text.contains("(finished by an earlier run: kept)"), "{text}");
+        assert!(text.contains("== section snapshot finished before: kept"), "{text}");
+        assert_eq!(bench.read("raw_reference.runs"), "run\nrun\n", "a finished step ran again");
+        assert_eq!(
+            bench.read("out/paired/paired.jsonl"),
+            "{\"key\":\"paired\"}\n",
+            "the cut step's partial rows stayed"
+        );
+        assert_eq!(bench.read("out/snapshot/section.json"), snapshot_before);
+        let meta: serde_json::Value = serde_json::from_str(&bench.read("out/paired/section.json")).unwrap();
+        assert_eq!(meta["rc"], 0);
+        let marks: Vec<_> = std::fs::read_dir(out.join("paired"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(marks.is_empty(), "{marks:?}");
     }
 
     #[test]

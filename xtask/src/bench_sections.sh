@@ -15,16 +15,36 @@ peers=${BENCH_PEERS:-peers}
 step_timeout=${BENCH_STEP_TIMEOUT:-300}
 
 # step FILE COMMAND...: COMMAND's stdout into FILE (appended), its stderr into FILE's .log; a
-# failure fails the run.
+# failure fails the run. A step that finished leaves a mark in its section's folder, so that
+# BENCH_RESUME=1 (see bench_suite) keeps it; one cut off (a device call's time limit) runs again
+# from where its files stood when it began.
 step() {
-  local file=$1 rc
+  local file=$1 rc log mark started
   shift
-  echo "== $*" | tee -a "${file%.*}.log"
-  timeout "$step_timeout" "$@" >> "$file" 2>> "${file%.*}.log"
+  log="${file%.*}.log"
+  # Steps are numbered in the order a section runs them, the same in every run of one bundle.
+  steps_begun=$((steps_begun + 1))
+  mark="$(dirname "$file")/.step-$steps_begun"
+  if [ -f "$mark.done" ]; then
+    echo "== $* (finished by an earlier run: kept)"
+    kept_seconds=$((kept_seconds + $(cat "$mark.done")))
+    return 0
+  fi
+  if [ -f "$mark.from" ]; then
+    read -r from_file from_log < "$mark.from"
+    truncate -s "$from_file" "$file"
+    truncate -s "$from_log" "$log"
+  else
+    echo "$(stat -c %s "$file" 2>/dev/null || echo 0) $(stat -c %s "$log" 2>/dev/null || echo 0)" > "$mark.from"
+  fi
+  started=$SECONDS
+  echo "== $*" | tee -a "$log"
+  timeout "$step_timeout" "$@" >> "$file" 2>> "$log"
   rc=$?
-  echo "== exit code $rc" >> "${file%.*}.log"
-  [ "$rc" = 0 ] || { echo "== $* failed ($rc): see ${file%.*}.log"; fail=1; }
-  return "$rc"
+  echo "== exit code $rc" >> "$log"
+  [ "$rc" = 0 ] || { echo "== $* failed ($rc): see $log"; fail=1; return "$rc"; }
+  echo $((SECONDS - started)) > "$mark.done"
+  rm -f "$mark.from"
 }
 
 # missing FILE WHY: the peer that would have written FILE did not run, because WHY.
@@ -104,8 +124,14 @@ replay_peers() {
   done
 }
 
+# A section whose steps share a temporary folder runs whole, also when resumed.
+run_whole() {
+  find "$1" -mindepth 1 -maxdepth 1 ! -name .started ! -name .on -exec rm -rf {} +
+}
+
 section_workloads() {
   local d=$1 corpus
+  run_whole "$d"
   # The corpus files are large: written outside OUT, so they do not travel back.
   corpus=$(mktemp -d)
   step "$d/cuda_mem.jsonl" examples/workloads "$corpus"
@@ -115,6 +141,7 @@ section_workloads() {
 
 section_training() {
   local d=$1 trace
+  run_whole "$d"
   if ! torch_ready; then
     missing "$d/training.jsonl" "PyTorch with CUDA is not installed: the training loop needs it"
     return
@@ -182,9 +209,12 @@ section_sleep() {
   if [ -n "$saved" ]; then export PYTHONPATH=$saved; else unset PYTHONPATH; fi
 }
 
-# bench_suite OUT SECTIONS: the named sections (comma-separated, or `all`), then the report.
+# bench_suite OUT SECTIONS: the named sections (comma-separated, or `all`), then the report. With
+# BENCH_RESUME=1 a section that succeeded before (its section.json) is kept, and one that failed or
+# was cut off goes on from its first step that did not finish, its seconds counting every run: a
+# whole report in several device calls, each under a time limit.
 bench_suite() {
-  local out=$1 only=${2:-all} name d started rc gpu commit
+  local out=$1 only=${2:-all} name d started rc gpu commit kept_seconds steps_begun
   [ "$only" = all ] && only=${BENCH_SECTIONS// /,}
   for name in ${only//,/ }; do
     case " $BENCH_SECTIONS " in
@@ -196,19 +226,34 @@ bench_suite() {
   commit=$(cat commit.txt 2>/dev/null)
   for name in ${only//,/ }; do
     d="$out/$name"
-    rm -rf "$d"
+    if [ "${BENCH_RESUME:-0}" = 1 ] && grep -qs '"rc":0,' "$d/section.json"; then
+      echo "== section $name finished before: kept"
+      continue
+    fi
+    [ "${BENCH_RESUME:-0}" = 1 ] || rm -rf "$d"
     mkdir -p "$d"
-    started=$(date -u +%FT%TZ)
+    [ -f "$d/.started" ] || date -u +%FT%TZ > "$d/.started"
+    started=$(cat "$d/.started")
+    # A resumed section must have run on this GPU and commit.
+    if [ -f "$d/.on" ] && [ "$(cat "$d/.on")" != "$gpu $commit" ]; then
+      echo "./run --bench: $d was begun on $(cat "$d/.on"), not $gpu $commit: remove it or resume there"
+      return 2
+    fi
+    echo "$gpu $commit" > "$d/.on"
     SECONDS_BEFORE=$SECONDS
+    kept_seconds=0
+    steps_begun=0
     echo "== section $name"
     local before=$fail
     fail=0
     "section_$name" "$d"
     rc=$fail
     fail=$((before | rc))
+    # A section that failed keeps its marks: a resumed run redoes only what did not succeed.
+    [ "$rc" != 0 ] || rm -f "$d"/.step-* "$d/.started" "$d/.on"
     printf '{"section":"%s","started":"%s","seconds":%d,"rc":%d,"gpu":"%s","commit":"%s","gpus":%d}\n' \
-      "$name" "$started" $((SECONDS - SECONDS_BEFORE)) "$rc" "$gpu" "$commit" "${gpus:-0}" > "$d/section.json"
-    echo "== section $name took $((SECONDS - SECONDS_BEFORE)) s (exit code $rc)"
+      "$name" "$started" $((SECONDS - SECONDS_BEFORE + kept_seconds)) "$rc" "$gpu" "$commit" "${gpus:-0}" > "$d/section.json"
+    echo "== section $name took $((SECONDS - SECONDS_BEFORE + kept_seconds)) s (exit code $rc)"
   done
   if [ "${BENCH_REPORT:-1}" = 1 ]; then
     bench/bench_report --raw "$out" --out "$out/report" --date "$(date -u +%F)" || fail=1

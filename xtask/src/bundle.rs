@@ -144,7 +144,10 @@ pub(crate) const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #   ./run --bench OUT [--only SECTION,..]
 #                             the main job's benchmarks, each section into OUT/SECTION with the
 #                             peers measured beside cuda-mem (PyTorch, RMM, raw C++, cudarc),
-#                             then the report in OUT/report (bench/sections.sh lists the sections)
+#                             then the report in OUT/report (bench/sections.sh lists the sections);
+#                             BENCH_RESUME=1 keeps the sections that succeeded in OUT and goes on
+#                             with the rest from their first unfinished step (a report over several
+#                             device calls, each under a time limit)
 #   ./run --replay OUT        memory efficiency: a synthetic serving trace and the stress
 #                             example's log, written to OUT, replayed against the caching
 #                             allocator (cache) and the retaining pool (pool); prints peak
