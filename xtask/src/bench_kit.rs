@@ -246,6 +246,21 @@ mod tests {
         assert!(marks.is_empty(), "{marks:?}");
     }
 
+    /// A resumed section must go on where it began: same GPU, same commit.
+    #[test]
+    fn a_section_begun_on_another_commit_is_not_resumed() {
+        let bench = FakeBench::new("resume-elsewhere");
+        write(&bench.dir.join("examples/snapshot_dump"), "#!/bin/sh\nexit 4\n");
+        let out = bench.dir.join("out");
+        let args = ["--bench", out.to_str().unwrap(), "--only", "snapshot"];
+        let resume = [("BENCH_RESUME", "1"), ("BENCH_REPORT", "0")];
+        assert!(!bench.run_with(&resume, &args).0);
+        write(&bench.dir.join("commit.txt"), "def5678");
+        let (ok, text) = bench.run_with(&resume, &args);
+        assert!(!ok, "{text}");
+        assert!(text.contains("was begun on NVIDIA H200, 580.159.04, 143771 MiB abc1234, not"), "{text}");
+    }
+
     #[test]
     fn a_failing_program_fails_the_run_and_its_section_records_it() {
         let bench = FakeBench::new("fail");
