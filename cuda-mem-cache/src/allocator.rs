@@ -416,6 +416,25 @@ impl<B: Backend> CachingAllocator<B> {
         );
     }
 
+    /// Bytes reserved now (cheaper than `stats()`: no thread's figures are gathered).
+    #[cfg(test)]
+    pub(super) fn reserved_now(&self) -> usize {
+        self.shared.totals.reserved().current
+    }
+
+    /// Bytes in free blocks of every shard, and how many of them fill whole pages of `page`
+    /// bytes (which could be unmapped; the rest share their pages with blocks in use).
+    #[cfg(test)]
+    pub(super) fn free_in_pages(&self, page: usize) -> (usize, usize) {
+        let (mut free, mut whole) = (0, 0);
+        for shard in self.shared.shards.iter() {
+            let (shard_free, shard_whole) = lock(shard).arena().free_in_pages(page);
+            free += shard_free;
+            whole += shard_whole;
+        }
+        (free, whole)
+    }
+
     /// Keys of the streams the allocator holds a handle of.
     #[cfg(any(test, feature = "fake"))]
     pub fn held_streams(&self) -> Vec<StreamKey> {

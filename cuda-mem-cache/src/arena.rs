@@ -475,6 +475,19 @@ impl<F> Arena<F> {
         self.idle.iter().map(|&(_, bytes, _)| bytes).sum()
     }
 
+    /// Bytes in free blocks, and how many of them fill whole pages of `page` bytes (segments
+    /// start on a page).
+    #[cfg(test)]
+    pub fn free_in_pages(&self, page: usize) -> (usize, usize) {
+        let (mut free, mut whole) = (0, 0);
+        for (_, block) in self.blocks.iter().filter(|(_, b)| b.state == BlockState::Free) {
+            free += block.size;
+            let (first, end) = (block.offset.div_ceil(page) * page, (block.offset + block.size) / page * page);
+            whole += end.saturating_sub(first);
+        }
+        (free, whole)
+    }
+
     /// (segments, bytes in free blocks, largest free block).
     pub fn free_figures(&self) -> (usize, usize, usize) {
         let (mut total, mut largest) = (0, 0);
