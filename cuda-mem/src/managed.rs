@@ -212,6 +212,18 @@ impl<T: Pod> ManagedBuffer<T> {
         unsafe { DeviceSliceMut::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
+    /// [`as_slice`](Self::as_slice) under its name before 2026-12-03.
+    #[deprecated(since = "0.1.0", note = "use `as_slice`, the device view's name on every owner")]
+    pub fn as_device_slice(&self) -> DeviceSlice<'_, T> {
+        self.as_slice()
+    }
+
+    /// [`as_mut_slice`](Self::as_mut_slice) under its name before 2026-12-03.
+    #[deprecated(since = "0.1.0", note = "use `as_mut_slice`, the device view's name on every owner")]
+    pub fn as_device_slice_mut(&mut self) -> DeviceSliceMut<'_, T> {
+        self.as_mut_slice()
+    }
+
     /// Gives the driver a usage hint for the whole buffer (`cudaMemAdvise`).
     pub fn advise(&self, advice: Advice) -> Result<()> {
         let bytes = self.size_bytes();

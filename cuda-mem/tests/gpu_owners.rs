@@ -120,6 +120,27 @@ fn gpu_resource_buffer_free_on_returns_the_memory_through_its_resource() {
     b.synchronize().unwrap();
 }
 
+/// The device views' names before 2026-12-03 stay one release, deprecated, and give the views
+/// `as_slice` / `as_mut_slice` give (a pinned `ResourceBuffer` refused by both alike).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+#[allow(deprecated)]
+fn gpu_the_device_view_names_before_2026_12_03_give_the_same_views() {
+    let mut managed = cuda_mem::ManagedBuffer::<u32>::zeroed(1024).unwrap();
+    let view = |s: cuda_mem::DeviceSlice<'_, u32>| (s.as_device_ptr() as usize, s.len());
+    assert_eq!(view(managed.as_device_slice()), view(managed.as_slice()));
+    let old = view(managed.as_device_slice_mut().as_slice());
+    assert_eq!(old, view(managed.as_mut_slice().as_slice()));
+    let stream = stream();
+    let mut buffer = ResourceBuffer::<u32>::zeroed(default_resource(device()).unwrap(), stream.clone(), 1024).unwrap();
+    assert_eq!(view(buffer.device_slice().unwrap()), view(buffer.as_slice().unwrap()));
+    let old = view(buffer.device_slice_mut().unwrap().as_slice());
+    assert_eq!(old, view(buffer.as_mut_slice().unwrap().as_slice()));
+    let resource: Arc<dyn MemoryResource> = Arc::new(PinnedResource::new(Default::default()));
+    let pinned = ResourceBuffer::<u32>::zeroed(resource, stream, 1024).unwrap();
+    assert_eq!(pinned.device_slice().unwrap_err().kind(), pinned.as_slice().unwrap_err().kind());
+}
+
 /// Pinned host memory from a resource has no device view: the accessor says so with a typed
 /// error, and so does an upload that would need one (both buffers are dropped).
 #[test]

@@ -165,6 +165,18 @@ impl<'a, T: Pod> ResourceBuffer<'a, T> {
         Ok(unsafe { DeviceSliceMut::ordered_on(self.ptr.as_ptr(), self.len, &self.stream) })
     }
 
+    /// [`as_slice`](Self::as_slice) under its name before 2026-12-03.
+    #[deprecated(since = "0.1.0", note = "use `as_slice`, the device view's name on every owner")]
+    pub fn device_slice(&self) -> Result<DeviceSlice<'_, T>> {
+        self.as_slice()
+    }
+
+    /// [`as_mut_slice`](Self::as_mut_slice) under its name before 2026-12-03.
+    #[deprecated(since = "0.1.0", note = "use `as_mut_slice`, the device view's name on every owner")]
+    pub fn device_slice_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
+        self.as_mut_slice()
+    }
+
     fn require_device_view(&self) -> Result<()> {
         self.require(self.resource.kind() != MemoryKind::PinnedHost, "pinned host memory has no device view here")
     }
