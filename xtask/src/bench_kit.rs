@@ -274,6 +274,12 @@ mod tests {
             serde_json::from_str(&bench.read(&format!("out/{s}/section.json"))).unwrap()
         };
         assert_eq!((meta("async")["rc"].as_i64(), meta("staged")["rc"].as_i64()), (Some(1), Some(0)));
+        // Without BENCH_RESUME a failed section leaves no marks among its raw outputs.
+        let hidden = std::fs::read_dir(out.join("async"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with('.'))
+            .count();
+        assert_eq!(hidden, 0);
     }
 
     /// A peer that fails leaves its reason in `PEER.missing` and its section's exit code alone;

@@ -249,8 +249,9 @@ bench_suite() {
     "section_$name" "$d"
     rc=$fail
     fail=$((before | rc))
-    # A section that failed keeps its marks: a resumed run redoes only what did not succeed.
-    [ "$rc" != 0 ] || rm -f "$d"/.step-* "$d/.started" "$d/.on"
+    # A section that failed keeps its marks for a resumed run, which redoes only what did not
+    # succeed; otherwise they go (they would travel with the raw outputs).
+    if [ "$rc" = 0 ] || [ "${BENCH_RESUME:-0}" != 1 ]; then rm -f "$d"/.step-* "$d/.started" "$d/.on"; fi
     printf '{"section":"%s","started":"%s","seconds":%d,"rc":%d,"gpu":"%s","commit":"%s","gpus":%d}\n' \
       "$name" "$started" $((SECONDS - SECONDS_BEFORE + kept_seconds)) "$rc" "$gpu" "$commit" "${gpus:-0}" > "$d/section.json"
     echo "== section $name took $((SECONDS - SECONDS_BEFORE + kept_seconds)) s (exit code $rc)"
