@@ -34,14 +34,24 @@ pub fn run(new: &Path, write: bool) -> Result {
         .collect();
     docs.sort();
     documents.extend(docs);
-    let quotes = Quotes::new(&old_name, &new_name, &old_rows, &new_rows);
+    let wrapper = |report: &Path| wrapper_rows(&report.join(WRAPPER)).unwrap_or_default();
+    let (old_wrapper, new_wrapper) = (wrapper(&old), wrapper(&new));
+    let mut quotes = Quotes::new(&old_name, &new_name, &old_rows, &new_rows);
+    quotes.tables.push(Table { file: WRAPPER, old: &old_wrapper, new: &new_wrapper });
     let mut review = Vec::new();
     for doc in documents {
         let text = fs::read_to_string(&doc).map_err(|e| format!("{}: {e}", doc.display()))?;
         let name = doc.strip_prefix(&root).unwrap_or(&doc).display().to_string();
         let mut out = Vec::new();
+        // A document that cites the old report may quote it on lines that link nothing.
+        let cites = quotes.report_link.is_match(&text);
         for (i, line) in text.split('\n').enumerate() {
-            let moved = quotes.line(line, &mut |what| review.push(format!("{name}:{}: {what}", i + 1)));
+            let mut tell = |what| review.push(format!("{name}:{}: {what}", i + 1));
+            let moved = if cites && !line.contains("](") {
+                quotes.unlinked_line(line, &mut tell)
+            } else {
+                quotes.line(line, &mut tell)
+            };
             if moved != line {
                 println!("{name}:{}:\n  - {line}\n  + {moved}", i + 1);
             }
@@ -67,6 +77,17 @@ fn suite_rows(report: &Path) -> Option<Rows> {
     Some(rows.iter().filter_map(|r| Some((r.get("key")?.as_str()?.to_string(), r.clone()))).collect())
 }
 
+/// The wrapper section's own results in a main report (bandwidths, criterion times, rows against
+/// cudarc), which documents quote by value.
+const WRAPPER: &str = "raw/paired/report/results.json";
+
+/// The rows of a results file, by key.
+fn wrapper_rows(file: &Path) -> Option<Rows> {
+    let json: Value = serde_json::from_str(&fs::read_to_string(file).ok()?).ok()?;
+    let rows = json.get("rows")?.as_array()?;
+    Some(rows.iter().filter_map(|r| Some((r.get("key")?.as_str()?.to_string(), r.clone()))).collect())
+}
+
 /// The newest main report under `bench` older than `new` (folders are named by date first).
 fn previous_report(bench: &Path, new: &Path) -> Result<PathBuf> {
     let mut older: Vec<PathBuf> = fs::read_dir(bench)
@@ -88,9 +109,18 @@ fn date_of(folder: &str) -> &str {
     folder.get(..10).unwrap_or(folder)
 }
 
+/// One results file of both reports, for figures quoted by value.
+struct Table<'a> {
+    file: &'static str,
+    old: &'a Rows,
+    new: &'a Rows,
+}
+
 struct Quotes<'a> {
     old: &'a Rows,
     new: &'a Rows,
+    /// Where a figure no key names is looked up by value: the main rows, then others.
+    tables: Vec<Table<'a>>,
     old_name: &'a str,
     new_name: &'a str,
     key_link: Regex,
@@ -105,7 +135,8 @@ impl<'a> Quotes<'a> {
         let report_link =
             Regex::new(&format!(r"{}/(report\.md|results\.json|raw/|[a-z]+\.svg|\))", regex::escape(old_name)))
                 .unwrap();
-        Self { old, new, old_name, new_name, key_link, report_link }
+        let tables = vec![Table { file: "results.json", old, new }];
+        Self { old, new, tables, old_name, new_name, key_link, report_link }
     }
 
     /// `line` moved to the new report, with what a person must check reported through `review`.
@@ -114,39 +145,13 @@ impl<'a> Quotes<'a> {
             return line.to_string();
         }
         let keys: Vec<&str> = self.key_link.captures_iter(line).map(|c| c.get(1).unwrap().as_str()).collect();
-        let mut moved = line.to_string();
         if keys.is_empty() {
-            review(format!("cites {} without a row key: its figures need a hand", self.old_name));
-        } else {
-            // Right to left, so that earlier offsets stay valid.
-            let mut edits: Vec<(usize, usize, String)> = Vec::new();
-            for figure in figures(line) {
-                match self.requote(&keys, &figure) {
-                    Some((text, crossed)) => {
-                        if crossed {
-                            review(format!(
-                                "{} {} is now {text}: a ratio that crossed 1 (read the words around it)",
-                                figure.text, figure.unit_text
-                            ));
-                        }
-                        edits.push((figure.at, figure.at + figure.text.len(), text));
-                    }
-                    None => review(format!(
-                        "{} {} is no value of rows {keys:?}: left as it is",
-                        figure.text, figure.unit_text
-                    )),
-                }
-            }
-            edits.extend(self.counts(line, &keys));
-            edits.sort_by_key(|e| std::cmp::Reverse(e.0));
-            edits.dedup_by_key(|e| e.0);
-            for (start, end, text) in edits {
-                moved.replace_range(start..end, &text);
-            }
-            for key in keys.iter().filter(|k| !self.new.contains_key(**k)) {
-                review(format!("key {key} is not a row of {}", self.new_name));
-            }
+            review(format!(
+                "cites {} without a row key: its figures go by value, its table cells not at all",
+                self.old_name
+            ));
         }
+        let moved = self.figures_moved(line, &keys, review);
         let (old_date, new_date) = (date_of(self.old_name), date_of(self.new_name));
         let moved = self.report_link.replace_all(&moved, |c: &regex::Captures| format!("{}/{}", self.new_name, &c[1]));
         moved
@@ -154,25 +159,102 @@ impl<'a> Quotes<'a> {
             .replace(&format!("report of {old_date}]("), &format!("report of {new_date}]("))
     }
 
+    /// A line that links nothing, in a document that cites the old report: its figures by value.
+    fn unlinked_line(&self, line: &str, review: &mut dyn FnMut(String)) -> String {
+        self.figures_moved(line, &[], review)
+    }
+
+    /// `line` with each figure that quotes a row of the old report (by one of `keys`, else by
+    /// value) printed from the new report.
+    fn figures_moved(&self, line: &str, keys: &[&str], review: &mut dyn FnMut(String)) -> String {
+        let mut moved = line.to_string();
+        // Right to left, so that earlier offsets stay valid.
+        let mut edits: Vec<(usize, usize, String)> = Vec::new();
+        for figure in figures(line) {
+            let what = format!("{} {}", figure.text, figure.unit_text);
+            let (text, crossed) = match self.requote(keys, &figure) {
+                Some(found) => found,
+                None => {
+                    let found = self.by_value(&figure);
+                    // The same measurement may sit in several files (a main row and its wrapper
+                    // row): rows that all give the same new figure agree.
+                    let mut texts: Vec<&(String, bool)> = found.iter().map(|(_, _, _, moved)| moved).collect();
+                    texts.sort();
+                    texts.dedup();
+                    match (texts.as_slice(), found.first()) {
+                        ([one], Some((file, key, field, _))) => {
+                            let more = if found.len() > 1 {
+                                format!(" (and {} rows that agree)", found.len() - 1)
+                            } else {
+                                String::new()
+                            };
+                            review(format!(
+                                "{what} matched by value to {key}.{field} of {file}{more}: now {} (check the row)",
+                                one.0
+                            ));
+                            (*one).clone()
+                        }
+                        ([], _) => {
+                            review(format!("{what} is no value of either report's rows: left as it is"));
+                            continue;
+                        }
+                        _ => {
+                            review(format!(
+                                "{what} is the value of {} rows that now differ: left as it is",
+                                found.len()
+                            ));
+                            continue;
+                        }
+                    }
+                }
+            };
+            if crossed {
+                review(format!("{what} is now {text}: a ratio that crossed 1 (read the words around it)"));
+            }
+            edits.push((figure.at, figure.at + figure.text.len(), text));
+        }
+        edits.extend(self.counts(line, keys));
+        edits.sort_by_key(|e| std::cmp::Reverse(e.0));
+        edits.dedup_by_key(|e| e.0);
+        for (start, end, text) in edits {
+            moved.replace_range(start..end, &text);
+        }
+        for key in keys.iter().filter(|k| !self.new.contains_key(**k)) {
+            review(format!("key {key} is not a row of {}", self.new_name));
+        }
+        moved
+    }
+
     /// The figure printed from the new row: the first field of the keyed rows whose old value the
     /// figure quotes, and whether it is a ratio that moved across 1.
     fn requote(&self, keys: &[&str], figure: &Figure) -> Option<(String, bool)> {
-        let printed = number(&figure.text);
         for key in keys {
             let (Some(old), Some(new)) = (self.old.get(*key), self.new.get(*key)) else { continue };
             for (field, factor) in fields(old, figure) {
-                let (Some(was), Some(now)) = (old[field].as_f64(), new[field].as_f64()) else { continue };
-                let was = was * factor;
-                if (was - printed.value).abs() <= printed.step / 2.0 + 1e-9 * printed.value.abs() {
-                    let ratio = figure.unit.family == Family::Ratio;
-                    return Some((
-                        print_like(now * factor, &figure.text),
-                        ratio && (was - 1.0) * (now * factor - 1.0) < 0.0,
-                    ));
+                if let Some(found) = requoted(old, new, &field, factor, figure) {
+                    return Some(found);
                 }
             }
         }
         None
+    }
+
+    /// Every row value of the old report's results files that `figure` quotes, as (file, key,
+    /// field, the new report's figure, whether it is a ratio that crossed 1); rows the new report
+    /// lacks are left out.
+    fn by_value(&self, figure: &Figure) -> Vec<(&'static str, String, String, (String, bool))> {
+        let mut found = Vec::new();
+        for table in &self.tables {
+            for (key, old) in table.old {
+                let Some(new) = table.new.get(key) else { continue };
+                for (field, factor) in fields(old, figure) {
+                    if let Some(moved) = requoted(old, new, &field, factor, figure) {
+                        found.push((table.file, key.clone(), field, moved));
+                    }
+                }
+            }
+        }
+        found
     }
 
     /// Bare integers of the line that are counts of the keyed rows (misses, releases), as edits.
@@ -202,21 +284,39 @@ impl<'a> Quotes<'a> {
     }
 }
 
-/// The fields of a row a figure may quote, with the factor from the row's unit to the figure's.
-fn fields(row: &Value, figure: &Figure) -> Vec<(&'static str, f64)> {
+/// Fields that count or describe the setup rather than measure.
+const NOT_MEASURED: &[&str] = &["k", "samples", "bytes", "target", "target_ratio", "sms"];
+
+/// The fields of a row a figure may quote, with the factor from the row's unit to the figure's:
+/// its ratios for a ratio, its values in the row's unit for a time, bandwidth or rate.
+fn fields(row: &Value, figure: &Figure) -> Vec<(String, f64)> {
     let row_unit = match row.get("unit").and_then(Value::as_str) {
         Some(u @ ("ns" | "us" | "ms" | "GB/s" | "M/s" | "x")) => Some(unit(u)),
         _ => None,
     };
-    let mut fields = Vec::new();
-    if figure.unit.family == Family::Ratio {
-        fields.extend([("ratio", 1.0), ("speedup", 1.0)]);
-    }
-    if let Some(row_unit) = row_unit.filter(|u| u.family == figure.unit.family) {
-        let factor = row_unit.scale / figure.unit.scale;
-        fields.extend([("cuda_mem", factor), ("peer_value", factor)]);
-    }
-    fields
+    let Some(map) = row.as_object() else { return Vec::new() };
+    let numeric = map.iter().filter(|(k, v)| v.is_number() && !NOT_MEASURED.contains(&k.as_str()));
+    numeric
+        .filter_map(|(field, _)| {
+            if field.contains("ratio") || field == "speedup" {
+                (figure.unit.family == Family::Ratio).then(|| (field.clone(), 1.0))
+            } else {
+                let row_unit = row_unit.filter(|u| u.family == figure.unit.family)?;
+                Some((field.clone(), row_unit.scale / figure.unit.scale))
+            }
+        })
+        .collect()
+}
+
+/// The new row's `field` printed like `figure`, if `figure` quotes the old row's; and whether it
+/// is a ratio that crossed 1.
+fn requoted(old: &Value, new: &Value, field: &str, factor: f64, figure: &Figure) -> Option<(String, bool)> {
+    let printed = number(&figure.text);
+    let (was, now) = (old[field].as_f64()? * factor, new[field].as_f64()? * factor);
+    ((was - printed.value).abs() <= printed.step / 2.0 + 1e-9 * printed.value.abs()).then(|| {
+        let ratio = figure.unit.family == Family::Ratio;
+        (print_like(now, &figure.text), ratio && (was - 1.0) * (now - 1.0) < 0.0)
+    })
 }
 
 /// `value` printed with as many significant digits as `like` has (three at most where `like` is
@@ -316,12 +416,44 @@ mod tests {
             "| 0.0411 | see [the report of 2026-12-08](bench/2026-12-08-h200/report.md) |"
         );
         assert_eq!(review.len(), 2, "{review:?}");
-        assert!(review[0].contains("12.5 µs is no value") && review[1].contains("without a row key"), "{review:?}");
+        assert!(
+            review[0].contains("12.5 µs is no value of either") && review[1].contains("without a row key"),
+            "{review:?}"
+        );
         let untouched = "0.0411 µs in [another report](bench/2026-11-29-h200/report.md#pair_1m)";
         assert_eq!(quotes.line(untouched, &mut |w| review.push(w)), untouched);
         let one_call = "12.5 µs in [one call's rows](bench/2026-12-03-h200/ab-slack-slot/)";
         assert_eq!(quotes.line(one_call, &mut |w| review.push(w)), one_call);
         assert_eq!(review.len(), 2, "{review:?}");
+    }
+
+    #[test]
+    fn a_figure_no_key_names_moves_by_value_when_one_row_holds_it() {
+        let (old, new) = (rows(&[("pair_1m", "us", 0.0411, 0.771)]), rows(&[("pair_1m", "us", 0.0452, 0.848)]));
+        let old_wrapper = rows(&[("h2d_pinned", "GB/s", 55.2, 54.9), ("d2h_pinned", "GB/s", 55.0, 55.2)]);
+        let new_wrapper = rows(&[("h2d_pinned", "GB/s", 53.1, 54.0), ("d2h_pinned", "GB/s", 52.7, 54.0)]);
+        let mut quotes = Quotes::new("2026-12-03-h200", "2026-12-08-h200", &old, &new);
+        quotes.tables.push(Table { file: WRAPPER, old: &old_wrapper, new: &new_wrapper });
+        let mut review = Vec::new();
+        let line = "copies at 55.0 GB/s, 0.771 µs ([raw/paired/report](bench/2026-12-03-h200/raw/paired/report/))";
+        assert_eq!(
+            quotes.line(line, &mut |w| review.push(w)),
+            "copies at 52.7 GB/s, 0.848 µs ([raw/paired/report](bench/2026-12-08-h200/raw/paired/report/))"
+        );
+        assert!(
+            review.iter().any(|r| r.contains("matched by value to d2h_pinned.cuda_mem of raw/paired/report")),
+            "{review:?}"
+        );
+        assert!(
+            review.iter().any(|r| r.contains("matched by value to pair_1m.peer_value of results.json")),
+            "{review:?}"
+        );
+        // A line that links nothing, in a document citing the report: by value too.
+        assert_eq!(quotes.unlinked_line("reads at 55.0 GB/s", &mut |w| review.push(w)), "reads at 52.7 GB/s");
+        // 55.2 GB/s is two rows' value (one's cuda_mem, the other's peer): left for a person.
+        let ambiguous = "at 55.2 GB/s ([raw/paired/report](bench/2026-12-03-h200/raw/paired/report/))";
+        assert!(quotes.line(ambiguous, &mut |w| review.push(w)).starts_with("at 55.2 GB/s"));
+        assert!(review.last().unwrap().contains("is the value of 2 rows"), "{review:?}");
     }
 
     #[test]
