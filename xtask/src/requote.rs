@@ -1,10 +1,13 @@
 //! `cargo xtask requote NEW`: moves the documents from the previous main report to NEW (a dated
 //! folder under docs/bench/ holding a suite `results.json`). On every line that quotes rows of the
 //! previous report by key, each figure that is one of those rows' values becomes the new row's
-//! value, printed to the same significant digits, and the links and their dates point to NEW.
-//! Words are not touched: it lists what a person must read again (figures it could not map, lines
-//! that cite the old report without a key, ratios that crossed 1), and tests/doc_figures.rs fails
-//! on whatever is left stale.
+//! value, printed to the same significant digits, and the links and their dates point to NEW. A
+//! figure no key names (on a line citing the report without one, or linking nothing in a document
+//! that cites it) moves by value: where the old report's rows holding it (its results.json and the
+//! wrapper section's) all give one new figure. Words are not touched: it lists what a person must
+//! read again (each figure moved by value, figures it could not map, lines that cite the old
+//! report without a key, ratios that crossed 1), and tests/doc_figures.rs fails on whatever is
+//! left stale.
 
 use crate::figures::{Family, Figure, NUMBER, figures, number, unit};
 use crate::util::{self, Result};
