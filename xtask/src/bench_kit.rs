@@ -246,6 +246,44 @@ mod tests {
         assert!(marks.is_empty(), "{marks:?}");
     }
 
+    /// `./run --python-wheel WHEEL` installs the wheel apart and runs the Python tests from a
+    /// folder without python/'s own package, over the installed one.
+    #[test]
+    fn the_python_tests_run_over_the_package_a_wheel_installs() {
+        let bench = FakeBench::new("python-wheel");
+        for file in
+            ["python/tests/test_x.py", "python/conftest.py", "python/run_tests.py", "python/cuda_mem/__init__.py"]
+        {
+            write(&bench.dir.join(file), "");
+        }
+        let log = bench.dir.join("python3.log");
+        write(
+            &bench.dir.join("bin/python3"),
+            &format!(
+                "#!/bin/sh\necho \"$PWD|${{PYTHONPATH:-}}|$*\" >> {}\n\
+                 if [ \"$1 $2\" = \"-m pip\" ]; then shift 2; while [ \"$1\" != --target ]; do shift; done; mkdir -p \"$2/cuda_mem\"; fi\n",
+                log.display()
+            ),
+        );
+        let wheel = bench.dir.join("dist/cuda_mem-0.1.0-cp39-abi3-linux_x86_64.whl");
+        write(&wheel, "");
+        let (ok, text) = bench.run(&["--python-wheel", wheel.to_str().unwrap(), "-k", "torch"]);
+        assert!(ok, "{text}");
+        let calls = bench.read("python3.log");
+        let calls: Vec<&str> = calls.lines().collect();
+        let install = calls.iter().find(|c| c.contains("-m pip install")).expect("pip ran");
+        assert!(install.ends_with(&format!("{}", wheel.display())), "{install}");
+        let site = install.split("--target ").nth(1).unwrap().split(' ').next().unwrap();
+        let pytest = calls.iter().find(|c| c.contains("-m pytest")).expect("pytest ran");
+        let [cwd, path, args] = pytest.splitn(3, '|').collect::<Vec<_>>()[..] else { panic!("{pytest}") };
+        assert_eq!(format!("{cwd}/site"), site, "the tests run beside the installed package");
+        assert!(!std::path::Path::new(cwd).join("cuda_mem").exists(), "no package of the bundle beside the tests");
+        assert!(path.starts_with(site), "{path}");
+        assert!(args.ends_with("tests -k torch"), "{args}");
+        let (ok, text) = bench.run(&["--python-wheel", "dist/missing.whl"]);
+        assert!(!ok && text.contains("no wheel at 'dist/missing.whl'"), "{text}");
+    }
+
     /// A resumed section must go on where it began: same GPU, same commit.
     #[test]
     fn a_section_begun_on_another_commit_is_not_resumed() {

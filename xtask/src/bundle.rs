@@ -141,6 +141,10 @@ pub(crate) const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #                             synccheck) or all three
 #   ./run --python [ARGS]     the Python tests in python/ (pytest, else python/run_tests.py),
 #                             ARGS passed on (e.g. -k torch)
+#   ./run --python-wheel WHEEL [ARGS]
+#                             the same tests over the package a wheel installs (the one
+#                             `pip wheel ./cuda-mem-py` builds, carried beside the bundle), not
+#                             over python/'s own copy
 #   ./run --bench OUT [--only SECTION,..]
 #                             the main job's benchmarks, each section into OUT/SECTION with the
 #                             peers measured beside cuda-mem (PyTorch, RMM, raw C++, cudarc),
@@ -155,6 +159,8 @@ pub(crate) const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # STRESS_SECONDS bounds the stress example (default 300); BENCH_RERUN=0 skips the second
 # reference run.
 set -u
+# Paths given as arguments are the caller's.
+caller=$PWD
 cd "$(dirname "$0")"
 # NCCL's NVLink multicast stays off unless the caller chose (the GPU hosts' notes require it).
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
@@ -282,15 +288,30 @@ run_examples() {
     echo "== examples/allreduce skipped: no libnccl.so.2 (set CUDA_MEM_NCCL_LIB to use another copy)"
   fi
 }
+# python_tests ARGS: the Python tests of the current folder (pytest, else run_tests.py).
+python_tests() {
+  if python3 -c "import pytest" 2>/dev/null; then
+    python3 -m pytest -v -s -rs -p no:cacheprovider tests "$@" || fail=1
+  else
+    python3 run_tests.py "$@" || fail=1
+  fi
+}
 case "${1:-}" in
   --python)
     # The Python module's tests (PyTorch, CuPy, JAX where installed) and the PyTorch allocator's.
     cd python
-    if python3 -c "import pytest" 2>/dev/null; then
-      python3 -m pytest -v -s -rs tests "${@:2}" || fail=1
-    else
-      python3 run_tests.py "${@:2}" || fail=1
-    fi
+    python_tests "${@:2}"
+    ;;
+  --python-wheel)
+    case "${2:-}" in /*) wheel=${2:-} ;; *) wheel=$caller/${2:-} ;; esac
+    [ -f "$wheel" ] || { echo "./run --python-wheel WHEEL: no wheel at '${2:-}'"; exit 2; }
+    # The tests without python/'s package, which would shadow the installed one.
+    tests=$(mktemp -d)
+    cp -r python/tests python/conftest.py python/run_tests.py "$tests"/
+    python3 -m pip install --no-deps --no-index --quiet --target "$tests/site" "$wheel" || exit 1
+    cd "$tests"
+    PYTHONPATH="$tests/site${PYTHONPATH:+:$PYTHONPATH}" python3 -c "import cuda_mem; print('cuda_mem from', cuda_mem.__file__)" || exit 1
+    PYTHONPATH="$tests/site${PYTHONPATH:+:$PYTHONPATH}" python_tests "${@:3}"
     ;;
   --sanitize)
     sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
