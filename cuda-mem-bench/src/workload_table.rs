@@ -158,11 +158,9 @@ pub fn with_tables(doc: &str, tag: &str, tables: &str) -> Option<String> {
 }
 
 /// The committed results the doc quotes, relative to the workspace root, with their markers' tags:
-/// the corpus, and the PyTorch training loop with its recorded trace (one device call, two folders).
-pub const RESULTS: [(&str, &str); 2] = [
-    ("docs/bench/2026-12-03-h200/workloads-classes", ""),
-    ("docs/bench/2026-12-03-h200/workloads-classes-training", "training"),
-];
+/// the corpus, and the PyTorch training loop with its recorded trace (two sections of the report).
+pub const RESULTS: [(&str, &str); 2] =
+    [("docs/bench/2026-12-07-h100/raw/workloads", ""), ("docs/bench/2026-12-07-h100/raw/training", "training")];
 
 #[cfg(test)]
 mod tests {

@@ -247,13 +247,19 @@ mod tests {
     }
 
     /// `./run --python-wheel WHEEL` installs the wheel apart and runs the Python tests from a
-    /// folder without python/'s own package, over the installed one.
+    /// folder without python/'s own modules (the package and `cuda_mem_torch.py`), over the
+    /// installed ones; the scripts the tests start come along.
     #[test]
     fn the_python_tests_run_over_the_package_a_wheel_installs() {
         let bench = FakeBench::new("python-wheel");
-        for file in
-            ["python/tests/test_x.py", "python/conftest.py", "python/run_tests.py", "python/cuda_mem/__init__.py"]
-        {
+        for file in [
+            "python/tests/test_x.py",
+            "python/conftest.py",
+            "python/run_tests.py",
+            "python/torch_sleep_wake.py",
+            "python/cuda_mem/__init__.py",
+            "python/cuda_mem_torch.py",
+        ] {
             write(&bench.dir.join(file), "");
         }
         let log = bench.dir.join("python3.log");
@@ -277,7 +283,10 @@ mod tests {
         let pytest = calls.iter().find(|c| c.contains("-m pytest")).expect("pytest ran");
         let [cwd, path, args] = pytest.splitn(3, '|').collect::<Vec<_>>()[..] else { panic!("{pytest}") };
         assert_eq!(format!("{cwd}/site"), site, "the tests run beside the installed package");
-        assert!(!std::path::Path::new(cwd).join("cuda_mem").exists(), "no package of the bundle beside the tests");
+        let cwd = std::path::Path::new(cwd);
+        assert!(!cwd.join("cuda_mem").exists(), "no package of the bundle beside the tests");
+        assert!(!cwd.join("cuda_mem_torch.py").exists(), "no module of the bundle beside the tests");
+        assert!(cwd.join("torch_sleep_wake.py").exists(), "the scripts the tests start are there");
         assert!(path.starts_with(site), "{path}");
         assert!(args.ends_with("tests -k torch"), "{args}");
         let (ok, text) = bench.run(&["--python-wheel", "dist/missing.whl"]);

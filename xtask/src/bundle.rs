@@ -305,9 +305,12 @@ case "${1:-}" in
   --python-wheel)
     case "${2:-}" in /*) wheel=${2:-} ;; *) wheel=$caller/${2:-} ;; esac
     [ -f "$wheel" ] || { echo "./run --python-wheel WHEEL: no wheel at '${2:-}'"; exit 2; }
-    # The tests without python/'s package, which would shadow the installed one.
+    # python/ (the tests and the scripts they run) without the modules the wheel installs,
+    # which would shadow the installed ones.
     tests=$(mktemp -d)
-    cp -r python/tests python/conftest.py python/run_tests.py "$tests"/
+    for f in python/*; do
+      case "${f#python/}" in cuda_mem|cuda_mem_torch.py) ;; *) cp -r "$f" "$tests"/ ;; esac
+    done
     python3 -m pip install --no-deps --no-index --quiet --target "$tests/site" "$wheel" || exit 1
     cd "$tests"
     PYTHONPATH="$tests/site${PYTHONPATH:+:$PYTHONPATH}" python3 -c "import cuda_mem; print('cuda_mem from', cuda_mem.__file__)" || exit 1

@@ -17,6 +17,7 @@ pub fn title(section: &str) -> &'static str {
         "staged" => "Staged copies of pageable memory",
         "snapshot" => "Memory snapshot",
         "nccl" => "NCCL all-reduce over cuda-mem memory",
+        "sleep" => "Sleep and wake: tagged memory given back and restored at the same addresses",
         _ => "other",
     }
 }
