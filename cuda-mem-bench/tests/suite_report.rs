@@ -225,3 +225,20 @@ fn sections_from_bundles_of_two_commits_name_each_commit() {
     assert_eq!(results["sections"][1]["commit"], "def5678");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn rows_that_time_one_call_in_different_programs_are_shown_side_by_side() {
+    let suite = suite::collect(&fixtures(), "2026-12-04");
+    let keys = ["pinned_pool_pair_4k", "feature_pinned_pool_hit_4k", "pinned_pool_hit_vs_malloc_host_4k"];
+    let values: Vec<f64> = keys.iter().filter_map(|k| suite.rows.iter().find(|r| r.key == *k)?.cuda_mem).collect();
+    assert!(values.len() >= 2, "the fixtures time a PinnedPool hit in two programs");
+    let spread = values.iter().cloned().fold(f64::MIN, f64::max) / values.iter().cloned().fold(f64::MAX, f64::min);
+    let report = suite::markdown::report(&suite, &[]);
+    let section = report.split("## Rows that time one call in different programs").nth(1).expect("the section");
+    let line = section.lines().find(|l| l.starts_with("| `PinnedPool` hit, alloc + free, 4 KiB |")).expect("its line");
+    assert!(line.contains("`pinned_pool_pair_4k`") && line.contains("`feature_pinned_pool_hit_4k`"), "{line}");
+    assert!(line.ends_with(&format!("| {} |", suite::markdown::figure(spread))), "{line}");
+    // A call with fewer than two measured values has no line, and there is no section where none has two.
+    let alone = suite::Suite { rows: vec![row(&suite.rows, "pinned_pool_pair_4k").clone()], ..suite };
+    assert!(!suite::markdown::report(&alone, &[]).contains("## Rows that time one call"));
+}

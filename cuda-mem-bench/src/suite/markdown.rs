@@ -111,5 +111,6 @@ pub fn report(suite: &Suite, plots: &[&str]) -> String {
         let _ = writeln!(out, "\n## {}\n", title(ran.section));
         out.push_str(&table(&rows));
     }
+    out.push_str(&super::same_call::section(suite));
     out
 }

@@ -23,6 +23,7 @@ pub mod markdown;
 pub mod paired;
 pub mod pairs;
 pub mod programs;
+pub mod same_call;
 pub mod sleep;
 pub mod svg;
 
