@@ -51,6 +51,11 @@ pub fn number(text: &str) -> Number {
 
 pub const NUM: &str = r"\d+(?:,\d{3})*(?:\.\d+)?";
 
+/// Numeric fields of a results row that count or describe the setup rather than measure: never a
+/// figure a document quotes.
+pub const NOT_MEASURED: &[&str] =
+    &["k", "samples", "bytes", "target", "target_ratio", "sms", "concurrent_managed_access", "pageable_memory_access"];
+
 /// A chain of numbers that share the unit after the last one: `A–B / C–D ms`,
 /// `A (H2D) / B (D2H) GB/s`, `A vs B GB/s`, each letter a number.
 pub static FIGURE: LazyLock<Regex> = LazyLock::new(|| {

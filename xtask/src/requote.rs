@@ -9,7 +9,7 @@
 //! report without a key, ratios that crossed 1), and tests/doc_figures.rs fails on whatever is
 //! left stale.
 
-use crate::figures::{Family, Figure, NUMBER, figures, number, unit};
+use crate::figures::{Family, Figure, NOT_MEASURED, NUMBER, figures, number, unit};
 use crate::util::{self, Result};
 use regex::Regex;
 use serde_json::Value;
@@ -120,9 +120,8 @@ struct Table<'a> {
 }
 
 struct Quotes<'a> {
-    old: &'a Rows,
-    new: &'a Rows,
-    /// Where a figure no key names is looked up by value: the main rows, then others.
+    /// Where a figure no key names is looked up by value: the main rows (those keys name), then
+    /// others.
     tables: Vec<Table<'a>>,
     old_name: &'a str,
     new_name: &'a str,
@@ -139,7 +138,17 @@ impl<'a> Quotes<'a> {
             Regex::new(&format!(r"{}/(report\.md|results\.json|raw/|[a-z]+\.svg|\))", regex::escape(old_name)))
                 .unwrap();
         let tables = vec![Table { file: "results.json", old, new }];
-        Self { old, new, tables, old_name, new_name, key_link, report_link }
+        Self { tables, old_name, new_name, key_link, report_link }
+    }
+
+    /// The main rows of the old report, which keys name.
+    fn old_rows(&self) -> &'a Rows {
+        self.tables[0].old
+    }
+
+    /// The main rows of the new report.
+    fn new_rows(&self) -> &'a Rows {
+        self.tables[0].new
     }
 
     /// `line` moved to the new report, with what a person must check reported through `review`.
@@ -222,7 +231,7 @@ impl<'a> Quotes<'a> {
         for (start, end, text) in edits {
             moved.replace_range(start..end, &text);
         }
-        for key in keys.iter().filter(|k| !self.new.contains_key(**k)) {
+        for key in keys.iter().filter(|k| !self.new_rows().contains_key(**k)) {
             review(format!("key {key} is not a row of {}", self.new_name));
         }
         moved
@@ -232,7 +241,7 @@ impl<'a> Quotes<'a> {
     /// figure quotes, and whether it is a ratio that moved across 1.
     fn requote(&self, keys: &[&str], figure: &Figure) -> Option<(String, bool)> {
         for key in keys {
-            let (Some(old), Some(new)) = (self.old.get(*key), self.new.get(*key)) else { continue };
+            let (Some(old), Some(new)) = (self.old_rows().get(*key), self.new_rows().get(*key)) else { continue };
             for (field, factor) in fields(old, figure) {
                 if let Some(found) = requoted(old, new, &field, factor, figure) {
                     return Some(found);
@@ -271,7 +280,7 @@ impl<'a> Quotes<'a> {
             }
             let printed = number(m.as_str()).value;
             let found = keys.iter().find_map(|key| {
-                let (old, new) = (self.old.get(*key)?, self.new.get(*key)?);
+                let (old, new) = (self.old_rows().get(*key)?, self.new_rows().get(*key)?);
                 (old.get("unit")?.as_str()? == "count").then_some(())?;
                 ["cuda_mem", "peer_value"]
                     .into_iter()
@@ -286,9 +295,6 @@ impl<'a> Quotes<'a> {
         edits
     }
 }
-
-/// Fields that count or describe the setup rather than measure.
-const NOT_MEASURED: &[&str] = &["k", "samples", "bytes", "target", "target_ratio", "sms"];
 
 /// The fields of a row a figure may quote, with the factor from the row's unit to the figure's:
 /// its ratios for a ratio, its values in the row's unit for a time, bandwidth or rate.

@@ -26,7 +26,7 @@ use std::sync::LazyLock;
 
 #[path = "../src/figures.rs"]
 mod figures;
-use figures::{Figure, NUM, NUMBER, Number, Unit, figures, number, unit};
+use figures::{Figure, NOT_MEASURED, NUM, NUMBER, Number, Unit, figures, number, unit};
 
 static LINK: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\]\(([^)\s]+)\)").unwrap());
 
@@ -70,10 +70,6 @@ fn text_tokens(text: &str, into: &mut Vec<Token>) {
         }
     }
 }
-
-/// JSON fields that count things or describe the setup rather than measure.
-const NOT_MEASURED: &[&str] =
-    &["k", "samples", "bytes", "target", "target_ratio", "sms", "concurrent_managed_access", "pageable_memory_access"];
 
 fn json_tokens(value: &serde_json::Value, key: &str, into: &mut Vec<Token>) {
     match value {
