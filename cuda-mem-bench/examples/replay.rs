@@ -14,8 +14,9 @@ use cuda_mem::resource::{
     DeviceResource, ManagedResource, MemoryResource, PinnedPoolResource, PinnedResource, PoolResource,
     StatisticsResource,
 };
-use cuda_mem::trace::{parse_log, replay};
 use cuda_mem::{Device, DeviceCache, HostAllocFlags, MemPool, PinnedPool, PoolProps, Stream};
+use cuda_mem_bench::replay::replay;
+use cuda_mem_workloads::log::parse_log;
 use std::sync::Arc;
 
 const USAGE: &str = "usage: replay LOG [pool|cache|device|managed|pinned|pinned-pool]";

@@ -1,12 +1,13 @@
 //! Writes a synthetic LLM serving trace as an allocation log for the `replay` example: steps of
 //! decode with prefill bursts, KV blocks of 16 KiB–64 MiB living 1–1000 steps, prefill
-//! activations and per-step temporaries (the model is `cuda_mem::trace::ServingTrace`).
+//! activations and per-step temporaries (the model is `cuda_mem_workloads::serving_trace::ServingTrace`).
 //! Deterministic for a seed; needs no GPU.
 //!
 //! `serving_trace [--seed 1] [--steps 3000] [OUT]` (standard output without OUT); a summary goes
 //! to standard error.
 
-use cuda_mem::trace::{ReplayEvent, ServingTrace, write_log};
+use cuda_mem_workloads::log::{ReplayEvent, write_log};
+use cuda_mem_workloads::serving_trace::ServingTrace;
 use std::io::Write;
 
 const USAGE: &str = "usage: serving_trace [--seed N] [--steps N] [OUT]";

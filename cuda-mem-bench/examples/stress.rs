@@ -12,8 +12,8 @@
 //! so replaying it gives the same peak as the "pool" line printed here.
 
 use cuda_mem::resource::*;
-use cuda_mem::trace::{StressOp, StressSchedule};
 use cuda_mem::*;
+use cuda_mem_workloads::stress::{StressOp, StressSchedule};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

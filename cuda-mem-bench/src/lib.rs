@@ -41,6 +41,7 @@ pub mod join;
 pub mod paired;
 pub mod plots;
 pub mod render;
+pub mod replay;
 pub mod rows;
 pub mod stats;
 pub mod suite;

@@ -15,12 +15,19 @@
 //!
 //! Recorded traces (PyTorch's, through `cuda-mem-bench/workloads/torch_training.py`) are
 //! workloads too: [`format::read`] loads them.
+//!
+//! Single-threaded event logs, the other shape a recorded program takes: [`log`] reads and writes
+//! the logs of cuda-mem's `LoggingResource`, [`serving_trace::ServingTrace`] generates one of an
+//! LLM serving loop, and [`stress::StressSchedule`] is the `stress` example's threads' steps.
 
 pub mod churn;
 pub mod format;
+pub mod log;
 pub mod mixed;
 pub mod rng;
 pub mod serving;
+pub mod serving_trace;
+pub mod stress;
 pub mod training;
 
 /// One step of a lane. Ids are the lane's own: an id is allocated, then freed once, and may be

@@ -3,9 +3,11 @@
 //! reserve within 1.15 times the peak of requested bytes. Bookkeeping only: segments are bare
 //! addresses, so the traces' gigabytes need no host memory.
 
-use cuda_mem::trace::{ReplayEvent, ServingTrace, StressOp, StressSchedule};
 use cuda_mem_cache::fake::FakeBackend;
 use cuda_mem_cache::{CachedBlock, CachingAllocator, CachingStats, Config, StreamKey};
+use cuda_mem_workloads::log::ReplayEvent;
+use cuda_mem_workloads::serving_trace::ServingTrace;
+use cuda_mem_workloads::stress::{StressOp, StressSchedule};
 use std::collections::HashMap;
 
 const S: StreamKey = StreamKey(0x10);

@@ -46,7 +46,7 @@ impl<R: std::fmt::Debug> std::fmt::Debug for LoggingResource<R> {
 }
 
 /// The CSV header line.
-pub(crate) const CSV_HEADER: &str = "time_us,thread,stream,action,ptr,bytes";
+const CSV_HEADER: &str = "time_us,thread,stream,action,ptr,bytes";
 
 impl<R: MemoryResource> LoggingResource<R> {
     /// Wraps `inner`, writing to `sink` (a CSV header first, for [`LogFormat::Csv`]).
@@ -87,7 +87,7 @@ impl<R: MemoryResource> LoggingResource<R> {
 }
 
 /// One JSON line of the log (without its newline).
-pub(crate) fn json_line(time_us: u128, thread: &str, stream: usize, action: &str, ptr: usize, bytes: usize) -> String {
+fn json_line(time_us: u128, thread: &str, stream: usize, action: &str, ptr: usize, bytes: usize) -> String {
     let thread = thread.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
     format!(
         "{{\"time_us\":{time_us},\"thread\":\"{thread}\",\"stream\":\"{stream:#x}\",\

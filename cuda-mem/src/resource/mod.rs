@@ -1,7 +1,8 @@
 //! Memory resources: one allocation interface over every family, and adaptors that compose
 //! (statistics, tracking with leak reports, limits and logging), after RAPIDS RMM's
-//! `device_memory_resource` and PyTorch's allocator statistics. Replaying logs, synthetic
-//! workloads and snapshots are trace tooling, in `cuda_mem::trace` (feature `trace`).
+//! `device_memory_resource` and PyTorch's allocator statistics. Memory snapshots are trace
+//! tooling, in `cuda_mem::trace` (feature `trace`); the logs [`LoggingResource`] writes are read
+//! and replayed outside the library (`cuda-mem-workloads`'s `log`, `cuda-mem-bench`'s `replay`).
 //!
 //! A [`MemoryResource`] allocates and frees raw bytes with a stream: stream-ordered where the
 //! backing API is (pools), synchronous otherwise. [`ResourceBuffer`] is the typed, owning buffer
@@ -39,9 +40,6 @@ pub use buffer::ResourceBuffer;
 pub use defaults::{default_resource, set_default_resource};
 pub use limiting::LimitingResource;
 pub use logging::{LogFormat, LoggingResource};
-// The log's line formats, which the trace tooling's parser and writer share.
-#[cfg(any(test, feature = "trace"))]
-pub(crate) use logging::{CSV_HEADER, json_line};
 pub use sources::{DeviceResource, ManagedResource, PinnedPoolResource, PinnedResource, PoolResource};
 pub use statistics::{ResourceStats, StatisticsResource};
 #[cfg(any(test, feature = "trace"))]

@@ -26,7 +26,7 @@ pub enum StressOp {
 /// [`StressSchedule::MAX_LIVE`] buffers are live (copies do not, so a few more may be).
 ///
 /// ```
-/// use cuda_mem::trace::{StressOp, StressSchedule};
+/// use cuda_mem_workloads::stress::{StressOp, StressSchedule};
 /// let mut live = 0usize;
 /// for op in StressSchedule::new(1, 4, 6).take(1000) {
 ///     match op {

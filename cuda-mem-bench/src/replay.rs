@@ -1,30 +1,13 @@
-//! Replaying a recorded allocation log against any resource, reporting time and peak memory (like
-//! RMM's replay benchmark). `cargo xtask replay` drives it from the command line.
+//! Replaying an allocation log ([`cuda_mem_workloads::log`]) against any resource, reporting
+//! time and peak memory, like RMM's replay benchmark: the `replay` example (`cargo xtask replay
+//! LOG [RESOURCE]`) drives it.
 
-use crate::error::Result;
-use crate::resource::{CSV_HEADER, MemoryResource, StreamRef, json_line};
+use cuda_mem::Result;
+use cuda_mem::resource::{MemoryResource, StreamRef};
+use cuda_mem_workloads::log::ReplayEvent;
 use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
-
-/// One event of a log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplayEvent {
-    /// An allocation of `bytes`, known afterwards by `id` (the address in the recorded run).
-    Allocate {
-        /// The recorded address.
-        id: u64,
-        /// Size in bytes.
-        bytes: usize,
-    },
-    /// The free of the allocation `id`.
-    Free {
-        /// The recorded address.
-        id: u64,
-        /// Size in bytes.
-        bytes: usize,
-    },
-}
 
 /// What a replay did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -41,70 +24,6 @@ pub struct ReplayReport {
     pub unfreed_in_log: usize,
     /// Frees of ids the log never allocated (skipped).
     pub unmatched_frees: usize,
-}
-
-/// Parses a log written by [`LoggingResource`](crate::resource::LoggingResource), CSV or JSON lines.
-/// `allocate_failed` lines are skipped (nothing was allocated).
-pub fn parse_log(text: &str) -> std::result::Result<Vec<ReplayEvent>, String> {
-    let mut events = Vec::new();
-    for (number, line) in text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())) {
-        if line.is_empty() || line == CSV_HEADER {
-            continue;
-        }
-        let (action, ptr, bytes) = if line.starts_with('{') { json_fields(line) } else { csv_fields(line) }
-            .ok_or_else(|| format!("line {number}: not a log line: {line}"))?;
-        let id = parse_hex(ptr).ok_or_else(|| format!("line {number}: bad address {ptr:?}"))?;
-        let bytes: usize = bytes.parse().map_err(|_| format!("line {number}: bad size {bytes:?}"))?;
-        match action {
-            "allocate" => events.push(ReplayEvent::Allocate { id, bytes }),
-            "free" => events.push(ReplayEvent::Free { id, bytes }),
-            "allocate_failed" => {}
-            other => return Err(format!("line {number}: unknown action {other:?}")),
-        }
-    }
-    Ok(events)
-}
-
-/// Writes `events` as a log in [`LoggingResource`](crate::resource::LoggingResource)'s JSON lines, which
-/// [`parse_log`] reads back: ids as addresses, on thread `thread` and the legacy stream, with
-/// `time_us` 0 (a written log has no times).
-pub fn write_log(events: &[ReplayEvent], thread: &str, mut sink: impl std::io::Write) -> std::io::Result<()> {
-    for event in events {
-        let (action, id, bytes) = match *event {
-            ReplayEvent::Allocate { id, bytes } => ("allocate", id, bytes),
-            ReplayEvent::Free { id, bytes } => ("free", id, bytes),
-        };
-        // Ids that do not fit an address are written as the address's low bits: never on the
-        // 64-bit targets this crate supports.
-        writeln!(sink, "{}", json_line(0, thread, 0, action, id as usize, bytes))?;
-    }
-    sink.flush()
-}
-
-fn csv_fields(line: &str) -> Option<(&str, &str, &str)> {
-    let fields: Vec<&str> = line.split(',').collect();
-    match fields.as_slice() {
-        [_time, _thread, _stream, action, ptr, bytes] => Some((action, ptr, bytes)),
-        _ => None,
-    }
-}
-
-/// Reads the three fields replay needs from one flat JSON object as written by the logger.
-fn json_fields(line: &str) -> Option<(&str, &str, &str)> {
-    fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-        let start = line.find(&format!("\"{key}\":"))? + key.len() + 3;
-        let rest = &line[start..];
-        if let Some(quoted) = rest.strip_prefix('"') {
-            quoted.split('"').next()
-        } else {
-            rest.split([',', '}']).next().map(str::trim)
-        }
-    }
-    Some((field(line, "action")?, field(line, "ptr")?, field(line, "bytes")?))
-}
-
-fn parse_hex(text: &str) -> Option<u64> {
-    u64::from_str_radix(text.trim_start_matches("0x"), 16).ok()
 }
 
 /// Replays `events` against `resource` on `stream`, in order, on one thread.
@@ -153,8 +72,10 @@ pub fn replay(events: &[ReplayEvent], resource: &dyn MemoryResource, stream: Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resource::testing::HostResource;
-    use crate::resource::{LogFormat, LoggingResource, StatisticsResource};
+    use cuda_mem::resource::{LogFormat, LoggingResource, StatisticsResource};
+    use cuda_mem::testing::HostResource;
+    use cuda_mem_workloads::log::{parse_log, peak_live};
+    use std::sync::atomic::Ordering;
     use std::sync::{Arc, Mutex};
 
     /// A `Write` whose bytes the test can read afterwards.
@@ -188,6 +109,8 @@ mod tests {
         unsafe { r.deallocate(weights, 10_000, s) };
     }
 
+    /// The logger's lines and the log reader agree (the two keep the format apart: cuda-mem
+    /// writes it, cuda-mem-workloads reads it).
     #[test]
     fn a_recorded_log_replays_against_another_resource_with_the_same_peak() {
         for format in [LogFormat::Csv, LogFormat::JsonLines] {
@@ -201,38 +124,14 @@ mod tests {
             let report = replay(&events, &other, StreamRef::LEGACY).unwrap();
             let recorded_peak = recorded.inner().stats().peak_bytes;
             assert_eq!(report.peak_bytes, recorded_peak);
+            assert_eq!(peak_live(&events), recorded_peak);
             assert_eq!(other.stats().peak_bytes, recorded_peak);
             assert_eq!(
                 (report.allocations, report.frees, report.unfreed_in_log, report.unmatched_frees),
                 (41, 41, 0, 0)
             );
-            assert_eq!(other.inner().live_bytes.load(std::sync::atomic::Ordering::Relaxed), 0);
+            assert_eq!(other.inner().live_bytes.load(Ordering::Relaxed), 0);
         }
-    }
-
-    #[test]
-    fn a_written_log_parses_back_to_its_events() {
-        let events = [
-            ReplayEvent::Allocate { id: 1, bytes: 4096 },
-            ReplayEvent::Allocate { id: 0xdead_beef, bytes: 1 << 40 },
-            ReplayEvent::Free { id: 1, bytes: 4096 },
-            ReplayEvent::Free { id: 0xdead_beef, bytes: 1 << 40 },
-        ];
-        let mut text = Vec::new();
-        write_log(&events, "a \"quoted\" thread", &mut text).unwrap();
-        assert_eq!(parse_log(std::str::from_utf8(&text).unwrap()).unwrap(), events);
-    }
-
-    #[test]
-    fn malformed_lines_are_reported_with_their_number() {
-        let err = parse_log("time_us,thread,stream,action,ptr,bytes\n1,t,0x0,allocate,0x10\n").unwrap_err();
-        assert!(err.starts_with("line 2:"), "{err}");
-        assert!(parse_log("1,t,0x0,teleport,0x10,5").unwrap_err().contains("unknown action"));
-        let events = parse_log(
-            "{\"time_us\":1,\"thread\":\"a,b\",\"stream\":\"0x0\",\"action\":\"free\",\"ptr\":\"0xff\",\"bytes\":7}",
-        )
-        .unwrap();
-        assert_eq!(events, [ReplayEvent::Free { id: 255, bytes: 7 }]);
     }
 
     #[test]
@@ -246,6 +145,7 @@ mod tests {
         let host = HostResource::default();
         let report = replay(&events, &host, StreamRef::LEGACY).unwrap();
         assert_eq!((report.unmatched_frees, report.unfreed_in_log, report.peak_bytes), (1, 1, 48));
-        assert_eq!(host.live_bytes.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(peak_live(&events), 48);
+        assert_eq!(host.live_bytes.load(Ordering::Relaxed), 0);
     }
 }

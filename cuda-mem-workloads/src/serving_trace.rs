@@ -1,8 +1,8 @@
 //! A synthetic allocation trace of an LLM serving loop, to measure allocators on a workload that
 //! mixes long-lived KV blocks with per-step temporaries. The `serving_trace` example writes it
-//! as a log that [`parse_log`](super::parse_log) and the `replay` example read.
+//! as a log that [`parse_log`](crate::log::parse_log) and the `replay` example read.
 
-use super::replay::ReplayEvent;
+use crate::log::ReplayEvent;
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
