@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release -p cuda-mem-bench --example snapshot_dump [ENTRIES] [OUT.pickle]`
 
-use cuda_mem::trace::snapshot::{Block, BlockState, Frame, Frames, MemorySnapshot, Segment, TraceAction, TraceEntry};
+use cuda_mem_snapshot::{Block, BlockState, Frame, Frames, MemorySnapshot, Segment, TraceAction, TraceEntry};
 use std::sync::Arc;
 use std::time::Instant;
 

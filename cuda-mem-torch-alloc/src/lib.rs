@@ -51,8 +51,8 @@ pub use regions_ffi::{
 };
 
 use cuda_mem::resource::StreamRef;
-use cuda_mem::trace::snapshot::{MemorySnapshot, snapshot_of};
 use cuda_mem::{CudaError, Device, ErrorKind, Result};
+use cuda_mem_snapshot::{MemorySnapshot, snapshot_of};
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -113,11 +113,8 @@ mod slice;
 pub(crate) mod staged;
 mod stream;
 mod stream_buffer;
-// The unit tests (Miri's among them) cover the trace tooling without the feature.
 #[cfg(feature = "testing")]
 pub mod testing;
-#[cfg(any(test, feature = "trace"))]
-pub mod trace;
 mod watcher;
 
 pub use bytemuck::{Pod, Zeroable};

@@ -6,7 +6,8 @@ use crate::provision;
 use crate::util::{self, Result};
 
 /// The crates published to crates.io, in dependency order.
-pub const PUBLISHED: [&str; 4] = ["cuda-mem-sys", "cuda-mem-cache", "cuda-mem", "cuda-mem-kernels"];
+pub const PUBLISHED: [&str; 5] =
+    ["cuda-mem-sys", "cuda-mem-cache", "cuda-mem", "cuda-mem-snapshot", "cuda-mem-kernels"];
 
 /// Files the packaged sys crate must contain.
 const SYS_BINDINGS: [&str; 2] = ["src/bindings/cuda_13_0.rs", "src/bindings/cuda_12_9.rs"];

@@ -20,7 +20,7 @@ pub fn run() -> Result {
     // The quick textual checks first: their failures read faster than a compile's.
     crate::tidy::run()?;
     util::run(util::cargo().args(["fmt", "--all", "--check"]))?;
-    util::run(with_env(util::cargo()).args(["clippy", "--workspace", "--all-targets", TRACE, "--", "-D", "warnings"]))?;
+    util::run(with_env(util::cargo()).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
 
     let gpu = util::gpu_present();
     // Every pass runs even when one fails, so that each failing test is reported.
@@ -28,12 +28,12 @@ pub fn run() -> Result {
         .into_iter()
         .map(|args| {
             let mut test = with_env(util::cargo());
-            util::run(test.args(["test", "--workspace", "--all-targets", TRACE, "--no-fail-fast"]).args(args))
+            util::run(test.args(["test", "--workspace", "--all-targets", "--no-fail-fast"]).args(args))
         })
         .collect();
     passes.into_iter().collect::<Result>()?;
     // Doc tests run separately: `--all-targets` leaves them out.
-    util::run(with_env(util::cargo()).args(["test", "--workspace", "--doc", TRACE]))?;
+    util::run(with_env(util::cargo()).args(["test", "--workspace", "--doc"]))?;
 
     check_other_configurations(&libclang)?;
     // Packaging is part of every test run, so a change that breaks `cargo publish` fails CI. The
@@ -59,10 +59,6 @@ pub fn run() -> Result {
     eprintln!("cargo xtask test: all passed in {:.0} s ({gpu_note})", started.elapsed().as_secs_f64());
     Ok(())
 }
-
-/// cuda-mem's trace tooling (feature `trace`), linted and tested with the rest: named here, not
-/// left to the members that enable it.
-const TRACE: &str = "--features=cuda-mem/trace";
 
 /// GPU tests that need the device to themselves start with this (see `cuda-mem/tests/common/mod.rs`).
 pub const ALONE: &str = "gpu_alone_";
@@ -112,6 +108,8 @@ fn check_other_configurations(libclang: &provision::Libclang) -> Result {
         "cuda-mem-cache",
         "-p",
         "cuda-mem",
+        "-p",
+        "cuda-mem-snapshot",
         "-p",
         "cuda-mem-kernels",
     ])

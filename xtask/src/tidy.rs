@@ -68,6 +68,7 @@ pub fn check_tree(root: &Path) -> Vec<Violation> {
     for krate in [
         "cuda-mem-sys",
         "cuda-mem",
+        "cuda-mem-snapshot",
         "cuda-mem-kernels",
         "cuda-mem-nccl",
         "cuda-mem-bench",

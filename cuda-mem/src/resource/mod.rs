@@ -1,8 +1,9 @@
 //! Memory resources: one allocation interface over every family, and adaptors that compose
 //! (statistics, tracking with leak reports, limits and logging), after RAPIDS RMM's
-//! `device_memory_resource` and PyTorch's allocator statistics. Memory snapshots are trace
-//! tooling, in `cuda_mem::trace` (feature `trace`); the logs [`LoggingResource`] writes are read
-//! and replayed outside the library (`cuda-mem-workloads`'s `log`, `cuda-mem-bench`'s `replay`).
+//! `device_memory_resource` and PyTorch's allocator statistics. Memory snapshots in PyTorch's
+//! format are the `cuda-mem-snapshot` crate's, through [`TrackingObserver`]; the logs
+//! [`LoggingResource`] writes are read and replayed outside the library (`cuda-mem-workloads`'s
+//! `log`, `cuda-mem-bench`'s `replay`).
 //!
 //! A [`MemoryResource`] allocates and frees raw bytes with a stream: stream-ordered where the
 //! backing API is (pools), synchronous otherwise. [`ResourceBuffer`] is the typed, owning buffer
@@ -42,9 +43,7 @@ pub use limiting::LimitingResource;
 pub use logging::{LogFormat, LoggingResource};
 pub use sources::{DeviceResource, ManagedResource, PinnedPoolResource, PinnedResource, PoolResource};
 pub use statistics::{ResourceStats, StatisticsResource};
-#[cfg(any(test, feature = "trace"))]
-pub(crate) use tracking::TrackingObserver;
-pub use tracking::{AllocationRecord, DEFAULT_TRACKING_SLOTS, MAX_TRACKING_SLOTS, TrackingResource};
+pub use tracking::{AllocationRecord, DEFAULT_TRACKING_SLOTS, MAX_TRACKING_SLOTS, TrackingObserver, TrackingResource};
 
 use crate::device::Device;
 use crate::error::Result;

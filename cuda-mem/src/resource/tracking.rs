@@ -17,13 +17,20 @@ use std::time::{Duration, Instant};
 /// When (since the resource was created) and where an allocation was made.
 type Origin = (Duration, Arc<Backtrace>);
 
-/// What watches a [`TrackingResource`]'s events beside its table: the memory snapshot recorder
-/// of the trace tooling (feature `trace`), which lives outside the resource layer and reaches
-/// the resource through this trait only. `Any` lets it find its own observer again.
-pub(crate) trait TrackingObserver: Any + Send + Sync + fmt::Debug {
-    /// An allocation, with its backtrace where backtraces are captured.
+/// What watches a [`TrackingResource`]'s events beside its table, installed with
+/// [`TrackingResource::observed_by`]: the memory snapshots of the `cuda-mem-snapshot` crate
+/// (PyTorch's format) are one, and reach the resource through this trait only. `Any` lets an
+/// observer find itself again ([`TrackingResource::observer`]).
+///
+/// The resource calls it on the allocating or freeing thread, with no lock of its own held, so an
+/// observer may call the resource back. A panic in `allocated` leaks that allocation (the
+/// resource has not recorded it yet), one in `freed` the freed memory (the inner resource has not
+/// freed it yet): neither hands memory out twice.
+pub trait TrackingObserver: Any + Send + Sync + fmt::Debug {
+    /// An allocation of `bytes` at `address` on the stream whose raw handle is `stream`, with its
+    /// backtrace where backtraces are captured.
     fn allocated(&self, address: usize, bytes: usize, stream: usize, backtrace: Option<&Backtrace>);
-    /// A free.
+    /// The free of the allocation at `address`, before the inner resource frees it.
     fn freed(&self, address: usize, bytes: usize, stream: usize);
     /// A refusal for lack of memory with `device_free` bytes free; `outstanding` lists what is
     /// live (as [`TrackingResource::outstanding`]).
@@ -94,8 +101,8 @@ pub struct TrackingResource<R> {
     origins: Option<Mutex<FxHashMap<usize, Origin>>>,
     unknown_frees: AtomicU64,
     created: Instant,
-    /// The snapshot recorder, when the trace tooling installed one.
-    pub(crate) observer: Option<Box<dyn TrackingObserver>>,
+    /// What watches the events beside the table ([`TrackingResource::observed_by`]).
+    observer: Option<Box<dyn TrackingObserver>>,
 }
 
 impl<R: MemoryResource> TrackingResource<R> {
@@ -128,6 +135,24 @@ impl<R: MemoryResource> TrackingResource<R> {
             created: Instant::now(),
             observer: None,
         }
+    }
+
+    /// The resource with `observer` told of every allocation, free and refusal for lack of memory
+    /// from now on, in place of any observer before it. A builder step, before the resource is
+    /// shared.
+    pub fn observed_by(mut self, observer: Box<dyn TrackingObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The observer, if one was installed; downcast it (`as &dyn Any`) to reach its own type.
+    pub fn observer(&self) -> Option<&dyn TrackingObserver> {
+        self.observer.as_deref()
+    }
+
+    /// Takes the observer out (the resource then has none), for a builder that changes it.
+    pub fn take_observer(&mut self) -> Option<Box<dyn TrackingObserver>> {
+        self.observer.take()
     }
 
     /// Outstanding allocations, oldest first.
@@ -331,6 +356,53 @@ mod tests {
             // SAFETY: outstanding allocations of this resource, each freed once.
             unsafe { r.deallocate(NonNull::new(rec.ptr as *mut u8).unwrap(), rec.bytes, StreamRef::LEGACY) };
         }
+        assert_eq!(r.outstanding_bytes(), 0);
+    }
+
+    /// An observer written by a user: told of each allocation, free and refusal, free to call the
+    /// resource back (the resource holds none of its locks across the calls), found again by
+    /// downcasting, and replaced by the next `observed_by`.
+    #[derive(Debug, Default)]
+    struct Counting {
+        events: Mutex<Vec<(&'static str, usize)>>,
+    }
+
+    impl TrackingObserver for Counting {
+        fn allocated(&self, _address: usize, bytes: usize, _stream: usize, _backtrace: Option<&Backtrace>) {
+            self.events.lock().unwrap().push(("allocated", bytes));
+        }
+        fn freed(&self, _address: usize, bytes: usize, _stream: usize) {
+            self.events.lock().unwrap().push(("freed", bytes));
+        }
+        fn out_of_memory(
+            &self,
+            bytes: usize,
+            _stream: usize,
+            _device_free: usize,
+            outstanding: &dyn Fn() -> Vec<AllocationRecord>,
+        ) {
+            let live: usize = outstanding().iter().map(|r| r.bytes).sum();
+            self.events.lock().unwrap().push(("out_of_memory", bytes + live));
+        }
+    }
+
+    #[test]
+    fn an_observer_of_the_users_sees_every_event_and_is_found_again() {
+        use super::super::LimitingResource;
+        let s = StreamRef::LEGACY;
+        let mut r = TrackingResource::new(LimitingResource::new(HostResource::default(), 1000), false)
+            .observed_by(Box::new(Counting::default()));
+        let a = r.allocate(600, s).unwrap();
+        assert!(r.allocate(700, s).unwrap_err().is_out_of_memory());
+        // SAFETY: from this resource, freed once.
+        unsafe { r.deallocate(a, 600, s) };
+        let counting = (r.observer().unwrap() as &dyn Any).downcast_ref::<Counting>().unwrap();
+        let events = counting.events.lock().unwrap().clone();
+        assert_eq!(events, [("allocated", 600), ("out_of_memory", 1300), ("freed", 600)]);
+        assert!(r.take_observer().is_some() && r.observer().is_none());
+        let b = r.allocate(10, s).unwrap();
+        // SAFETY: as above.
+        unsafe { r.deallocate(b, 10, s) };
         assert_eq!(r.outstanding_bytes(), 0);
     }
 }

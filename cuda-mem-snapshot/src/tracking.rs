@@ -3,7 +3,7 @@
 //! resource layer needs none of this.
 
 use super::{Block, BlockState, Frames, MemorySnapshot, Segment, TraceRecorder, frames_from_backtrace};
-use crate::resource::{AllocationRecord, MemoryResource, TrackingObserver, TrackingResource};
+use cuda_mem::resource::{AllocationRecord, MemoryResource, TrackingObserver, TrackingResource};
 use std::any::Any;
 use std::backtrace::Backtrace;
 use std::path::PathBuf;
@@ -75,42 +75,54 @@ fn snapshot(device: i32, outstanding: Vec<AllocationRecord>, recorder: Option<&T
     MemorySnapshot { segments, device_traces }
 }
 
-/// The snapshot methods of the tracking adaptor (feature `trace`).
-impl<R: MemoryResource> TrackingResource<R> {
+/// The snapshot methods of cuda-mem's tracking adaptor, in PyTorch's format: `use
+/// cuda_mem_snapshot::TrackingSnapshots` and call them on a `TrackingResource`. They install this
+/// crate's observer ([`TrackingResource::observed_by`]) in place of any other.
+pub trait TrackingSnapshots: Sized {
     /// Records a trace of the last `capacity` allocations and frees (with frames when
-    /// backtraces are captured) for [`TrackingResource::memory_snapshot`]. One lock per event.
-    pub fn record_trace(self, capacity: usize) -> Self {
-        self.with_observer(|observer| observer.recorder = Some(TraceRecorder::new(observer.device, capacity)))
-    }
+    /// backtraces are captured) for [`TrackingSnapshots::memory_snapshot`]. One lock per event.
+    fn record_trace(self, capacity: usize) -> Self;
 
-    /// Writes [`TrackingResource::memory_snapshot`] to `path` whenever an allocation fails for
+    /// Writes [`TrackingSnapshots::memory_snapshot`] to `path` whenever an allocation fails for
     /// lack of memory (a failed write is reported on stderr).
-    pub fn dump_snapshot_on_oom(self, path: impl Into<PathBuf>) -> Self {
-        let path = path.into();
-        self.with_observer(|observer| observer.dump_on_oom = Some(path))
-    }
+    fn dump_snapshot_on_oom(self, path: impl Into<PathBuf>) -> Self;
 
     /// The outstanding allocations (one segment of one block each) and the recorded trace, in
     /// the format of PyTorch's `torch.cuda.memory._snapshot()`: write it with
     /// [`MemorySnapshot::write`] and open it with
     /// `python -m torch.cuda._memory_viz trace_plot snapshot.pickle -o snapshot.html`.
-    pub fn memory_snapshot(&self) -> MemorySnapshot {
-        let observer = self.observer.as_deref().and_then(|o| (o as &dyn Any).downcast_ref::<SnapshotObserver>());
-        snapshot(device_of(self), self.outstanding(), observer.and_then(|o| o.recorder.as_ref()))
+    fn memory_snapshot(&self) -> MemorySnapshot;
+}
+
+impl<R: MemoryResource> TrackingSnapshots for TrackingResource<R> {
+    fn record_trace(self, capacity: usize) -> Self {
+        with_observer(self, |observer| observer.recorder = Some(TraceRecorder::new(observer.device, capacity)))
     }
 
-    /// The resource with its snapshot observer (this module installs the only one) changed by `change`.
-    fn with_observer(mut self, change: impl FnOnce(&mut SnapshotObserver)) -> Self {
-        let device = device_of(&self);
-        let mut observer = self
-            .observer
-            .take()
-            .and_then(|o| (o as Box<dyn Any>).downcast::<SnapshotObserver>().ok())
-            .unwrap_or_else(|| Box::new(SnapshotObserver { device, recorder: None, dump_on_oom: None }));
-        change(&mut observer);
-        self.observer = Some(observer);
-        self
+    fn dump_snapshot_on_oom(self, path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        with_observer(self, |observer| observer.dump_on_oom = Some(path))
     }
+
+    fn memory_snapshot(&self) -> MemorySnapshot {
+        let observer = self.observer().and_then(|o| (o as &dyn Any).downcast_ref::<SnapshotObserver>());
+        snapshot(device_of(self), self.outstanding(), observer.and_then(|o| o.recorder.as_ref()))
+    }
+}
+
+/// The resource with its snapshot observer (one made now, if it had another or none) changed by
+/// `change`.
+fn with_observer<R: MemoryResource>(
+    mut tracking: TrackingResource<R>,
+    change: impl FnOnce(&mut SnapshotObserver),
+) -> TrackingResource<R> {
+    let device = device_of(&tracking);
+    let mut observer = tracking
+        .take_observer()
+        .and_then(|o| (o as Box<dyn Any>).downcast::<SnapshotObserver>().ok())
+        .unwrap_or_else(|| Box::new(SnapshotObserver { device, recorder: None, dump_on_oom: None }));
+    change(&mut observer);
+    tracking.observed_by(observer)
 }
 
 /// The device ordinal of the tracked resource's memory (0 for host memory).
@@ -121,8 +133,8 @@ fn device_of<R: MemoryResource>(tracking: &TrackingResource<R>) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resource::testing::HostResource;
-    use crate::resource::{LimitingResource, StreamRef};
+    use cuda_mem::resource::{LimitingResource, StreamRef};
+    use cuda_mem::testing::HostResource;
 
     #[test]
     fn snapshots_show_live_blocks_the_trace_and_dump_on_out_of_memory() {

@@ -5,11 +5,30 @@
 //! <https://pytorch.org/memory_viz> open.
 //!
 //! [`TraceRecorder`] keeps the last entries in a ring and the live allocations;
-//! [`TrackingResource::record_trace`](crate::resource::TrackingResource::record_trace) and the PyTorch
-//! allocator record into one.
+//! [`TrackingSnapshots::record_trace`] (cuda-mem's `TrackingResource`, through its
+//! [`TrackingObserver`](cuda_mem::resource::TrackingObserver)) and the PyTorch allocator of
+//! cuda-mem's workspace record into one.
+//!
+//! ```no_run
+//! # fn main() -> cuda_mem::Result<()> {
+//! use cuda_mem::resource::{DeviceResource, MemoryResource, TrackingResource};
+//! use cuda_mem::{Device, Stream};
+//! use cuda_mem_snapshot::TrackingSnapshots;
+//! let tracked = TrackingResource::new(DeviceResource::new(Device::current()?), true)
+//!     .record_trace(10_000)
+//!     .dump_snapshot_on_oom("oom.pickle");
+//! let stream = Stream::non_blocking()?;
+//! let block = tracked.allocate(1 << 20, stream.as_stream_ref())?;
+//! tracked.memory_snapshot().write("snapshot.pickle").expect("written");
+//! // SAFETY: from `tracked`, freed once, unused by any work.
+//! unsafe { tracked.deallocate(block, 1 << 20, stream.as_stream_ref()) };
+//! # Ok(()) }
+//! ```
 
 mod pickle;
 mod tracking;
+
+pub use tracking::TrackingSnapshots;
 
 use pickle::Pickler;
 use std::collections::{HashMap, VecDeque};

@@ -193,7 +193,7 @@ impl<'a> Pickler<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::snapshot::Word;
+    use crate::Word;
 
     #[test]
     fn integers_take_the_shortest_opcode() {
