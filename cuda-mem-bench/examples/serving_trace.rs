@@ -1,13 +1,14 @@
-//! Writes a synthetic LLM serving trace as an allocation log for the `replay` example: steps of
-//! decode with prefill bursts, KV blocks of 16 KiB–64 MiB living 1–1000 steps, prefill
-//! activations and per-step temporaries (the model is `cuda_mem_workloads::serving_trace::ServingTrace`).
-//! Deterministic for a seed; needs no GPU.
+//! Writes the corpus's LLM serving workload (`cuda_mem_workloads::serving::Serving`: 2 MiB KV
+//! pages of requests living 50–800 steps, 24–96 MiB prefill buffers, per-step activations,
+//! logits and scratch) as one thread's allocation log for the `replay` example: the threads' ops
+//! in round-robin order, a free on another stream as a plain free, `empty_cache` left out
+//! (`cuda_mem_workloads::log::events_of`). Deterministic for a seed; needs no GPU.
 //!
-//! `serving_trace [--seed 1] [--steps 3000] [OUT]` (standard output without OUT); a summary goes
-//! to standard error.
+//! `serving_trace [--seed 11] [--steps 3000] [OUT]` (standard output without OUT); a summary
+//! goes to standard error.
 
-use cuda_mem_workloads::log::{ReplayEvent, write_log};
-use cuda_mem_workloads::serving_trace::ServingTrace;
+use cuda_mem_workloads::log::{events_of, peak_live, write_log};
+use cuda_mem_workloads::serving::Serving;
 use std::io::Write;
 
 const USAGE: &str = "usage: serving_trace [--seed N] [--steps N] [OUT]";
@@ -20,7 +21,7 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
-    let mut model = ServingTrace::default();
+    let mut model = Serving::default();
     let mut out = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -35,27 +36,18 @@ fn run() -> Result<(), String> {
             path => out = Some(path.to_string()),
         }
     }
-    let events = model.events();
+    let events = events_of(&model.workload());
     let sink: Box<dyn Write> = match &out {
         Some(path) => Box::new(std::fs::File::create(path).map_err(|e| format!("{path}: {e}"))?),
         None => Box::new(std::io::stdout().lock()),
     };
     write_log(&events, "serving", std::io::BufWriter::new(sink)).map_err(|e| e.to_string())?;
-    let (mut live, mut peak, mut allocations) = (0usize, 0usize, 0usize);
-    for event in &events {
-        match *event {
-            ReplayEvent::Allocate { bytes, .. } => {
-                allocations += 1;
-                live += bytes;
-                peak = peak.max(live);
-            }
-            ReplayEvent::Free { bytes, .. } => live -= bytes,
-        }
-    }
     eprintln!(
-        "serving trace, seed {} and {} steps: {allocations} allocations, peak {peak} bytes requested{}",
+        "serving workload, seed {} and {} steps: {} events, peak {} bytes requested{}",
         model.seed,
         model.steps,
+        events.len(),
+        peak_live(&events),
         out.map_or(String::new(), |path| format!(", written to {path}"))
     );
     Ok(())

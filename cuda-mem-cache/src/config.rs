@@ -15,13 +15,14 @@ pub enum Pool {
 
 /// Parameters of a [`CachingAllocator`](super::CachingAllocator). Sizes are multiples of 512.
 ///
-/// The segment sizes are PyTorch's. The rest keeps the reserve close to what is in use: the
-/// defaults hold the peak reserve within 1.09 times the peak of requested bytes on the replays of
-/// the caching module's tests (three serving traces of gigabytes, and eight schedules of the
-/// stress example's log of a few megabytes), where PyTorch's segment sizes alone, with none of
-/// the rules below, reserve 1.13–1.20 and 1.58–2.12 times. The price is misses: on the stress
-/// log a third of the allocations need a new segment (a few megabytes cached cannot hold every
-/// size it sees), on the serving traces about one in forty.
+/// The segment sizes are PyTorch's. The rest keeps the reserve close to what is in use: over
+/// whole segments, the defaults hold the peak reserve within 1.15 times the peak of requested
+/// bytes on the one-thread replays of cuda-mem's `tests/cache_replay.rs` (three seeds of the
+/// serving workload's log, of gigabytes: 1.12–1.14; eight schedules of the stress example's log,
+/// of a few megabytes: 1.02–1.08), where PyTorch's segment sizes alone, with none of the rules
+/// below, reserve 1.14–1.17 and 1.58–2.12 times. The price is misses: on the stress log a third
+/// of the allocations need a new segment (a few megabytes cached cannot hold every size it sees),
+/// on the serving logs about one in thirty.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Classes up to this share small segments.

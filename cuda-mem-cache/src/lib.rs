@@ -59,7 +59,7 @@
 //! ([`CachingAllocator::empty_cache`], or on out of memory) or given to another stream.
 //!
 //! **Reserve.** Two rules keep the reserve close to what is in use, measured by replaying a
-//! serving trace and the stress example's log over the fake backend (the tests assert peak
+//! serving log and the stress example's log over the fake backend (the tests assert peak
 //! reserved within 1.15 times peak requested). A free block larger than its pool's segments
 //! (once a segment of its own) serves only requests close to its size (a long-lived small block
 //! cut from it would strand the rest); and a miss that would take the reserve above its highest

@@ -17,8 +17,8 @@
 //! workloads too: [`format::read`] loads them.
 //!
 //! Single-threaded event logs, the other shape a recorded program takes: [`log`] reads and writes
-//! the logs of cuda-mem's `LoggingResource`, [`serving_trace::ServingTrace`] generates one of an
-//! LLM serving loop, and [`stress::StressSchedule`] is the `stress` example's threads' steps.
+//! the logs of cuda-mem's `LoggingResource` and flattens any workload into one
+//! ([`log::events_of`]); [`stress::StressSchedule`] is the `stress` example's threads' steps.
 
 pub mod churn;
 pub mod format;
@@ -26,7 +26,6 @@ pub mod log;
 pub mod mixed;
 pub mod rng;
 pub mod serving;
-pub mod serving_trace;
 pub mod stress;
 pub mod training;
 

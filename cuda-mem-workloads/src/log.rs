@@ -1,7 +1,7 @@
 //! Allocation logs as cuda-mem's `LoggingResource` writes them (CSV with a header, or JSON
-//! lines), read into events and written back: how a recorded program, or a generated trace such
-//! as [`ServingTrace`](crate::serving_trace::ServingTrace), reaches a replay against any
-//! allocator (`cuda-mem-bench`'s `replay`). The line formats are the logger's; the tests of
+//! lines), read into events and written back: how a recorded program, or a workload of this
+//! crate flattened to one thread ([`events_of`]), reaches a replay against any allocator
+//! (`cuda-mem-bench`'s `replay`). The line formats are the logger's; the tests of
 //! `cuda_mem_bench::replay` check that a log the logger writes reads back here.
 
 /// The CSV log's header line.
@@ -69,6 +69,34 @@ pub fn write_log(events: &[ReplayEvent], thread: &str, mut sink: impl std::io::W
         writeln!(sink, "{}", json_line(0, thread, 0, action, id as usize, bytes))?;
     }
     sink.flush()
+}
+
+/// `workload`'s allocations and frees as one thread's log, in the order of
+/// [`Workload::round_robin`](crate::Workload::round_robin): every allocation an id of its own (in
+/// allocation order, from 1), a free on another lane's stream a plain free, and `empty_cache`
+/// left out (a log has no such event). Its [`peak_live`] is the workload's
+/// `peak_live_round_robin`.
+pub fn events_of(workload: &crate::Workload) -> Vec<ReplayEvent> {
+    let mut ids: Vec<std::collections::HashMap<u32, (u64, usize)>> = vec![Default::default(); workload.lanes.len()];
+    let mut events = Vec::new();
+    let mut next = 0u64;
+    for (lane, op) in workload.round_robin() {
+        match op {
+            crate::Op::Alloc { id, bytes } => {
+                next += 1;
+                let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+                ids[lane].insert(id, (next, bytes));
+                events.push(ReplayEvent::Allocate { id: next, bytes });
+            }
+            crate::Op::Free { id } | crate::Op::FreeOn { id, .. } => {
+                if let Some((id, bytes)) = ids[lane].remove(&id) {
+                    events.push(ReplayEvent::Free { id, bytes });
+                }
+            }
+            crate::Op::EmptyCache => {}
+        }
+    }
+    events
 }
 
 /// The most bytes live at once over `events`, as a replay that skips frees of ids not live
@@ -142,6 +170,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(events, [ReplayEvent::Free { id: 255, bytes: 7 }]);
+    }
+
+    #[test]
+    fn a_workload_flattens_to_a_log_with_its_round_robin_peak() {
+        let serving = crate::serving::Serving { steps: 300, ..Default::default() }.workload();
+        let events = events_of(&serving);
+        let shape = serving.shape();
+        let allocations = events.iter().filter(|e| matches!(e, ReplayEvent::Allocate { .. })).count();
+        assert_eq!((allocations as u64, events.len() as u64), (shape.allocations, shape.allocations + shape.frees));
+        assert_eq!(peak_live(&events) as u64, shape.peak_live_round_robin);
+        let mut text = Vec::new();
+        write_log(&events, "serving", &mut text).unwrap();
+        assert_eq!(parse_log(std::str::from_utf8(&text).unwrap()).unwrap(), events);
     }
 
     #[test]

@@ -152,7 +152,7 @@ pub(crate) const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #                             BENCH_RESUME=1 keeps the sections that succeeded in OUT and goes on
 #                             with the rest from their first unfinished step (a report over several
 #                             device calls, each under a time limit)
-#   ./run --replay OUT        memory efficiency: a synthetic serving trace and the stress
+#   ./run --replay OUT        memory efficiency: the serving workload's log and the stress
 #                             example's log, written to OUT, replayed against the caching
 #                             allocator (cache) and the retaining pool (pool); prints peak
 #                             reserved / peak requested of each (OUT/replay.jsonl)
@@ -242,7 +242,7 @@ replays() {
   local dir=$1 log r line
   mkdir -p "$dir"
   : > "$dir/replay.txt"
-  example serving_trace --seed 1 "$dir/serving-trace.jsonl"
+  example serving_trace "$dir/serving-trace.jsonl"
   example stress --threads 1 --streams 4 --ops 20000 --seconds 120 --log "$dir/stress-log.jsonl"
   for log in serving-trace stress-log; do
     for r in cache pool; do
