@@ -405,4 +405,48 @@ mod tests {
         unsafe { r.deallocate(b, 10, s) };
         assert_eq!(r.outstanding_bytes(), 0);
     }
+
+    /// An observer that panics: at the allocation of 13 bytes (after noting the address), and at
+    /// the free of 17.
+    #[derive(Debug, Default)]
+    struct Panicking {
+        seen: Mutex<Option<usize>>,
+    }
+
+    impl TrackingObserver for Panicking {
+        fn allocated(&self, address: usize, bytes: usize, _stream: usize, _backtrace: Option<&Backtrace>) {
+            *self.seen.lock().unwrap() = Some(address);
+            assert_ne!(bytes, 13, "the observer refuses 13 bytes");
+        }
+        fn freed(&self, _address: usize, bytes: usize, _stream: usize) {
+            assert_ne!(bytes, 17, "the observer refuses to see 17 bytes go");
+        }
+        fn out_of_memory(&self, _: usize, _: usize, _: usize, _: &dyn Fn() -> Vec<AllocationRecord>) {}
+    }
+
+    /// A panic in the observer leaks what was being allocated or freed, as documented: the
+    /// tracker never records the allocation it could not hand out, nor frees twice.
+    #[test]
+    fn a_panicking_observer_leaks_and_never_frees_twice() {
+        use std::panic::{AssertUnwindSafe, catch_unwind};
+        let s = StreamRef::LEGACY;
+        let r = TrackingResource::new(HostResource::default(), false).observed_by(Box::new(Panicking::default()));
+        let live = || r.inner().live_bytes.load(Ordering::Relaxed);
+        assert!(catch_unwind(AssertUnwindSafe(|| r.allocate(13, s))).is_err());
+        let seen = (r.observer().unwrap() as &dyn Any).downcast_ref::<Panicking>().unwrap().seen.lock().unwrap().take();
+        let lost = NonNull::new(seen.unwrap() as *mut u8).unwrap();
+        assert_eq!((r.outstanding_bytes(), live()), (0, 13), "not recorded, not freed");
+        // SAFETY: the inner resource's allocation the panic lost, freed once, here.
+        unsafe { r.inner().deallocate(lost, 13, s) };
+        let b = r.allocate(17, s).unwrap();
+        // SAFETY: from this resource, freed once.
+        assert!(catch_unwind(AssertUnwindSafe(|| unsafe { r.deallocate(b, 17, s) })).is_err());
+        assert_eq!((r.outstanding_bytes(), live()), (0, 17), "forgotten by the tracker, not freed");
+        // SAFETY: the inner allocation the panicking free left, freed once, here.
+        unsafe { r.inner().deallocate(b, 17, s) };
+        let c = r.allocate(64, s).unwrap();
+        // SAFETY: from this resource, freed once.
+        unsafe { r.deallocate(c, 64, s) };
+        assert_eq!((r.outstanding_bytes(), live(), r.unknown_frees()), (0, 0, 0));
+    }
 }
