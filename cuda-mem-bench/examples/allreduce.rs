@@ -20,9 +20,10 @@
 //! (`CUDA_MEM_NCCL_LIB` names another copy).
 
 use cuda_mem::{
-    CachedBuffer, Device, DeviceCache, DeviceSlice, DeviceSliceMut, MemPool, PoolProps, Stream, StreamBuffer,
+    CachedBuffer, Device, DeviceCache, DeviceMemory, DeviceSlice, DeviceSliceMut, MemPool, PoolProps, Stream,
+    StreamBuffer,
 };
-use cuda_mem_nccl::{Communicator, Group, ReduceOp, Registered, Registrable, UniqueId};
+use cuda_mem_nccl::{Communicator, Group, ReduceOp, Registered, UniqueId};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -122,12 +123,12 @@ impl Buffer for CachedBuffer<'_, f32> {
 }
 
 /// A buffer as registered with its rank's communicator, or plain where NCCL refused.
-enum Held<'c, B: Registrable<Elem = f32>> {
+enum Held<'c, B: DeviceMemory<Elem = f32>> {
     Plain(B),
     Registered(Registered<'c, B>),
 }
 
-impl<'c, B: Registrable<Elem = f32> + Buffer> Held<'c, B> {
+impl<'c, B: DeviceMemory<Elem = f32> + Buffer> Held<'c, B> {
     fn new(comm: &'c Communicator, buffer: B, register: bool) -> Self {
         if !register {
             return Held::Plain(buffer);
@@ -146,7 +147,7 @@ impl<'c, B: Registrable<Elem = f32> + Buffer> Held<'c, B> {
     }
 }
 
-impl<B: Registrable<Elem = f32> + Buffer> Buffer for Held<'_, B> {
+impl<B: DeviceMemory<Elem = f32> + Buffer> Buffer for Held<'_, B> {
     fn view(&self) -> DeviceSlice<'_, f32> {
         match self {
             Held::Plain(b) => b.view(),
@@ -213,7 +214,7 @@ struct Timing {
 
 /// Checks the sums (out of place, then in place), then times both placements, for buffers that
 /// `make` allocates on each local rank.
-fn measure<'a, B: Registrable<Elem = f32> + Buffer>(
+fn measure<'a, B: DeviceMemory<Elem = f32> + Buffer>(
     source: &'static str,
     locals: &'a [Local<'a>],
     ranks: usize,

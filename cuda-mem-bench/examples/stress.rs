@@ -68,6 +68,7 @@ fn fill(seed: u64, len: usize) -> Vec<u32> {
 /// A buffer of a resource family or of the cache.
 enum Held<'a> {
     Resource(ResourceBuffer<'a, u32>),
+    PinnedResource(ResourceHostBuffer<'a, u32>),
     Cached(CachedBuffer<'a, u32>),
 }
 
@@ -81,6 +82,7 @@ impl Live<'_> {
     fn to_vec(&self) -> Result<Vec<u32>> {
         match &self.held {
             Held::Resource(buffer) => buffer.to_vec(),
+            Held::PinnedResource(buffer) => buffer.to_vec(),
             Held::Cached(buffer) => buffer.as_slice().to_vec(),
         }
     }
@@ -134,9 +136,16 @@ fn main() -> Result<()> {
                                 let stream = &streams[stream];
                                 let want = fill(fill_seed, len);
                                 let held = match tracked.get(family) {
+                                    Some(family) if family.kind() == MemoryKind::PinnedHost => {
+                                        let mut buffer =
+                                            ResourceHostBuffer::<u32>::zeroed(family.clone(), stream, len)?;
+                                        buffer.host_mut()?.copy_from_slice(&want);
+                                        Held::PinnedResource(buffer)
+                                    }
                                     Some(family) => {
                                         let mut buffer = ResourceBuffer::<u32>::zeroed(family.clone(), stream, len)?;
-                                        write(&mut buffer, &want)?;
+                                        let mut view = buffer.as_mut_slice();
+                                        stream.scope(|s| s.copy_from_host(&mut view, &want))??;
                                         Held::Resource(buffer)
                                     }
                                     None => {
@@ -160,6 +169,12 @@ fn main() -> Result<()> {
                                 let want = live[index].want.clone();
                                 let held = match &mut live[index].held {
                                     Held::Resource(source) => Held::Resource(copy_resource(source)?),
+                                    Held::PinnedResource(source) => {
+                                        let (resource, on) = (source.resource().clone(), source.stream().clone());
+                                        let mut fresh = ResourceHostBuffer::<u32>::zeroed(resource, on, want.len())?;
+                                        fresh.host_mut()?.copy_from_slice(source.host()?);
+                                        Held::PinnedResource(fresh)
+                                    }
                                     Held::Cached(source) => {
                                         // On this operation's stream, which may be another one:
                                         // it waits for the source's stream, and the source's free
@@ -180,6 +195,7 @@ fn main() -> Result<()> {
                                     // so far completes (its own stream frees at once).
                                     Held::Cached(buffer) => buffer.free_on(&streams[stream])?,
                                     Held::Resource(buffer) => drop(buffer),
+                                    Held::PinnedResource(buffer) => drop(buffer),
                                 }
                             }
                             StressOp::Idle { .. } => {}
@@ -276,27 +292,11 @@ fn families(
     ]
 }
 
-/// A copy of `source` from its resource on its stream (on the host for pinned memory).
+/// A copy of `source` from its resource, on its stream.
 fn copy_resource<'a>(source: &ResourceBuffer<'a, u32>) -> Result<ResourceBuffer<'a, u32>> {
     let mut fresh = ResourceBuffer::<u32>::zeroed(source.resource().clone(), source.stream().clone(), source.len())?;
-    if fresh.resource().kind() == MemoryKind::PinnedHost {
-        fresh.host_mut()?.copy_from_slice(source.host()?);
-    } else {
-        let (from, mut to) = (source.as_slice()?, fresh.as_mut_slice()?);
-        // On the buffer's own stream: ordered after its zeroing.
-        source.stream().scope(|s| s.copy_from_device(&mut to, from))??;
-    }
+    let (from, mut to) = (source.as_slice(), fresh.as_mut_slice());
+    // On the buffer's own stream: ordered after its zeroing.
+    source.stream().scope(|s| s.copy_from_device(&mut to, from))??;
     Ok(fresh)
-}
-
-/// Writes `want` into the buffer: through a scope on its stream for device-visible memory, on
-/// the host for pinned memory.
-fn write(buffer: &mut ResourceBuffer<u32>, want: &[u32]) -> Result<()> {
-    if buffer.resource().kind() == MemoryKind::PinnedHost {
-        buffer.host_mut()?.copy_from_slice(want);
-        return Ok(());
-    }
-    let stream = buffer.stream().clone();
-    let mut view = buffer.as_mut_slice()?;
-    stream.scope(|s| s.copy_from_host(&mut view, want))?
 }

@@ -46,7 +46,9 @@ pub use communicator::{Clique, Communicator};
 pub use dtype::{DataType, NcclType, ReduceOp};
 pub use group::Group;
 pub use raw::LIBRARY_ENV;
-pub use register::{RegisterError, Registered, Registrable};
+#[allow(deprecated)]
+pub use register::Registrable;
+pub use register::{RegisterError, Registered};
 pub use status::{LIBRARY, NcclStatus, is_unavailable};
 pub use unique_id::UniqueId;
 

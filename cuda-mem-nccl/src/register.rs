@@ -8,74 +8,22 @@ use crate::communicator::Communicator;
 use crate::raw;
 use crate::status::invalid;
 use cuda_mem::launch::CurrentDevice;
-use cuda_mem::{CachedBuffer, CudaError, Device, DeviceBuffer, DeviceSlice, DeviceSliceMut, Pod, Result, StreamBuffer};
+use cuda_mem::{CudaError, DeviceMemory, DeviceSlice, DeviceSliceMut, Result};
 use std::ffi::c_void;
 use std::fmt;
 use std::mem::ManuallyDrop;
 
-pub(crate) mod sealed {
-    use super::*;
-
-    /// Device memory owned by value, at an address that does not change while the owner moves.
-    pub trait Owner {
-        type Elem: Pod;
-        fn owner_device(&self) -> Device;
-        fn owner_view(&self) -> DeviceSlice<'_, Self::Elem>;
-        fn owner_view_mut(&mut self) -> DeviceSliceMut<'_, Self::Elem>;
-    }
-}
-
-/// A buffer that can be registered with a communicator: [`DeviceBuffer`], a pool
-/// [`StreamBuffer`] and a [`CachedBuffer`] of a [`DeviceCache`](cuda_mem::DeviceCache). Sealed:
-/// each owns its memory and frees it only in its own drop.
-pub trait Registrable: sealed::Owner {}
-
-impl<T: Pod> sealed::Owner for DeviceBuffer<T> {
-    type Elem = T;
-    fn owner_device(&self) -> Device {
-        self.device()
-    }
-    fn owner_view(&self) -> DeviceSlice<'_, T> {
-        self.as_slice()
-    }
-    fn owner_view_mut(&mut self) -> DeviceSliceMut<'_, T> {
-        self.as_mut_slice()
-    }
-}
-impl<T: Pod> Registrable for DeviceBuffer<T> {}
-
-impl<T: Pod> sealed::Owner for StreamBuffer<'_, T> {
-    type Elem = T;
-    fn owner_device(&self) -> Device {
-        self.pool().device()
-    }
-    fn owner_view(&self) -> DeviceSlice<'_, T> {
-        self.as_slice()
-    }
-    fn owner_view_mut(&mut self) -> DeviceSliceMut<'_, T> {
-        self.as_mut_slice()
-    }
-}
-impl<T: Pod> Registrable for StreamBuffer<'_, T> {}
-
-impl<T: Pod> sealed::Owner for CachedBuffer<'_, T> {
-    type Elem = T;
-    fn owner_device(&self) -> Device {
-        // A cache hands out blocks of its device only, for streams of that device.
-        self.stream().device()
-    }
-    fn owner_view(&self) -> DeviceSlice<'_, T> {
-        self.as_slice()
-    }
-    fn owner_view_mut(&mut self) -> DeviceSliceMut<'_, T> {
-        self.as_mut_slice()
-    }
-}
-impl<T: Pod> Registrable for CachedBuffer<'_, T> {}
+/// The bound [`Communicator::register`] had before 2026-12-07: now any
+/// [`DeviceMemory`](cuda_mem::DeviceMemory), whose address does not change while it moves and
+/// which frees only in its own drop.
+#[deprecated(since = "0.1.0", note = "use `cuda_mem::DeviceMemory`")]
+pub trait Registrable: DeviceMemory {}
+#[allow(deprecated)]
+impl<B: DeviceMemory> Registrable for B {}
 
 /// A buffer registered with a communicator (from [`Communicator::register`]). Use its views in
 /// collectives as any other; dropping it deregisters, then frees the buffer.
-pub struct Registered<'c, B: Registrable> {
+pub struct Registered<'c, B: DeviceMemory> {
     buffer: ManuallyDrop<B>,
     /// Null for an empty buffer (nothing registered).
     handle: *mut c_void,
@@ -103,11 +51,11 @@ impl<B> From<RegisterError<B>> for CudaError {
     }
 }
 
-impl<B: Registrable> fmt::Debug for Registered<'_, B> {
+impl<B: DeviceMemory> fmt::Debug for Registered<'_, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registered")
-            .field("ptr", &self.buffer.owner_view().as_device_ptr())
-            .field("len", &self.buffer.owner_view().len())
+            .field("ptr", &self.buffer.as_slice().as_device_ptr())
+            .field("len", &self.buffer.as_slice().len())
             .field("comm", self.comm)
             .finish()
     }
@@ -124,15 +72,12 @@ impl Communicator {
     /// per-call setup NCCL would otherwise do. Fails, handing the buffer back, where NCCL lacks
     /// registration ([`ErrorKind::Library`](cuda_mem::ErrorKind::Library) without a code) or
     /// refuses it.
-    pub fn register<B: Registrable>(&self, buffer: B) -> Result<Registered<'_, B>, RegisterError<B>> {
-        let view = buffer.owner_view();
+    pub fn register<B: DeviceMemory>(&self, buffer: B) -> Result<Registered<'_, B>, RegisterError<B>> {
+        let view = buffer.as_slice();
         let (ptr, bytes) = (view.as_device_ptr().cast_mut().cast::<c_void>(), view.size_bytes());
-        if buffer.owner_device() != self.device() {
-            let operation = format!(
-                "ncclCommRegister of memory of {} with a communicator of {}",
-                buffer.owner_device(),
-                self.device()
-            );
+        if buffer.device() != self.device() {
+            let operation =
+                format!("ncclCommRegister of memory of {} with a communicator of {}", buffer.device(), self.device());
             let error = invalid("the buffer lives on another device than the communicator", operation);
             return Err(RegisterError { error, buffer });
         }
@@ -154,15 +99,15 @@ impl Communicator {
     }
 }
 
-impl<'c, B: Registrable> Registered<'c, B> {
+impl<'c, B: DeviceMemory> Registered<'c, B> {
     /// A shared view of the buffer.
     pub fn as_slice(&self) -> DeviceSlice<'_, B::Elem> {
-        self.buffer.owner_view()
+        self.buffer.as_slice()
     }
 
     /// An exclusive view of the buffer.
     pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, B::Elem> {
-        self.buffer.owner_view_mut()
+        self.buffer.as_mut_slice()
     }
 
     /// The buffer, for reading its properties (its stream, its device).
@@ -198,7 +143,7 @@ impl<'c, B: Registrable> Registered<'c, B> {
     }
 }
 
-impl<B: Registrable> Drop for Registered<'_, B> {
+impl<B: DeviceMemory> Drop for Registered<'_, B> {
     fn drop(&mut self) {
         if self.deregister_now().is_ok() {
             // SAFETY: dropped once, here; NCCL no longer holds the memory.

@@ -2,6 +2,8 @@
 
 use crate::device::{CurrentDevice, Device};
 use crate::error::Result;
+use crate::memory::DeviceMemory;
+use crate::memory::sealed::{Owner, Residence, UnseenUsers};
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use bytemuck::Pod;
@@ -139,5 +141,34 @@ impl<T: Pod> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         // Errors here mean a broken context; there is nothing better to do than leak.
         raw::quiet(self.release());
+    }
+}
+
+// `cudaFree` waits for the device.
+impl<T: Pod> Owner for DeviceBuffer<T> {
+    fn residence(&self) -> Residence {
+        Residence::Device
+    }
+    fn producer(&self) -> Option<&crate::stream::Stream> {
+        None
+    }
+    fn unseen_users(&self) -> UnseenUsers {
+        UnseenUsers::FreeWaits
+    }
+}
+
+impl<T: Pod> DeviceMemory for DeviceBuffer<T> {
+    type Elem = T;
+    fn device(&self) -> Device {
+        self.device
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn as_slice(&self) -> DeviceSlice<'_, T> {
+        Self::as_slice(self)
+    }
+    fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        Self::as_mut_slice(self)
     }
 }

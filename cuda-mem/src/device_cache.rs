@@ -31,6 +31,8 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 mod evictions;
 mod pinned_arena;
 mod sleep;
+use crate::memory::sealed::{Owner, Residence, UnseenUsers};
+use crate::memory::{DeviceMemory, StreamOrdered};
 use evictions::Evictions;
 pub use sleep::{SleepError, SleepingCache};
 
@@ -934,6 +936,51 @@ unsafe impl MemoryResource for DeviceCache {
             used_current: stats.allocated.current,
             used_high: stats.allocated.peak,
         })
+    }
+}
+
+// A free back into the cache does not wait for streams it does not know of.
+impl<T: Pod> Owner for CachedBuffer<'_, T> {
+    fn residence(&self) -> Residence {
+        Residence::Device
+    }
+    fn producer(&self) -> Option<&crate::stream::Stream> {
+        Some(&self.stream)
+    }
+    fn unseen_users(&self) -> UnseenUsers {
+        UnseenUsers::Device(self.stream.device())
+    }
+}
+
+impl<T: Pod> DeviceMemory for CachedBuffer<'_, T> {
+    type Elem = T;
+    fn device(&self) -> Device {
+        // A cache hands out blocks of its device only, for streams of that device.
+        self.stream.device()
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn as_slice(&self) -> DeviceSlice<'_, T> {
+        Self::as_slice(self)
+    }
+    fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        Self::as_mut_slice(self)
+    }
+}
+
+impl<T: Pod> StreamOrdered for CachedBuffer<'_, T> {
+    fn stream(&self) -> &Stream {
+        Self::stream(self)
+    }
+    fn use_on(&mut self, other: &Stream) -> Result<()> {
+        Self::use_on(self, other)
+    }
+    fn free_on(self, stream: &Stream) -> Result<()> {
+        Self::free_on(self, stream)
+    }
+    fn free(self) -> Result<()> {
+        Self::free(self)
     }
 }
 

@@ -10,9 +10,12 @@
 use crate::device::Device;
 use crate::device_buffer::DeviceBuffer;
 use crate::error::{CudaError, ErrorKind, Result};
+use crate::memory::DeviceMemory;
+use crate::memory::sealed::{Owner, Residence, UnseenUsers};
 use crate::pool::MemPool;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
+use crate::stream::Stream;
 use crate::stream_buffer::StreamBuffer;
 use bytemuck::Pod;
 use std::fmt;
@@ -93,9 +96,10 @@ impl IpcMemHandle {
     pub fn open<T: Pod>(&self) -> Result<IpcMapping<T>> {
         let (opaque, bytes) = decode(&self.data);
         let len = elements::<T>(bytes, "cudaIpcOpenMemHandle")?;
+        let device = Device::current()?;
         let raw = raw::ipc::open_mem_handle(opaque, bytes)?;
         // From here the mapping is closed on drop, also when the length below is refused.
-        let mapping = IpcMapping { ptr: mapped_ptr(raw), len, mapped: true };
+        let mapping = IpcMapping { ptr: mapped_ptr(raw), len, mapped: true, device };
         raw::require_mapped(raw, bytes, "cudaIpcOpenMemHandle")?;
         Ok(mapping)
     }
@@ -131,7 +135,8 @@ impl MemPool {
         // SAFETY: the pool handle is valid while `self` lives.
         let raw = unsafe { raw::ipc::import_pointer(self.as_raw(), opaque, bytes)? };
         // From here the import is released on drop, also when the length below is refused.
-        let import = ImportedSlice { ptr: mapped_ptr(raw), len, mapped: true, _pool: PhantomData };
+        let import =
+            ImportedSlice { ptr: mapped_ptr(raw), len, mapped: true, device: self.device(), _pool: PhantomData };
         raw::require_mapped(raw, bytes, "cudaMemPoolImportPointer")?;
         Ok(import)
     }
@@ -159,6 +164,8 @@ pub struct ImportedSlice<'pool, T: Pod> {
     len: usize,
     /// True until released: a zero-length import is a mapping too.
     mapped: bool,
+    /// The imported pool's device.
+    device: Device,
     _pool: PhantomData<&'pool MemPool>,
 }
 
@@ -168,6 +175,8 @@ pub struct IpcMapping<T: Pod> {
     len: usize,
     /// True until closed.
     mapped: bool,
+    /// The device current when the handle was opened, which the mapping belongs to.
+    device: Device,
 }
 
 /// The runtime's address as the typed pointer views use (dangling only for the null address,
@@ -188,7 +197,7 @@ macro_rules! device_views {
 
         impl<$($lt,)? T: Pod> fmt::Debug for $type<$($lt,)? T> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_struct(stringify!($type)).field("ptr", &self.ptr).field("len", &self.len).finish()
+                f.debug_struct(stringify!($type)).field("ptr", &self.ptr).field("len", &self.len).field("device", &self.device).finish()
             }
         }
 
@@ -214,6 +223,36 @@ macro_rules! device_views {
             pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
                 // SAFETY: as above, borrowed exclusively.
                 unsafe { DeviceSliceMut::from_raw_parts(self.ptr.as_ptr(), self.len) }
+            }
+        }
+
+        // Released without waiting for streams it does not know of, which may be any device's
+        // (peer access).
+        impl<$($lt,)? T: Pod> Owner for $type<$($lt,)? T> {
+            fn residence(&self) -> Residence {
+                Residence::Device
+            }
+            fn producer(&self) -> Option<&Stream> {
+                None
+            }
+            fn unseen_users(&self) -> UnseenUsers {
+                UnseenUsers::AnyDevice
+            }
+        }
+
+        impl<$($lt,)? T: Pod> DeviceMemory for $type<$($lt,)? T> {
+            type Elem = T;
+            fn device(&self) -> Device {
+                self.device
+            }
+            fn len(&self) -> usize {
+                self.len
+            }
+            fn as_slice(&self) -> DeviceSlice<'_, T> {
+                Self::as_slice(self)
+            }
+            fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+                Self::as_mut_slice(self)
             }
         }
     };
@@ -262,86 +301,103 @@ impl<T: Pod> Drop for IpcMapping<T> {
     }
 }
 
-/// An owner whose memory other processes may be using: dropping it leaks the memory (safe, but
-/// kept until the process exits or its pool is destroyed); freeing it is the `unsafe`
-/// `free_after_importers`.
-macro_rules! exported_owner {
-    ($(#[$doc:meta])* $name:ident<$($lt:lifetime,)? T> wraps $owner:ty; $(#[$free_doc:meta])*) => {
-        $(#[$doc])*
-        pub struct $name<$($lt,)? T: Pod> {
-            inner: ManuallyDrop<$owner>,
-        }
-
-        impl<$($lt,)? T: Pod> fmt::Debug for $name<$($lt,)? T> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_struct(stringify!($name)).field("inner", &*self.inner).finish()
-            }
-        }
-
-        impl<$($lt,)? T: Pod> $name<$($lt,)? T> {
-            /// A shared view.
-            pub fn as_slice(&self) -> DeviceSlice<'_, T> {
-                self.inner.as_slice()
-            }
-
-            /// An exclusive view (within this process).
-            pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
-                self.inner.as_mut_slice()
-            }
-
-            $(#[$free_doc])*
-            pub unsafe fn free_after_importers(self) -> Result<()> {
-                let mut this = ManuallyDrop::new(self);
-                // SAFETY: taken once; `this` is never used again.
-                let inner = unsafe { ManuallyDrop::take(&mut this.inner) };
-                inner.free()
-            }
-        }
-    };
+/// An owner whose memory other processes may be using: a [`StreamBuffer`] exported to processes
+/// that imported its pool ([`StreamBuffer::export`]) or a [`DeviceBuffer`] shared through a legacy
+/// IPC handle ([`DeviceBuffer::export_ipc`]). Dropping it leaks the memory (safe, but kept until
+/// the process exits or the pool is destroyed); freeing it is the `unsafe`
+/// [`Exported::free_after_importers`].
+pub struct Exported<B: Exportable> {
+    inner: ManuallyDrop<B>,
 }
 
-exported_owner!(
-    /// A stream-ordered buffer whose memory other processes may be using. Dropping it leaks the
-    /// memory (safe, but kept until the pool is destroyed); freeing it is the `unsafe`
-    /// [`ExportedStreamBuffer::free_after_importers`].
-    ExportedStreamBuffer<'a, T> wraps StreamBuffer<'a, T>;
-    /// Frees the memory in stream order on its stream.
-    ///
-    /// # Safety
-    /// Every process that imported the memory has dropped its import (and its work on it is
-    /// complete); the runtime requires importers to free first.
-);
+/// The owners [`Exported`] wraps: [`StreamBuffer`] and [`DeviceBuffer`]. Sealed.
+pub trait Exportable: DeviceMemory + sealed_export::Free {}
 
-exported_owner!(
-    /// A `cudaMalloc` buffer shared through a legacy IPC handle. Dropping it leaks the memory;
-    /// freeing it is the `unsafe` [`ExportedDeviceBuffer::free_after_importers`].
-    ExportedDeviceBuffer<T> wraps DeviceBuffer<T>;
-    /// Frees the memory (`cudaFree`).
+mod sealed_export {
+    /// How the wrapped owner frees now.
+    pub trait Free {
+        fn free_now(self) -> crate::Result<()>;
+    }
+}
+
+impl<T: Pod> sealed_export::Free for StreamBuffer<'_, T> {
+    fn free_now(self) -> Result<()> {
+        self.free()
+    }
+}
+impl<T: Pod> Exportable for StreamBuffer<'_, T> {}
+
+impl<T: Pod> sealed_export::Free for DeviceBuffer<T> {
+    fn free_now(self) -> Result<()> {
+        self.free()
+    }
+}
+impl<T: Pod> Exportable for DeviceBuffer<T> {}
+
+/// [`Exported`] of a [`StreamBuffer`], under its name before 2026-12-07.
+#[deprecated(since = "0.1.0", note = "use `Exported<StreamBuffer<'a, T>>`")]
+pub type ExportedStreamBuffer<'a, T> = Exported<StreamBuffer<'a, T>>;
+/// [`Exported`] of a [`DeviceBuffer`], under its name before 2026-12-07.
+#[deprecated(since = "0.1.0", note = "use `Exported<DeviceBuffer<T>>`")]
+pub type ExportedDeviceBuffer<T> = Exported<DeviceBuffer<T>>;
+
+impl<B: Exportable + fmt::Debug> fmt::Debug for Exported<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Exported").field("inner", &*self.inner).finish()
+    }
+}
+
+impl<B: Exportable> Exported<B> {
+    /// A shared view.
+    pub fn as_slice(&self) -> DeviceSlice<'_, B::Elem> {
+        self.inner.as_slice()
+    }
+
+    /// An exclusive view (within this process).
+    pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, B::Elem> {
+        self.inner.as_mut_slice()
+    }
+
+    /// The exported owner, for reading its properties (its stream, its device).
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// Frees the memory: in stream order on its stream for a [`StreamBuffer`], with `cudaFree`
+    /// for a [`DeviceBuffer`].
     ///
     /// # Safety
-    /// Every process that opened the handle has closed it.
-);
+    /// Every process that imported the memory (or opened the handle) has dropped its import or
+    /// closed the handle, and its work on the memory is complete; the runtime requires importers
+    /// to let go first.
+    pub unsafe fn free_after_importers(self) -> Result<()> {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: taken once; `this` is never used again.
+        let inner = unsafe { ManuallyDrop::take(&mut this.inner) };
+        inner.free_now()
+    }
+}
 
 impl<'a, T: Pod> StreamBuffer<'a, T> {
     /// Exports the buffer's memory for another process that imported its pool
     /// (`cudaMemPoolExportPointer`). The buffer must come from a pool created with
     /// [`ShareableHandle::PosixFileDescriptor`](crate::ShareableHandle::PosixFileDescriptor) and already exported with [`MemPool::export_fd`].
-    pub fn export(self) -> Result<(ExportedStreamBuffer<'a, T>, PoolPointerExport)> {
+    pub fn export(self) -> Result<(Exported<StreamBuffer<'a, T>>, PoolPointerExport)> {
         let bytes = byte_len::<T>(self.len(), "cudaMemPoolExportPointer")?;
         // SAFETY: the pointer is the start of this live pool allocation of `bytes`.
         let opaque = unsafe { raw::ipc::export_pointer(self.as_slice().as_device_ptr().cast_mut().cast(), bytes)? };
         let export = PoolPointerExport { data: encode(&opaque, bytes) };
-        Ok((ExportedStreamBuffer { inner: ManuallyDrop::new(self) }, export))
+        Ok((Exported { inner: ManuallyDrop::new(self) }, export))
     }
 }
 
 impl<T: Pod> DeviceBuffer<T> {
     /// Exports the buffer through a legacy IPC handle (`cudaIpcGetMemHandle`).
-    pub fn export_ipc(self) -> Result<(ExportedDeviceBuffer<T>, IpcMemHandle)> {
+    pub fn export_ipc(self) -> Result<(Exported<DeviceBuffer<T>>, IpcMemHandle)> {
         let bytes = byte_len::<T>(self.len(), "cudaIpcGetMemHandle")?;
         // SAFETY: the pointer is the start of this live cudaMalloc allocation of `bytes`.
         let opaque = unsafe { raw::ipc::get_mem_handle(self.as_slice().as_device_ptr().cast_mut().cast(), bytes)? };
-        Ok((ExportedDeviceBuffer { inner: ManuallyDrop::new(self) }, IpcMemHandle { data: encode(&opaque, bytes) }))
+        Ok((Exported { inner: ManuallyDrop::new(self) }, IpcMemHandle { data: encode(&opaque, bytes) }))
     }
 }
 

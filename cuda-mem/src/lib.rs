@@ -26,14 +26,17 @@
 //! | pinned host | [`PinnedBuffer`] | `cudaMallocHost` / `cudaHostAlloc` | the host side of asynchronous copies; mapped for kernels reading host memory |
 //! | pinned host | [`PooledPinned`] | a [`PinnedPool`] | per-batch staging buffers: a hit costs no CUDA call |
 //! | pinned host | [`RegisteredHost`] | `cudaHostRegister` | an existing allocation copied many times; register it once |
+//! | pinned host | [`resource::ResourceHostBuffer`] | a pinned [`resource::MemoryResource`] | host memory behind the same interface and adaptors as `ResourceBuffer` |
 //!
 //! Pageable `Vec`s reach the GPU fastest through [`StagedCopier`]. `docs/choosing-an-allocator.md`
 //! gives the figures behind each choice.
 //!
-//! The three stream-ordered owners have one shape: views `as_slice` / `as_mut_slice`, `use_on` for
-//! another stream's work, `free_on` / `free`, and all three can be moved into a [`Pending`] or a
-//! DLPack export when they borrow nothing for less than `'static`. They stay three types, rather
-//! than one buffer over any resource as in RMM, because the interface of
+//! Every device owner has one shape, the [`DeviceMemory`] trait (implemented by each; the
+//! methods work without it in scope): `device`, `len`, and the views `as_slice` /
+//! `as_mut_slice`, which cannot fail. [`Pending`], DLPack exports and NCCL registration take any
+//! `DeviceMemory` that is `Send + 'static`. The three stream-ordered owners share
+//! [`StreamOrdered`] too: `stream`, `use_on` for another stream's work, `free_on` / `free`. They
+//! stay three types, rather than one buffer over any resource as in RMM, because the interface of
 //! [`resource::MemoryResource`] frees by address on a stream it cannot keep alive: a
 //! [`ResourceBuffer`](resource::ResourceBuffer) over a [`DeviceCache`] pays a lookup and two
 //! events per pair, where a [`CachedBuffer`] keeps its block and its stream and frees into the
@@ -99,6 +102,7 @@ mod graph;
 mod ipc;
 mod managed;
 mod maybe_owned;
+mod memory;
 mod peer;
 mod pending;
 mod pinned;
@@ -131,13 +135,14 @@ pub use error::{CudaError, ErrorCode, ErrorKind, NO_DRIVER_MESSAGE, OomReport, R
 pub use graph::{
     CaptureMode, CaptureScope, Graph, GraphExec, GraphFlags, GraphMemStats, GraphOutput, GraphPool, HostSlot, Launches,
 };
-pub use ipc::{
-    EXPORT_BYTES, ExportedDeviceBuffer, ExportedStreamBuffer, ImportedSlice, IpcMapping, IpcMemHandle,
-    PoolPointerExport,
-};
+pub use ipc::{EXPORT_BYTES, Exportable, Exported, ImportedSlice, IpcMapping, IpcMemHandle, PoolPointerExport};
+#[allow(deprecated)]
+pub use ipc::{ExportedDeviceBuffer, ExportedStreamBuffer};
 pub use managed::{Advice, Attach, Location, ManagedBuffer};
 pub use maybe_owned::MaybeOwned;
+pub use memory::{DeviceMemory, HostMemory, StreamOrdered};
 pub use peer::PoolAccess;
+#[allow(deprecated)]
 pub use pending::owned::{OwnedDevice, OwnedHost};
 pub use pending::{Pending, WakeUp};
 pub use pinned::PinnedBuffer;
@@ -209,6 +214,7 @@ mod auto_traits {
         send_sync::<MemPool>();
         send_sync::<PinnedPool>();
         send_sync::<resource::ResourceBuffer<f64>>();
+        send_sync::<resource::ResourceHostBuffer<f64>>();
         send_sync::<resource::StreamRef<'static>>();
         send_sync::<resource::PoolResource>();
         send_sync::<resource::PinnedPoolResource>();
@@ -221,7 +227,7 @@ mod auto_traits {
 
     fn send<T: Send>() {}
 
-    fn owned_by_a_pending<T: Pod, D: OwnedDevice<T>>() {}
+    fn owned_by_a_pending<T: Pod, D: DeviceMemory<Elem = T> + Send + 'static>() {}
 
     /// Every device owner that owns its memory can be lent to the GPU by a `Pending` (a compile
     /// check: the calls name the types).
@@ -234,6 +240,18 @@ mod auto_traits {
         owned_by_a_pending::<f32, resource::ResourceBuffer<'static, f32>>();
         owned_by_a_pending::<f32, IpcMapping<f32>>();
         owned_by_a_pending::<f32, ImportedSlice<'static, f32>>();
+    }
+
+    #[allow(deprecated)]
+    fn named_before_2026_12_07<T: Pod, D: OwnedDevice<T>, H: OwnedHost<T>>() {}
+
+    /// The traits' names before 2026-12-07 stay one release, deprecated, and every buffer a
+    /// `Pending` takes still meets them (a compile check).
+    #[test]
+    fn the_pending_traits_old_names_still_take_every_owner() {
+        named_before_2026_12_07::<f32, DeviceBuffer<f32>, Vec<f32>>();
+        named_before_2026_12_07::<f32, CachedBuffer<'static, f32>, PinnedBuffer<f32>>();
+        named_before_2026_12_07::<f32, resource::ResourceBuffer<'static, f32>, PooledPinned<f32>>();
     }
 
     #[cfg(feature = "dlpack")]
@@ -249,6 +267,7 @@ mod auto_traits {
         owned_by_an_export::<StreamBuffer<'static, f32>>();
         owned_by_an_export::<CachedBuffer<'static, f32>>();
         owned_by_an_export::<resource::ResourceBuffer<'static, f32>>();
+        owned_by_an_export::<resource::ResourceHostBuffer<'static, f32>>();
         owned_by_an_export::<IpcMapping<f32>>();
         owned_by_an_export::<ImportedSlice<'static, f32>>();
     }

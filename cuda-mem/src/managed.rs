@@ -11,6 +11,8 @@
 
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
+use crate::memory::DeviceMemory;
+use crate::memory::sealed::{Owner, Residence, UnseenUsers};
 use crate::raw::managed::Place;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
@@ -304,6 +306,35 @@ fn advice_parts(advice: Advice, own_device: Device) -> (raw::cudaMemoryAdvise, L
         Advice::UnsetPreferredLocation => (A::cudaMemAdviseUnsetPreferredLocation, Location::Device(own_device)),
         Advice::SetAccessedBy(by) => (A::cudaMemAdviseSetAccessedBy, by),
         Advice::UnsetAccessedBy(by) => (A::cudaMemAdviseUnsetAccessedBy, by),
+    }
+}
+
+// `cudaFree` waits for the device.
+impl<T: Pod> Owner for ManagedBuffer<T> {
+    fn residence(&self) -> Residence {
+        Residence::Managed
+    }
+    fn producer(&self) -> Option<&crate::stream::Stream> {
+        None
+    }
+    fn unseen_users(&self) -> UnseenUsers {
+        UnseenUsers::FreeWaits
+    }
+}
+
+impl<T: Pod> DeviceMemory for ManagedBuffer<T> {
+    type Elem = T;
+    fn device(&self) -> Device {
+        self.device
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn as_slice(&self) -> DeviceSlice<'_, T> {
+        Self::as_slice(self)
+    }
+    fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        Self::as_mut_slice(self)
     }
 }
 

@@ -147,6 +147,8 @@ impl<T: Pod> DerefMut for PinnedBuffer<T> {
     }
 }
 
+crate::memory::pinned_host_memory!(PinnedBuffer);
+
 impl<T: Pod> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
         raw::quiet(self.release());

@@ -248,6 +248,8 @@ impl<T: Pod> DerefMut for PooledPinned<T> {
     }
 }
 
+crate::memory::pinned_host_memory!(PooledPinned);
+
 impl<T: Pod> Drop for PooledPinned<T> {
     fn drop(&mut self) {
         if let Some(lease) = self.lease.take() {

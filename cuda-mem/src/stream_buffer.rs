@@ -1,8 +1,11 @@
 //! `StreamBuffer<T>`: stream-ordered device memory (`cudaMallocAsync` / `cudaMallocFromPoolAsync`),
 //! freed with `cudaFreeAsync` on its stream.
 
+use crate::device::Device;
 use crate::error::{CudaError, Result};
 use crate::maybe_owned::MaybeOwned;
+use crate::memory::sealed::{Owner, Residence, UnseenUsers};
+use crate::memory::{DeviceMemory, StreamOrdered};
 use crate::pool::{MemPool, retaining_pool};
 use crate::raw::{self, misaligned_error};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
@@ -248,4 +251,48 @@ fn misaligned<T>(ptr: *mut c_void, bytes: usize, stream: raw::cudaStream_t) -> C
 #[cold]
 fn pool_site(pool: &MemPool) -> String {
     format!("on {}", pool.device())
+}
+
+// A free in stream order does not wait for streams it does not know of.
+impl<T: Pod> Owner for StreamBuffer<'_, T> {
+    fn residence(&self) -> Residence {
+        Residence::Device
+    }
+    fn producer(&self) -> Option<&crate::stream::Stream> {
+        Some(&self.stream)
+    }
+    fn unseen_users(&self) -> UnseenUsers {
+        UnseenUsers::Device(self.pool.device())
+    }
+}
+
+impl<T: Pod> DeviceMemory for StreamBuffer<'_, T> {
+    type Elem = T;
+    fn device(&self) -> Device {
+        self.pool.device()
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn as_slice(&self) -> DeviceSlice<'_, T> {
+        Self::as_slice(self)
+    }
+    fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        Self::as_mut_slice(self)
+    }
+}
+
+impl<T: Pod> StreamOrdered for StreamBuffer<'_, T> {
+    fn stream(&self) -> &Stream {
+        Self::stream(self)
+    }
+    fn use_on(&mut self, other: &Stream) -> Result<()> {
+        Self::use_on(self, other)
+    }
+    fn free_on(self, stream: &Stream) -> Result<()> {
+        Self::free_on(self, stream)
+    }
+    fn free(self) -> Result<()> {
+        Self::free(self)
+    }
 }

@@ -170,7 +170,7 @@ fn assert_forged_length_refused<T: std::fmt::Debug>(result: Result<T>) {
 
 /// Writes `data` over the mapped memory through a `Pending` that owns it while the upload runs,
 /// and takes it back; the parent checks the data after the child has exited.
-fn upload_through_a_pending<D: OwnedDevice<u32>>(mapped: D, data: Vec<u32>) -> D {
+fn upload_through_a_pending<D: DeviceMemory<Elem = u32> + Send + 'static>(mapped: D, data: Vec<u32>) -> D {
     let stream = Stream::non_blocking().unwrap();
     let host = PinnedBuffer::from_slice(&data, HostAllocFlags::empty()).unwrap();
     let (mapped, _host) = stream.upload(mapped, host).unwrap().wait().unwrap();

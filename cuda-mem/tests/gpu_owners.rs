@@ -7,8 +7,10 @@ mod common;
 
 use common::{Gate, MIB, assert_same, pattern, until_held};
 use cuda_mem::resource::default_resource;
-use cuda_mem::resource::{MemoryKind, MemoryResource, PinnedResource, ResourceBuffer, StatisticsResource};
-use cuda_mem::{CachedBuffer, CudaError, Device, DeviceCache, ErrorKind, PinnedBuffer, Stream, StreamBuffer};
+use cuda_mem::resource::{
+    MemoryKind, MemoryResource, PinnedResource, ResourceBuffer, ResourceHostBuffer, StatisticsResource,
+};
+use cuda_mem::{Device, DeviceCache, ErrorKind, PinnedBuffer, Stream, StreamBuffer, StreamOrdered};
 use std::sync::Arc;
 
 fn device() -> Device {
@@ -25,31 +27,10 @@ fn own_cache() -> &'static DeviceCache {
     Box::leak(Box::new(DeviceCache::new(device()).unwrap()))
 }
 
-/// The face the three owners share here.
-trait Owner: Sized {
-    fn use_on(&mut self, other: &Stream) -> Result<(), CudaError>;
-    fn free_on(self, stream: &Stream) -> Result<(), CudaError>;
-}
-
-macro_rules! owner {
-    ($($owner:ident),*) => {$(
-        impl Owner for $owner<'static, u32> {
-            fn use_on(&mut self, other: &Stream) -> Result<(), CudaError> {
-                $owner::use_on(self, other)
-            }
-            fn free_on(self, stream: &Stream) -> Result<(), CudaError> {
-                $owner::free_on(self, stream)
-            }
-        }
-    )*};
-}
-
-owner!(StreamBuffer, CachedBuffer, ResourceBuffer);
-
 /// Stream `b` is held by a gate and used the buffer (`use_on`): the free, on the owner's stream
 /// (drop) or on a third stream (`free_on`), must wait for `b`, so work queued after the free on
 /// the freeing stream stays pending while the gate holds `b`. The per-thread stream is refused.
-fn frees_wait_for_their_users<B: Owner>(make: impl Fn(&Stream) -> B) {
+fn frees_wait_for_their_users<B: StreamOrdered>(make: impl Fn(&Stream) -> B) {
     for free_elsewhere in [false, true] {
         let pending_after_free = until_held(|| {
             let (a, b, c) = (stream(), stream(), stream());
@@ -112,7 +93,7 @@ fn gpu_resource_buffer_free_on_returns_the_memory_through_its_resource() {
     let mut buffer = ResourceBuffer::<u32>::zeroed(counted.clone(), a.clone(), want.len()).unwrap();
     assert_eq!(counted.stats().current_bytes, want.len() * 4);
     buffer.use_on(&b).unwrap();
-    let mut view = buffer.as_mut_slice().unwrap();
+    let mut view = buffer.as_mut_slice();
     b.scope(|s| s.copy_from_host(&mut view, &want)).unwrap().unwrap();
     assert_same(&buffer.to_vec().unwrap(), &want);
     buffer.free_on(&b).unwrap();
@@ -121,7 +102,7 @@ fn gpu_resource_buffer_free_on_returns_the_memory_through_its_resource() {
 }
 
 /// The device views' names before 2026-12-03 stay one release, deprecated, and give the views
-/// `as_slice` / `as_mut_slice` give (a pinned `ResourceBuffer` refused by both alike).
+/// `as_slice` / `as_mut_slice` give.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 #[allow(deprecated)]
@@ -133,27 +114,27 @@ fn gpu_the_device_view_names_before_2026_12_03_give_the_same_views() {
     assert_eq!(old, view(managed.as_mut_slice().as_slice()));
     let stream = stream();
     let mut buffer = ResourceBuffer::<u32>::zeroed(default_resource(device()).unwrap(), stream.clone(), 1024).unwrap();
-    assert_eq!(view(buffer.device_slice().unwrap()), view(buffer.as_slice().unwrap()));
+    assert_eq!(view(buffer.device_slice().unwrap()), view(buffer.as_slice()));
     let old = view(buffer.device_slice_mut().unwrap().as_slice());
-    assert_eq!(old, view(buffer.as_mut_slice().unwrap().as_slice()));
-    let resource: Arc<dyn MemoryResource> = Arc::new(PinnedResource::new(Default::default()));
-    let pinned = ResourceBuffer::<u32>::zeroed(resource, stream, 1024).unwrap();
-    assert_eq!(pinned.device_slice().unwrap_err().kind(), pinned.as_slice().unwrap_err().kind());
+    assert_eq!(old, view(buffer.as_mut_slice().as_slice()));
 }
 
-/// Pinned host memory from a resource has no device view: the accessor says so with a typed
-/// error, and so does an upload that would need one (both buffers are dropped).
+/// Pinned host memory from a resource is a `ResourceHostBuffer`, with host views only: a
+/// `ResourceBuffer` (whose device views cannot fail) refuses the resource with a typed error that
+/// names the right owner, and the host buffer reads back what the host wrote after its zeroing.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_a_pinned_resource_buffer_has_no_device_view_and_cannot_be_uploaded_into() {
+fn gpu_pinned_memory_from_a_resource_is_a_host_buffer_and_refused_as_a_device_owner() {
     let resource: Arc<dyn MemoryResource> = Arc::new(PinnedResource::new(Default::default()));
     assert_eq!(resource.kind(), MemoryKind::PinnedHost);
     let stream = stream();
-    let buffer = ResourceBuffer::<u32>::zeroed(resource, stream.clone(), 1024).unwrap();
-    let err = buffer.as_slice().unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(m) if m.contains("no device view")), "{err}");
-    let err = stream.upload(buffer, vec![1u32; 1024]).map(drop).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(m) if m.contains("no device view")), "{err}");
+    let err = ResourceBuffer::<u32>::zeroed(resource.clone(), stream.clone(), 1024).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidArgument(m) if m.contains("ResourceHostBuffer")), "{err}");
+    let mut buffer = ResourceHostBuffer::<u32>::zeroed(resource, stream.clone(), 1024).unwrap();
+    assert!(buffer.host().unwrap().iter().all(|&x| x == 0));
+    buffer.host_mut().unwrap().fill(7);
+    assert_eq!(buffer.to_vec().unwrap(), vec![7; 1024]);
+    buffer.free().unwrap();
 }
 
 /// A `CachedBuffer` (of a `'static` cache, with an owned stream) and a `ResourceBuffer` (owned
@@ -243,7 +224,7 @@ mod dlpack {
         let stream = stream();
         let want = pattern(4096, 2);
         let mut buffer = ResourceBuffer::<u32>::zeroed(counted.clone(), stream.clone(), want.len()).unwrap();
-        buffer.as_mut_slice().unwrap().copy_from_host(&want).unwrap();
+        buffer.as_mut_slice().copy_from_host(&want).unwrap();
         let tensor = DlpackTensor::owned(buffer).unwrap();
         assert_eq!(tensor.device(), DLDevice { device_type: kDLCUDA, device_id: device().ordinal() as i32 });
         // SAFETY: a live export of ours, handed over once.

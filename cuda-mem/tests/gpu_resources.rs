@@ -30,18 +30,28 @@ fn gpu_every_resource_allocates_round_trips_and_frees() {
     for resource in every_resource() {
         let kind = resource.kind();
         let counted: Arc<StatisticsResource<Arc<dyn MemoryResource>>> = Arc::new(StatisticsResource::new(resource));
-        let mut buffer = ResourceBuffer::<u32>::zeroed(counted.clone(), &stream, want.len()).unwrap();
-        assert!(buffer.to_vec().unwrap().iter().all(|&x| x == 0), "{kind:?} zeroed");
-        match kind {
-            MemoryKind::PinnedHost => buffer.host_mut().unwrap().copy_from_slice(&want),
-            _ => {
-                let mut view = buffer.as_mut_slice().unwrap();
-                stream.scope(|s| s.copy_from_host(&mut view, &want)).unwrap().unwrap();
-            }
+        if kind == MemoryKind::PinnedHost {
+            let mut buffer = ResourceHostBuffer::<u32>::zeroed(counted.clone(), &stream, want.len()).unwrap();
+            assert!(buffer.to_vec().unwrap().iter().all(|&x| x == 0), "{kind:?} zeroed");
+            buffer.host_mut().unwrap().copy_from_slice(&want);
+            assert_same(&buffer.to_vec().unwrap(), &want);
+            assert_eq!(counted.stats().current_bytes, 4 * MIB);
+            // The other owner refuses this memory, with a typed error that names the right one.
+            let err = ResourceBuffer::<u32>::zeroed(counted.clone(), &stream, 16).unwrap_err();
+            assert!(matches!(err.kind(), ErrorKind::InvalidArgument(m) if m.contains("ResourceHostBuffer")), "{err}");
+            drop(buffer);
+        } else {
+            let mut buffer = ResourceBuffer::<u32>::zeroed(counted.clone(), &stream, want.len()).unwrap();
+            assert!(buffer.to_vec().unwrap().iter().all(|&x| x == 0), "{kind:?} zeroed");
+            let mut view = buffer.as_mut_slice();
+            stream.scope(|s| s.copy_from_host(&mut view, &want)).unwrap().unwrap();
+            assert_same(&buffer.to_vec().unwrap(), &want);
+            assert_eq!(buffer.is_managed(), kind == MemoryKind::Managed);
+            assert_eq!(counted.stats().current_bytes, 4 * MIB);
+            let err = ResourceHostBuffer::<u32>::zeroed(counted.clone(), &stream, 16).unwrap_err();
+            assert!(matches!(err.kind(), ErrorKind::InvalidArgument(m) if m.contains("ResourceBuffer")), "{err}");
+            drop(buffer);
         }
-        assert_same(&buffer.to_vec().unwrap(), &want);
-        assert_eq!(counted.stats().current_bytes, 4 * MIB);
-        drop(buffer);
         stream.synchronize().unwrap();
         assert_eq!(counted.stats().current_bytes, 0);
         assert_eq!(counted.stats().peak_bytes, 4 * MIB);

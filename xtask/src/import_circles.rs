@@ -70,13 +70,14 @@ fn collect_code(path: &Path, out: &mut String) {
     }
 }
 
-/// `text` up to its inline test module (`#[cfg(test)]` followed by `mod tests`), which by
-/// convention closes a file.
+/// `text` up to its inline test module (`#[cfg(test)]` followed by `mod tests`, or `pub(crate) mod
+/// tests` where other modules' tests share its helpers), which by convention closes a file.
 fn without_test_module(text: &str) -> &str {
     let mut at = 0;
     while let Some(found) = text[at..].find("#[cfg(test)]") {
         let start = at + found;
         let rest = text[start + "#[cfg(test)]".len()..].trim_start();
+        let rest = rest.strip_prefix("pub(crate) ").unwrap_or(rest);
         if rest.starts_with("mod tests") {
             return &text[..start];
         }
@@ -329,6 +330,10 @@ mod tests {
     fn the_inline_test_module_is_left_out() {
         let text = "use crate::a::X;\n#[cfg(test)]\nfn helper() {}\n#[cfg(test)]\nmod tests {\n use crate::b::Y;\n}\n";
         assert_eq!(crate_names(without_test_module(text)).into_iter().collect::<Vec<_>>(), ["a"]);
+        let shared = "use crate::a::X;\n#[cfg(test)]\npub(crate) mod tests {\n use crate::b::Y;\n}\n";
+        assert_eq!(crate_names(without_test_module(shared)).into_iter().collect::<Vec<_>>(), ["a"]);
+        let public = "use crate::a::X;\n#[cfg(test)]\npub mod tests {\n use crate::b::Y;\n}\n";
+        assert_eq!(crate_names(without_test_module(public)).len(), 2, "only a crate-visible test module is left out");
     }
 
     #[test]

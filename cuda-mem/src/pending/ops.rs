@@ -2,8 +2,8 @@
 //! [`Stream::upload`] and [`Stream::download`].
 
 use super::Pending;
-use super::owned::{OwnedDevice, OwnedHost};
 use crate::error::Result;
+use crate::memory::{DeviceMemory, HostMemory};
 use crate::pinned_pool::{PinnedPool, PooledPinned};
 use crate::raw::same_len;
 use crate::scope::StreamScope;
@@ -86,17 +86,17 @@ impl Stream {
     pub fn upload<T, D, H>(&self, dst: D, host: H) -> Result<Pending<(D, H)>>
     where
         T: Pod,
-        D: OwnedDevice<T>,
-        H: OwnedHost<T>,
+        D: DeviceMemory<Elem = T> + Send + 'static,
+        H: HostMemory<Elem = T> + Send + 'static,
     {
-        same_len(host.host().len(), dst.view()?.len(), "Stream::upload")?;
+        same_len(host.host().len(), dst.as_slice().len(), "Stream::upload")?;
         if H::PINNED {
-            return self.queue((dst, host), |s, (dst, host)| s.copy_from_host(&mut dst.view_mut()?, host.host()));
+            return self.queue((dst, host), |s, (dst, host)| s.copy_from_host(&mut dst.as_mut_slice(), host.host()));
         }
         let mut block = PinnedPool::staging().alloc::<T>(host.host().len())?;
         block.copy_from_slice(host.host());
         let pending =
-            self.queue((dst, host, block), |s, (dst, _, block)| s.copy_from_host(&mut dst.view_mut()?, &block[..]))?;
+            self.queue((dst, host, block), |s, (dst, _, block)| s.copy_from_host(&mut dst.as_mut_slice(), &block[..]))?;
         Ok(pending.keep_apart(|(dst, host, block)| ((dst, host), block), None))
     }
 
@@ -107,21 +107,21 @@ impl Stream {
     pub fn download<T, H, D>(&self, host: H, src: D) -> Result<Pending<(H, D)>>
     where
         T: Pod,
-        H: OwnedHost<T>,
-        D: OwnedDevice<T>,
+        H: HostMemory<Elem = T> + Send + 'static,
+        D: DeviceMemory<Elem = T> + Send + 'static,
     {
-        same_len(src.view()?.len(), host.host().len(), "Stream::download")?;
+        same_len(src.as_slice().len(), host.host().len(), "Stream::download")?;
         if H::PINNED {
-            return self.queue((host, src), |s, (host, src)| s.copy_to_host(host.host_mut(), src.view()?));
+            return self.queue((host, src), |s, (host, src)| s.copy_to_host(host.host_mut(), src.as_slice()));
         }
-        let block = PinnedPool::staging().alloc::<T>(src.view()?.len())?;
+        let block = PinnedPool::staging().alloc::<T>(src.as_slice().len())?;
         let pending =
-            self.queue((host, src, block), |s, (_, src, block)| s.copy_to_host(&mut block[..], src.view()?))?;
+            self.queue((host, src, block), |s, (_, src, block)| s.copy_to_host(&mut block[..], src.as_slice()))?;
         Ok(pending.keep_apart(|(host, src, block)| ((host, src), block), Some(copy_back::<T, H, D>)))
     }
 }
 
 /// The host step of a staged download: the landed block into the pageable buffer.
-fn copy_back<T: Pod, H: OwnedHost<T>, D>(block: &PooledPinned<T>, (host, _): &mut (H, D)) {
+fn copy_back<T: Pod, H: HostMemory<Elem = T> + Send + 'static, D>(block: &PooledPinned<T>, (host, _): &mut (H, D)) {
     host.host_mut().copy_from_slice(block);
 }

@@ -37,7 +37,7 @@ pub(crate) mod testing;
 mod threads;
 mod tracking;
 
-pub use buffer::ResourceBuffer;
+pub use buffer::{ResourceBuffer, ResourceHostBuffer};
 pub use defaults::{default_resource, set_default_resource};
 pub use limiting::LimitingResource;
 pub use logging::{LogFormat, LoggingResource};

@@ -3,9 +3,9 @@
 
 use super::{Addr, LaneEnd, Lanes, StagedCopier};
 use crate::error::{CudaError, ErrorKind, Result};
+use crate::memory::{DeviceMemory, HostMemory};
 use crate::pending::Pending;
 use crate::pending::job::Job;
-use crate::pending::owned::{OwnedDevice, OwnedHost};
 use crate::raw::same_len;
 use crate::stream::Event;
 use crate::stream::Stream;
@@ -42,17 +42,17 @@ impl StagedCopier {
     pub fn copy_from_host_on<T, D, H>(&self, stream: &Stream, dst: D, src: H) -> Result<Pending<(D, H)>>
     where
         T: Pod,
-        D: OwnedDevice<T>,
-        H: OwnedHost<T>,
+        D: DeviceMemory<Elem = T> + Send + 'static,
+        H: HostMemory<Elem = T> + Send + 'static,
     {
-        same_len(src.host().len(), dst.view()?.len(), "staged copy host to device")?;
+        same_len(src.host().len(), dst.as_slice().len(), "staged copy host to device")?;
         let bytes = size_of_val(src.host());
         if H::PINNED || bytes < self.inner.config.small_copy_bytes {
             return stream.upload(dst, src);
         }
-        let waits = ready_events(stream, dst.view()?.owner())?;
+        let waits = ready_events(stream, dst.as_slice().owner())?;
         let host = Addr(src.host().as_ptr().cast::<u8>().cast_mut());
-        let device = Addr(dst.view()?.as_device_ptr().cast::<u8>().cast_mut());
+        let device = Addr(dst.as_slice().as_device_ptr().cast::<u8>().cast_mut());
         // The lanes read `src` and write `dst` through these addresses; the `Pending` owns both
         // and joins the job before handing them back or dropping them (and leaks them if
         // forgotten), so the addresses stay valid for as long as the job and its DMAs run.
@@ -68,17 +68,17 @@ impl StagedCopier {
     pub fn copy_to_host_on<T, H, D>(&self, stream: &Stream, mut dst: H, src: D) -> Result<Pending<(H, D)>>
     where
         T: Pod,
-        H: OwnedHost<T>,
-        D: OwnedDevice<T>,
+        H: HostMemory<Elem = T> + Send + 'static,
+        D: DeviceMemory<Elem = T> + Send + 'static,
     {
-        same_len(src.view()?.len(), dst.host().len(), "staged copy device to host")?;
+        same_len(src.as_slice().len(), dst.host().len(), "staged copy device to host")?;
         let bytes = size_of_val(dst.host());
         if H::PINNED || bytes < self.inner.config.small_copy_bytes {
             return stream.download(dst, src);
         }
-        let waits = ready_events(stream, src.view()?.owner())?;
+        let waits = ready_events(stream, src.as_slice().owner())?;
         let host = Addr(dst.host_mut().as_mut_ptr().cast::<u8>());
-        let device = Addr(src.view()?.as_device_ptr().cast::<u8>().cast_mut());
+        let device = Addr(src.as_slice().as_device_ptr().cast::<u8>().cast_mut());
         // As in `copy_from_host_on`: the `Pending` owns both buffers until the job is joined.
         let job = self.spawn(bytes, waits, move |lane, chunks| lane.download(chunks, host, device));
         Ok(Pending::new((dst, src), stream.clone(), Vec::new(), vec![job]))

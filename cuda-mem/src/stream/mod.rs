@@ -497,7 +497,7 @@ impl From<Stream> for MaybeOwned<'_, Stream> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A stream that no runtime call ever reaches: borrowed (never destroyed), on a device that is
@@ -553,8 +553,8 @@ mod tests {
         let resource: Arc<dyn crate::resource::MemoryResource> =
             Arc::new(crate::resource::testing::HostResource::default());
         // SAFETY: refused before any memory exists.
-        let buffer = unsafe { crate::resource::ResourceBuffer::<u32>::uninit(resource, handle, 16) };
-        refused(buffer.err(), "ResourceBuffer");
+        let buffer = unsafe { crate::resource::ResourceHostBuffer::<u32>::uninit(resource, handle, 16) };
+        refused(buffer.err(), "ResourceHostBuffer");
         assert!(
             stream.require_outside_capture("CachedBuffer::free_on").is_ok(),
             "the stream itself is not the capture's"
