@@ -14,18 +14,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// "No limit".
 pub const NO_LIMIT: usize = usize::MAX;
 
-/// The figures of one device, in the order `cuda_mem_torch_stats` writes them.
+/// The figures of one device: this allocator's counts around what its backend reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stats {
     /// Bytes handed to PyTorch and not yet freed (as requested).
     pub allocated_current: u64,
     /// Highest `allocated_current` since the start or the last peak reset.
     pub allocated_peak: u64,
-    /// Bytes the backend holds from the driver.
-    pub reserved_current: u64,
-    /// Highest `reserved_current`: the backend's peak, or the figure now when that is higher (the
-    /// memory of CUDA graph pools counts from when the figures are read).
-    pub reserved_peak: u64,
     /// Successful allocations.
     pub alloc_count: u64,
     /// Frees.
@@ -34,41 +29,34 @@ pub struct Stats {
     pub failed_count: u64,
     /// The limit in bytes (`u64::MAX`: none).
     pub limit: u64,
-    /// Requests the backend served from memory it held (0 where it does not count them).
-    pub cache_hits: u64,
-    /// Requests that took new memory from the driver (0 where not counted).
-    pub cache_misses: u64,
-    /// Segments the backend holds (0 where not counted).
-    pub segments: u64,
-    /// Segments given back to the driver (0 where not counted).
-    pub segment_releases: u64,
-    /// Allocations that found no memory, released the cache and tried again.
-    pub alloc_retries: u64,
-    /// Free bytes split off segments in use (0 where not counted).
-    pub inactive_split_bytes: u64,
+    /// The backend's figures, with tagged regions and CUDA graph pools: their memory is in
+    /// `reserved`, whose peak is the backend's, or the figure now when that is higher (the
+    /// memory of graph pools counts from when the figures are read).
+    pub backend: Figures,
 }
 
 impl Stats {
     /// Number of figures.
     pub const LEN: usize = 14;
 
-    /// The figures as `cuda_mem_torch_stats` writes them.
+    /// The figures in the order `cuda_mem_torch_stats` writes them.
     pub fn to_array(self) -> [u64; Self::LEN] {
+        let b = self.backend;
         [
             self.allocated_current,
             self.allocated_peak,
-            self.reserved_current,
-            self.reserved_peak,
+            b.reserved.current as u64,
+            b.reserved.peak as u64,
             self.alloc_count,
             self.free_count,
             self.failed_count,
             self.limit,
-            self.cache_hits,
-            self.cache_misses,
-            self.segments,
-            self.segment_releases,
-            self.alloc_retries,
-            self.inactive_split_bytes,
+            b.cache_hits,
+            b.cache_misses,
+            b.segments,
+            b.segment_releases,
+            b.alloc_retries,
+            b.inactive_split_bytes,
         ]
     }
 
@@ -76,20 +64,21 @@ impl Stats {
     /// under a pluggable allocator), for the keys this allocator counts. `.all.` keys are the
     /// device's totals; PyTorch's per-pool splits (`small_pool`, `large_pool`) are not kept.
     pub fn pytorch_keys(&self) -> [(&'static str, u64); 13] {
+        let b = &self.backend;
         [
             ("allocated_bytes.all.current", self.allocated_current),
             ("allocated_bytes.all.peak", self.allocated_peak),
-            ("reserved_bytes.all.current", self.reserved_current),
-            ("reserved_bytes.all.peak", self.reserved_peak),
+            ("reserved_bytes.all.current", b.reserved.current as u64),
+            ("reserved_bytes.all.peak", b.reserved.peak as u64),
             ("allocation.all.allocated", self.alloc_count),
             ("allocation.all.freed", self.free_count),
             ("allocation.all.current", self.alloc_count.saturating_sub(self.free_count)),
-            ("segment.all.current", self.segments),
-            ("num_device_alloc", self.cache_misses),
-            ("num_device_free", self.segment_releases),
-            ("num_alloc_retries", self.alloc_retries),
+            ("segment.all.current", b.segments),
+            ("num_device_alloc", b.cache_misses),
+            ("num_device_free", b.segment_releases),
+            ("num_alloc_retries", b.alloc_retries),
             ("num_ooms", self.failed_count),
-            ("inactive_split_bytes.all.current", self.inactive_split_bytes),
+            ("inactive_split_bytes.all.current", b.inactive_split_bytes),
         ]
     }
 }
@@ -395,34 +384,21 @@ impl<B: AllocatorBackend> DeviceAllocator<B> {
 
     /// The figures now.
     pub fn stats(&self) -> Stats {
-        let Figures {
-            reserved,
-            cache_hits,
-            cache_misses,
-            segments,
-            segment_releases,
-            alloc_retries,
-            inactive_split_bytes,
-        } = match &self.regions {
+        let mut backend = match &self.regions {
             Some(regions) if regions.any() => self.backend.figures().plus(regions.figures()),
             _ => self.backend.figures(),
         };
         let in_pools = self.graphs.as_ref().map_or(0, GraphPools::reserved);
+        backend.reserved.current += in_pools;
+        backend.reserved.peak = backend.reserved.peak.max(backend.reserved.current);
         Stats {
             allocated_current: self.allocated.load(Ordering::Relaxed) as u64,
             allocated_peak: self.peak.load(Ordering::Relaxed) as u64,
-            reserved_current: (reserved.current + in_pools) as u64,
-            reserved_peak: reserved.peak.max(reserved.current + in_pools) as u64,
             alloc_count: self.allocs.load(Ordering::Relaxed),
             free_count: self.frees.load(Ordering::Relaxed),
             failed_count: self.failures.load(Ordering::Relaxed),
             limit: self.limit.load(Ordering::Relaxed) as u64,
-            cache_hits,
-            cache_misses,
-            segments,
-            segment_releases,
-            alloc_retries,
-            inactive_split_bytes,
+            backend,
         }
     }
 
@@ -515,19 +491,10 @@ mod tests {
 
     const S: StreamRef<'static> = StreamRef::LEGACY;
 
-    /// Host memory for graph pools.
-    #[derive(Debug)]
-    struct HostPools;
-
-    impl crate::graphs::PoolMemory for HostPools {
-        fn allocate(&self, bytes: usize) -> Result<(NonNull<u8>, crate::graphs::PoolBlock)> {
-            let mut memory = vec![0u8; bytes].into_boxed_slice();
-            Ok((NonNull::new(memory.as_mut_ptr()).unwrap(), Box::new(memory)))
-        }
-
-        fn synchronize(&self) -> Result<()> {
-            Ok(())
-        }
+    /// Graph pools over host memory, with small segments.
+    fn host_pools() -> GraphPools {
+        let memory = crate::graphs::tests::HostMemory(Default::default());
+        GraphPools::new(Box::new(memory), crate::graphs::tests::config())
     }
 
     /// A capture of every stream.
@@ -545,7 +512,7 @@ mod tests {
         let err = plain.begin_capture((1, 0), Box::new(Everything)).unwrap_err();
         assert!(err.to_string().contains("CUDA graph capture without graph pools"), "{err}");
 
-        let a = DeviceAllocator::new(HostBackend::default(), 0).with_graph_pools(GraphPools::new(Box::new(HostPools)));
+        let a = DeviceAllocator::new(HostBackend::default(), 0).with_graph_pools(host_pools());
         let eager = a.allocate(100, S).unwrap();
         a.begin_capture((1, 0), Box::new(Everything)).unwrap();
         let captured = a.allocate(100, S).unwrap();
@@ -557,14 +524,15 @@ mod tests {
         }
         assert_eq!(a.backend.held.lock().unwrap().len(), 1, "the cache's free waits for the capture's end");
         let s = a.stats();
-        assert_eq!((s.allocated_current, s.free_count, s.reserved_current), (0, 2, 100 + 512));
+        // The cache's 100 bytes and the pool's small segment.
+        assert_eq!((s.allocated_current, s.free_count, s.backend.reserved.current), (0, 2, 100 + 16 * 1024));
         a.end_capture((1, 0)).unwrap();
         assert!(a.backend.held.lock().unwrap().is_empty());
         a.release_cached().unwrap();
-        assert_eq!(a.stats().reserved_current, 512, "the graph may still replay");
+        assert_eq!(a.stats().backend.reserved.current, 16 * 1024, "the graph may still replay");
         a.release_pool((1, 0)).unwrap();
         a.release_cached().unwrap();
-        assert_eq!(a.stats().reserved_current, 0);
+        assert_eq!(a.stats().backend.reserved.current, 0);
         // Pool ids no capture uses (any two integers can come through the C functions).
         let ended = a.end_capture((1, 0)).unwrap_err().to_string();
         assert!(ended.contains("a graph pool no capture began into, or released already"), "{ended}");
@@ -579,13 +547,13 @@ mod tests {
         let y = a.allocate(24, S).unwrap();
         let s = a.stats();
         assert_eq!((s.allocated_current, s.allocated_peak, s.alloc_count, s.free_count), (1024, 1024, 2, 0));
-        assert_eq!((s.reserved_current, s.limit), (1024, u64::MAX));
+        assert_eq!((s.backend.reserved.current, s.limit), (1024, u64::MAX));
         // SAFETY: from this allocator, freed once.
         unsafe { a.free(x, 1000, S) }.unwrap();
         let s = a.stats();
         assert_eq!((s.allocated_current, s.allocated_peak, s.free_count), (24, 1024, 1));
         a.reset_peaks();
-        assert_eq!((a.stats().allocated_peak, a.stats().reserved_peak), (24, 24));
+        assert_eq!((a.stats().allocated_peak, a.stats().backend.reserved.peak), (24, 24));
         // SAFETY: as above.
         unsafe { a.free(y, 24, S) }.unwrap();
         assert_eq!(a.stats().to_array(), [0, 24, 0, 24, 2, 2, 0, u64::MAX, 0, 0, 0, 0, 0, 0]);
@@ -602,13 +570,13 @@ mod tests {
         let a = DeviceAllocator::new(HostBackend::default(), 0);
         let (x, y) = (a.allocate(0, S).unwrap(), a.allocate(0, S).unwrap());
         assert_ne!(x, y);
-        assert_eq!((a.stats().allocated_current, a.stats().reserved_current), (0, 2));
+        assert_eq!((a.stats().allocated_current, a.stats().backend.reserved.current), (0, 2));
         // SAFETY: from this allocator, freed once each.
         unsafe {
             a.free(x, 0, S).unwrap();
             a.free(y, 0, S).unwrap();
         }
-        assert_eq!(a.stats().reserved_current, 0);
+        assert_eq!(a.stats().backend.reserved.current, 0);
     }
 
     /// What the C functions' callers can pass wrong: a pointer never handed out, one freed
@@ -648,7 +616,7 @@ mod tests {
     /// the cache does not hold is refused at once, as is a pool block with another size.
     #[test]
     fn frees_during_a_capture_are_checked_before_they_are_held_back() {
-        let a = DeviceAllocator::new(HostBackend::default(), 0).with_graph_pools(GraphPools::new(Box::new(HostPools)));
+        let a = DeviceAllocator::new(HostBackend::default(), 0).with_graph_pools(host_pools());
         let eager = a.allocate(100, S).unwrap();
         a.begin_capture((1, 0), Box::new(Everything)).unwrap();
         let captured = a.allocate(100, S).unwrap();

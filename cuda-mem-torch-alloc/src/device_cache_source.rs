@@ -170,7 +170,9 @@ impl RegionMemory for RegionCaches {
 #[derive(Debug)]
 pub struct FreshMemory(pub Device);
 
-impl PoolMemory for FreshMemory {
+// SAFETY: each segment is a `cudaMalloc` allocation of its own (256-byte aligned), freed when its
+// `PoolBlock` (the `DeviceBuffer`) drops.
+unsafe impl PoolMemory for FreshMemory {
     fn allocate(&self, bytes: usize) -> Result<(NonNull<u8>, PoolBlock)> {
         // SAFETY: the memory goes to PyTorch, which writes it before reading it; Rust never
         // reads it.

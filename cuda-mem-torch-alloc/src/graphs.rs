@@ -5,8 +5,10 @@
 //! the capture freed it. So a block allocated during a capture is never given to anything but
 //! that pool: freed (during the capture or after), it waits in the pool for later allocations of
 //! captures into the same pool on the same stream (the captured stream order then orders them, as
-//! PyTorch's shared pools require: replay in capture order). Pools are made of fresh memory
-//! (`cudaMalloc`), never of blocks the cache holds, which work outside the graph may still use.
+//! PyTorch's shared pools require: replay in capture order). Each pool keeps a cuda-mem-cache
+//! `PrivatePool` per stream its captures allocated on (segments split into blocks, as PyTorch's
+//! pools do), made of fresh memory (`cudaMalloc`), never of blocks the cache holds, which work
+//! outside the graph may still use.
 //! When PyTorch releases a pool (every graph using it was reset or destroyed), its blocks are
 //! returned to the driver at the next `empty_cache` with no capture underway, after the whole
 //! device is idle (a replay may still be running).
@@ -24,14 +26,15 @@
 //! capture's pool (kept rather than reused under the graph).
 
 use crate::backend::wrong_size;
-use cuda_mem::Result;
+use cuda_mem::caching::{CachedBlock, Config, PrivatePool, SegmentSource};
 use cuda_mem::resource::StreamRef;
+use cuda_mem::{CudaError, Result};
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// PyTorch's `MempoolId_t`.
 pub type PoolId = (u64, u64);
@@ -39,12 +42,15 @@ pub type PoolId = (u64, u64);
 /// Memory a pool holds; dropping it returns the memory to the driver.
 pub type PoolBlock = Box<dyn Send>;
 
-/// Allocation granularity of pool blocks (PyTorch's too).
-const GRANULE: usize = 512;
-
-/// Where private pools get fresh memory.
-pub trait PoolMemory: Send + Sync + fmt::Debug {
-    /// `bytes` of memory no one else uses.
+/// Where private pools get their segments.
+///
+/// # Safety
+/// `allocate(bytes)` returns, on success, `bytes` bytes aligned to at least 256 that no one else
+/// uses and that overlap no memory it returned whose [`PoolBlock`] is still alive: the pools split
+/// segments into blocks for PyTorch trusting this.
+pub unsafe trait PoolMemory: Send + Sync + fmt::Debug {
+    /// A segment of `bytes`, held until its `PoolBlock` is dropped. A capture may be underway on
+    /// the calling thread.
     fn allocate(&self, bytes: usize) -> Result<(NonNull<u8>, PoolBlock)>;
 
     /// Blocks until all work on the device has completed.
@@ -57,26 +63,60 @@ pub trait CaptureFilter: Send {
     fn accepts(&self, stream: StreamRef<'static>) -> Option<bool>;
 }
 
-/// A block in a pool: `ptr` of `bytes`, allocated for `stream`.
-struct Block {
-    ptr: usize,
-    bytes: usize,
-    /// The size asked for when last handed out, which its free must give.
-    requested: usize,
-    stream: usize,
-    /// Held for its drop, which returns the memory.
-    _memory: PoolBlock,
+/// The segments of a private pool, from the device's pool memory, counted.
+struct Segments {
+    memory: Arc<dyn PoolMemory>,
+    /// Bytes every pool of the device holds (shared by their sources).
+    reserved: Arc<AtomicUsize>,
+    held: Mutex<FxHashMap<usize, PoolBlock>>,
 }
 
-/// A private pool.
+impl fmt::Debug for Segments {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner).len();
+        f.debug_struct("Segments").field("memory", &self.memory).field("held", &held).finish_non_exhaustive()
+    }
+}
+
+// SAFETY: segments are what `PoolMemory::allocate` returned (its `unsafe impl` promises 256-byte
+// alignment and no overlap with live segments), each held until `release` drops its `PoolBlock`.
+unsafe impl SegmentSource for Segments {
+    type Error = CudaError;
+
+    fn allocate(&self, bytes: usize) -> Result<NonNull<u8>> {
+        let (ptr, block) = self.memory.allocate(bytes)?;
+        self.held.lock().unwrap_or_else(PoisonError::into_inner).insert(ptr.as_ptr() as usize, block);
+        self.reserved.fetch_add(bytes, Ordering::Relaxed);
+        Ok(ptr)
+    }
+
+    unsafe fn release(&self, base: NonNull<u8>, bytes: usize) {
+        let block = self.held.lock().unwrap_or_else(PoisonError::into_inner).remove(&(base.as_ptr() as usize));
+        if block.is_some() {
+            self.reserved.fetch_sub(bytes, Ordering::Relaxed);
+        }
+        drop(block); // the memory goes back to the driver
+    }
+}
+
+/// A block handed out from a pool.
+struct Live {
+    pool: PoolId,
+    /// The stream it was allocated for: its free returns it to that stream's private pool.
+    stream: usize,
+    block: CachedBlock,
+    /// The size asked for, which its free must give.
+    requested: usize,
+}
+
+/// A PyTorch pool: a private pool per stream its captures allocated on.
 #[derive(Default)]
 struct Pool {
     /// Captures begun into it that PyTorch has not released yet.
     uses: usize,
-    /// Handed out, not yet freed.
+    /// Blocks handed out, not yet freed.
     live: usize,
-    /// Freed, kept for the pool's later captures.
-    free: Vec<Block>,
+    streams: FxHashMap<usize, PrivatePool<Segments>>,
 }
 
 /// A free that waits for the end of the captures underway (the cache's own memory).
@@ -98,22 +138,25 @@ unsafe impl Send for DeferredFree {}
 struct State {
     captures: Vec<(PoolId, Box<dyn CaptureFilter>)>,
     pools: FxHashMap<PoolId, Pool>,
-    /// Blocks handed out from pools, by address, with their pool.
-    live: FxHashMap<usize, (PoolId, Block)>,
-    /// Blocks of released pools, returned to the driver once the device is idle.
-    freeable: Vec<Block>,
+    /// Blocks handed out from pools, by address.
+    live: FxHashMap<usize, Live>,
+    /// The private pools of released pools with no block out: dropped (their segments returned
+    /// to the driver) once the device is idle.
+    freeable: Vec<PrivatePool<Segments>>,
     deferred: Vec<DeferredFree>,
 }
 
 /// One device's private pools and the captures underway.
 pub struct GraphPools {
-    memory: Box<dyn PoolMemory>,
+    memory: Arc<dyn PoolMemory>,
+    /// How the private pools size their segments.
+    config: Config,
     /// Captures underway (read without the lock on every allocation).
     underway: AtomicUsize,
     /// Pool blocks handed out (read without the lock on every free).
     live: AtomicUsize,
     /// Bytes the pools hold from the driver.
-    reserved: AtomicUsize,
+    reserved: Arc<AtomicUsize>,
     state: Mutex<State>,
 }
 
@@ -128,13 +171,15 @@ impl fmt::Debug for GraphPools {
 }
 
 impl GraphPools {
-    /// No pools yet; their memory will come from `memory`.
-    pub fn new(memory: Box<dyn PoolMemory>) -> Self {
+    /// No pools yet; their segments will come from `memory`, sized as `config` says (its figures
+    /// for streams, releases and front caches do not apply to private pools).
+    pub fn new(memory: Box<dyn PoolMemory>, config: Config) -> Self {
         Self {
-            memory,
+            memory: Arc::from(memory),
+            config,
             underway: AtomicUsize::new(0),
             live: AtomicUsize::new(0),
-            reserved: AtomicUsize::new(0),
+            reserved: Arc::new(AtomicUsize::new(0)),
             state: Mutex::default(),
         }
     }
@@ -183,21 +228,16 @@ impl GraphPools {
     }
 
     /// PyTorch no longer replays graphs of `pool` captured once (PyTorch's `releasePool`, once
-    /// per capture). When no capture of it remains, its free blocks, and later its live ones as
-    /// they are freed, wait for [`GraphPools::release_freeable`]. False, changing nothing, for a
-    /// pool no capture began into, or released as often as captured into.
+    /// per capture). When no capture of it remains and its last block is back, its memory waits
+    /// for [`GraphPools::release_freeable`]. False, changing nothing, for a pool no capture began
+    /// into, or released as often as captured into.
     pub fn release(&self, pool: PoolId) -> bool {
         let mut state = self.state();
         let Some(entry) = state.pools.get_mut(&pool).filter(|entry| entry.uses > 0) else { return false };
         entry.uses -= 1;
-        if entry.uses > 0 {
-            return true;
+        if entry.uses == 0 && entry.live == 0 {
+            retire(&mut state, pool);
         }
-        let free = std::mem::take(&mut entry.free);
-        if entry.live == 0 {
-            state.pools.remove(&pool);
-        }
-        state.freeable.extend(free);
         true
     }
 
@@ -207,38 +247,41 @@ impl GraphPools {
         if !self.capturing() {
             return None;
         }
-        let mut state = self.state();
+        let mut guard = self.state();
+        let state = &mut *guard;
         let pool =
             state.captures.iter().find(|(_, filter)| filter.accepts(stream).unwrap_or(true)).map(|(pool, _)| *pool)?;
         let key = stream.as_raw() as usize;
         let entry = state.pools.entry(pool).or_default();
-        // The smallest free block of this stream that fits without wasting more than it holds.
-        let fit = (entry.free.iter().enumerate())
-            .filter(|(_, b)| b.stream == key && b.bytes >= bytes && b.bytes <= bytes.saturating_mul(2).max(GRANULE))
-            .min_by_key(|(_, b)| b.bytes)
-            .map(|(at, _)| at);
-        let block = match fit {
-            Some(at) => Block { requested: bytes, ..entry.free.swap_remove(at) },
-            None => {
-                let rounded = bytes.div_ceil(GRANULE).saturating_mul(GRANULE);
-                let (ptr, memory) = match self.memory.allocate(rounded) {
-                    Ok(fresh) => fresh,
-                    Err(err) => return Some(Err(err)),
+        let private = match entry.streams.entry(key) {
+            Entry::Occupied(private) => private.into_mut(),
+            Entry::Vacant(vacant) => {
+                let segments = Segments {
+                    memory: Arc::clone(&self.memory),
+                    reserved: Arc::clone(&self.reserved),
+                    held: Mutex::default(),
                 };
-                self.reserved.fetch_add(rounded, Ordering::Relaxed);
-                Block { ptr: ptr.as_ptr() as usize, bytes: rounded, requested: bytes, stream: key, _memory: memory }
+                match PrivatePool::new(segments, &self.config) {
+                    Ok(private) => vacant.insert(private),
+                    Err(err) => return Some(Err(err.into())),
+                }
             }
         };
+        let block = match private.alloc(bytes) {
+            Ok(block) => block,
+            Err(err) => return Some(Err(err.into())),
+        };
         entry.live += 1;
-        let ptr = NonNull::new(block.ptr as *mut u8).expect("pool memory is never null");
-        state.live.insert(block.ptr, (pool, block));
+        let ptr = block.ptr();
+        state.live.insert(ptr.as_ptr() as usize, Live { pool, stream: key, block, requested: bytes });
         self.live.store(state.live.len(), Ordering::Release);
         Some(Ok(ptr))
     }
 
-    /// Takes the free of `ptr` when it is a pool block (back to its pool, or to the freeable
-    /// blocks if the pool was released) or when a capture is underway (deferred until the
-    /// captures end; [`GraphPools::end`] hands it back). False: the cache frees it now.
+    /// Takes the free of `ptr` when it is a pool block (back to its pool, whose memory waits for
+    /// [`GraphPools::release_freeable`] once the pool is released and this was its last block)
+    /// or when a capture is underway (deferred until the captures end; [`GraphPools::end`] hands
+    /// it back). False: the cache frees it now.
     ///
     /// Refused (an error, nothing freed): a pool block freed with another size than it was
     /// allocated with, and, during a capture, memory that is no pool block and that `cached`
@@ -260,9 +303,9 @@ impl GraphPools {
         let mut guard = self.state();
         // Fields borrowed apart: the entry into `live` and the captures and deferred frees.
         let state = &mut *guard;
-        let (pool, block) = match state.live.entry(ptr.as_ptr() as usize) {
-            Entry::Occupied(live) if live.get().1.requested == bytes => live.remove(),
-            Entry::Occupied(live) => return Err(wrong_size(ptr, bytes, live.get().1.requested)),
+        let live = match state.live.entry(ptr.as_ptr() as usize) {
+            Entry::Occupied(live) if live.get().requested == bytes => live.remove(),
+            Entry::Occupied(live) => return Err(wrong_size(ptr, bytes, live.get().requested)),
             Entry::Vacant(_) if state.captures.is_empty() => return Ok(false),
             Entry::Vacant(_) => {
                 cached()?;
@@ -271,20 +314,21 @@ impl GraphPools {
             }
         };
         self.live.store(state.live.len(), Ordering::Release);
-        let entry = state.pools.get_mut(&pool).expect("a live block's pool is kept");
+        let entry = state.pools.get_mut(&live.pool).expect("a live block's pool is kept");
+        let private = entry.streams.get(&live.stream).expect("a live block's private pool is kept");
+        // SAFETY: allocated from this private pool. Later blocks of it go to captures into the
+        // same pool on the same stream, which the captured stream order runs after the work that
+        // used this one (PyTorch's rule for shared pools: graphs replay in capture order); the
+        // pool is dropped only after the device is idle (`release_freeable`).
+        unsafe { private.free(live.block) };
         entry.live -= 1;
-        if entry.uses > 0 {
-            entry.free.push(block);
-            return Ok(true);
+        if entry.uses == 0 && entry.live == 0 {
+            retire(state, live.pool);
         }
-        if entry.live == 0 {
-            state.pools.remove(&pool);
-        }
-        state.freeable.push(block);
         Ok(true)
     }
 
-    /// Returns the blocks of released pools to the driver, once the device is idle; nothing
+    /// Returns the memory of released pools to the driver, once the device is idle; nothing
     /// while a capture is underway (a `cudaFree` would end it). Returns the bytes released.
     pub fn release_freeable(&self) -> Result<usize> {
         // The lock is held throughout: no capture can begin before the memory is released.
@@ -292,13 +336,21 @@ impl GraphPools {
         if !state.captures.is_empty() || state.freeable.is_empty() {
             return Ok(0);
         }
-        // Until the device is idle the blocks stay: it may still run a replay that uses them.
+        // Until the device is idle the memory stays: it may still run a replay that uses it.
         self.memory.synchronize()?;
-        let bytes = state.freeable.drain(..).map(|b| b.bytes).sum();
-        self.reserved.fetch_sub(bytes, Ordering::Relaxed);
-        Ok(bytes)
+        let before = self.reserved();
+        // Dropping a private pool with no block out returns every segment.
+        state.freeable.clear();
+        Ok(before - self.reserved())
+    }
+}
+
+/// Moves the private pools of `pool`, released with no block out, to the freeable memory.
+fn retire(state: &mut State, pool: PoolId) {
+    if let Some(entry) = state.pools.remove(&pool) {
+        state.freeable.extend(entry.streams.into_values());
     }
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

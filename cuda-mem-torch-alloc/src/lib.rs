@@ -217,8 +217,9 @@ fn entry(ordinal: c_int) -> Result<&'static Entry> {
     let (backend, choice) = DeviceBackend::new(device)?;
     // Every device gets the same backend: later devices, and later calls, see this choice.
     BACKEND.store(choice as u8, Ordering::Relaxed);
-    let pools = GraphPools::new(Box::new(FreshMemory(device)));
-    let regions = Regions::new(Box::new(RegionCaches { device, config: alloc_conf::AllocConf::from_env()?.config }));
+    let config = alloc_conf::AllocConf::from_env()?.config;
+    let pools = GraphPools::new(Box::new(FreshMemory(device)), config.clone());
+    let regions = Regions::new(Box::new(RegionCaches { device, config }));
     let allocator = DeviceAllocator::new(backend, ordinal).with_graph_pools(pools).with_regions(regions);
     Ok(slot.get_or_init(|| Entry { allocator }))
 }

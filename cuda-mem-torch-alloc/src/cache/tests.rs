@@ -405,7 +405,7 @@ fn the_allocator_counts_and_limits_over_the_cache() {
     let s = a.stats();
     // Three misses: each zero-byte request's minimal block fills a segment sized to it (small
     // segments grow with the pool), and the 700 KiB request needs its own.
-    assert_eq!((s.allocated_current, s.alloc_count, s.failed_count, s.cache_misses), (700 << 10, 3, 1, 3));
+    assert_eq!((s.allocated_current, s.alloc_count, s.failed_count, s.backend.cache_misses), (700 << 10, 3, 1, 3));
     // SAFETY: from this allocator, freed once each; nothing uses host-source memory.
     unsafe {
         a.free(x, 700 << 10, handle(POOLED)).unwrap();
@@ -417,11 +417,14 @@ fn the_allocator_counts_and_limits_over_the_cache() {
     // SAFETY: as above.
     unsafe { a.free(y, 700 << 10, handle(POOLED)) }.unwrap();
     let s = a.stats();
-    assert_eq!((s.allocated_current, s.free_count, s.cache_hits), (0, 4, 1)); // the re-allocation of x is the one hit
-    assert_eq!(s.to_array()[8..], [s.cache_hits, s.cache_misses, s.segments, 0, 0, s.inactive_split_bytes]);
+    assert_eq!((s.allocated_current, s.free_count, s.backend.cache_hits), (0, 4, 1)); // the re-allocation of x is the one hit
+    assert_eq!(
+        s.to_array()[8..],
+        [s.backend.cache_hits, s.backend.cache_misses, s.backend.segments, 0, 0, s.backend.inactive_split_bytes]
+    );
     // Blocks parked in this thread's front cache keep their segments in use: the rest of those
     // segments is free space split off them.
-    assert!(s.inactive_split_bytes > 0);
+    assert!(s.backend.inactive_split_bytes > 0);
 }
 
 /// PyTorch allocates on its main thread and frees on autograd's (and the other way round): blocks

@@ -1,36 +1,66 @@
 use super::*;
-use cuda_mem::{CudaError, ErrorKind};
-use std::sync::Arc;
+use cuda_mem::ErrorKind;
+use std::alloc::Layout;
 use std::sync::atomic::AtomicBool;
+
+const KIB: usize = 1024;
+
+/// Small segments, so the tests can count them: blocks up to 4 KiB share 16 KiB segments, larger
+/// ones take 64 KiB segments or, from 32 KiB, one of their own.
+pub(crate) fn config() -> Config {
+    Config {
+        small_max: 4 * KIB,
+        small_segment: 16 * KIB,
+        large_segment: 64 * KIB,
+        own_segment_from: 32 * KIB,
+        granularity: 16 * KIB,
+        small_segment_divisor: 0,
+        small_fit_divisor: 0,
+        expandable_segments: false,
+        ..Config::default()
+    }
+}
+
+const SMALL: usize = 16 * KIB;
 
 /// Host memory standing in for the driver's: counts the bytes held and the synchronizes.
 #[derive(Debug, Default)]
-struct Driver {
+pub(crate) struct Driver {
     held: AtomicUsize,
     syncs: AtomicUsize,
     refuse_sync: AtomicBool,
 }
 
 #[derive(Debug)]
-struct HostMemory(Arc<Driver>);
+pub(crate) struct HostMemory(pub(crate) Arc<Driver>);
 
+/// Host memory aligned as the driver's, given back when dropped.
 struct Held {
-    _bytes: Box<[u8]>,
+    ptr: NonNull<u8>,
+    layout: Layout,
     driver: Arc<Driver>,
 }
 
+// SAFETY: owns its allocation, which nothing here reads or writes.
+unsafe impl Send for Held {}
+
 impl Drop for Held {
     fn drop(&mut self) {
-        self.driver.held.fetch_sub(self._bytes.len(), Ordering::Relaxed);
+        self.driver.held.fetch_sub(self.layout.size(), Ordering::Relaxed);
+        // SAFETY: allocated in `allocate` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
     }
 }
 
-impl PoolMemory for HostMemory {
+// SAFETY: distinct host allocations of the global allocator, aligned to 256, each held until its
+// `Held` drops.
+unsafe impl PoolMemory for HostMemory {
     fn allocate(&self, bytes: usize) -> Result<(NonNull<u8>, PoolBlock)> {
-        let mut memory = vec![0u8; bytes].into_boxed_slice();
-        let ptr = NonNull::new(memory.as_mut_ptr()).unwrap();
+        let layout = Layout::from_size_align(bytes, 256).unwrap();
+        // SAFETY: a non-zero size (the pools never ask for zero bytes).
+        let ptr = NonNull::new(unsafe { std::alloc::alloc(layout) }).unwrap();
         self.0.held.fetch_add(bytes, Ordering::Relaxed);
-        Ok((ptr, Box::new(Held { _bytes: memory, driver: Arc::clone(&self.0) })))
+        Ok((ptr, Box::new(Held { ptr, layout, driver: Arc::clone(&self.0) })))
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -65,7 +95,7 @@ fn capturing(streams: &[usize]) -> Box<dyn CaptureFilter> {
 
 fn pools() -> (GraphPools, Arc<Driver>) {
     let driver = Arc::new(Driver::default());
-    (GraphPools::new(Box::new(HostMemory(Arc::clone(&driver)))), driver)
+    (GraphPools::new(Box::new(HostMemory(Arc::clone(&driver))), config()), driver)
 }
 
 const P: PoolId = (1, 0);
@@ -104,7 +134,7 @@ fn a_captures_blocks_are_fresh_and_come_back_only_to_its_pool_on_the_same_stream
     pools.begin(P, capturing(&[S1]), || ());
     assert!(alloc(&pools, 100, S2).is_none(), "a stream outside the capture is the cache's");
     let a = alloc(&pools, 100, S1).unwrap();
-    assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (GRANULE, GRANULE));
+    assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (SMALL, SMALL));
     assert!(free(&pools, a, 100, S1));
     assert_eq!(alloc(&pools, 200, S1), Some(a), "freed in the capture, reused in stream order");
     let b = alloc(&pools, 100, S1).unwrap();
@@ -130,39 +160,44 @@ fn a_captures_blocks_are_fresh_and_come_back_only_to_its_pool_on_the_same_stream
 }
 
 #[test]
-fn blocks_much_larger_than_the_request_are_left_for_larger_ones() {
-    let (pools, _) = pools();
+fn small_blocks_share_segments_and_large_blocks_are_kept_for_large_requests() {
+    let (pools, driver) = pools();
     pools.begin(P, capturing(&[S1]), || ());
     let big = alloc(&pools, 1 << 20, S1).unwrap();
     assert!(free(&pools, big, 1 << 20, S1));
     let small = alloc(&pools, 1000, S1).unwrap();
-    assert_ne!(small, big);
-    assert_eq!(pools.reserved(), (1 << 20) + 1024, "sizes round up to 512 bytes");
-    assert_eq!(alloc(&pools, 600_000, S1), Some(big));
+    let other = alloc(&pools, 1000, S1).unwrap();
+    assert!(small != big && other != big, "a small request never splits the large block");
+    let (small_at, other_at) = (small.as_ptr() as usize, other.as_ptr() as usize);
+    assert!(small_at.abs_diff(other_at) < SMALL, "two small blocks share one small segment");
+    assert_eq!(pools.reserved(), (1 << 20) + SMALL);
+    assert_eq!(driver.held.load(Ordering::Relaxed), pools.reserved());
+    assert_eq!(alloc(&pools, 1 << 20, S1), Some(big), "the large block comes back for a large request");
     ended(&pools, P);
 }
 
 #[test]
-fn a_released_pools_memory_goes_back_once_the_device_is_idle_and_no_capture_is_underway() {
+fn a_released_pools_memory_goes_back_once_its_blocks_are_back_the_device_is_idle_and_no_capture_is_underway() {
     let (pools, driver) = pools();
     pools.begin(P, capturing(&[S1]), || ());
     let a = alloc(&pools, 4096, S1).unwrap();
     let output = alloc(&pools, 4096, S1).unwrap();
+    assert_eq!(pools.reserved(), SMALL, "both in one small segment");
     assert!(free(&pools, a, 4096, S1));
     ended(&pools, P);
     assert_eq!(pools.release_freeable().unwrap(), 0, "the graph may still replay");
 
     pools.release(P);
-    assert_eq!(pools.release_freeable().unwrap(), 4096);
-    assert_eq!(driver.syncs.load(Ordering::Relaxed), 1);
-    assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (4096, 4096));
+    assert_eq!(pools.release_freeable().unwrap(), 0, "the graph's output is still out");
+    assert_eq!(driver.syncs.load(Ordering::Relaxed), 0);
 
     pools.begin(Q, capturing(&[S2]), || ());
     assert!(free(&pools, output, 4096, S1), "the graph's output, freed after its pool was released");
     assert_eq!(pools.release_freeable().unwrap(), 0, "no cudaFree during a capture");
-    assert_eq!(driver.held.load(Ordering::Relaxed), 4096);
+    assert_eq!(driver.held.load(Ordering::Relaxed), SMALL);
     ended(&pools, Q);
-    assert_eq!(pools.release_freeable().unwrap(), 4096);
+    assert_eq!(pools.release_freeable().unwrap(), SMALL);
+    assert_eq!(driver.syncs.load(Ordering::Relaxed), 1, "after the device is idle");
     assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (0, 0));
 }
 
@@ -180,7 +215,7 @@ fn a_pool_shared_by_two_graphs_lives_until_both_are_released() {
     assert!(pools.release(P));
     assert!(!pools.release(P), "one release too many is refused and changes nothing");
     assert!(!pools.release(Q), "a pool never captured into");
-    assert_eq!(pools.release_freeable().unwrap(), GRANULE);
+    assert_eq!(pools.release_freeable().unwrap(), SMALL);
     assert_eq!(driver.held.load(Ordering::Relaxed), 0);
 }
 
@@ -241,9 +276,9 @@ fn a_failed_wait_for_the_device_keeps_the_blocks() {
     assert!(free(&pools, block, 100, S1));
     driver.refuse_sync.store(true, Ordering::Relaxed);
     assert!(pools.release_freeable().is_err());
-    assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (GRANULE, GRANULE));
+    assert_eq!((driver.held.load(Ordering::Relaxed), pools.reserved()), (SMALL, SMALL));
     driver.refuse_sync.store(false, Ordering::Relaxed);
-    assert_eq!(pools.release_freeable().unwrap(), GRANULE);
+    assert_eq!(pools.release_freeable().unwrap(), SMALL);
     assert_eq!(driver.held.load(Ordering::Relaxed), 0);
 }
 
