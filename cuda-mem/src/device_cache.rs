@@ -16,11 +16,10 @@ use crate::error::{CudaError, ErrorKind, Result};
 use crate::maybe_owned::MaybeOwned;
 use crate::pool_stats::PoolStats;
 use crate::raw;
-use crate::resource::{MemoryKind, MemoryResource, StreamRef};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::Event;
-use crate::stream::Stream;
 use crate::stream::uses::StreamUses;
+use crate::stream::{Stream, StreamRef};
 use bytemuck::Pod;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -527,10 +526,10 @@ unsafe impl Backend for CudaSegments {
 pub struct DeviceCache {
     allocator: CachingAllocator<CudaSegments>,
     device: Device,
-    /// The stream that orders allocations made through [`MemoryResource`], which names streams
+    /// The stream that orders allocations made through [`MemoryResource`](crate::resource::MemoryResource), which names streams
     /// by raw handle only (see the impl).
     resource_stream: OnceLock<Stream>,
-    /// The blocks out through [`MemoryResource`], by address.
+    /// The blocks out through [`MemoryResource`](crate::resource::MemoryResource), by address.
     resource_blocks: Mutex<HashMap<usize, CachedBlock>>,
 }
 
@@ -871,14 +870,16 @@ impl<T: Pod> Drop for CachedBuffer<'_, T> {
     }
 }
 
-// SAFETY: the contract on `MemoryResource` holds: blocks of at least `bytes`, 256-byte aligned,
-// device memory of `device`, out of the cache (used by no one else) until `deallocate`. A resource
-// names streams by raw handle only, which the cache cannot keep alive, so every block is taken
-// on the cache's own stream, and the caller's stream is ordered after it with an event on
-// allocation; on deallocation the cache's stream waits for the caller's before the block is
-// returned. Slower than `CachedBuffer` (two events per pair), for adaptors that need a resource.
-unsafe impl MemoryResource for DeviceCache {
-    fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+/// The cache as a [`MemoryResource`](crate::resource::MemoryResource) (whose impl, in the resource
+/// module, forwards here). A resource names streams by raw handle only, which the cache cannot
+/// keep alive, so every block is taken on the cache's own stream, and the caller's stream is
+/// ordered after it with an event on allocation; on deallocation the cache's stream waits for the
+/// caller's before the block is returned. Slower than `CachedBuffer` (two events per pair), for
+/// adaptors that need a resource.
+impl DeviceCache {
+    /// At least `bytes` (> 0) of device memory of the cache's device, 256-byte aligned, out of the
+    /// cache until [`DeviceCache::resource_deallocate`], usable by work on `stream`.
+    pub(crate) fn resource_allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
         if bytes == 0 {
             let kind = ErrorKind::InvalidArgument("a resource allocation of 0 bytes");
             return Err(CudaError::new(kind, "DeviceCache::allocate"));
@@ -899,12 +900,18 @@ unsafe impl MemoryResource for DeviceCache {
         Ok(ptr)
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
+    /// Returns a block of [`DeviceCache::resource_allocate`] once the work queued on `stream`
+    /// has run; an unknown address is ignored.
+    ///
+    /// # Safety
+    /// Nothing uses the block after the work already queued on `stream`, which stays valid for
+    /// the call.
+    pub(crate) unsafe fn resource_deallocate(&self, ptr: NonNull<u8>, stream: StreamRef<'_>) {
         let block =
             self.resource_blocks.lock().unwrap_or_else(PoisonError::into_inner).remove(&(ptr.as_ptr() as usize));
         let (Some(block), Ok(own)) = (block, self.resource_stream()) else { return };
         let done = Event::without_timing().and_then(|done| {
-            // SAFETY: the caller keeps the stream handle valid for the call (resource contract).
+            // SAFETY: the caller keeps the stream handle valid for the call.
             unsafe { raw::events::record(done.as_raw(), stream.as_raw()) }?;
             own.wait_event(&done)
         });
@@ -913,29 +920,21 @@ unsafe impl MemoryResource for DeviceCache {
             keep_out(block);
             return;
         }
-        // SAFETY: taken on the cache's stream in `allocate`; that stream now waits for the
-        // caller's work on it.
+        // SAFETY: taken on the cache's stream in `resource_allocate`; that stream now waits for
+        // the caller's work on it.
         unsafe { self.allocator.free(block) };
-    }
-
-    fn kind(&self) -> MemoryKind {
-        MemoryKind::Device
-    }
-
-    fn device(&self) -> Option<Device> {
-        Some(self.device)
     }
 
     /// The cache's figures as a pool's: reserved is the segments (current and peak), used the
     /// blocks held by users, rounded to their size classes.
-    fn pool_stats(&self) -> Option<PoolStats> {
+    pub(crate) fn as_pool_stats(&self) -> PoolStats {
         let stats = self.stats();
-        Some(PoolStats {
+        PoolStats {
             reserved_current: stats.reserved.current,
             reserved_high: stats.reserved.peak,
             used_current: stats.allocated.current,
             used_high: stats.allocated.peak,
-        })
+        }
     }
 }
 

@@ -90,36 +90,50 @@
 //! ```
 #![warn(missing_docs)]
 
+// The modules in layers, lowest first: a module uses only modules of its own layer or of a lower
+// one (`cargo xtask tidy` checks it against the imports).
+
+// # Layer 1: foundations (the runtime's calls, errors, and the small types every layer shares)
 #[macro_use]
 mod owner_macros;
-mod device;
-mod device_buffer;
-mod device_cache;
-#[cfg(feature = "dlpack")]
-pub mod dlpack;
 mod error;
-mod graph;
-mod ipc;
-mod managed;
 mod maybe_owned;
-mod memory;
-mod peer;
-mod pending;
-mod pinned;
-mod pinned_pool;
-mod pool;
 mod pool_stats;
 mod raw;
-mod registered;
-pub mod resource;
+
+// # Layer 2: handles (devices, streams and pools: what memory is allocated from and ordered on)
+mod device;
+mod pool;
+mod stream;
+mod watcher;
+
+// # Layer 3: views (borrowed device memory, scopes, and the traits every owner implements)
+mod memory;
 mod scope;
 mod slice;
-pub(crate) mod staged;
-mod stream;
+
+// # Layer 4: owners (one module per allocation family)
+mod device_buffer;
+mod device_cache;
+mod ipc;
+mod managed;
+mod peer;
+mod pinned;
+mod pinned_pool;
+mod registered;
 mod stream_buffer;
+
+// # Layer 5: work on owners (asynchronous work, staged copies, resources, exchange, graphs)
+#[cfg(feature = "dlpack")]
+pub mod dlpack;
+mod graph;
+mod pending;
+pub mod resource;
+pub(crate) mod staged;
+
+// # Layer 6: testing (fakes for the users' tests)
 #[cfg(feature = "testing")]
 pub mod testing;
-mod watcher;
 
 pub use bytemuck::{Pod, Zeroable};
 pub use caching::Keep;

@@ -42,7 +42,7 @@ macro_rules! mapped_host_views {
         /// allocated with [`HostAllocFlags::MAPPED`](crate::HostAllocFlags::MAPPED).
         pub fn device_view(&self) -> Result<DeviceSlice<'_, T>> {
             let (mapped, host, len) = self.mapped_parts();
-            let ptr = crate::pinned::mapped_device_ptr(mapped, host, len)?;
+            let ptr = crate::raw::host::mapped_device_ptr(mapped, host, len)?;
             // SAFETY: the view borrows `self`, so the memory stays allocated; host writes need
             // `&mut self`, which the borrow excludes.
             Ok(unsafe { DeviceSlice::from_raw_parts(ptr, len) })
@@ -51,7 +51,7 @@ macro_rules! mapped_host_views {
         /// The device's exclusive view of mapped memory; see `device_view`.
         pub fn device_view_mut(&mut self) -> Result<DeviceSliceMut<'_, T>> {
             let (mapped, host, len) = self.mapped_parts();
-            let ptr = crate::pinned::mapped_device_ptr(mapped, host, len)?;
+            let ptr = crate::raw::host::mapped_device_ptr(mapped, host, len)?;
             // SAFETY: the view borrows `self` exclusively, so the host cannot touch the memory.
             Ok(unsafe { DeviceSliceMut::from_raw_parts(ptr, len) })
         }

@@ -1,7 +1,7 @@
 //! `PinnedBuffer<T>`: page-locked host memory from `cudaMallocHost` / `cudaHostAlloc`, always
 //! freed with `cudaFreeHost` (the source document's `cudaHostFree` does not exist).
 
-use crate::error::{CudaError, ErrorKind, Result};
+use crate::error::Result;
 use crate::raw::host_flags::HostAllocFlags;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};
@@ -117,19 +117,6 @@ impl<T: Pod> PinnedBuffer<T> {
         // SAFETY: the pointer came from cudaMallocHost/cudaHostAlloc and is freed once.
         unsafe { raw::host::free(self.ptr.as_ptr().cast(), self.len * size_of::<T>()) }
     }
-}
-
-/// The device address of mapped host memory; empty ranges map to a dangling address. Memory that
-/// is not `mapped` is refused with [`ErrorKind::NotMapped`].
-pub(crate) fn mapped_device_ptr<T>(mapped: bool, host: *mut T, len: usize) -> Result<*mut T> {
-    if !mapped {
-        return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
-    }
-    if len * size_of::<T>() == 0 {
-        return Ok(NonNull::dangling().as_ptr());
-    }
-    // SAFETY: `host` is the start of a live mapped allocation (the caller's buffer).
-    unsafe { raw::host::device_pointer(host.cast()) }.map(|device| device.cast())
 }
 
 impl<T: Pod> Deref for PinnedBuffer<T> {

@@ -2,7 +2,7 @@
 //! unregistered on drop.
 
 use crate::error::{CudaError, ErrorKind, Result};
-use crate::pinned::mapped_device_ptr;
+use crate::raw::host::mapped_device_ptr;
 use crate::raw::host_flags::HostRegisterFlags;
 use crate::raw::{self, byte_len};
 use crate::slice::{DeviceSlice, DeviceSliceMut};

@@ -29,13 +29,19 @@ pub fn check_tree(root: &Path) -> Vec<String> {
 }
 
 /// Modules as nodes, `crate::` names as edges.
-type Graph = BTreeMap<String, BTreeSet<String>>;
+pub(crate) type Graph = BTreeMap<String, BTreeSet<String>>;
 
 /// The circles of cuda-mem's source tree at `src` (its `src/` folder), each sorted.
 pub fn circles_in(src: &Path) -> Vec<Vec<String>> {
+    circles(&module_graph(src))
+}
+
+/// The top-level modules of the source tree at `src` and the modules each names (itself left
+/// out; names that are no module of the tree kept, as the circles skip them).
+pub(crate) fn module_graph(src: &Path) -> Graph {
     let mut graph = Graph::new();
     let root = root_items(&fs::read_to_string(src.join("lib.rs")).unwrap_or_default());
-    let Ok(entries) = fs::read_dir(src) else { return Vec::new() };
+    let Ok(entries) = fs::read_dir(src) else { return graph };
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().trim_end_matches(".rs").to_string();
@@ -48,7 +54,7 @@ pub fn circles_in(src: &Path) -> Vec<Vec<String>> {
         let modules = crate_names(&text).into_iter().map(|n| root.get(&n).cloned().unwrap_or(n));
         edges.extend(modules.filter(|n| *n != name));
     }
-    circles(&graph)
+    graph
 }
 
 /// The code of a file, or of every file of a folder, without test files and inline test modules.

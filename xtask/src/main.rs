@@ -7,6 +7,7 @@ mod codegen;
 mod figures;
 mod fuzz;
 mod import_circles;
+mod layers;
 mod miri;
 mod msrv;
 mod package;

@@ -10,7 +10,8 @@
 //! - code comments carry no hardware figures (a number followed by `GB/s`, `µs` or `ms per`); they
 //!   point to the dated report instead;
 //! - cuda-mem's top-level modules form no import circle but the known ones, which may only go
-//!   ([`crate::import_circles`]).
+//!   ([`crate::import_circles`]), and import no module of a higher layer than their own, as
+//!   cuda-mem's lib.rs declares the layers ([`crate::layers`]).
 
 use crate::util::{self, Result};
 use std::fmt;
@@ -51,7 +52,8 @@ impl fmt::Display for Violation {
 pub fn run() -> Result {
     let root = util::workspace_root();
     let violations = check_tree(&root);
-    let circles = crate::import_circles::check_tree(&root);
+    let mut circles = crate::import_circles::check_tree(&root);
+    circles.extend(crate::layers::check_tree(&root));
     if violations.is_empty() && circles.is_empty() {
         eprintln!("tidy: clean");
         return Ok(());

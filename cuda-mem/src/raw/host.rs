@@ -3,14 +3,10 @@
 
 use super::host_flags::{HostAllocFlags, HostRegisterFlags};
 use super::{check, check_alloc};
-use crate::error::Result;
+use crate::error::{CudaError, ErrorKind, Result};
 use cuda_mem_sys as sys;
 use std::ffi::c_void;
-
-pub use sys::{
-    cudaHostAllocMapped, cudaHostAllocPortable, cudaHostAllocWriteCombined, cudaHostRegisterMapped,
-    cudaHostRegisterPortable, cudaHostRegisterReadOnly,
-};
+use std::ptr::NonNull;
 
 /// `cudaMallocHost` when `flags` is empty, else `cudaHostAlloc(flags)`, of `bytes` (non-zero).
 pub(crate) fn alloc(bytes: usize, flags: HostAllocFlags) -> Result<*mut c_void> {
@@ -69,4 +65,17 @@ pub(crate) unsafe fn device_pointer(host: *mut c_void) -> Result<*mut c_void> {
     // SAFETY: `device` is valid for writes; the caller vouches for `host`.
     check(unsafe { sys::cudaHostGetDevicePointer(&mut device, host, 0) }, || "cudaHostGetDevicePointer".into())?;
     Ok(device)
+}
+
+/// The device address of mapped host memory; empty ranges map to a dangling address. Memory that
+/// is not `mapped` is refused with [`ErrorKind::NotMapped`].
+pub(crate) fn mapped_device_ptr<T>(mapped: bool, host: *mut T, len: usize) -> Result<*mut T> {
+    if !mapped {
+        return Err(CudaError::new(ErrorKind::NotMapped, "cudaHostGetDevicePointer"));
+    }
+    if len * size_of::<T>() == 0 {
+        return Ok(NonNull::dangling().as_ptr());
+    }
+    // SAFETY: `host` is the start of a live mapped allocation (the caller's buffer).
+    unsafe { device_pointer(host.cast()) }.map(|device| device.cast())
 }

@@ -1,6 +1,6 @@
 //! Typed flag sets for `cudaHostAlloc` and `cudaHostRegister`.
 
-use super::host;
+use cuda_mem_sys as sys;
 
 bitflags::bitflags! {
     /// Flags of `cudaHostAlloc`; empty means `cudaMallocHost` (page-locked, cached).
@@ -16,13 +16,13 @@ bitflags::bitflags! {
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct HostAllocFlags: u32 {
         /// Pinned for every CUDA context, not only the current one (`cudaHostAllocPortable`).
-        const PORTABLE = host::cudaHostAllocPortable;
+        const PORTABLE = sys::cudaHostAllocPortable;
         /// Mapped into the device address space: kernels may read and write it directly
         /// (`cudaHostAllocMapped`).
-        const MAPPED = host::cudaHostAllocMapped;
+        const MAPPED = sys::cudaHostAllocMapped;
         /// Write-combined: faster host writes and PCIe reads on some systems, very slow host reads
         /// (`cudaHostAllocWriteCombined`).
-        const WRITE_COMBINED = host::cudaHostAllocWriteCombined;
+        const WRITE_COMBINED = sys::cudaHostAllocWriteCombined;
     }
 }
 
@@ -41,12 +41,12 @@ bitflags::bitflags! {
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct HostRegisterFlags: u32 {
         /// Pinned for every CUDA context (`cudaHostRegisterPortable`).
-        const PORTABLE = host::cudaHostRegisterPortable;
+        const PORTABLE = sys::cudaHostRegisterPortable;
         /// Mapped into the device address space (`cudaHostRegisterMapped`).
-        const MAPPED = host::cudaHostRegisterMapped;
+        const MAPPED = sys::cudaHostRegisterMapped;
         /// The device only reads the memory (`cudaHostRegisterReadOnly`); needs
         /// `DeviceAttribute::HostRegisterReadOnlySupported`.
-        const READ_ONLY = host::cudaHostRegisterReadOnly;
+        const READ_ONLY = sys::cudaHostRegisterReadOnly;
     }
 }
 

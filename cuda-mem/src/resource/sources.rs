@@ -2,6 +2,7 @@
 
 use super::{MemoryKind, MemoryResource, StreamRef};
 use crate::device::{CurrentDevice, Device};
+use crate::device_cache::DeviceCache;
 use crate::error::{CudaError, ErrorKind, Result};
 use crate::pinned_pool::PinnedPool;
 use crate::pool::MemPool;
@@ -218,6 +219,34 @@ unsafe impl MemoryResource for PinnedPoolResource {
 
     fn kind(&self) -> MemoryKind {
         MemoryKind::PinnedHost
+    }
+}
+
+// SAFETY: the contract on `MemoryResource` holds: `resource_allocate` hands out blocks of at
+// least `bytes`, 256-byte aligned, device memory of the cache's device, out of the cache (used by
+// no one else) until `deallocate`, ordered before the caller's stream; `resource_deallocate`
+// returns only blocks it handed out, after the caller's stream (see `DeviceCache`'s
+// resource methods).
+unsafe impl MemoryResource for DeviceCache {
+    fn allocate(&self, bytes: usize, stream: StreamRef<'_>) -> Result<NonNull<u8>> {
+        self.resource_allocate(bytes, stream)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, _bytes: usize, stream: StreamRef<'_>) {
+        // SAFETY: the caller's contract, which is the method's.
+        unsafe { self.resource_deallocate(ptr, stream) }
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Device
+    }
+
+    fn device(&self) -> Option<Device> {
+        Some(DeviceCache::device(self))
+    }
+
+    fn pool_stats(&self) -> Option<PoolStats> {
+        Some(self.as_pool_stats())
     }
 }
 
