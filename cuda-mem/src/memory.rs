@@ -10,7 +10,30 @@
 //!
 //! Sealed: an implementation promises that its memory stays at one address while the value
 //! moves and is freed only by its own drop (or `free`), which is what lets a `Pending`, an
-//! export or a communicator hold it by value while the GPU uses it.
+//! export or a communicator hold it by value while the GPU uses it. A type of the user's cannot
+//! make that promise:
+//!
+//! ```compile_fail,E0277
+//! use cuda_mem::{Device, DeviceMemory, DeviceSlice, DeviceSliceMut};
+//! struct Forged(Vec<u32>); // host memory, freed whenever the Vec is
+//! impl DeviceMemory for Forged { // error: `Forged: Owner` is not satisfied
+//!     type Elem = u32;
+//!     fn device(&self) -> Device { unimplemented!() }
+//!     fn len(&self) -> usize { self.0.len() }
+//!     fn as_slice(&self) -> DeviceSlice<'_, u32> { unimplemented!() }
+//!     fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, u32> { unimplemented!() }
+//! }
+//! ```
+//!
+//! ```compile_fail,E0277
+//! use cuda_mem::HostMemory;
+//! struct Borrowed<'a>(&'a mut [u32]);
+//! impl HostMemory for Borrowed<'static> { // error: `Borrowed: Host` is not satisfied
+//!     type Elem = u32;
+//!     fn host(&self) -> &[u32] { self.0 }
+//!     fn host_mut(&mut self) -> &mut [u32] { self.0 }
+//! }
+//! ```
 
 use crate::device::Device;
 use crate::error::Result;

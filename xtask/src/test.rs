@@ -53,11 +53,35 @@ pub fn run() -> Result {
     // toolchains or tools a machine may lack (said in one line), and the slowest.
     crate::msrv::ci()?;
     crate::miri::ci()?;
+    compile_fail_codes(&libclang)?;
     crate::fuzz::smoke()?;
 
     let gpu_note = if gpu { "GPU tests included" } else { "no GPU: GPU tests reported as ignored" };
     eprintln!("cargo xtask test: all passed in {:.0} s ({gpu_note})", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// The crates whose doc tests include `compile_fail` examples with error codes.
+const COMPILE_FAIL_CRATES: [&str; 2] = ["cuda-mem", "cuda-mem-nccl"];
+
+/// The doc tests again on the nightly toolchain, where rustdoc compares each `compile_fail,E0…`
+/// example's error codes with the compiler's (stable's pass above proves only that they fail to
+/// compile, for whatever reason). Skipped, with a line, where nightly cannot be had.
+fn compile_fail_codes(libclang: &provision::Libclang) -> Result {
+    if let Err(why) = provision::nightly(&[]) {
+        eprintln!("compile-fail codes: skipped ({why})");
+        return Ok(());
+    }
+    let toolkit = provision::toolkit()?;
+    let target = util::workspace_root().join("target").join("nightly-doc");
+    // The rustup proxy `cargo` (not $CARGO) understands `+nightly`.
+    let mut cmd = libclang.apply(std::process::Command::new("cargo"));
+    cmd.current_dir(util::workspace_root()).env("CUDA_PATH", &toolkit.root).env("CARGO_TARGET_DIR", target);
+    cmd.args([&format!("+{}", provision::NIGHTLY), "test", "--doc", "--all-features"]);
+    COMPILE_FAIL_CRATES.iter().for_each(|krate| {
+        cmd.args(["-p", krate]);
+    });
+    util::run(&mut cmd)
 }
 
 /// GPU tests that need the device to themselves start with this (see `cuda-mem/tests/common/mod.rs`).

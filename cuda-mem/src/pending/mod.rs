@@ -120,12 +120,12 @@ pub enum WakeUp {
 ///
 /// Nor can memory from outside the `Pending` be lent to its work: only the value it owns.
 ///
-/// ```compile_fail,E0521
+/// ```compile_fail,E0597
 /// # use cuda_mem::{DeviceBuffer, Stream};
 /// # let stream = Stream::non_blocking().unwrap();
 /// let outside = vec![1u32; 16];
 /// let pending = stream.queue(DeviceBuffer::<u32>::zeroed(16).unwrap(), |s, device| {
-///     s.copy_from_host(&mut device.as_mut_slice(), &outside) // error: `outside` is not owned
+///     s.copy_from_host(&mut device.as_mut_slice(), &outside) // error: `outside` would have to live for good
 /// }).unwrap();
 /// drop(outside);
 /// # pending.wait().unwrap();

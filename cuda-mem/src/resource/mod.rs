@@ -87,10 +87,10 @@ pub enum MemoryKind {
 /// use std::ptr::NonNull;
 /// #[derive(Debug)]
 /// struct Forged;
-/// unsafe impl MemoryResource for Forged {
+/// impl MemoryResource for Forged { // error: the trait requires an `unsafe impl`
 ///     fn allocate(&self, _: usize, _: StreamRef<'_>) -> cuda_mem::Result<NonNull<u8>> {
 ///         static BYTE: u8 = 0;
-///         Ok(NonNull::from(&BYTE).cast_mut())
+///         Ok(NonNull::from(&BYTE)) // read-only memory, handed out as writable
 ///     }
 ///     unsafe fn deallocate(&self, _: NonNull<u8>, _: usize, _: StreamRef<'_>) {}
 ///     fn kind(&self) -> MemoryKind {
