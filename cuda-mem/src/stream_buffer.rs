@@ -267,18 +267,10 @@ impl<T: Pod> Owner for StreamBuffer<'_, T> {
 }
 
 impl<T: Pod> DeviceMemory for StreamBuffer<'_, T> {
-    type Elem = T;
+    forward_device_views!();
+
     fn device(&self) -> Device {
         self.pool.device()
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn as_slice(&self) -> DeviceSlice<'_, T> {
-        Self::as_slice(self)
-    }
-    fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
-        Self::as_mut_slice(self)
     }
 }
 
