@@ -952,11 +952,19 @@ impl<T: Pod> Owner for CachedBuffer<'_, T> {
 }
 
 impl<T: Pod> DeviceMemory for CachedBuffer<'_, T> {
-    forward_device_views!();
-
+    type Elem = T;
     fn device(&self) -> Device {
         // A cache hands out blocks of its device only, for streams of that device.
         self.stream.device()
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn as_slice(&self) -> DeviceSlice<'_, T> {
+        Self::as_slice(self)
+    }
+    fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        Self::as_mut_slice(self)
     }
 }
 

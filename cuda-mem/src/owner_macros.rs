@@ -92,24 +92,3 @@ macro_rules! free_now {
         }
     };
 }
-
-/// The parts of [`DeviceMemory`](crate::DeviceMemory) every owner forwards to its inherent
-/// methods of the same names, inside its `impl DeviceMemory` (which adds `device`), in a file that
-/// imports the view types.
-macro_rules! forward_device_views {
-    () => {
-        type Elem = T;
-
-        fn len(&self) -> usize {
-            Self::len(self)
-        }
-
-        fn as_slice(&self) -> DeviceSlice<'_, T> {
-            Self::as_slice(self)
-        }
-
-        fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
-            Self::as_mut_slice(self)
-        }
-    };
-}

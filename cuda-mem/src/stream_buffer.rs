@@ -267,10 +267,18 @@ impl<T: Pod> Owner for StreamBuffer<'_, T> {
 }
 
 impl<T: Pod> DeviceMemory for StreamBuffer<'_, T> {
-    forward_device_views!();
-
+    type Elem = T;
     fn device(&self) -> Device {
         self.pool.device()
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn as_slice(&self) -> DeviceSlice<'_, T> {
+        Self::as_slice(self)
+    }
+    fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        Self::as_mut_slice(self)
     }
 }
 

@@ -423,10 +423,18 @@ impl<T: Pod> Owner for ResourceBuffer<'_, T> {
 }
 
 impl<T: Pod> DeviceMemory for ResourceBuffer<'_, T> {
-    forward_device_views!();
-
+    type Elem = T;
     fn device(&self) -> Device {
         self.0.device()
+    }
+    fn len(&self) -> usize {
+        self.0.len
+    }
+    fn as_slice(&self) -> DeviceSlice<'_, T> {
+        Self::as_slice(self)
+    }
+    fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        Self::as_mut_slice(self)
     }
 }
 
