@@ -327,6 +327,9 @@ fn with_choice(default: Config, name: &str) -> Option<Config> {
     if let Some(bytes) = mib("ahead_") {
         return Some(Config { map_ahead_bytes: bytes, ..default });
     }
+    if let Some(bytes) = mib("own_range_") {
+        return Some(Config { own_range_from: bytes, ..default });
+    }
     Some(match name {
         "default" => default,
         "throughput" => Config::throughput(),

@@ -48,6 +48,7 @@ fn hostile_config(rng: &mut Rng) -> Config {
         live_slack_percent: rng.pick(&[0, 4, 100]),
         expandable_segments: rng.coin(),
         max_mapping_bytes: rng.pick(&[0, 1, 4 << 20, usize::MAX]),
+        own_range_from: rng.pick(&[0, 1, 16 << 20, usize::MAX]),
         map_ahead_bytes: rng.pick(&[0, 1, 4 << 20, usize::MAX]),
     };
     if config.check().is_err() {

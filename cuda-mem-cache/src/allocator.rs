@@ -629,7 +629,7 @@ impl<B: Backend> Shared<B> {
         let budget = config.live_budget(self.active() + class.bytes());
         // Below the reserve's peak a large miss maps ahead for the stream's next ones.
         let ahead = match config.pool_of(class) {
-            Pool::Large => Ahead { most: config.map_ahead_bytes, page: pages.page_bytes() },
+            Pool::Large | Pool::Huge => Ahead { most: config.map_ahead_bytes, page: pages.page_bytes() },
             Pool::Small => Ahead::NONE,
         };
         // A miss that fits the budget with what the others are about to map maps at once;

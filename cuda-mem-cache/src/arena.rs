@@ -10,7 +10,7 @@
 //! fence recorded on the owner after that count shows which free blocks it covers.
 
 use super::backend::StreamKey;
-use super::config::Pool;
+use super::config::{POOLS, Pool};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ptr::NonNull;
@@ -88,9 +88,9 @@ unsafe impl<F: Send + Sync> Send for Segment<F> {}
 /// A stream's free blocks, per pool, by (size, id): the first at or above a size is the best fit.
 #[derive(Default)]
 pub(super) struct StreamLists {
-    pub(super) free: [BTreeSet<(usize, BlockId)>; 2],
+    pub(super) free: [BTreeSet<(usize, BlockId)>; POOLS],
     /// Unmapped blocks of the stream's growable segments, per pool, by (size, id).
-    pub(super) unmapped: [BTreeSet<(usize, BlockId)>; 2],
+    pub(super) unmapped: [BTreeSet<(usize, BlockId)>; POOLS],
     pub(super) segments: usize,
     /// Blocks freed on this stream whose fences are pending.
     pending: usize,

@@ -11,7 +11,13 @@ pub enum Pool {
     Small = 0,
     /// Larger classes.
     Large = 1,
+    /// Classes from [`Config::own_range_from`] up, when that is on and segments are growable:
+    /// address ranges of their own, apart from the smaller classes' (see there).
+    Huge = 2,
 }
+
+/// How many pools there are.
+pub(super) const POOLS: usize = 3;
 
 /// Parameters of a [`CachingAllocator`](super::CachingAllocator). Sizes are multiples of 512.
 ///
@@ -117,6 +123,20 @@ pub struct Config {
     /// little memory for the extra, the miss maps its request alone. 0: a miss maps only what it
     /// needs (for a process that empties the cache to leave memory to others). Default 64 MiB.
     pub map_ahead_bytes: usize,
+    /// With growable segments, classes from this size up are cut from address ranges of their
+    /// own (a third pool per stream), apart from smaller ones; 0: off (the default). A large
+    /// miss maps allocations of up to [`max_mapping_bytes`](Self::max_mapping_bytes), which go
+    /// back to the driver only whole: without this, a small block that reuses part of a large
+    /// block's space after its free keeps the whole mapping from going back for as long as it
+    /// lives. A serving engine's KV-cache pages, which live for hundreds of steps and take the
+    /// space of prefill buffers freed before them, are that case. Apart, and with this at most a
+    /// quarter of `max_mapping_bytes` (16 MiB by default), the smaller classes keep to page-sized
+    /// mappings, and a large block's mappings go back whole once it is freed.
+    /// The price is paid where sizes cross the line from step to step (a training loop's
+    /// activations): free memory on one side does not serve the other without an unmap and a
+    /// map, so such a workload misses more and reserves more. Measured in docs/workloads.md
+    /// (2026-12-07, `own_range_16`).
+    pub own_range_from: usize,
 }
 
 impl Default for Config {
@@ -140,6 +160,7 @@ impl Default for Config {
             expandable_segments: true,
             max_mapping_bytes: 64 << 20,
             map_ahead_bytes: 64 << 20,
+            own_range_from: 0,
         }
     }
 }
@@ -175,7 +196,13 @@ impl Config {
     /// The pool serving `class`.
     #[inline]
     pub(super) fn pool_of(&self, class: SizeClass) -> Pool {
-        if class.bytes() <= self.small_max { Pool::Small } else { Pool::Large }
+        if class.bytes() <= self.small_max {
+            Pool::Small
+        } else if self.own_range_from > 0 && self.expandable_segments && class.bytes() >= self.own_range_from {
+            Pool::Huge
+        } else {
+            Pool::Large
+        }
     }
 
     /// The size of the segments `pool` grows by, holding `pool_reserved` bytes (a request larger
@@ -187,7 +214,7 @@ impl Config {
                 (1 << share.ilog2()).max(MIN_BLOCK)
             }
             Pool::Small => self.small_segment,
-            Pool::Large => self.large_segment,
+            Pool::Large | Pool::Huge => self.large_segment,
         }
     }
 
@@ -199,7 +226,7 @@ impl Config {
         size <= target
             || match pool {
                 Pool::Small => self.small_fit_divisor == 0 || rest <= bytes / self.small_fit_divisor,
-                Pool::Large => rest <= self.large_fit_slack,
+                Pool::Large | Pool::Huge => rest <= self.large_fit_slack,
             }
     }
 
@@ -265,6 +292,20 @@ mod tests {
         assert_eq!(config.pool_of(class_of((1 << 20) + 1).unwrap()), Pool::Large);
         let coarse = Config { granularity: 1 << (usize::BITS - 2), ..Config::default() };
         assert_eq!(coarse.segment_bytes(class_of((3 << (usize::BITS - 2)) + 1).unwrap(), 20 << 20), None);
+    }
+
+    #[test]
+    fn classes_from_own_range_from_up_get_a_pool_of_their_own_over_growable_segments() {
+        let pool = |config: &Config, bytes: usize| config.pool_of(class_of(bytes).unwrap());
+        let apart = Config { own_range_from: 16 << 20, ..Config::default() };
+        assert_eq!(pool(&apart, 16 << 20), Pool::Huge);
+        assert_eq!(pool(&apart, 15 << 20), Pool::Large);
+        assert_eq!(pool(&apart, 4096), Pool::Small);
+        assert_eq!(pool(&Config::default(), 1 << 30), Pool::Large, "off by default");
+        let whole = Config { expandable_segments: false, ..apart.clone() };
+        assert_eq!(pool(&whole, 1 << 30), Pool::Large, "whole segments have no ranges to keep apart");
+        let below_small = Config { own_range_from: 512, ..Config::default() };
+        assert_eq!(pool(&below_small, 4096), Pool::Small, "the small pool comes first");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use super::arena::{Arena, BlockId, BlockState, SegmentId};
 use super::backend::{Backend, Mapped, Pages, StreamKey};
-use super::config::{Config, Pool};
+use super::config::{Config, POOLS, Pool};
 use super::growable::Run;
 use super::size_class::SizeClass;
 use super::stats::CurrentPeak;
@@ -27,7 +27,7 @@ pub(super) struct Totals {
     reserved: AtomicUsize,
     peak: AtomicUsize,
     /// Bytes in segments and mapped pages, per pool.
-    pool: [AtomicUsize; 2],
+    pool: [AtomicUsize; POOLS],
     /// Bytes of pages unmapped and kept by the backend ([`Pages::unmap`]), in no pool.
     kept: AtomicUsize,
     /// Bytes of mapped pages a sleep gave back ([`Pages::evict`]): out of the reserve, still in

@@ -435,6 +435,45 @@ fn only_whole_mappings_inside_free_blocks_are_unmapped() {
     cache.check_invariants();
 }
 
+/// With `own_range_from`, a smaller class never lands in a large block's mapping after that
+/// block's free, so the mapping goes back whole; without it, the small block keeps it mapped.
+/// (Below the reserve's peak, so that the small block's miss maps without trimming.)
+#[test]
+fn apart_ranges_keep_smaller_blocks_out_of_large_mappings() {
+    for apart in [false, true] {
+        let backend = FakeBackend::with_pages(PAGE, 64 * PAGE);
+        let config = Config {
+            small_max: 8 * KIB,
+            small_segment: 16 * KIB,
+            max_mapping_bytes: 8 * PAGE,
+            map_ahead_bytes: 0,
+            front_large_slot: false,
+            own_range_from: if apart { 2 * PAGE } else { 0 },
+            ..no_front()
+        };
+        let cache = CachingAllocator::new(backend.clone(), config).unwrap();
+        free(&cache, cache.alloc(8 * PAGE, &T).unwrap());
+        assert_eq!(cache.empty_cache(), 8 * PAGE);
+        let large = cache.alloc(6 * PAGE, &S).unwrap();
+        let large_at = addr(&large);
+        assert_eq!(backend.mappings(), [(large_at, 6 * PAGE)], "one mapping for the large miss");
+        free(&cache, large);
+        // A class above `small_max` and below the line: the large pool's.
+        let small = cache.alloc(PAGE, &S).unwrap();
+        assert_eq!(addr(&small) == large_at, !apart, "apart: {apart}");
+        let released = cache.empty_cache();
+        if apart {
+            assert_eq!(released, 6 * PAGE, "the large block's mapping goes back whole");
+            assert_eq!(backend.mappings(), [(addr(&small), PAGE)]);
+        } else {
+            assert_eq!(released, 0, "the small block keeps the whole mapping");
+            assert_eq!(backend.mappings(), [(large_at, 6 * PAGE)]);
+        }
+        free(&cache, small);
+        cache.check_invariants();
+    }
+}
+
 #[test]
 fn the_mapping_plan_remaps_kept_memory_first_and_creates_the_rest_in_few_mappings() {
     let kept = |sizes: &[(usize, usize)]| sizes.iter().map(|&(pages, n)| (pages * PAGE, n)).collect();

@@ -45,6 +45,7 @@ fn config() -> Config {
         expandable_segments: true,
         max_mapping_bytes: 0,
         map_ahead_bytes: 0,
+        own_range_from: 0,
     }
 }
 

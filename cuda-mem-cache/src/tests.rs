@@ -34,6 +34,7 @@ fn small_config() -> Config {
         expandable_segments: true,
         max_mapping_bytes: 0,
         map_ahead_bytes: 0,
+        own_range_from: 0,
     }
 }
 

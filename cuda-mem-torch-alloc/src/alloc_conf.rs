@@ -13,6 +13,7 @@
 //! | `live_slack_percent` | integer ≤ 100 | with pages, map without unmapping while the reserve stays this many percent above the allocated bytes (default 4) |
 //! | `cross_stream_waits` | `True`/`False` | a stream may wait on the device for another stream's idle segment |
 //! | `map_ahead_mb` | integer | with pages, MiB a large miss maps beyond its request while the reserve is at least that far below its peak (after `empty_cache`), never closer to the peak than that (default 64; 0: none) |
+//! | `own_range_mb` | integer | with pages, requests of this many MiB and more get address ranges of their own, apart from smaller ones (default 0: off) |
 //!
 //! A bad key or value is refused with a message naming it; nothing is half-applied.
 
@@ -64,6 +65,7 @@ impl AllocConf {
                 "live_slack_percent" => c.live_slack_percent = integer(key, value)?,
                 "cross_stream_waits" => c.cross_stream_waits = boolean(key, value)?,
                 "map_ahead_mb" => c.map_ahead_bytes = mib(key, value)?,
+                "own_range_mb" => c.own_range_from = mib(key, value)?,
                 _ => return Err(refused(format!("unknown key {key:?}"))),
             }
         }
@@ -99,14 +101,14 @@ mod tests {
     #[test]
     fn keys_set_their_fields() {
         let conf = AllocConf::parse(
-            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0,expandable_segments:False,live_slack_percent:10,map_ahead_mb:0",
+            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0,expandable_segments:False,live_slack_percent:10,map_ahead_mb:0,own_range_mb:16",
         )
         .unwrap();
         assert_eq!(conf.backend, Some(BackendChoice::Pool));
         let c = conf.config;
         assert_eq!((c.front_depth, c.front_max_bytes, c.large_fit_slack), (2, 64 << 20, 8 << 20));
         assert!(!c.release_idle_on_miss && !c.cross_stream_waits && !c.expandable_segments);
-        assert_eq!((c.live_slack_percent, c.map_ahead_bytes), (10, 0));
+        assert_eq!((c.live_slack_percent, c.map_ahead_bytes, c.own_range_from), (10, 0, 16 << 20));
         assert_eq!(AllocConf::parse("").unwrap(), AllocConf { backend: None, config: Config::default() });
     }
 

@@ -200,6 +200,7 @@ fuzz_target!(|input: Input| {
         expandable_segments: true,
         max_mapping_bytes: (1 + usize::from(input.mapping_pages % 4)) * 16 * KIB,
         map_ahead_bytes: if input.thrift & 32 != 0 { 48 * KIB } else { 0 },
+        own_range_from: if input.thrift & 64 != 0 { 32 * KIB } else { 0 },
     };
     let backend =
         if input.pages { FakeDeviceBackend::with_pages(16 * KIB, 1 << 20) } else { FakeDeviceBackend::default() };
