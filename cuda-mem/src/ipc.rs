@@ -241,18 +241,10 @@ macro_rules! device_views {
         }
 
         impl<$($lt,)? T: Pod> DeviceMemory for $type<$($lt,)? T> {
-            type Elem = T;
+            forward_device_views!();
+
             fn device(&self) -> Device {
                 self.device
-            }
-            fn len(&self) -> usize {
-                self.len
-            }
-            fn as_slice(&self) -> DeviceSlice<'_, T> {
-                Self::as_slice(self)
-            }
-            fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
-                Self::as_mut_slice(self)
             }
         }
     };

@@ -92,3 +92,45 @@ macro_rules! free_now {
         }
     };
 }
+
+/// The parts of [`DeviceMemory`](crate::DeviceMemory) every owner forwards to its inherent
+/// methods of the same names, inside its `impl DeviceMemory` (which adds `device`), in a file that
+/// imports the view types.
+macro_rules! forward_device_views {
+    () => {
+        type Elem = T;
+
+        fn len(&self) -> usize {
+            Self::len(self)
+        }
+
+        fn as_slice(&self) -> DeviceSlice<'_, T> {
+            Self::as_slice(self)
+        }
+
+        fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+            Self::as_mut_slice(self)
+        }
+    };
+}
+
+/// The [`StreamOrdered`](crate::StreamOrdered) impl of a stream-ordered owner `$owner<'_, T>`
+/// whose inherent methods of the same names do the work, in a file that imports the names it uses.
+macro_rules! forward_stream_ordered {
+    ($owner:ident) => {
+        impl<T: Pod> StreamOrdered for $owner<'_, T> {
+            fn stream(&self) -> &Stream {
+                Self::stream(self)
+            }
+            fn use_on(&mut self, other: &Stream) -> Result<()> {
+                Self::use_on(self, other)
+            }
+            fn free_on(self, stream: &Stream) -> Result<()> {
+                Self::free_on(self, stream)
+            }
+            fn free(self) -> Result<()> {
+                Self::free(self)
+            }
+        }
+    };
+}

@@ -267,32 +267,11 @@ impl<T: Pod> Owner for StreamBuffer<'_, T> {
 }
 
 impl<T: Pod> DeviceMemory for StreamBuffer<'_, T> {
-    type Elem = T;
+    forward_device_views!();
+
     fn device(&self) -> Device {
         self.pool.device()
     }
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn as_slice(&self) -> DeviceSlice<'_, T> {
-        Self::as_slice(self)
-    }
-    fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
-        Self::as_mut_slice(self)
-    }
 }
 
-impl<T: Pod> StreamOrdered for StreamBuffer<'_, T> {
-    fn stream(&self) -> &Stream {
-        Self::stream(self)
-    }
-    fn use_on(&mut self, other: &Stream) -> Result<()> {
-        Self::use_on(self, other)
-    }
-    fn free_on(self, stream: &Stream) -> Result<()> {
-        Self::free_on(self, stream)
-    }
-    fn free(self) -> Result<()> {
-        Self::free(self)
-    }
-}
+forward_stream_ordered!(StreamBuffer);
