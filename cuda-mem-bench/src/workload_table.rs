@@ -18,11 +18,18 @@ pub struct Replay {
     pub allocations: Option<u64>,
 }
 
-/// One process of the training loop.
+/// The training loop through one allocator: every process of it in one results file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainingRun {
     pub allocator: String,
+    /// Processes run (`run_training.sh`'s rounds).
+    pub runs: usize,
+    /// The median over the processes of each one's median step (the mean of the middle two for
+    /// an even count).
     pub step_ms_median: f64,
+    /// The fastest and slowest process's median step.
+    pub step_ms_range: (f64, f64),
+    /// The most any process reserved and allocated at its peak.
     pub peak_reserved: u64,
     pub peak_allocated: u64,
 }
@@ -43,16 +50,45 @@ pub fn replays(text: &str) -> Vec<Replay> {
         .collect()
 }
 
-/// The training runs in `text` (JSON lines of `torch_training.py`).
+/// The training runs in `text` (JSON lines of `torch_training.py`), one per allocator in the
+/// order met, each over all of that allocator's lines.
 pub fn training_runs(text: &str) -> Vec<TrainingRun> {
-    rows(text)
-        .filter_map(|row| {
-            Some(TrainingRun {
-                allocator: row.get("allocator")?.as_str()?.to_string(),
-                step_ms_median: row.get("step_ms_median")?.as_f64()?,
-                peak_reserved: row.get("peak_reserved_bytes")?.as_u64()?,
-                peak_allocated: row.get("peak_allocated_bytes")?.as_u64()?,
-            })
+    let mut by_allocator: Vec<(String, Vec<f64>, u64, u64)> = Vec::new();
+    for row in rows(text) {
+        let parsed = (|| {
+            let allocator = row.get("allocator")?.as_str()?.to_string();
+            let step = row.get("step_ms_median")?.as_f64()?;
+            Some((
+                allocator,
+                step,
+                row.get("peak_reserved_bytes")?.as_u64()?,
+                row.get("peak_allocated_bytes")?.as_u64()?,
+            ))
+        })();
+        let Some((allocator, step, reserved, allocated)) = parsed else { continue };
+        match by_allocator.iter_mut().find(|(name, ..)| *name == allocator) {
+            Some((_, steps, most_reserved, most_allocated)) => {
+                steps.push(step);
+                *most_reserved = (*most_reserved).max(reserved);
+                *most_allocated = (*most_allocated).max(allocated);
+            }
+            None => by_allocator.push((allocator, vec![step], reserved, allocated)),
+        }
+    }
+    by_allocator
+        .into_iter()
+        .map(|(allocator, mut steps, peak_reserved, peak_allocated)| {
+            steps.sort_by(f64::total_cmp);
+            let n = steps.len();
+            let step_ms_median = if n % 2 == 1 { steps[n / 2] } else { (steps[n / 2 - 1] + steps[n / 2]) / 2.0 };
+            TrainingRun {
+                allocator,
+                runs: n,
+                step_ms_median,
+                step_ms_range: (steps[0], steps[n - 1]),
+                peak_reserved,
+                peak_allocated,
+            }
         })
         .collect()
 }
@@ -106,15 +142,18 @@ pub fn replay_table(replays: &[Replay]) -> String {
 pub fn training_table(runs: &[TrainingRun]) -> String {
     let native = runs.iter().find(|r| r.allocator == "torch_native").map(|r| r.step_ms_median);
     let mut out = String::from(
-        "| allocator | step (ms, median) | ÷ native | peak reserved (MiB) | peak allocated (MiB) | reserved / allocated |\n|---|---|---|---|---|---|\n",
+        "| allocator | processes | step (ms, median of the processes' medians) | fastest–slowest process | ÷ native | peak reserved (MiB) | peak allocated (MiB) | reserved / allocated |\n|---|---|---|---|---|---|---|---|\n",
     );
     for r in runs {
         let ratio = native.map_or("–".into(), |n| format!("{:.3}", r.step_ms_median / n));
         let _ = writeln!(
             out,
-            "| {} | {:.1} | {ratio} | {} | {} | {:.3} |",
+            "| {} | {} | {:.1} | {:.1}–{:.1} | {ratio} | {} | {} | {:.3} |",
             r.allocator,
+            r.runs,
             r.step_ms_median,
+            r.step_ms_range.0,
+            r.step_ms_range.1,
             r.peak_reserved >> 20,
             r.peak_allocated >> 20,
             r.peak_reserved as f64 / r.peak_allocated as f64
@@ -194,8 +233,36 @@ not json
 {"allocator":"cuda_mem","step_ms_median":101.0,"peak_reserved_bytes":1048576,"peak_allocated_bytes":1048576}"#,
         );
         let table = training_table(&runs);
-        assert!(table.contains("| cuda_mem | 101.0 | 1.010 | 1 | 1 | 1.000 |"), "{table}");
-        assert!(table.contains("| torch_native | 100.0 | 1.000 | 2 | 1 | 2.000 |"), "{table}");
+        assert!(table.contains("| cuda_mem | 1 | 101.0 | 101.0–101.0 | 1.010 | 1 | 1 | 1.000 |"), "{table}");
+        assert!(table.contains("| torch_native | 1 | 100.0 | 100.0–100.0 | 1.000 | 2 | 1 | 2.000 |"), "{table}");
+    }
+
+    #[test]
+    fn several_processes_of_an_allocator_give_their_median_and_range() {
+        let line = |allocator: &str, step: f64, reserved: u64| {
+            format!(
+                r#"{{"allocator":"{allocator}","step_ms_median":{step},"peak_reserved_bytes":{reserved},"peak_allocated_bytes":1048576}}"#
+            )
+        };
+        let text = [
+            line("torch_native", 20.0, 2 << 20),
+            line("cuda_mem", 19.0, 1 << 20),
+            line("torch_native", 18.0, 2 << 20),
+            line("cuda_mem", 23.0, 3 << 20),
+            line("torch_native", 19.0, 2 << 20),
+            line("cuda_mem", 21.0, 1 << 20),
+            line("torch_native", 30.0, 2 << 20),
+        ]
+        .join("\n");
+        let runs = training_runs(&text);
+        assert_eq!(runs.len(), 2);
+        let (native, ours) = (&runs[0], &runs[1]);
+        assert_eq!((native.allocator.as_str(), native.runs, native.step_ms_median), ("torch_native", 4, 19.5));
+        assert_eq!(native.step_ms_range, (18.0, 30.0));
+        assert_eq!((ours.runs, ours.step_ms_median, ours.step_ms_range), (3, 21.0, (19.0, 23.0)));
+        assert_eq!(ours.peak_reserved, 3 << 20, "the most any process reserved");
+        let table = training_table(&runs);
+        assert!(table.contains("| cuda_mem | 3 | 21.0 | 19.0–23.0 | 1.077 | 3 | 1 | 3.000 |"), "{table}");
     }
 
     #[test]

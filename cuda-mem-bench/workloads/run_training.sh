@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Workload (a): torch_training.py through each allocator, one process each, on one GPU.
+# Workload (a): torch_training.py through each allocator, a process per run, on one GPU.
 #
 #   run_training.sh OUTDIR CUDA_MEM_PYTHON_DIR [ARGS for torch_training.py...]
 #
@@ -9,11 +9,14 @@
 #   expandable    the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 #   cuda-mem      cuda-mem's allocator, the wrapper's default backend (CUDA_MEM_BACKENDS="cache pool"
 #                 runs one process per named backend instead)
+# ROUNDS=N (default 3) runs native, expandable and cuda-mem N times, in turn, so that their step
+# times come from interleaved processes (a process's step time moves by a few percent from one
+# process to the next: one run each cannot tell allocators a few percent apart). Then once:
 #   trace         native again, recording PyTorch's allocation trace to OUTDIR/training_torch.cmwl
 #                 (its JSON line, whose step times include the recording, goes to
 #                 OUTDIR/training_trace.jsonl rather than training.jsonl)
-# Each appends its JSON line to OUTDIR/training.jsonl and its stderr to OUTDIR/training-NAME.log,
-# where its exit code is written last. A failed run does not stop the others; one that failed
+# Each run appends its JSON line to OUTDIR/training.jsonl and its stderr, then its exit code, to
+# OUTDIR/training-NAME.log. A failed run does not stop the others; one that failed
 # because deterministic algorithms were refused is run again with --deterministic warn. Exits 1
 # if any run failed.
 set -u
@@ -23,6 +26,7 @@ shift 2
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 script="$here/torch_training.py"
 python=${PYTHON:-python3}
+rounds=${ROUNDS:-3}
 limit=${RUN_TIMEOUT:-150}   # seconds per run (the trace run gets twice as long); 200 steps take ~30 s
 mkdir -p "$out"
 cuda_mem_python=$(cd "$cuda_mem_python" && pwd) || { echo "no folder $2" >&2; exit 2; }
@@ -38,7 +42,6 @@ one() {
   shift
   local log="$out/training-$name.log" json="$out/.training-$name.json"
   local attempt rc start
-  : > "$log"
   for attempt in 1 2; do
     local extra=()
     if [ "$attempt" = 2 ]; then extra=(--deterministic warn); fi
@@ -63,15 +66,17 @@ one() {
   rm -f "$json"
 }
 
-one native "$out/training.jsonl" "$limit" -- --allocator native "$@"
-one expandable "$out/training.jsonl" "$limit" PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- --allocator native "$@"
-if [ -n "${CUDA_MEM_BACKENDS:-}" ]; then
-  for backend in $CUDA_MEM_BACKENDS; do
-    one "cuda-mem-$backend" "$out/training.jsonl" "$limit" -- \
-      --allocator cuda-mem --cuda-mem-python "$cuda_mem_python" --backend "$backend" "$@"
-  done
-else
-  one cuda-mem "$out/training.jsonl" "$limit" -- --allocator cuda-mem --cuda-mem-python "$cuda_mem_python" "$@"
-fi
+for _ in $(seq 1 "$rounds"); do
+  one native "$out/training.jsonl" "$limit" -- --allocator native "$@"
+  one expandable "$out/training.jsonl" "$limit" PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- --allocator native "$@"
+  if [ -n "${CUDA_MEM_BACKENDS:-}" ]; then
+    for backend in $CUDA_MEM_BACKENDS; do
+      one "cuda-mem-$backend" "$out/training.jsonl" "$limit" -- \
+        --allocator cuda-mem --cuda-mem-python "$cuda_mem_python" --backend "$backend" "$@"
+    done
+  else
+    one cuda-mem "$out/training.jsonl" "$limit" -- --allocator cuda-mem --cuda-mem-python "$cuda_mem_python" "$@"
+  fi
+done
 one trace "$out/training_trace.jsonl" $((2 * limit)) -- --allocator native --record-trace "$out/training_torch.cmwl" "$@"
 exit "$failed"
