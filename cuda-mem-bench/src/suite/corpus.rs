@@ -94,7 +94,12 @@ pub fn training_rows(input: &SectionInput) -> Vec<Row> {
     let ours = runs.iter().find(|r| r.allocator.starts_with("cuda_mem"));
     let figures = |r: Option<&workload_table::TrainingRun>| {
         [
-            ("step_ms", "step time (median), ms", "ms", r.map(|r| r.step_ms_median)),
+            (
+                "step_ms",
+                "step time (median over its processes of each one's median), ms",
+                "ms",
+                r.map(|r| r.step_ms_median),
+            ),
             (
                 "reserved_over_allocated",
                 "peak reserved / peak allocated",
