@@ -16,8 +16,8 @@ pub enum Pool {
     Huge = 2,
 }
 
-/// How many pools there are.
-pub(super) const POOLS: usize = 3;
+/// How many pools there are: one past the last, so that arrays indexed by pool follow the enum.
+pub(super) const POOLS: usize = Pool::Huge as usize + 1;
 
 /// Parameters of a [`CachingAllocator`](super::CachingAllocator). Sizes are multiples of 512.
 ///
