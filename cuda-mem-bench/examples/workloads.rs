@@ -5,19 +5,27 @@
 //! reserved over both, peak live from the script. Writes the corpus as workload files into OUT
 //! (for the peers) and prints JSON lines.
 //!
-//! `workloads OUT [--only NAME,..] [--extra FILE.cmwl ..] [--configs NAME,..] [--breakdown]`
+//! `workloads OUT [--only NAME,..] [--extra FILE.cmwl ..] [--configs NAME,..] [--breakdown] [--at-peak]`
 //!
 //! `--breakdown` times every operation of the second pass too (which costs the fast paths a
 //! clock read each, so its rows are for finding where time goes, not for comparing) and adds
 //! the time spent in slow allocations, slow frees and `empty_cache`, the cache's hit and miss
 //! counts, and the most bytes live at once as the threads ran (the script's peak live is the
 //! round-robin order's, which threads running free may exceed).
+//!
+//! `--at-peak` reads the cache's reserve after every allocation (two atomic loads) and, each
+//! time it passes its highest so far, the cache's figures (every lock of the cache: its rows are
+//! for finding what holds the reserve, not for comparing): the row's `at_peak` gives them as
+//! they stood when the reserve was at its highest, in both passes. What the reserve holds
+//! beyond the blocks in users' hands splits into free memory that unmapping could give back now
+//! (`trimmable`), free memory sharing a mapping with blocks in use, blocks parked in threads'
+//! front caches, blocks pending another stream's work, and kept pages.
 
 use cuda_mem::caching::{CachedBlock, Config};
 use cuda_mem::{Device, DeviceCache, MemPool, Result, Stream, StreamBuffer};
 use cuda_mem_workloads::{Op, Workload, format};
-use std::sync::Barrier;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// What a replay measured.
@@ -29,6 +37,8 @@ struct Measured {
     peak_reserved: usize,
     misses_pass2: Option<u64>,
     releases_pass2: Option<u64>,
+    /// With `--at-peak`: the cache's figures when its reserve was at its highest (JSON).
+    at_peak: Option<String>,
 }
 
 /// Operations slower than this count as slow in a breakdown: far above a hit (tens to
@@ -104,6 +114,39 @@ trait Replayer: Sync {
     fn counters(&self) -> Option<[u64; 4]> {
         None
     }
+    /// Bytes reserved now, if the allocator can say so without a lock (for `--at-peak`).
+    fn reserved_now(&self) -> Option<usize> {
+        None
+    }
+    /// What the reserve holds now, as a JSON object (for `--at-peak`).
+    fn reserve_figures(&self) -> Option<String> {
+        None
+    }
+}
+
+/// The highest reserve seen after an allocation, and the figures read when it was seen.
+#[derive(Default)]
+struct PeakWatch {
+    highest: AtomicUsize,
+    figures: Mutex<Option<String>>,
+}
+
+impl PeakWatch {
+    fn look<R: Replayer>(&self, replayer: &R) {
+        let Some(now) = replayer.reserved_now() else { return };
+        if now <= self.highest.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut figures = self.figures.lock().unwrap_or_else(PoisonError::into_inner);
+        if now > self.highest.load(Ordering::Relaxed) {
+            self.highest.store(now, Ordering::Relaxed);
+            *figures = replayer.reserve_figures();
+        }
+    }
+
+    fn into_figures(self) -> Option<String> {
+        self.figures.into_inner().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 struct Cache(DeviceCache);
@@ -140,6 +183,28 @@ impl Replayer for Cache {
         let s = self.0.stats();
         Some([s.front_hits, s.core_hits, s.misses, s.blocks_lent])
     }
+
+    fn reserved_now(&self) -> Option<usize> {
+        Some(self.0.reserved().current)
+    }
+
+    fn reserve_figures(&self) -> Option<String> {
+        let s = self.0.stats();
+        Some(format!(
+            "{{\"reserved\":{},\"allocated\":{},\"requested\":{},\"parked\":{},\"pending\":{},\"free\":{},\"trimmable\":{},\"idle\":{},\"kept\":{},\"largest_free_block\":{},\"segments\":{}}}",
+            s.reserved.current,
+            s.allocated.current,
+            s.requested.current,
+            s.parked_bytes,
+            s.pending_bytes,
+            s.free_bytes,
+            s.trimmable_bytes,
+            s.idle_bytes,
+            s.kept_bytes,
+            s.largest_free_block,
+            s.segments
+        ))
+    }
 }
 
 struct Pool(MemPool);
@@ -170,11 +235,12 @@ impl Replayer for Pool {
 }
 
 /// Runs `workload` twice through `replayer`.
-fn replay<R: Replayer>(replayer: &R, workload: &Workload, breakdown: bool) -> Result<Measured> {
+fn replay<R: Replayer>(replayer: &R, workload: &Workload, breakdown: bool, at_peak: bool) -> Result<Measured> {
     let streams: Vec<Stream> = workload.lanes.iter().map(|_| Stream::non_blocking()).collect::<Result<_>>()?;
     let mut ns_per_op = [0.0; 2];
     let mut before = (0, None, None);
     let (mut spent_pass2, mut counters_before) = (None, None);
+    let watch = PeakWatch::default();
     for (pass, ns) in ns_per_op.iter_mut().enumerate() {
         if pass == 1 {
             before = replayer.figures()?;
@@ -190,7 +256,8 @@ fn replay<R: Replayer>(replayer: &R, workload: &Workload, breakdown: bool) -> Re
                 .iter()
                 .enumerate()
                 .map(|(lane, ops)| {
-                    let (streams, barrier, live_now, live_peak) = (&streams, &barrier, &live_now, &live_peak);
+                    let (streams, barrier, live_now, live_peak, watch) =
+                        (&streams, &barrier, &live_now, &live_peak, &watch);
                     let count = |bytes: usize, alloc: bool| {
                         if alloc {
                             let now = live_now.fetch_add(bytes, Ordering::Relaxed) + bytes;
@@ -216,6 +283,9 @@ fn replay<R: Replayer>(replayer: &R, workload: &Workload, breakdown: bool) -> Re
                                     live[id] = Some((replayer.alloc(bytes as usize, stream)?, bytes as usize));
                                     if timed {
                                         count(bytes as usize, true);
+                                    }
+                                    if at_peak {
+                                        watch.look(replayer);
                                     }
                                 }
                                 Op::Free { id } | Op::FreeOn { id, .. } => {
@@ -274,6 +344,7 @@ fn replay<R: Replayer>(replayer: &R, workload: &Workload, breakdown: bool) -> Re
         peak_reserved,
         misses_pass2: misses.zip(before.1).map(|(a, b)| a - b),
         releases_pass2: releases.zip(before.2).map(|(a, b)| a - b),
+        at_peak: watch.into_figures(),
     })
 }
 
@@ -291,7 +362,7 @@ fn report(workload: &Workload, allocator: &str, config: &str, measured: Result<M
     );
     match measured {
         Ok(m) => println!(
-            "{head}{},\"ns_per_op\":{:.1},\"ns_per_op_pass1\":{:.1},\"peak_reserved_bytes\":{},\"peak_live_bytes\":{},\"reserved_over_live\":{:.4},\"misses_pass2\":{},\"releases_pass2\":{},\"allocations_pass2\":{},\"config\":\"{config}\",\"version\":\"cuda-mem {}\"}}",
+            "{head}{}{},\"ns_per_op\":{:.1},\"ns_per_op_pass1\":{:.1},\"peak_reserved_bytes\":{},\"peak_live_bytes\":{},\"reserved_over_live\":{:.4},\"misses_pass2\":{},\"releases_pass2\":{},\"allocations_pass2\":{},\"config\":\"{config}\",\"version\":\"cuda-mem {}\"}}",
             m.breakdown.map_or(String::new(), |(spent, counters)| format!(
                 ",\"breakdown\":{},\"counters_pass2\":{}",
                 spent.json(),
@@ -299,6 +370,7 @@ fn report(workload: &Workload, allocator: &str, config: &str, measured: Result<M
                     "{{\"front_hits\":{front},\"core_hits\":{core},\"misses\":{misses},\"lent\":{lent}}}"
                 ))
             )),
+            m.at_peak.map_or(String::new(), |figures| format!(",\"at_peak\":{figures}")),
             m.ns_per_op[1],
             m.ns_per_op[0],
             m.peak_reserved,
@@ -346,15 +418,16 @@ fn with_choice(default: Config, name: &str) -> Option<Config> {
 
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: workloads OUT [--only NAME,..] [--extra FILE..] [--configs NAME,..] [--breakdown]";
+    let usage = "usage: workloads OUT [--only NAME,..] [--extra FILE..] [--configs NAME,..] [--breakdown] [--at-peak]";
     let out = std::path::PathBuf::from(args.next().ok_or(usage)?);
-    let (mut only, mut extra, mut chosen, mut breakdown) = (None, Vec::new(), None, false);
+    let (mut only, mut extra, mut chosen, mut breakdown, mut at_peak) = (None, Vec::new(), None, false, false);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--only" => only = Some(args.next().ok_or("--only needs names")?),
             "--configs" => chosen = Some(args.next().ok_or("--configs needs names")?),
             "--extra" => extra.push(args.next().ok_or("--extra needs a file")?),
             "--breakdown" => breakdown = true,
+            "--at-peak" => at_peak = true,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -374,13 +447,13 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         for name in names.split(',') {
             let config = named_config(name).ok_or_else(|| format!("unknown config {name}"))?;
             let cache = Cache(DeviceCache::with_config(device, config)?);
-            report(workload, &format!("cuda_mem_cache_{name}"), name, replay(&cache, workload, breakdown));
+            report(workload, &format!("cuda_mem_cache_{name}"), name, replay(&cache, workload, breakdown, at_peak));
         }
         let pool = Pool(MemPool::retaining(device)?);
         // The pool may be one the process made before: start its figures from nothing.
         pool.0.trim_to(0)?;
         pool.0.reset_highs()?;
-        report(workload, "cuda_mem_stream_pool", "MemPool::retaining", replay(&pool, workload, breakdown));
+        report(workload, "cuda_mem_stream_pool", "MemPool::retaining", replay(&pool, workload, breakdown, at_peak));
     }
     Ok(())
 }

@@ -416,10 +416,10 @@ impl<B: Backend> CachingAllocator<B> {
         );
     }
 
-    /// Bytes reserved now (cheaper than `stats()`: no thread's figures are gathered).
-    #[cfg(test)]
-    pub(super) fn reserved_now(&self) -> usize {
-        self.shared.totals.reserved().current
+    /// Bytes taken from the device now and at the peak, as in [`stats`](Self::stats), from two
+    /// atomic loads: no lock, so a program may watch the reserve on its hot path.
+    pub fn reserved(&self) -> CurrentPeak {
+        self.shared.totals.reserved()
     }
 
     /// Bytes in free blocks of every shard, and how many of them fill whole pages of `page`
@@ -837,6 +837,7 @@ impl<B: Backend> Shared<B> {
         let totals = self.thread_totals();
         let mut figures = CoreFigures::default();
         let (mut segments, mut free_bytes, mut largest_free_block, mut idle_bytes) = (0, 0, 0, 0);
+        let mut trimmable_bytes = 0;
         for shard in self.shards.iter() {
             let core = lock(shard);
             figures.absorb(&core.figures);
@@ -845,6 +846,7 @@ impl<B: Backend> Shared<B> {
             free_bytes += free;
             largest_free_block = largest_free_block.max(largest);
             idle_bytes += core.arena().idle_bytes();
+            trimmable_bytes += core.arena().trimmable_bytes();
         }
         let current = |net: isize| usize::try_from(net).unwrap_or(0);
         let allocated = current(totals.counters.allocated);
@@ -860,6 +862,7 @@ impl<B: Backend> Shared<B> {
             reserved: self.totals.reserved(),
             free_bytes,
             idle_bytes,
+            trimmable_bytes,
             largest_free_block,
             parked_bytes: totals.parked_bytes,
             pending_bytes: figures.pending_bytes,

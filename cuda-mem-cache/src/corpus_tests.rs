@@ -272,7 +272,7 @@ fn at_the_reserve_peak_churn_and_mixed_hold_parts_of_pages_and_serving_whole_pag
         // (reserved, free, free in whole pages) when the reserve first reached its highest.
         let mut at_peak = (0, 0, 0);
         replay_observed(&workload, Config::default(), paged(), &mut |cache| {
-            let reserved = cache.reserved_now();
+            let reserved = cache.reserved().current;
             if reserved > at_peak.0 {
                 let (free, whole) = cache.free_in_pages(PAGE);
                 at_peak = (reserved, free, whole);

@@ -236,6 +236,14 @@ impl<F> Arena<F> {
         runs
     }
 
+    /// Bytes of the whole mappings inside free blocks of growable segments, every stream's:
+    /// what trims could give back now (the rest of the free bytes share a mapping with a block
+    /// that is not free).
+    pub fn trimmable_bytes(&self) -> usize {
+        let free = self.streams.values().flat_map(|lists| lists.free.iter()).flat_map(|list| list.iter());
+        free.filter_map(|&(_, id)| self.interior(id)).map(|run| run.bytes).sum()
+    }
+
     /// Growable segments with nothing mapped: they can be given back whole.
     pub fn unmapped_segments(&self) -> Vec<SegmentId> {
         self.segments.iter().filter(|(_, s)| s.pages.is_some() && s.unmapped == s.bytes).map(|(id, _)| id).collect()

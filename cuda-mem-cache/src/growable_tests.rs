@@ -474,6 +474,39 @@ fn apart_ranges_keep_smaller_blocks_out_of_large_mappings() {
     }
 }
 
+/// `trimmable_bytes` counts the free memory that could go back now: whole mappings inside free
+/// blocks. A small block cut from a freed large block's mapping takes the whole mapping out of
+/// it, though most of the mapping is free; its free takes it back.
+#[test]
+fn trimmable_bytes_are_the_whole_mappings_of_free_blocks() {
+    let backend = FakeBackend::with_pages(PAGE, 64 * PAGE);
+    let config = Config {
+        small_max: 8 * KIB,
+        small_segment: 16 * KIB,
+        max_mapping_bytes: 8 * PAGE,
+        map_ahead_bytes: 0,
+        front_large_slot: false,
+        ..no_front()
+    };
+    let cache = CachingAllocator::new(backend.clone(), config).unwrap();
+    let large = cache.alloc(6 * PAGE, &S).unwrap();
+    assert_eq!(backend.mappings().len(), 1, "one mapping for the large miss");
+    let stats = cache.stats();
+    assert_eq!((stats.free_bytes, stats.trimmable_bytes), (0, 0), "all of it out");
+    free(&cache, large);
+    let stats = cache.stats();
+    assert_eq!((stats.free_bytes, stats.trimmable_bytes), (6 * PAGE, 6 * PAGE), "free, one whole mapping");
+    let small = cache.alloc(PAGE, &S).unwrap();
+    let stats = cache.stats();
+    assert_eq!(stats.free_bytes, 5 * PAGE);
+    assert_eq!(stats.trimmable_bytes, 0, "the small block holds the one mapping");
+    free(&cache, small);
+    assert_eq!(cache.stats().trimmable_bytes, 6 * PAGE);
+    assert_eq!(cache.empty_cache(), 6 * PAGE, "what was trimmable goes back");
+    assert_eq!(cache.stats().trimmable_bytes, 0);
+    cache.check_invariants();
+}
+
 #[test]
 fn the_mapping_plan_remaps_kept_memory_first_and_creates_the_rest_in_few_mappings() {
     let kept = |sizes: &[(usize, usize)]| sizes.iter().map(|&(pages, n)| (pages * PAGE, n)).collect();

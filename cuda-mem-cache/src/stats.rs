@@ -52,6 +52,11 @@ pub struct CachingStats {
     /// Bytes of segments none of whose blocks is out (part of `free_bytes`); the rest of
     /// `free_bytes` is free space split off segments in use (PyTorch's `inactive_split_bytes`).
     pub idle_bytes: usize,
+    /// Bytes of whole mappings inside the core's free blocks of growable segments (part of
+    /// `free_bytes`): what unmapping could give back now without waiting for any block to be
+    /// freed. The rest of `free_bytes` shares a mapping with blocks in use, and goes back only
+    /// when they are freed. 0 over segments from `cudaMalloc`.
+    pub trimmable_bytes: usize,
     /// The largest free block of the core: against `free_bytes`, a measure of fragmentation.
     pub largest_free_block: usize,
     /// Bytes kept in threads' front caches.

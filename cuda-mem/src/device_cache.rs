@@ -8,8 +8,8 @@
 //! allocation is ordered on the stream that made it), and returning memory needs no stream.
 
 use crate::caching::{
-    Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, Keep, Mapped, MappingPlan, Pages,
-    StreamKey,
+    Backend, CachedBlock, CachingAllocator, CachingStats, ClassStats, Config, CurrentPeak, Keep, Mapped, MappingPlan,
+    Pages, StreamKey,
 };
 use crate::device::{CurrentDevice, Device};
 use crate::error::{CudaError, ErrorKind, Result};
@@ -693,6 +693,12 @@ impl DeviceCache {
     /// misses.
     pub fn stats(&self) -> CachingStats {
         self.allocator.stats()
+    }
+
+    /// Bytes taken from the device now and at the peak (as in [`DeviceCache::stats`]) without a
+    /// lock: cheap enough to watch the reserve after every allocation.
+    pub fn reserved(&self) -> CurrentPeak {
+        self.allocator.reserved()
     }
 
     /// The same per size class.

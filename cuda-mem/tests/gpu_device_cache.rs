@@ -272,9 +272,11 @@ fn gpu_blocks_on_borrowed_raw_streams_are_reused_and_ordered() {
     // Freed on A, where nothing used it: back once an event on A completes.
     // SAFETY: from this cache; B's work on it has completed.
     unsafe { cache.free_block_on(on_b, &a) }.unwrap();
+    assert_eq!(cache.reserved(), cache.stats().reserved, "the lock-free reading agrees");
     cache.reset_peaks();
     assert_eq!(cache.stats().reserved.peak, cache.stats().reserved.current);
     cache.empty_cache();
+    assert_eq!(cache.reserved().current, 0);
     let stats = cache.stats();
     assert_eq!((stats.allocated.current, stats.reserved.current, stats.pending_bytes), (0, 0, 0), "{stats:?}");
 }
