@@ -411,6 +411,7 @@ fn with_choice(default: Config, name: &str) -> Option<Config> {
         "live_slack_5" => Config { live_slack_percent: 5, ..default },
         "no_large_slot" => Config { front_large_slot: false, ..default },
         "neither" => Config { live_slack_percent: 0, front_large_slot: false, ..default },
+        "lowest_pages" => Config { lowest_for_whole_pages: true, ..default },
         // Mappings of up to N MiB per new physical allocation (`mappings_8`, `mappings_64`, ..).
         _ => Config { max_mapping_bytes: mib("mappings_")?, ..default },
     })

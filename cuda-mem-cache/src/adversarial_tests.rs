@@ -50,6 +50,7 @@ fn hostile_config(rng: &mut Rng) -> Config {
         max_mapping_bytes: rng.pick(&[0, 1, 4 << 20, usize::MAX]),
         own_range_from: rng.pick(&[0, 1, 16 << 20, usize::MAX]),
         map_ahead_bytes: rng.pick(&[0, 1, 4 << 20, usize::MAX]),
+        lowest_for_whole_pages: rng.coin(),
     };
     if config.check().is_err() {
         config.small_segment = config.small_segment.max(config.small_max);

@@ -19,6 +19,15 @@ use std::sync::Arc;
 pub(super) type BlockId = u32;
 pub(super) type SegmentId = u32;
 
+/// How a request chooses among the free blocks large enough for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fit {
+    /// The smallest (the fewest bytes left over).
+    Best,
+    /// The one at the lowest address ([`Config::lowest_for_whole_pages`](super::Config::lowest_for_whole_pages)).
+    Lowest,
+}
+
 /// Where a block is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum BlockState {
@@ -242,25 +251,37 @@ impl<F> Arena<F> {
     /// The best-fitting free block of `stream` in `pool`, cut to `bytes` (a multiple of 512) and
     /// marked out.
     pub fn take(&mut self, stream: StreamKey, pool: Pool, bytes: usize) -> Option<BlockId> {
-        self.take_fitting(stream, pool, bytes, |_, _| true)
+        self.take_fitting(stream, pool, bytes, Fit::Best, |_, _| true)
     }
 
-    /// The same, if `fits(size of the best fit, whether its segment is growable)`: every other
-    /// free block is larger still.
+    /// The free block of `stream` in `pool` that `fit` chooses, cut to `bytes` and marked out,
+    /// if `fits(its size, whether its segment is growable)`. With [`Fit::Best`] every other free
+    /// block is larger still.
     pub fn take_fitting(
         &mut self,
         stream: StreamKey,
         pool: Pool,
         bytes: usize,
+        fit: Fit,
         fits: impl Fn(usize, bool) -> bool,
     ) -> Option<BlockId> {
-        let (size, id) = self.best_fit(stream, pool, bytes)?;
+        let (size, id) = match fit {
+            Fit::Best => self.best_fit(stream, pool, bytes)?,
+            Fit::Lowest => self.lowest_fit(stream, pool, bytes)?,
+        };
         fits(size, self.is_growable(id)).then(|| self.cut(id, bytes))
     }
 
     /// The smallest free block of `stream` in `pool` with at least `bytes`: (size, id).
     pub fn best_fit(&self, stream: StreamKey, pool: Pool, bytes: usize) -> Option<(usize, BlockId)> {
         self.streams.get(&stream)?.free[pool as usize].range((bytes, 0)..).next().copied()
+    }
+
+    /// The free block of `stream` in `pool` with at least `bytes` at the lowest address: (size,
+    /// id). Looks at every free block large enough.
+    pub fn lowest_fit(&self, stream: StreamKey, pool: Pool, bytes: usize) -> Option<(usize, BlockId)> {
+        let fitting = self.streams.get(&stream)?.free[pool as usize].range((bytes, 0)..);
+        fitting.min_by_key(|&&(_, id)| self.ptr(id).as_ptr().addr()).copied()
     }
 
     /// Whether block `id` lies in a growable segment.

@@ -137,6 +137,19 @@ pub struct Config {
     /// map, so such a workload misses more and reserves more. Measured in docs/workloads.md
     /// (2026-12-07, `own_range_16`).
     pub own_range_from: usize,
+    /// With growable segments, a request of the larger classes that is a whole number of pages
+    /// takes the free block of its stream at the lowest address that fits (address-ordered first
+    /// fit) rather than the smallest one (best fit); other requests keep best fit, which leaves
+    /// the smallest holes. Blocks of whole pages then pack at the start of the stream's range, and
+    /// the memory that large transient blocks free at its end stays in whole mappings, which a
+    /// trim can give back: where best fit cuts a serving engine's KV-cache page (2 MiB) from a
+    /// freed prefill buffer's place, which may be the smallest free block, and pins that
+    /// buffer's whole mapping. Sizes that are not whole pages leave parts of pages wherever they
+    /// go, so for them the smallest hole is the better choice. Off by default (not yet measured on
+    /// the GPU; over the fake backend in docs/workloads.md, 2026-12-07, `lowest_pages`). The
+    /// search looks at every free block of the stream's pool large enough, where best fit looks
+    /// at one.
+    pub lowest_for_whole_pages: bool,
 }
 
 impl Default for Config {
@@ -161,6 +174,7 @@ impl Default for Config {
             max_mapping_bytes: 64 << 20,
             map_ahead_bytes: 64 << 20,
             own_range_from: 0,
+            lowest_for_whole_pages: false,
         }
     }
 }

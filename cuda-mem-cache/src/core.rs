@@ -6,7 +6,7 @@
 //! [`UnmapClaim`]); and here the allocator keeps a handle of every stream it holds something of.
 //! [`Totals`] are the figures every shard shares (the reserve and its peak), read without a lock.
 
-use super::arena::{Arena, BlockId, BlockState, SegmentId};
+use super::arena::{Arena, BlockId, BlockState, Fit, SegmentId};
 use super::backend::{Backend, Mapped, Pages, StreamKey};
 use super::config::{Config, POOLS, Pool};
 use super::growable::Run;
@@ -492,10 +492,20 @@ impl<B: Backend> Core<B> {
         // whole pages when memory is short, so it strands at most a page on each side.
         let target = config.segment_target(pool, totals.pool_reserved(pool));
         let fits = |size, growable| growable || config.may_cut(pool, target, size, bytes);
-        let id = self.arena.take_fitting(key, pool, bytes, fits)?;
+        let id = self.arena.take_fitting(key, pool, bytes, Self::fit(backend, config, pool, bytes), fits)?;
         self.figures.active.add(class.bytes());
         self.figures.core_hits += 1;
         Some(id)
+    }
+
+    /// How a request of `bytes` in `pool` chooses its free block: the lowest that fits where
+    /// [`Config::lowest_for_whole_pages`] asks for it (the larger classes, a whole number of
+    /// pages, over growable segments), else the best fit.
+    fn fit(backend: &B, config: &Config, pool: Pool, bytes: usize) -> Fit {
+        let whole_pages = || {
+            config.expandable_segments && backend.pages().is_some_and(|pages| bytes.is_multiple_of(pages.page_bytes()))
+        };
+        if config.lowest_for_whole_pages && pool != Pool::Small && whole_pages() { Fit::Lowest } else { Fit::Best }
     }
 
     /// A block of `class` for the stream from this shard: its own free blocks, then an idle

@@ -474,6 +474,34 @@ fn apart_ranges_keep_smaller_blocks_out_of_large_mappings() {
     }
 }
 
+/// `lowest_for_whole_pages`: a request of whole pages takes the lowest free block that fits,
+/// not the smallest; any other size keeps the smallest.
+#[test]
+fn whole_pages_take_the_lowest_fitting_block_when_asked() {
+    for lowest in [false, true] {
+        let config =
+            Config { small_max: 8 * KIB, small_segment: 16 * KIB, lowest_for_whole_pages: lowest, ..no_front() };
+        let (cache, _backend) = paged(config);
+        let blocks: Vec<CachedBlock> = [3, 1, 2, 1].map(|pages| cache.alloc(pages * PAGE, &S).unwrap()).into();
+        let at: Vec<usize> = blocks.iter().map(addr).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "in address order: {at:x?}");
+        let [a, b, c, d] = <[CachedBlock; 4]>::try_from(blocks).unwrap();
+        free(&cache, a);
+        free(&cache, c);
+        // Two free holes: 3 pages low, 2 pages higher.
+        let half = cache.alloc(PAGE + PAGE / 2, &S).unwrap();
+        assert_eq!(addr(&half), at[2], "a size of parts of pages takes the smallest hole (lowest: {lowest})");
+        free(&cache, half);
+        let two = cache.alloc(2 * PAGE, &S).unwrap();
+        let expected = if lowest { at[0] } else { at[2] };
+        assert_eq!(addr(&two), expected, "whole pages (lowest: {lowest})");
+        for block in [b, d, two] {
+            free(&cache, block);
+        }
+        cache.check_invariants();
+    }
+}
+
 /// `trimmable_bytes` counts the free memory that could go back now: whole mappings inside free
 /// blocks. A small block cut from a freed large block's mapping takes the whole mapping out of
 /// it, though most of the mapping is free; its free takes it back.

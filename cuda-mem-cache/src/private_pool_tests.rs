@@ -46,6 +46,7 @@ fn config() -> Config {
         max_mapping_bytes: 0,
         map_ahead_bytes: 0,
         own_range_from: 0,
+        lowest_for_whole_pages: false,
     }
 }
 

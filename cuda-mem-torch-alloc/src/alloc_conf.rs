@@ -14,6 +14,7 @@
 //! | `cross_stream_waits` | `True`/`False` | a stream may wait on the device for another stream's idle segment |
 //! | `map_ahead_mb` | integer | with pages, MiB a large miss maps beyond its request while the reserve is at least that far below its peak (after `empty_cache`), never closer to the peak than that (default 64; 0: none) |
 //! | `own_range_mb` | integer | with pages, requests of this many MiB and more get address ranges of their own, apart from smaller ones (default 0: off) |
+//! | `lowest_for_whole_pages` | `True`/`False` | with pages, requests of whole pages above 1 MiB take the free block at the lowest address that fits rather than the smallest (default `False`) |
 //! | `max_mapping_mb` | integer | with pages, the largest physical allocation a miss creates; misses of a quarter of it and more create allocations up to it, smaller ones a page each (default 64; 0: a page each, the tightest reserve at the most driver calls) |
 //!
 //! A bad key or value is refused with a message naming it; nothing is half-applied.
@@ -68,6 +69,7 @@ impl AllocConf {
                 "map_ahead_mb" => c.map_ahead_bytes = mib(key, value)?,
                 "own_range_mb" => c.own_range_from = mib(key, value)?,
                 "max_mapping_mb" => c.max_mapping_bytes = mib(key, value)?,
+                "lowest_for_whole_pages" => c.lowest_for_whole_pages = boolean(key, value)?,
                 _ => return Err(refused(format!("unknown key {key:?}"))),
             }
         }
@@ -103,7 +105,7 @@ mod tests {
     #[test]
     fn keys_set_their_fields() {
         let conf = AllocConf::parse(
-            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0,expandable_segments:False,live_slack_percent:10,map_ahead_mb:0,own_range_mb:16,max_mapping_mb:0",
+            "backend:pool, front_depth:2,front_max_mb:64,large_fit_slack_mb:8,release_idle_on_miss:False,cross_stream_waits:0,expandable_segments:False,live_slack_percent:10,map_ahead_mb:0,own_range_mb:16,max_mapping_mb:0,lowest_for_whole_pages:True",
         )
         .unwrap();
         assert_eq!(conf.backend, Some(BackendChoice::Pool));
@@ -112,6 +114,7 @@ mod tests {
         assert!(!c.release_idle_on_miss && !c.cross_stream_waits && !c.expandable_segments);
         assert_eq!((c.live_slack_percent, c.map_ahead_bytes, c.own_range_from), (10, 0, 16 << 20));
         assert_eq!(c.max_mapping_bytes, 0);
+        assert!(c.lowest_for_whole_pages);
         let c = AllocConf::parse("max_mapping_mb:256").unwrap().config;
         assert_eq!(c.max_mapping_bytes, 256 << 20);
         assert_eq!(AllocConf::parse("").unwrap(), AllocConf { backend: None, config: Config::default() });

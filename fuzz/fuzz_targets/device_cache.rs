@@ -45,8 +45,10 @@ enum Op {
 struct Input {
     depth: u8,
     cross_stream_waits: bool,
-    /// Bits: grow small segments with the pool, close fits only (small and large), release idle
-    /// segments (or unmap free pages) on a miss.
+    /// Bits: grow small segments with the pool (1), close fits only, small and large (2),
+    /// release idle segments or unmap free pages on a miss (4), front caches of small blocks
+    /// only (8), live slack (16), map ahead (32), large blocks apart (64), whole pages at the
+    /// lowest address (128).
     thrift: u8,
     /// A backend with pages of 16 KiB (growable segments) rather than whole segments.
     pages: bool,
@@ -201,6 +203,7 @@ fuzz_target!(|input: Input| {
         max_mapping_bytes: (1 + usize::from(input.mapping_pages % 4)) * 16 * KIB,
         map_ahead_bytes: if input.thrift & 32 != 0 { 48 * KIB } else { 0 },
         own_range_from: if input.thrift & 64 != 0 { 32 * KIB } else { 0 },
+        lowest_for_whole_pages: input.thrift & 128 != 0,
     };
     let backend =
         if input.pages { FakeDeviceBackend::with_pages(16 * KIB, 1 << 20) } else { FakeDeviceBackend::default() };

@@ -14,7 +14,8 @@ older name "cache-compact" means the same) or a retaining memory pool (`backend=
 environment variable CUDA_MEM_TORCH_ALLOC_CONF sets its parameters as PYTORCH_CUDA_ALLOC_CONF
 does PyTorch's (`key:value,...`; keys: backend, front_depth, front_max_mb, large_fit_slack_mb,
 expandable_segments, release_idle_on_miss, live_slack_percent, cross_stream_waits,
-map_ahead_mb, own_range_mb, max_mapping_mb); `install()` raises ValueError for a bad one.
+map_ahead_mb, own_range_mb, max_mapping_mb, lowest_for_whole_pages); `install()` raises
+ValueError for a bad one.
 `memory_stats()` gives the figures under torch.cuda.memory_stats()'s key names, which PyTorch
 cannot give under a pluggable allocator. The allocator keeps the streams PyTorch allocates on:
 a stream wrapped with `torch.cuda.ExternalStream` must never be destroyed while it is installed.
