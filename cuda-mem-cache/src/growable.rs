@@ -240,8 +240,7 @@ impl<F> Arena<F> {
     /// what trims could give back now (the rest of the free bytes share a mapping with a block
     /// that is not free).
     pub fn trimmable_bytes(&self) -> usize {
-        let free = self.streams.values().flat_map(|lists| lists.free.iter()).flat_map(|list| list.iter());
-        free.filter_map(|&(_, id)| self.interior(id)).map(|run| run.bytes).sum()
+        self.trimmable().iter().map(|run| run.bytes).sum()
     }
 
     /// Growable segments with nothing mapped: they can be given back whole.
