@@ -435,6 +435,19 @@ fn only_whole_mappings_inside_free_blocks_are_unmapped() {
     cache.check_invariants();
 }
 
+/// Classes above 8 KiB in the large pool, whose misses of two pages and more map allocations of
+/// up to 8 pages, nothing mapped ahead and no front cache: one large mapping per large miss.
+fn large_mappings() -> Config {
+    Config {
+        small_max: 8 * KIB,
+        small_segment: 16 * KIB,
+        max_mapping_bytes: 8 * PAGE,
+        map_ahead_bytes: 0,
+        front_large_slot: false,
+        ..no_front()
+    }
+}
+
 /// With `own_range_from`, a smaller class never lands in a large block's mapping after that
 /// block's free, so the mapping goes back whole; without it, the small block keeps it mapped.
 /// (Below the reserve's peak, so that the small block's miss maps without trimming.)
@@ -442,15 +455,7 @@ fn only_whole_mappings_inside_free_blocks_are_unmapped() {
 fn apart_ranges_keep_smaller_blocks_out_of_large_mappings() {
     for apart in [false, true] {
         let backend = FakeBackend::with_pages(PAGE, 64 * PAGE);
-        let config = Config {
-            small_max: 8 * KIB,
-            small_segment: 16 * KIB,
-            max_mapping_bytes: 8 * PAGE,
-            map_ahead_bytes: 0,
-            front_large_slot: false,
-            own_range_from: if apart { 2 * PAGE } else { 0 },
-            ..no_front()
-        };
+        let config = Config { own_range_from: if apart { 2 * PAGE } else { 0 }, ..large_mappings() };
         let cache = CachingAllocator::new(backend.clone(), config).unwrap();
         free(&cache, cache.alloc(8 * PAGE, &T).unwrap());
         assert_eq!(cache.empty_cache(), 8 * PAGE);
@@ -508,15 +513,7 @@ fn whole_pages_take_the_lowest_fitting_block_when_asked() {
 #[test]
 fn trimmable_bytes_are_the_whole_mappings_of_free_blocks() {
     let backend = FakeBackend::with_pages(PAGE, 64 * PAGE);
-    let config = Config {
-        small_max: 8 * KIB,
-        small_segment: 16 * KIB,
-        max_mapping_bytes: 8 * PAGE,
-        map_ahead_bytes: 0,
-        front_large_slot: false,
-        ..no_front()
-    };
-    let cache = CachingAllocator::new(backend.clone(), config).unwrap();
+    let cache = CachingAllocator::new(backend.clone(), large_mappings()).unwrap();
     let large = cache.alloc(6 * PAGE, &S).unwrap();
     assert_eq!(backend.mappings().len(), 1, "one mapping for the large miss");
     let stats = cache.stats();
